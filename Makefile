@@ -1,0 +1,82 @@
+# chipotle — top-level commands.  Quick start: `make sim`, `make test`.
+#
+# Every target installs what it needs by itself (a project virtual environment in
+# .venv, and Icarus Verilog through apt when it is missing), idempotently: the second
+# run finds everything in place and starts at once.
+
+PYTHON      ?= python3
+VENV        ?= .venv
+PY          := $(VENV)/bin/python
+STAMP       := $(VENV)/.chipotle-installed
+
+# Simulators for `make test`: verilator, icarus, or both (comma-separated).
+SIM         ?= verilator,icarus
+# Dump waveforms (FST/VCD) from cocotb runs: WAVES=1.
+WAVES       ?= 0
+# pytest workers (the regression is sized for 2 cores).
+JOBS        ?= 2
+# Extra pytest arguments, e.g. PYTEST_ARGS="-k noc -x".
+PYTEST_ARGS ?=
+
+# `make sim` parameters.
+PROMPT      ?= Once upon a time
+STEPS       ?= 128
+BACKEND     ?= golden
+TEMPERATURE ?= 0
+MODEL_DIR   ?=
+
+MODEL_URL   := https://huggingface.co/karpathy/tinyllamas/resolve/main/stories260K
+
+export SIM WAVES
+
+.PHONY: all venv iverilog test sim generate bitstream models lint clean distclean help
+
+all: help
+
+help:
+	@echo "make sim        generate a story on the best available backend (PROMPT=, STEPS=, BACKEND=)"
+	@echo "make test       run the regression (SIM=verilator|icarus|verilator,icarus WAVES=1)"
+	@echo "make bitstream  FPGA build with open tools (not yet available: issue 6)"
+	@echo "make models     download stories260K.bin and tok512.bin (needs network)"
+	@echo "make lint       ruff on the Python sources"
+
+venv: $(STAMP) iverilog
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e .
+	@touch $@
+
+# Icarus Verilog comes from Debian's packages; install it when absent.
+iverilog:
+	@command -v iverilog >/dev/null 2>&1 || { \
+	  echo "Icarus Verilog not found: installing it with apt-get"; \
+	  SUDO=$$(test "$$(id -u)" = 0 || echo sudo); \
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq iverilog; }
+
+test: venv
+	$(PY) -m pytest -n $(JOBS) $(PYTEST_ARGS)
+
+sim: venv
+	@echo "make sim: the RTL backend does not generate text yet (issue 5); running the '$(BACKEND)' backend"
+	$(VENV)/bin/chipotle generate --backend $(BACKEND) --prompt "$(PROMPT)" --steps $(STEPS) \
+	  --temperature $(TEMPERATURE) $(if $(MODEL_DIR),--model $(MODEL_DIR)/stories260K.bin --tokenizer $(MODEL_DIR)/tok512.bin,)
+
+bitstream:
+	@echo "make bitstream: the FPGA flow is not built yet (issue 6)" >&2; exit 2
+
+models:
+	@dir=$${CHIPOTLE_MODEL_DIR:-../shared/models}; mkdir -p $$dir; \
+	for f in stories260K.bin tok512.bin; do \
+	  test -f $$dir/$$f || curl -fL -o $$dir/$$f $(MODEL_URL)/$$f; done; ls -l $$dir
+
+lint: venv
+	$(PY) -m pip install --quiet ruff
+	$(VENV)/bin/ruff check sw hw sim tb
+
+clean:
+	rm -rf build .pytest_cache
+
+distclean: clean
+	rm -rf $(VENV)

@@ -1,0 +1,1 @@
+"""Amaranth gateware of the chipotle accelerator."""

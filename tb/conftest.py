@@ -1,0 +1,49 @@
+"""pytest configuration shared by the chipotle regression.
+
+Fixtures
+--------
+sim
+    Parametrised over the simulators selected by ``$SIM`` (default: Verilator and
+    Icarus); every RTL test runs once per simulator.
+model_paths
+    Paths of the stories260K checkpoint and tok512 tokenizer.  A missing file skips
+    the test on a developer's machine but fails it under CI (``CI=true``).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from chipotle.sim import simulators_from_env  # noqa: E402
+
+
+def pytest_generate_tests(metafunc):
+    if "sim" in metafunc.fixturenames:
+        metafunc.parametrize("sim", simulators_from_env())
+
+
+def _in_ci() -> bool:
+    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+@pytest.fixture(scope="session")
+def model_paths():
+    """Return ``(checkpoint, tokenizer)`` paths of stories260K, or skip/fail if absent."""
+    from chipotle.paths import default_model_dir
+
+    d = default_model_dir()
+    ckpt, tok = d / "stories260K.bin", d / "tok512.bin"
+    missing = [p for p in (ckpt, tok) if not p.is_file()]
+    if missing:
+        msg = (f"model files not found: {', '.join(map(str, missing))} "
+               "(set CHIPOTLE_MODEL_DIR or place them in ../shared/models/)")
+        if _in_ci():
+            pytest.fail(msg)
+        pytest.skip(msg)
+    return ckpt, tok

@@ -1,0 +1,1 @@
+"""Shared cocotb verification components (drivers, monitors, helpers) for chipotle."""
