@@ -185,25 +185,24 @@ def run_cocotb(
 
     runner = get_runner(sim)
     with _locked(build_root() / sim / f"{toplevel}-{key}.lock"):
-        if not stamp.exists():
+        cached = stamp.exists()
+        if not cached:
             build_dir.mkdir(parents=True, exist_ok=True)
             src.write_text(verilog)
-            runner.build(
-                sources=[src],
-                hdl_toplevel=toplevel,
-                build_args=build_args,
-                build_dir=build_dir,
-                waves=bool(waves),
-                timescale=("1ns", "1ps"),
-                always=True,
-            )
-            stamp.write_text("ok\n")
         else:
-            # Reuse the cached build: the runner only needs to know where it is.
-            runner.build_dir = build_dir
-            runner.hdl_toplevel = toplevel
-            runner.waves = bool(waves)
-            runner.timescale = ("1ns", "1ps")
+            # The runner's build() also records the configuration that test() reads; on
+            # a cache hit keep that bookkeeping but skip the compile commands.
+            runner._build_command = lambda: []
+        runner.build(
+            sources=[src],
+            hdl_toplevel=toplevel,
+            build_args=build_args,
+            build_dir=build_dir,
+            waves=bool(waves),
+            timescale=("1ns", "1ps"),
+            always=True,
+        )
+        stamp.write_text("ok\n")
 
     # Each run gets its own results file so parallel workers do not collide.
     tag = f"{os.getpid()}-{hashlib.sha256(repr((test_module, testcase, sorted((extra_env or {}).items()))).encode()).hexdigest()[:8]}"
