@@ -308,15 +308,18 @@ def _check_group_size(config, group_size):
 
 # -- reading ------------------------------------------------------------------------------------
 
-def load_checkpoint(path: str | os.PathLike) -> Checkpoint:
-    """Load a llama2.c checkpoint of any format (see the module docstring).
+def load_checkpoint(path: str | os.PathLike, format: str | None = None) -> Checkpoint:
+    """Load a llama2.c checkpoint (formats: see the module docstring).
 
-    The format is recognised by its first four bytes: the ``ak42`` magic marks a versioned
-    export, anything else is read as a legacy file.
+    Without `format`, the format is recognised by the first four bytes: the ``ak42`` magic
+    marks a versioned export, anything else is read as a legacy file.
 
     Parameters
     ----------
     path : str or os.PathLike
+    format : str, optional
+        ``"legacy"``, ``"v1"`` or ``"v2"`` to insist on one format: a file in another one is
+        rejected (a versioned file with a wrong magic, for instance).
 
     Returns
     -------
@@ -333,17 +336,27 @@ def load_checkpoint(path: str | os.PathLike) -> Checkpoint:
     OSError
         If the file cannot be read.
     """
+    if format is not None and format not in FORMATS:
+        raise ValueError(f"`format` must be one of {', '.join(FORMATS)}, not {format!r}")
     path = Path(path)
     data = path.read_bytes()
     try:
-        return _parse(data)
+        checkpoint = _parse(data, format)
     except CheckpointError as e:
         raise CheckpointError(f"{path}: {e}") from None
+    if format is not None and checkpoint.format != format:
+        raise CheckpointError(f"{path}: expected a {format} checkpoint, found {checkpoint.format}")
+    return checkpoint
 
 
-def _parse(data: bytes) -> Checkpoint:
-    if len(data) >= 4 and struct.unpack_from("<I", data)[0] == MAGIC:
+def _parse(data: bytes, format: str | None) -> Checkpoint:
+    magic = struct.unpack_from("<I", data)[0] if len(data) >= 4 else None
+    if magic == MAGIC:
         return _parse_versioned(data)
+    if format in ("v1", "v2"):
+        shown = "none (file shorter than 4 bytes)" if magic is None else f"0x{magic:08x}"
+        raise CheckpointError(f"bad magic {shown}, expected 0x{MAGIC:08x} ('ak42') at the "
+                              f"start of a {format} checkpoint")
     try:
         return _parse_legacy(data)
     except CheckpointError as e:
@@ -472,8 +485,9 @@ def write_checkpoint(path: str | os.PathLike, checkpoint: Checkpoint, format: st
     format : str, optional
         ``"legacy"``, ``"v1"`` or ``"v2"``; defaults to ``checkpoint.format``.
     group_size : int, optional
-        Q8_0 group size for ``"v2"``: defaults to ``checkpoint.group_size``, else 64; it must
-        divide ``dim`` (export.py halves 64 until it does; here it is an error instead).
+        Q8_0 group size for ``"v2"``; it must divide ``dim``.  Defaults to
+        ``checkpoint.group_size``, else to export.py's choice: 64, halved until it divides
+        ``dim``.
 
     Raises
     ------
@@ -488,7 +502,13 @@ def write_checkpoint(path: str | os.PathLike, checkpoint: Checkpoint, format: st
     try:
         w.check(c)
         if fmt == "v2":
-            group_size = group_size or checkpoint.group_size or 64
+            if group_size is None:
+                group_size = checkpoint.group_size
+            if group_size is None:
+                # export.py's default: 64, halved until it divides dim.
+                group_size = 64
+                while c.dim % group_size:
+                    group_size //= 2
             _check_group_size(c, group_size)
     except ValueError as e:
         raise CheckpointError(str(e)) from None
