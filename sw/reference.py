@@ -144,8 +144,8 @@ class Transformer:
             raise ValueError(f"`pos` must be in [0, {c.seq_len}) (the context length), "
                              f"not {pos}")
         if pos > self._filled:
-            raise ValueError(f"`pos` {pos} skips positions: only 0..{self._filled - 1} are in "
-                             "the KV cache")
+            held = f"only 0..{self._filled - 1} are" if self._filled else "none is"
+            raise ValueError(f"`pos` {pos} skips positions: {held} in the KV cache")
         hs, n_heads, n_kv = c.head_size, c.n_heads, c.n_kv_heads
         inv_sqrt_hs = np.float32(1.0) / np.sqrt(np.float32(hs))
         cos, sin = rope_cos_sin(pos, hs)
