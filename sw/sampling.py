@@ -77,7 +77,7 @@ def softmax(x: np.ndarray) -> np.ndarray:
 
 
 def sample_argmax(probabilities: np.ndarray) -> int:
-    """Return the index of the largest value (the first one on ties), as run.c's ``sample_argmax``."""
+    """Return the index of the largest value (the first on ties), as run.c's ``sample_argmax``."""
     return int(np.argmax(probabilities))
 
 

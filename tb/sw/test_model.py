@@ -9,7 +9,6 @@ import struct
 
 import numpy as np
 import pytest
-
 from chipotle.model import (
     HEADER_SIZE,
     MAGIC,

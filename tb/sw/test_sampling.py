@@ -2,7 +2,6 @@
 
 import numpy as np
 import pytest
-
 from chipotle import sampling
 from chipotle.sampling import Sampler, sample_argmax, sample_mult, sample_topp, softmax
 

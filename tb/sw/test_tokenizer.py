@@ -3,7 +3,6 @@
 import struct
 
 import pytest
-
 from chipotle.tokenizer import BOS, EOS, Tokenizer, TokenizerError, load_tokenizer
 
 
@@ -50,8 +49,8 @@ def test_empty_prompt(tok512):
 
 
 @pytest.mark.model
-@pytest.mark.parametrize("text", ["héllo 😀 wörld", "日本語", "  two leading spaces", "tab\tand\nnl",
-                                  "x\x00y"])
+@pytest.mark.parametrize("text", ["héllo 😀 wörld", "日本語", "  two leading spaces",
+                                  "tab\tand\nnl", "x\x00y"])
 def test_unicode_round_trip(tok512, text):
     ids = tok512.encode(text)
     assert ids[0] == BOS and all(0 <= i < 512 for i in ids)
@@ -138,7 +137,8 @@ def test_load_round_trip(tmp_path):
     (lambda d: d[:2], "truncated: 2 bytes is shorter than the 4-byte max_token_length header"),
     (lambda d: d[:-1], r"truncated in the 2-byte piece of token 3"),
     (lambda d: d[:-5], r"truncated in the score and length of token 3"),
-    (lambda d: struct.pack("<i", 0) + d[4:], "`max_token_length` must be a positive integer, not 0"),
+    (lambda d: struct.pack("<i", 0) + d[4:],
+     "`max_token_length` must be a positive integer, not 0"),
     (lambda d: struct.pack("<i", 5) + d[4:], "token 2 has 6 bytes, more than max_token_length 5"),
     (lambda d: d + struct.pack("<fi", 0.0, -1), "token 4 has a negative length -1"),
 ])

@@ -1,0 +1,134 @@
+"""chipotle.cli: ``chipotle generate`` on the real model and on small synthetic files."""
+
+import struct
+import subprocess
+import sys
+
+import pytest
+from chipotle import backends, cli
+from chipotle.model import ModelConfig, synthetic_checkpoint, write_checkpoint
+from chipotle.paths import FETCH_HINT
+
+PIECES = [b"<unk>", b"\n<s>\n", b"\n</s>\n"] + [f"<0x{b:02X}>".encode() for b in range(256)] + [
+    b" ", b"a", b"b", b" a"]
+
+
+@pytest.fixture
+def tiny(tmp_path):
+    """Write a synthetic checkpoint (seq_len 8) and a matching tokenizer; return their paths."""
+    c = ModelConfig(dim=16, hidden_dim=24, n_layers=1, n_heads=2, n_kv_heads=1,
+                    vocab_size=len(PIECES), seq_len=8)
+    model = tmp_path / "tiny.bin"
+    write_checkpoint(model, synthetic_checkpoint(c, seed=4), format="v1")
+    tok = tmp_path / "tiny-tok.bin"
+    tok.write_bytes(struct.pack("<i", 6) + b"".join(
+        struct.pack("<fi", -1.0, len(p)) + p for p in PIECES))
+    return ["--model", str(model), "--tokenizer", str(tok)]
+
+
+def run(capsys, *args):
+    code = cli.main(["generate", *args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.mark.model
+def test_reference_greedy(capsys, model_paths):
+    code, out, err = run(capsys, "--backend", "reference", "--temperature", "0", "--steps", "20",
+                         "--model", str(model_paths[0]), "--tokenizer", str(model_paths[1]))
+    assert code == 0
+    assert out.startswith("Once upon a time, there was a little girl named Lily.")
+    assert out.endswith("\n")
+    assert err.startswith("[reference] 20 tokens generated, 1 prompt tokens (BOS included), "
+                          "stopped by steps (20); 20 positions in ")
+    assert "tok/s" in err
+
+
+@pytest.mark.model
+def test_default_model_dir_and_entry_point(model_paths, monkeypatch):
+    # Through a real process and the default paths ($CHIPOTLE_MODEL_DIR).
+    monkeypatch.setenv("CHIPOTLE_MODEL_DIR", str(model_paths[0].parent))
+    r = subprocess.run([sys.executable, "-m", "chipotle.cli", "generate", "--prompt",
+                        "Once upon a time", "--steps", "8", "--seed", "42"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("Once upon a time")
+    assert "8 tokens generated, 5 prompt tokens" in r.stderr and "seed 42" in r.stderr
+
+
+def test_synthetic_seeded_run_is_reproducible(capsys, tiny):
+    first = run(capsys, *tiny, "--prompt", "ab", "--steps", "4", "--seed", "7")
+    second = run(capsys, *tiny, "--prompt", "ab", "--steps", "4", "--seed", "7")
+    assert first[0] == 0 and first[1] == second[1]
+    assert first[1].startswith("ab")
+    assert "seed 7" in first[2]
+
+
+def test_steps_zero_runs_to_context(capsys, tiny):
+    code, out, err = run(capsys, *tiny, "--steps", "0", "--temperature", "0")
+    assert code == 0
+    # Greedy on random weights may sample BOS/EOS early; otherwise the 8 positions fill up.
+    assert "stopped by context length" in err or "stopped by BOS/EOS" in err
+
+
+def test_missing_default_files(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("CHIPOTLE_MODEL_DIR", str(tmp_path))
+    code, out, err = run(capsys)
+    assert code == 2 and out == ""
+    assert f"checkpoint not found: {tmp_path / 'stories260K.bin'}" in err
+    assert f"$CHIPOTLE_MODEL_DIR={tmp_path}" in err
+    assert FETCH_HINT in err
+
+
+def test_missing_default_tokenizer(capsys, tmp_path, monkeypatch, tiny):
+    monkeypatch.setenv("CHIPOTLE_MODEL_DIR", str(tmp_path))
+    code, _, err = run(capsys, "--model", tiny[1])
+    assert code == 2 and f"tokenizer not found: {tmp_path / 'tok512.bin'}" in err
+    assert FETCH_HINT in err
+
+
+def test_missing_given_file(capsys, tmp_path):
+    code, _, err = run(capsys, "--model", str(tmp_path / "nope.bin"))
+    assert code == 2
+    assert f"checkpoint not found: {tmp_path / 'nope.bin'} (given with --model)" in err
+
+
+def test_malformed_checkpoint(capsys, tmp_path, tiny):
+    bad = tmp_path / "bad.bin"
+    bad.write_bytes(open(tiny[1], "rb").read()[:-3])
+    code, _, err = run(capsys, "--model", str(bad), "--tokenizer", tiny[3])
+    assert code == 2 and "bad.bin: file is truncated" in err
+
+
+def test_prompt_longer_than_context(capsys, tiny):
+    code, out, err = run(capsys, *tiny, "--prompt", "b" * 10)
+    assert code == 2 and out == ""
+    assert "the prompt is 12 tokens (BOS included), longer than the model's context length of 8" \
+        in err
+
+
+def test_bad_options(capsys, tiny):
+    code, _, err = run(capsys, *tiny, "--temperature", "-1")
+    assert code == 2 and "--temperature must be a finite number >= 0, not -1.0" in err
+    code, _, err = run(capsys, *tiny, "--steps", "-2")
+    assert code == 2 and "--steps must be a non-negative integer, not -2" in err
+    with pytest.raises(SystemExit) as e:
+        cli.main(["generate", "--backend", "abacus"])
+    assert e.value.code == 2
+
+
+def test_unavailable_backend(capsys, tiny, monkeypatch):
+    def missing(checkpoint):
+        return backends._import_attr("chipotle.no_such_module", "Model", "the test backend")
+    monkeypatch.setitem(backends._REGISTRY, "golden",
+                        backends.Backend("golden", "stand-in", missing))
+    code, out, err = run(capsys, *tiny, "--backend", "golden")
+    assert code == 2 and out == ""
+    assert "the test backend needs `chipotle.no_such_module`, which is not part of this " \
+           "installation yet" in err
+
+
+def test_registry():
+    assert backends.names()[:2] == ["reference", "golden"]
+    with pytest.raises(KeyError, match="unknown backend 'abacus' \\(known: reference, golden"):
+        backends.get("abacus")
