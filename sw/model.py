@@ -294,8 +294,18 @@ def _segments(config, fmt, group_size):
 
 
 def _expected_size(config, fmt, group_size):
-    header = _LEGACY_HEADER.size if fmt == "legacy" else HEADER_SIZE
-    return header + sum(seg[3] for seg in _segments(config, fmt, group_size))
+    """Return the file size `config` implies, by arithmetic (a garbage header can claim
+    billions of layers, too many to walk through `_segments`)."""
+    shapes = weight_shapes(config)
+    if fmt != "v2":
+        header = _LEGACY_HEADER.size if fmt == "legacy" else HEADER_SIZE
+        return header + sum(seg[3] for seg in _segments(config, fmt, group_size))
+    size = HEADER_SIZE + 4 * sum(_numel(shapes[name]) for name in _V2_FLOAT_ORDER)
+    names = _V2_QUANT_ORDER + (() if config.shared_classifier else ("wcls",))
+    for name in names:
+        n = _numel(shapes[name])   # whole tensor, all layers: groups never straddle layers
+        size += n + 4 * (n // group_size)
+    return size
 
 
 def _check_group_size(config, group_size):

@@ -304,3 +304,10 @@ def test_write_rejections(tmp_path):
     bad = Checkpoint(ckpt.config, type(w)(**{**vars(w), "wk": w.wq}))
     with pytest.raises(CheckpointError, match=r"weight `wk` must have shape \(2, 8, 16\)"):
         write_checkpoint(tmp_path / "x.bin", bad)
+
+
+def test_rejects_huge_header_quickly(tmp_path, files):
+    data = bytearray(files("v2", group_size=8))
+    struct.pack_into("<i", data, 16, 2**31 - 1)   # n_layers
+    with pytest.raises(CheckpointError, match="file is truncated: header .* implies"):
+        load_bytes(tmp_path, bytes(data))
