@@ -71,7 +71,7 @@ ROPE_FRAC_BITS = 14
 #: Dynamic int8 quantisation: mantissa index bits of a vector's max-abs (scale code).
 DQ_INDEX_BITS = 8
 #: Dynamic int8 quantisation table entries are unsigned, ``round(2**9 * 127 / mid)``, in
-#: ``(2**15, 2**16)``; this is the 9.
+#: ``(127 * 2**8, 127 * 2**9)``; this is the 9.
 DQ_TABLE_SHIFT = 9
 #: The scale code's mantissa ``mu`` has ``DQ_INDEX_BITS + 2`` bits and weight
 #: ``2**-(DQ_INDEX_BITS + 1)``: the static multipliers of consumers fold ``1 / DQ_UNIT``.
@@ -368,7 +368,7 @@ def dynquant_table(index_bits: int = DQ_INDEX_BITS) -> np.ndarray:
     Returns
     -------
     numpy.ndarray
-        int32, shape ``(2**B,)``, values in ``(2**15, 2**16)``.
+        int32, shape ``(2**B,)``, values in ``(127 * 2**8, 127 * 2**9)`` (16 bits unsigned).
     """
     mid = 1.0 + (np.arange(1 << index_bits, dtype=np.float64) + 0.5) / (1 << index_bits)
     return np.rint((1 << DQ_TABLE_SHIFT) * 127.0 / mid).astype(np.int32)
