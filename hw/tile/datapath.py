@@ -1,0 +1,163 @@
+"""The tile datapath so far: SRAM, matrix unit and KV store wired together.
+
+This is what the tile controller and network interface will drive (issue 4): a host-side
+SRAM port, a matrix command stream, a KV command stream and the result stream.  Until they
+exist it is also the device under test of the cocotb benches.
+
+Members
+-------
+TileConfig
+    Elaboration parameters of the datapath.
+TileDatapath
+    The component.
+"""
+
+from dataclasses import dataclass, field
+
+from amaranth import *
+from amaranth.lib import stream, wiring
+from amaranth.lib.wiring import In, Out, connect, flipped
+
+from .kvstore import KvCommand, KvError, KvLayout, KvStore
+from .matrix import MatrixCommand, MatrixError, MatrixUnit, matrix_result_layout
+from .sram import Sram, SramArbiter, SramSignature
+
+__all__ = ["TileConfig", "TileDatapath"]
+
+
+@dataclass(frozen=True)
+class TileConfig:
+    """Elaboration parameters of the tile datapath.
+
+    Attributes
+    ----------
+    sram_bytes : int
+        SRAM capacity (default 32 KiB).
+    word_bytes : int
+        W, bytes per SRAM word (default 8).
+    n_banks : int
+        SRAM banks (default 2).
+    max_m : int
+        M, activation rows of the matrix unit (default 4).
+    k_max : int
+        Largest K of the matrix unit (default 512).
+    kv : KvLayout
+        The KV store's address map (its ``word_bytes`` must equal ``word_bytes``).
+    """
+
+    sram_bytes: int = 32768
+    word_bytes: int = 8
+    n_banks: int = 2
+    max_m: int = 4
+    k_max: int = 512
+    kv: KvLayout = field(default_factory=lambda: KvLayout(
+        n_layers=1, n_kv_heads=2, head_size=8, max_pos=256, base=2048))
+
+    def __post_init__(self):
+        if self.kv.word_bytes != self.word_bytes:
+            raise ValueError(f"kv.word_bytes must equal word_bytes ({self.word_bytes}), "
+                             f"not {self.kv.word_bytes}")
+
+    @property
+    def sram_words(self):
+        """SRAM capacity in words."""
+        return self.sram_bytes // self.word_bytes
+
+
+class TileDatapath(wiring.Component):
+    """SRAM + matrix unit + KV store, with the SRAM's read/write port shared.
+
+    The matrix unit owns the SRAM read port.  The read/write port is shared round-robin
+    (:class:`SramArbiter`) between ``host`` and the KV store.  The matrix unit's commands
+    come from ``i_mcmd`` or from the KV store (``STREAM_K`` / ``STREAM_V``); the KV store's
+    have priority, and a command is never interrupted once offered.
+
+    Parameters
+    ----------
+    config : TileConfig
+
+    Members
+    -------
+    host : ``In(SramSignature(word_bytes=W))``
+        Read/write SRAM access for the host / network interface / testbench.
+    i_mcmd : ``In(stream.Signature(MatrixCommand))``
+        Matrix commands.
+    i_kvcmd : ``In(stream.Signature(KvCommand))``
+        KV store commands.
+    o_res : ``Out(stream.Signature(matrix_result_layout(M)))``
+        Matrix results.
+    busy : ``Out(1)``
+        The matrix unit or the KV store is working.
+    mac : ``Out(1)``
+        The matrix unit issues a weight word this cycle.
+    mx_error : ``Out(1)``, mx_error_code : ``Out(MatrixError)``
+        Matrix unit errors (sticky).
+    kv_error : ``Out(1)``, kv_error_code : ``Out(KvError)``
+        KV store errors (sticky).
+    kv_capacity : ``Out(16)``
+        Positions per (layer, KV head) of the KV store.
+    """
+
+    def __init__(self, config=None):
+        config = TileConfig() if config is None else config
+        self._config = config
+        super().__init__({
+            "host": In(SramSignature(word_bytes=config.word_bytes)),
+            "i_mcmd": In(stream.Signature(MatrixCommand)),
+            "i_kvcmd": In(stream.Signature(KvCommand)),
+            "o_res": Out(stream.Signature(matrix_result_layout(config.max_m))),
+            "busy": Out(1),
+            "mac": Out(1),
+            "mx_error": Out(1),
+            "mx_error_code": Out(MatrixError),
+            "kv_error": Out(1),
+            "kv_error_code": Out(KvError),
+            "kv_capacity": Out(16),
+        })
+
+    @property
+    def config(self):
+        """The elaboration parameters."""
+        return self._config
+
+    def elaborate(self, platform):
+        m = Module()
+        c = self._config
+        m.submodules.sram = sram = Sram(size_bytes=c.sram_bytes, word_bytes=c.word_bytes,
+                                        n_banks=c.n_banks)
+        m.submodules.arbiter = arb = SramArbiter(2, word_bytes=c.word_bytes)
+        m.submodules.matrix = mx = MatrixUnit(word_bytes=c.word_bytes, max_m=c.max_m,
+                                              k_max=c.k_max)
+        m.submodules.kvstore = kv = KvStore(c.kv, sram_depth=c.sram_words)
+
+        connect(m, mx.bus, sram.r)
+        connect(m, arb.o, sram.rw)
+        connect(m, flipped(self.host), arb.i[0])
+        connect(m, kv.bus, arb.i[1])
+        connect(m, flipped(self.i_kvcmd), kv.i_cmd)
+        connect(m, mx.o, flipped(self.o_res))
+
+        # Matrix command mux: the KV store first.
+        with m.If(kv.o_mcmd.valid):
+            m.d.comb += [
+                mx.i_cmd.payload.eq(kv.o_mcmd.payload),
+                mx.i_cmd.valid.eq(1),
+                kv.o_mcmd.ready.eq(mx.i_cmd.ready),
+            ]
+        with m.Else():
+            m.d.comb += [
+                mx.i_cmd.payload.eq(self.i_mcmd.payload),
+                mx.i_cmd.valid.eq(self.i_mcmd.valid),
+                self.i_mcmd.ready.eq(mx.i_cmd.ready),
+            ]
+
+        m.d.comb += [
+            self.busy.eq(mx.busy | kv.busy),
+            self.mac.eq(mx.mac),
+            self.mx_error.eq(mx.error),
+            self.mx_error_code.eq(mx.error_code),
+            self.kv_error.eq(kv.error),
+            self.kv_error_code.eq(kv.error_code),
+            self.kv_capacity.eq(kv.capacity),
+        ]
+        return m

@@ -1,0 +1,469 @@
+"""The tile's share of the transformer KV cache, with hardware address generation.
+
+For every (layer, KV head) held by the tile the store keeps, from ``base`` upwards in the
+tile SRAM, a block of K rows (one row of ``head_size`` int8 per position, row-major) and a
+block of V stored transposed (one row of ``max_pos`` int8 per head dimension), so that both
+attention products run on the matrix unit as plain weight matrices:
+
+* scores ``s[m, p] = sum_d K[p, d] * q[m, d]``: weight matrix ``K[0..pos]``, N = pos + 1
+  rows of K = head_size;
+* weighted sum ``o[m, d] = sum_p V[p, d] * a[m, p]``: weight matrix ``V.T[:, 0..pos]``,
+  N = head_size rows of K = pos + 1 (row stride ``ceil(max_pos / W)`` words).
+
+``docs/tile.md`` has the map; :class:`KvLayout` computes it in Python (the compiler,
+the host and the testbenches use it; the gateware takes its constants from it).
+
+Members
+-------
+KvLayout
+    The address map (Python).
+KvOp, KvCommand, KvError
+    Command format and error codes.
+KvStore
+    The component.
+"""
+
+from dataclasses import dataclass
+
+from amaranth import *
+from amaranth.lib import data, enum, stream, wiring
+from amaranth.lib.wiring import In, Out
+from amaranth.utils import exact_log2
+
+from .matrix import MatrixCommand
+from .sram import ADDR_WIDTH, SramSignature
+
+__all__ = ["KvLayout", "KvOp", "KvAppendArgs", "KvStreamArgs", "KvArgs", "KvCommand",
+           "KvError", "KvStore"]
+
+
+@dataclass(frozen=True)
+class KvLayout:
+    """Address map of the KV cache share held by one tile (word addresses).
+
+    Block ``i = layer * n_kv_heads + head`` starts at ``base + i * block_words`` and holds
+
+    * K: ``max_pos`` rows of ``k_row_words = ceil(head_size / W)`` words; K[p, d] is byte
+      ``d % W`` of word ``k_row(layer, head, p) + d // W``;
+    * then V transposed: ``head_size`` rows of ``v_row_words = ceil(max_pos / W)`` words;
+      V[p, d] is byte ``p % W`` of word ``v_row(layer, head, d) + p // W``.
+
+    Bytes past ``head_size`` in a K row, and past ``max_pos`` in a V row, are padding: the
+    store never writes them and the matrix unit masks them.
+
+    Parameters
+    ----------
+    n_layers, n_kv_heads : int
+        Layers, and KV heads per layer, held by this tile.
+    head_size : int
+        Elements of a K or V vector.
+    max_pos : int
+        Positions held: the capacity.
+    base : int
+        Word address of the first block.
+    word_bytes : int
+        W, bytes per SRAM word.
+    """
+
+    n_layers: int
+    n_kv_heads: int
+    head_size: int
+    max_pos: int
+    base: int = 0
+    word_bytes: int = 8
+
+    def __post_init__(self):
+        for name in ("n_layers", "n_kv_heads", "head_size", "max_pos", "word_bytes"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value <= 0:
+                raise ValueError(f"{name} must be a positive integer, not {value!r}")
+        if not isinstance(self.base, int) or self.base < 0:
+            raise ValueError(f"base must be a non-negative integer, not {self.base!r}")
+        if self.n_layers > 256 or self.n_kv_heads > 256:
+            raise ValueError("n_layers and n_kv_heads must be at most 256 (8-bit fields)")
+        if self.max_pos > 2 ** 16 - 1 or self.head_size > 2 ** 16 - 1:
+            raise ValueError("max_pos and head_size must be below 2**16 (16-bit fields)")
+        if self.end > 2 ** ADDR_WIDTH:
+            raise ValueError(f"the KV store ends at word {self.end}, past 2**{ADDR_WIDTH}")
+
+    @property
+    def capacity(self):
+        """Positions each (layer, head) can hold (``max_pos``)."""
+        return self.max_pos
+
+    @property
+    def k_row_words(self):
+        """Words per K row, ``ceil(head_size / W)``."""
+        return -(-self.head_size // self.word_bytes)
+
+    @property
+    def v_row_words(self):
+        """Words per transposed-V row, ``ceil(max_pos / W)``."""
+        return -(-self.max_pos // self.word_bytes)
+
+    @property
+    def k_block_words(self):
+        """Words of the K part of a block."""
+        return self.max_pos * self.k_row_words
+
+    @property
+    def block_words(self):
+        """Words per (layer, head) block."""
+        return self.k_block_words + self.head_size * self.v_row_words
+
+    @property
+    def size_words(self):
+        """Words used by the whole store."""
+        return self.n_layers * self.n_kv_heads * self.block_words
+
+    @property
+    def end(self):
+        """First word address after the store."""
+        return self.base + self.size_words
+
+    def block(self, layer, head):
+        """Return the word address of the block of ``(layer, head)``."""
+        self._check(layer, head)
+        return self.base + (layer * self.n_kv_heads + head) * self.block_words
+
+    def k_row(self, layer, head, pos):
+        """Return the word address of K row ``pos`` of ``(layer, head)``."""
+        return self.block(layer, head) + pos * self.k_row_words
+
+    def v_row(self, layer, head, d):
+        """Return the word address of transposed-V row ``d`` of ``(layer, head)``."""
+        return self.block(layer, head) + self.k_block_words + d * self.v_row_words
+
+    def _check(self, layer, head):
+        if not (0 <= layer < self.n_layers and 0 <= head < self.n_kv_heads):
+            raise ValueError(f"(layer, head) must be within ({self.n_layers}, "
+                             f"{self.n_kv_heads}), not ({layer}, {head})")
+
+
+class KvOp(enum.Enum, shape=unsigned(2)):
+    """KV store operations.
+
+    Members
+    -------
+    APPEND
+        Copy K and V vectors from SRAM into position ``pos``.
+    STREAM_K
+        Issue the matrix command for scores against K rows ``0 .. pos``.
+    STREAM_V
+        Issue the matrix command for the weighted sum over V rows ``0 .. pos``.
+    """
+
+    APPEND = 0
+    STREAM_K = 1
+    STREAM_V = 2
+
+
+class KvAppendArgs(data.Struct):
+    """Arguments of ``APPEND``.
+
+    Members
+    -------
+    k_src : ``unsigned(16)``
+        Word address of the K vector (``head_size`` int8, packed like a weight row).
+    v_src : ``unsigned(16)``
+        Word address of the V vector.
+    """
+
+    k_src: unsigned(ADDR_WIDTH)
+    v_src: unsigned(ADDR_WIDTH)
+
+
+class KvStreamArgs(data.Struct):
+    """Arguments of ``STREAM_K`` / ``STREAM_V``: the activation side of the matrix command.
+
+    Members
+    -------
+    x_base, x_stride, m, x_keep
+        As in :class:`~chipotle.hw.tile.matrix.MatrixCommand` (queries for ``STREAM_K``,
+        attention weights for ``STREAM_V``; one row per query head sharing the KV head,
+        or per token).
+    """
+
+    x_base: unsigned(ADDR_WIDTH)
+    x_stride: unsigned(ADDR_WIDTH)
+    m: unsigned(8)
+    x_keep: unsigned(1)
+
+
+class KvArgs(data.Union):
+    """Per-operation arguments of a :class:`KvCommand` (41 bits).
+
+    Members
+    -------
+    append : :class:`KvAppendArgs`
+    stream : :class:`KvStreamArgs`
+    """
+
+    append: KvAppendArgs
+    stream: KvStreamArgs
+
+
+class KvCommand(data.Struct):
+    """A KV store command (75 bits).
+
+    Members
+    -------
+    op : :class:`KvOp`
+        Operation.
+    layer : ``unsigned(8)``
+        Layer index within this tile's share.
+    head : ``unsigned(8)``
+        KV head index within this tile's share.
+    pos : ``unsigned(16)``
+        ``APPEND``: position written.  ``STREAM_*``: last position used (rows ``0 .. pos``).
+    args : :class:`KvArgs`
+        ``args.append`` or ``args.stream`` according to ``op``.
+    """
+
+    op: KvOp
+    layer: unsigned(8)
+    head: unsigned(8)
+    pos: unsigned(16)
+    args: KvArgs
+
+
+class KvError(enum.Enum, shape=unsigned(3)):
+    """Error codes of the KV store (the first error is kept until reset).
+
+    Every error except ``SRAM`` refuses the command before anything is written or issued.
+
+    Members
+    -------
+    NONE
+        No error.
+    BAD_OP
+        Unknown ``op``.
+    BAD_HEAD
+        ``layer >= n_layers`` or ``head >= n_kv_heads``.
+    POS_RANGE
+        ``pos >= capacity``.
+    SRC_RANGE
+        An ``APPEND`` source vector runs past the end of the SRAM.
+    SRAM
+        The SRAM port flagged an access (should not happen: addresses are checked).
+    """
+
+    NONE = 0
+    BAD_OP = 1
+    BAD_HEAD = 2
+    POS_RANGE = 3
+    SRC_RANGE = 4
+    SRAM = 5
+
+
+class KvStore(wiring.Component):
+    """The tile's KV cache share: appends into SRAM and KV matrix commands.
+
+    ``APPEND`` reads the K vector (``ceil(head_size / W)`` words) and the V vector from
+    SRAM through ``bus`` and writes them to position ``pos``: K as whole words (the last
+    one byte-masked to ``head_size``), V as ``head_size`` single-byte writes down the
+    transposed block.  It takes ``2 * ceil(hs / W) + ceil(hs / W) + hs`` granted bus cycles
+    plus the command cycle (``hs`` = head_size).  ``STREAM_K`` / ``STREAM_V`` take one
+    cycle to compute the addresses and then offer one :class:`MatrixCommand` on ``o_mcmd``;
+    a later command waits until it is taken, and an ``APPEND`` completes all its writes
+    before the next command is accepted, so a following ``STREAM_*`` sees them.
+
+    Refused commands (see :class:`KvError`) are consumed, write nothing, issue nothing and
+    set ``error``.
+
+    Parameters
+    ----------
+    layout : KvLayout
+        The address map (its ``word_bytes`` is the SRAM's).
+    sram_depth : int
+        Words in the SRAM; the store must fit below it.
+
+    Members
+    -------
+    i_cmd : ``In(stream.Signature(KvCommand))``
+        Commands.
+    o_mcmd : ``Out(stream.Signature(MatrixCommand))``
+        Matrix commands for ``STREAM_K`` / ``STREAM_V``.
+    bus : ``Out(SramSignature(word_bytes=W))``
+        Read/write SRAM port (shared through an arbiter).
+    capacity : ``Out(16)``
+        Positions per (layer, head), constant: ``layout.capacity`` (the Python-side value).
+    busy : ``Out(1)``
+        A command is being executed.
+    error : ``Out(1)``
+        Sticky: a command was refused or the bus flagged an error since reset.
+    error_code : ``Out(KvError)``
+        The first error since reset.
+    """
+
+    def __init__(self, layout, *, sram_depth):
+        if not isinstance(layout, KvLayout):
+            raise TypeError(f"layout must be a KvLayout, not {layout!r}")
+        if layout.end > sram_depth:
+            raise ValueError(f"the KV store (words {layout.base}..{layout.end - 1}) must fit "
+                             f"in the SRAM of {sram_depth} words")
+        self._layout = layout
+        self._sram_depth = sram_depth
+        super().__init__({
+            "i_cmd": In(stream.Signature(KvCommand)),
+            "o_mcmd": Out(stream.Signature(MatrixCommand)),
+            "bus": Out(SramSignature(word_bytes=layout.word_bytes)),
+            "capacity": Out(16),
+            "busy": Out(1),
+            "error": Out(1),
+            "error_code": Out(KvError),
+        })
+
+    @property
+    def layout(self):
+        """The address map."""
+        return self._layout
+
+    def elaborate(self, platform):
+        m = Module()
+        L = self._layout
+        W = L.word_bytes
+        wbits = exact_log2(W)
+        kw = L.k_row_words
+        vw = L.v_row_words
+        hs = L.head_size
+        vsrc_words = -(-hs // W)
+        cmd = self.i_cmd.payload
+        bus = self.bus
+
+        m.d.comb += self.capacity.eq(L.capacity)
+
+        def fail(code):
+            with m.If(~self.error):
+                m.d.sync += [self.error.eq(1), self.error_code.eq(code)]
+
+        with m.If(bus.error):
+            fail(KvError.SRAM)
+
+        # Address generation for the command being offered (combinational, registered on
+        # acceptance).
+        block = Signal(ADDR_WIDTH)
+        m.d.comb += block.eq(L.base + (cmd.layer * L.n_kv_heads + cmd.head) * L.block_words)
+        k_rows = Signal(ADDR_WIDTH)
+        v_rows = Signal(ADDR_WIDTH)
+        m.d.comb += [k_rows.eq(block), v_rows.eq(block + L.k_block_words)]
+        pos_word = cmd.pos[wbits:] if wbits else cmd.pos
+
+        # APPEND state.
+        k_src = Signal(ADDR_WIDTH)
+        k_dst = Signal(ADDR_WIDTH)
+        v_src = Signal(ADDR_WIDTH)
+        v_dst = Signal(ADDR_WIDTH)
+        lane = Signal(range(W))
+        i = Signal(range(max(kw, hs) + 1))
+        word = Signal(8 * W)
+        buf = Signal(8 * W)
+        pending = Signal()
+        m.d.sync += pending.eq(bus.en & ~bus.we & bus.ready)
+        with m.If(pending):
+            m.d.sync += buf.eq(bus.rdata)
+        m.d.comb += word.eq(Mux(pending, bus.rdata, buf))
+
+        k_last_bytes = hs - (kw - 1) * W
+        full = (1 << W) - 1
+
+        with m.FSM(name="fsm") as fsm:
+            with m.State("Idle"):
+                m.d.comb += self.i_cmd.ready.eq(1)
+                with m.If(self.i_cmd.valid):
+                    is_append = cmd.op == KvOp.APPEND
+                    with m.If((cmd.op != KvOp.APPEND) & (cmd.op != KvOp.STREAM_K)
+                              & (cmd.op != KvOp.STREAM_V)):
+                        fail(KvError.BAD_OP)
+                    with m.Elif((cmd.layer >= L.n_layers) | (cmd.head >= L.n_kv_heads)):
+                        fail(KvError.BAD_HEAD)
+                    with m.Elif(cmd.pos >= L.capacity):
+                        fail(KvError.POS_RANGE)
+                    with m.Elif(is_append & (
+                            (cmd.args.append.k_src + kw > self._sram_depth)
+                            | (cmd.args.append.v_src + vsrc_words > self._sram_depth))):
+                        fail(KvError.SRC_RANGE)
+                    with m.Elif(is_append):
+                        m.d.sync += [
+                            k_src.eq(cmd.args.append.k_src),
+                            v_src.eq(cmd.args.append.v_src),
+                            k_dst.eq(k_rows + cmd.pos * kw),
+                            v_dst.eq(v_rows + pos_word),
+                            lane.eq(cmd.pos[:wbits] if wbits else 0),
+                            i.eq(0),
+                        ]
+                        m.next = "K-Read"
+                    with m.Else():
+                        s = cmd.args.stream
+                        mc = self.o_mcmd.payload
+                        m.d.sync += [
+                            mc.x_base.eq(s.x_base),
+                            mc.x_stride.eq(s.x_stride),
+                            mc.m.eq(s.m),
+                            mc.x_keep.eq(s.x_keep),
+                        ]
+                        with m.If(cmd.op == KvOp.STREAM_K):
+                            m.d.sync += [
+                                mc.w_base.eq(k_rows),
+                                mc.w_stride.eq(kw),
+                                mc.n.eq(cmd.pos + 1),
+                                mc.k.eq(hs),
+                            ]
+                        with m.Else():
+                            m.d.sync += [
+                                mc.w_base.eq(v_rows),
+                                mc.w_stride.eq(vw),
+                                mc.n.eq(hs),
+                                mc.k.eq(cmd.pos + 1),
+                            ]
+                        m.next = "Emit"
+
+            with m.State("Emit"):
+                m.d.comb += self.o_mcmd.valid.eq(1)
+                with m.If(self.o_mcmd.ready):
+                    m.next = "Idle"
+
+            with m.State("K-Read"):
+                m.d.comb += [bus.en.eq(1), bus.addr.eq(k_src + i)]
+                with m.If(bus.ready):
+                    m.next = "K-Write"
+
+            with m.State("K-Write"):
+                last = i == kw - 1
+                m.d.comb += [
+                    bus.en.eq(1),
+                    bus.we.eq(1),
+                    bus.addr.eq(k_dst + i),
+                    bus.wdata.eq(word),
+                    bus.wmask.eq(Mux(last, (1 << k_last_bytes) - 1, full)),
+                ]
+                with m.If(bus.ready):
+                    m.d.sync += i.eq(i + 1)
+                    m.next = "K-Read"
+                    with m.If(last):
+                        m.d.sync += i.eq(0)
+                        m.next = "V-Read"
+
+            with m.State("V-Read"):
+                m.d.comb += [bus.en.eq(1), bus.addr.eq(v_src + (i >> wbits))]
+                with m.If(bus.ready):
+                    m.next = "V-Write"
+
+            with m.State("V-Write"):
+                byte = word.word_select(i[:wbits] if wbits else 0, 8)
+                m.d.comb += [
+                    bus.en.eq(1),
+                    bus.we.eq(1),
+                    bus.addr.eq(v_dst),
+                    bus.wdata.eq(byte.replicate(W)),
+                    bus.wmask.eq(1 << lane),
+                ]
+                with m.If(bus.ready):
+                    m.d.sync += [i.eq(i + 1), v_dst.eq(v_dst + vw)]
+                    with m.If(i == hs - 1):
+                        m.next = "Idle"
+                    with m.Elif((i[:wbits] == W - 1) if wbits else 1):
+                        m.next = "V-Read"
+
+        m.d.comb += self.busy.eq(~fsm.ongoing("Idle"))
+        return m

@@ -1,0 +1,399 @@
+"""The tile's int8 matrix unit: Y[m, n] = sum_k W[n, k] * X[m, k] into int32.
+
+Each cycle the unit reads one SRAM word of ``word_bytes`` (W) int8 weights and multiplies it
+against the matching W int8 activations of each of up to ``max_m`` (M) rows held in an
+activation buffer, so every weight byte fetched from SRAM feeds M multiply-accumulates.
+The layout of operands in SRAM, the command format, the timing and the accumulator bound
+are specified in ``docs/tile.md``; this module is the reference for field widths.
+
+Members
+-------
+MatrixCommand
+    Command format (``data.Struct``).
+MatrixError
+    Error codes (``enum.Enum``, 3 bits).
+matrix_result_layout
+    Layout of a result word for a given M.
+MatrixUnit
+    The unit.
+"""
+
+from amaranth import *
+from amaranth.lib import data, enum, memory, stream, wiring
+from amaranth.lib.wiring import In, Out
+from amaranth.utils import ceil_log2, exact_log2
+
+from .sram import ADDR_WIDTH, SramReadSignature
+
+__all__ = ["MatrixCommand", "MatrixError", "matrix_result_layout", "MatrixUnit",
+           "ACC_WIDTH", "K_LIMIT"]
+
+#: Width of an accumulator.  |sum_k w*x| <= 128 * 128 * K = 2**14 * K for int8 operands,
+#: so 32-bit signed accumulators cannot overflow for K <= 2**16 (2**30 < 2**31 - 1).
+ACC_WIDTH = 32
+#: Largest K any configuration may support (the accumulator bound above).
+K_LIMIT = 2 ** 16
+
+
+class MatrixCommand(data.Struct):
+    """A matrix-unit command (105 bits): compute ``Y = X @ W.T`` for one weight matrix.
+
+    Addresses and strides are SRAM word addresses.  Weight row ``n`` occupies words
+    ``w_base + n * w_stride`` to ``w_base + n * w_stride + ceil(k / W) - 1``; element
+    ``k`` of a row is byte ``k % W`` (bits ``8*(k % W)`` up) of its word ``k // W``.
+    Activation row ``m`` is laid out the same way from ``x_base + m * x_stride``.  Bytes
+    past ``k`` in a row's last word are ignored (masked), whatever they hold.
+
+    Members
+    -------
+    w_base : ``unsigned(16)``
+        Word address of weight row 0.
+    w_stride : ``unsigned(16)``
+        Words from one weight row to the next (``ceil(k / W)`` for a dense matrix).
+    n : ``unsigned(16)``
+        Number of weight rows N (outputs per activation row), 1 or more.
+    k : ``unsigned(16)``
+        Row length K in elements, ``1 .. k_max`` of the unit.
+    x_base : ``unsigned(16)``
+        Word address of activation row 0.
+    x_stride : ``unsigned(16)``
+        Words from one activation row to the next.
+    m : ``unsigned(8)``
+        Number of activation rows used, ``1 .. max_m`` of the unit.
+    x_keep : ``unsigned(1)``
+        Reuse the activations already in the buffer (from the previous command, which must
+        have loaded at least ``ceil(k / W)`` words of rows ``0 .. m - 1``) instead of
+        loading them from SRAM.
+    """
+
+    w_base: unsigned(ADDR_WIDTH)
+    w_stride: unsigned(ADDR_WIDTH)
+    n: unsigned(16)
+    k: unsigned(16)
+    x_base: unsigned(ADDR_WIDTH)
+    x_stride: unsigned(ADDR_WIDTH)
+    m: unsigned(8)
+    x_keep: unsigned(1)
+
+
+class MatrixError(enum.Enum, shape=unsigned(3)):
+    """Error codes of the matrix unit (the first error is kept until reset).
+
+    Members
+    -------
+    NONE
+        No error.
+    BAD_SHAPE
+        A command had ``n == 0``, ``k == 0``, ``m == 0`` or ``m > max_m``; it was dropped.
+    K_TOO_LARGE
+        A command had ``k > k_max``; it was dropped.
+    SRAM_RANGE
+        A read went past the end of the SRAM (or past ``2**16`` words); the word read as 0
+        and the command completed.
+    """
+
+    NONE = 0
+    BAD_SHAPE = 1
+    K_TOO_LARGE = 2
+    SRAM_RANGE = 3
+
+
+def matrix_result_layout(max_m):
+    """Return the layout of a result word of a unit with ``max_m`` activation rows.
+
+    Members
+    -------
+    acc : ``data.ArrayLayout(signed(32), max_m)``
+        ``acc[m]`` is Y[m, n]; rows ``m >= cmd.m`` read 0.
+    n : ``unsigned(16)``
+        The weight row n these results belong to.
+    last : ``unsigned(1)``
+        This is the last result word of the command (``n == cmd.n - 1``).
+    """
+    return data.StructLayout({
+        "acc": data.ArrayLayout(signed(ACC_WIDTH), max_m),
+        "n": unsigned(16),
+        "last": unsigned(1),
+    })
+
+
+class MatrixUnit(wiring.Component):
+    """Int8 x int8 -> int32 matrix unit reading weights from the tile SRAM.
+
+    A command (:class:`MatrixCommand`) runs in two phases:
+
+    1. *Load* (skipped with ``x_keep``): ``m * ceil(k / W)`` cycles, one SRAM word per cycle,
+       copying the activation rows into the activation buffer (``ceil(k_max / W)`` entries
+       of ``max_m * W`` bytes).
+    2. *Stream*: ``n * ceil(k / W)`` cycles, one weight word per cycle; every cycle
+       ``max_m * W`` int8 multiplies are summed into the ``max_m`` int32 accumulators.
+
+    Commands are checked when accepted: a bad one is consumed, produces no result and sets
+    ``error``.  One cycle after the last weight word of a command is issued the unit
+    accepts the next command, while the previous one drains.
+
+    Pipeline (cycles after the weight word's address is issued): 1, the word and the
+    activation entry arrive and the ``max_m * W`` products are summed per row into a
+    register; 2, the row sums are added into the accumulators and, after the last word of
+    a weight row, the row's result goes to the output register.  A result word therefore
+    leaves 3 cycles after its last weight word was issued.  The whole pipeline (SRAM read
+    port included, whose data holds while ``en`` is low) freezes while a result is waiting
+    in the output register and ``o.ready`` is low; with ``o.ready`` high the unit sustains
+    one weight word per cycle.
+
+    Parameters
+    ----------
+    word_bytes : int
+        W, bytes per SRAM word (default 8), a power of two.
+    max_m : int
+        M, activation rows held (default 4).
+    k_max : int
+        Largest K accepted (default 512), at most :data:`K_LIMIT`; sets the activation
+        buffer size.
+
+    Members
+    -------
+    i_cmd : ``In(stream.Signature(MatrixCommand))``
+        Commands.
+    o : ``Out(stream.Signature(matrix_result_layout(max_m)))``
+        One result word per weight row, in row order.
+    bus : ``Out(SramReadSignature(word_bytes=word_bytes))``
+        The SRAM read port (owned by this unit).
+    busy : ``Out(1)``
+        A command is running or results are in flight.
+    mac : ``Out(1)``
+        A weight word is being issued this cycle (count it for utilisation).
+    error : ``Out(1)``
+        Sticky: an error happened since reset.
+    error_code : ``Out(MatrixError)``
+        The first error since reset.
+    """
+
+    def __init__(self, *, word_bytes=8, max_m=4, k_max=512):
+        if not isinstance(word_bytes, int) or word_bytes <= 0 or word_bytes & (word_bytes - 1):
+            raise ValueError(f"word_bytes must be a positive power of two, not {word_bytes!r}")
+        if not isinstance(max_m, int) or not 1 <= max_m <= 255:
+            raise ValueError(f"max_m must be an integer in 1..255, not {max_m!r}")
+        if not isinstance(k_max, int) or not 1 <= k_max <= min(K_LIMIT, 2 ** 16 - 1):
+            raise ValueError(f"k_max must be an integer in 1..{2 ** 16 - 1}, not {k_max!r}")
+        self._word_bytes = word_bytes
+        self._max_m = max_m
+        self._k_max = k_max
+        super().__init__({
+            "i_cmd": In(stream.Signature(MatrixCommand)),
+            "o": Out(stream.Signature(matrix_result_layout(max_m))),
+            "bus": Out(SramReadSignature(word_bytes=word_bytes)),
+            "busy": Out(1),
+            "mac": Out(1),
+            "error": Out(1),
+            "error_code": Out(MatrixError),
+        })
+
+    @property
+    def word_bytes(self):
+        """W, bytes per SRAM word."""
+        return self._word_bytes
+
+    @property
+    def max_m(self):
+        """M, activation rows held."""
+        return self._max_m
+
+    @property
+    def k_max(self):
+        """Largest K accepted."""
+        return self._k_max
+
+    def elaborate(self, platform):
+        m = Module()
+        W = self.word_bytes
+        M = self.max_m
+        wbits = exact_log2(W)
+        act_depth = -(-self.k_max // W)
+        # Internal addresses are wide enough never to wrap: base + (2**16 - 1) * stride + j.
+        wide = 2 * ADDR_WIDTH + 1
+
+        # Activation buffer: entry j holds word j of every row, row m in lane m.
+        act = memory.Memory(shape=unsigned(8 * W * M), depth=act_depth, init=[])
+        m.submodules.act = act
+        act_wp = act.write_port(granularity=8 * W)
+        # Transparent: the last word loaded may be read back in the same cycle.
+        act_rp = act.read_port(transparent_for=(act_wp,))
+
+        advance = Signal()
+        m.d.comb += advance.eq(~self.o.valid | self.o.ready)
+
+        # ---- command registers -----------------------------------------------------------
+        cmd = self.i_cmd.payload
+        n_rows = Signal(16)
+        n_words = Signal(range(act_depth + 1))  # ceil(k / W)
+        x_stride = Signal(ADDR_WIDTH)
+        w_stride = Signal(ADDR_WIDTH)
+        m_used = Signal(8)
+        w_base = Signal(ADDR_WIDTH)
+        last_bytes = Signal(W)   # byte mask of a row's last word
+        row_mask = Signal(M)     # activation rows in use
+
+        # ---- stage-0 counters --------------------------------------------------------------
+        j = Signal(range(act_depth + 1))      # word within row
+        row = Signal(16)                      # weight row, or activation row while loading
+        row_addr = Signal(wide)               # address of word 0 of the current row
+
+        issue_addr = Signal(wide)
+        m.d.comb += issue_addr.eq(row_addr + j)
+        issue_oob = issue_addr[ADDR_WIDTH:].any()
+        row_end = j == n_words - 1
+
+        # ---- pipeline tags, stage 1 (data arriving) and stage 2 (accumulate) --------------
+        s1_load = Signal()
+        s1_lane = Signal(range(M))
+        s1_valid = Signal()
+        s1_first = Signal()
+        s1_last = Signal()
+        s1_bytes = Signal(W)
+        s1_rows = Signal(M)
+        s1_n = Signal(16)
+        s1_final = Signal()
+        s1_idx = Signal(range(act_depth))
+        s1_oob = Signal()
+
+        s2_valid = Signal()
+        s2_first = Signal()
+        s2_last = Signal()
+        s2_n = Signal(16)
+        s2_final = Signal()
+        psum_shape = signed(16 + ceil_log2(W) + 1)
+        s2_psum = [Signal(psum_shape, name=f"s2_psum{r}") for r in range(M)]
+
+        issue_load = Signal()
+        issue_mac = Signal()
+        m.d.comb += [
+            self.mac.eq(issue_mac),
+            self.bus.addr.eq(issue_addr[:ADDR_WIDTH]),
+            self.bus.en.eq(issue_load | issue_mac),
+            act_rp.addr.eq(j),
+            act_rp.en.eq(issue_mac),
+        ]
+
+        with m.If(advance):
+            m.d.sync += [
+                s1_load.eq(issue_load),
+                s1_valid.eq(issue_mac),
+                s1_lane.eq(row),
+                s1_idx.eq(j),
+                s1_first.eq(j == 0),
+                s1_last.eq(row_end),
+                s1_bytes.eq(Mux(row_end, last_bytes, (1 << W) - 1)),
+                s1_rows.eq(row_mask),
+                s1_n.eq(row),
+                s1_final.eq(row == n_rows - 1),
+                s1_oob.eq(issue_oob),
+            ]
+
+        # ---- error reporting ---------------------------------------------------------------
+        def fail(code):
+            with m.If(~self.error):
+                m.d.sync += [self.error.eq(1), self.error_code.eq(code)]
+
+        with m.If(self.bus.error | ((s1_load | s1_valid) & s1_oob)):
+            fail(MatrixError.SRAM_RANGE)
+
+        # ---- control -------------------------------------------------------------------------
+        with m.FSM(name="fsm") as fsm:
+            with m.State("Idle"):
+                m.d.comb += self.i_cmd.ready.eq(1)
+                with m.If(self.i_cmd.valid):
+                    bad_shape = (cmd.n == 0) | (cmd.k == 0) | (cmd.m == 0) | (cmd.m > M)
+                    with m.If(bad_shape):
+                        fail(MatrixError.BAD_SHAPE)
+                    with m.Elif(cmd.k > self.k_max):
+                        fail(MatrixError.K_TOO_LARGE)
+                    with m.Else():
+                        k_rem = cmd.k[:wbits] if wbits else C(0, 1)
+                        m.d.sync += [
+                            n_rows.eq(cmd.n),
+                            n_words.eq((cmd.k + W - 1) >> wbits),
+                            x_stride.eq(cmd.x_stride),
+                            w_stride.eq(cmd.w_stride),
+                            w_base.eq(cmd.w_base),
+                            m_used.eq(cmd.m),
+                            last_bytes.eq(Mux(k_rem == 0, (1 << W) - 1,
+                                              (C(1, W + 1) << k_rem) - 1)),
+                            row_mask.eq((C(1, M + 1) << cmd.m) - 1),
+                            j.eq(0),
+                            row.eq(0),
+                        ]
+                        with m.If(cmd.x_keep):
+                            m.d.sync += row_addr.eq(cmd.w_base)
+                            m.next = "Stream"
+                        with m.Else():
+                            m.d.sync += row_addr.eq(cmd.x_base)
+                            m.next = "Load"
+
+            with m.State("Load"):
+                m.d.comb += issue_load.eq(advance)
+                with m.If(advance):
+                    m.d.sync += j.eq(j + 1)
+                    with m.If(row_end):
+                        m.d.sync += [j.eq(0), row.eq(row + 1), row_addr.eq(row_addr + x_stride)]
+                        with m.If(row == m_used - 1):
+                            m.d.sync += [row.eq(0), row_addr.eq(w_base)]
+                            m.next = "Stream"
+
+            with m.State("Stream"):
+                m.d.comb += issue_mac.eq(advance)
+                with m.If(advance):
+                    m.d.sync += j.eq(j + 1)
+                    with m.If(row_end):
+                        m.d.sync += [j.eq(0), row.eq(row + 1), row_addr.eq(row_addr + w_stride)]
+                        with m.If(row == n_rows - 1):
+                            m.next = "Idle"
+
+        # ---- stage 1: load writes, or products ---------------------------------------------
+        word = Mux(s1_oob, 0, self.bus.data)
+        m.d.comb += [
+            act_wp.addr.eq(s1_idx),
+            act_wp.data.eq(word.replicate(M)),
+            act_wp.en.eq(Mux(s1_load & advance, 1 << s1_lane, 0)),
+        ]
+        psums = []
+        for r in range(M):
+            lane = act_rp.data[r * 8 * W:(r + 1) * 8 * W]
+            prods = []
+            for b in range(W):
+                wb = Mux(s1_bytes[b], word[8 * b:8 * b + 8].as_signed(), 0)
+                xb = Mux(s1_rows[r], lane[8 * b:8 * b + 8].as_signed(), 0)
+                prods.append(wb * xb)
+            psums.append(sum(prods))
+
+        with m.If(advance):
+            m.d.sync += [
+                s2_valid.eq(s1_valid),
+                s2_first.eq(s1_first),
+                s2_last.eq(s1_last),
+                s2_n.eq(s1_n),
+                s2_final.eq(s1_final),
+            ]
+            m.d.sync += [s2_psum[r].eq(psums[r]) for r in range(M)]
+
+        # ---- stage 2: accumulate, emit ------------------------------------------------------
+        acc = [Signal(signed(ACC_WIDTH), name=f"acc{r}") for r in range(M)]
+        acc_next = [Signal(signed(ACC_WIDTH), name=f"acc_next{r}") for r in range(M)]
+        for r in range(M):
+            m.d.comb += acc_next[r].eq(Mux(s2_first, 0, acc[r]) + s2_psum[r])
+
+        with m.If(self.o.valid & self.o.ready):
+            m.d.sync += self.o.valid.eq(0)
+        with m.If(advance & s2_valid):
+            m.d.sync += [acc[r].eq(acc_next[r]) for r in range(M)]
+            with m.If(s2_last):
+                m.d.sync += [
+                    self.o.valid.eq(1),
+                    self.o.payload.n.eq(s2_n),
+                    self.o.payload.last.eq(s2_final),
+                ]
+                m.d.sync += [self.o.payload.acc[r].eq(acc_next[r]) for r in range(M)]
+
+        m.d.comb += self.busy.eq(~fsm.ongoing("Idle") | s1_valid | s1_load | s2_valid
+                                 | self.o.valid)
+        return m
