@@ -1,4 +1,6 @@
-"""Measure the golden integer model against the float32 reference: ``python -m chipotle.golden.measure``.
+"""Measure the golden integer model against the float32 reference.
+
+Run as ``python -m chipotle.golden.measure [--model PATH --tokenizer PATH]``.
 
 Prints the static formats chosen by calibration, then:
 
@@ -181,11 +183,11 @@ def main(argv=None) -> int:
     for fr in runs:
         label = repr(fr.prompt) if fr.prompt else "BOS"
         n = fr.prompt_tokens + fr.identical
-        print(f"{label}: common text: {tok.decode(fr.reference_text_ids[1:n])!r}")
+        print(f"{label}: common text: {tok.decode(fr.reference_text_ids[1:n], prev=1)!r}")
         if fr.first_divergence is not None:
-            k = n + 12
-            print(f"  reference then: {tok.decode(fr.reference_text_ids[n:k])!r}")
-            print(f"  golden then:    {tok.decode(fr.golden_text_ids[n:k])!r}")
+            k, prev = n + 12, fr.reference_text_ids[n - 1]
+            print(f"  reference then: {tok.decode(fr.reference_text_ids[n:k], prev=prev)!r}")
+            print(f"  golden then:    {tok.decode(fr.golden_text_ids[n:k], prev=prev)!r}")
     return 0
 
 

@@ -49,6 +49,9 @@ class GoldenModel:
         ``(mu, b)`` of each cached key head.
     """
 
+    #: Fractional bits of the int32 logits: ``logit = logits * 2**-logit_frac_bits``.
+    logit_frac_bits = 16
+
     def __init__(self, source: Checkpoint | QuantizedModel):
         self.q = source if isinstance(source, QuantizedModel) else quantize(source)
         c = self.config = self.q.config

@@ -82,9 +82,9 @@ class QNorm:
 class QLayer:
     """The integer parameters of one transformer block.
 
-    The multipliers of a matrix whose input is dynamically quantised (every one but ``wo``'s
-    and ``w2``'s inputs... see ``docs/numerics.md``) fold ``1 / DQ_UNIT``, and their shifts
-    have the input's exponent ``b`` subtracted at run time (`numerics.requant_dyn`).
+    Every matrix input is quantised dynamically (`numerics.dynquant`), so the multipliers fold
+    ``1 / DQ_UNIT`` and the shifts have the input's exponent ``b`` subtracted at run time
+    (`numerics.requant_dyn`); see ``docs/numerics.md``.
 
     Attributes
     ----------
