@@ -6,7 +6,9 @@ EOS, after the requested number of sampled tokens, or at the context length.  It
 events, so that callers can stream text, collect ids or time steps as they please.
 
 A model is anything with ``forward(token, pos) -> logits`` (shape ``(vocab_size,)``, any real
-dtype; it is sampled as float32) and ``reset()``; see `Model`.
+dtype; it is sampled as float32) and ``reset()``; see `Model`.  A model whose logits are fixed
+point (the golden model, the accelerator) also has ``dequantize_logits(logits)``, which the loop
+applies before sampling so that temperature and top-p see the logits' real values.
 
 Differences from run.c: ``steps`` counts sampled tokens, not positions (run.c's ``-n`` includes
 the prompt); EOS stops generation as BOS does; a prompt longer than the context is an error
@@ -38,6 +40,9 @@ class Model(Protocol):
 
     def reset(self) -> None:
         """Forget the KV cache, to start a new sequence at position 0."""
+
+    # Optional: ``dequantize_logits(logits) -> np.ndarray`` (float32 real values), for
+    # backends whose logits are fixed-point integers.
 
 
 class StopReason(enum.Enum):
@@ -165,6 +170,7 @@ def generate(model: Model, tokenizer: Tokenizer, sampler: Sampler, prompt: str |
     limit = steps or None
     decoder = tokenizer.stream_decoder()
 
+    to_real = getattr(model, "dequantize_logits", None)
     model.reset()
     start = time.perf_counter()
     token, pos, generated = ids[0], 0, 0
@@ -180,7 +186,8 @@ def generate(model: Model, tokenizer: Tokenizer, sampler: Sampler, prompt: str |
         if forced:
             nxt = ids[pos + 1]
         else:
-            nxt = sampler.sample(np.asarray(logits, np.float32))
+            real = to_real(logits) if to_real is not None else logits
+            nxt = sampler.sample(np.asarray(real, np.float32))
             if nxt in (BOS, EOS):
                 pos += 1
                 reason = StopReason.BOS_EOS

@@ -237,6 +237,10 @@ class GoldenModel:
         return logits
 
     def dequantize_logits(self, logits: np.ndarray) -> np.ndarray:
-        """Return int32 logits as float64 (offline analysis only: ``logits * 2**-16``)."""
+        """Return int32 logits as real values, ``logits * 2**-16`` (float32).
+
+        Host-side only (sampling with a temperature, accuracy reports); never part of a
+        forward step.
+        """
         from .quantize import LOGIT_FRAC_BITS
-        return np.asarray(logits, np.float64) / (1 << LOGIT_FRAC_BITS)
+        return (np.asarray(logits, np.float64) / (1 << LOGIT_FRAC_BITS)).astype(np.float32)

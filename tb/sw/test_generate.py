@@ -126,3 +126,42 @@ def test_reference_backend_story(model_paths):
     assert text == tok512.decode(done.tokens)
     assert text.startswith("Once upon a time, there was a little girl named Lily.")
     assert (done.prompt_tokens, done.generated, done.positions) == (5, 30, 34)
+
+
+class RandomLogits:
+    """A model with random real logits (multiples of 2**-16), the same at each reset."""
+
+    def __init__(self, seq_len=16):
+        self.config = type("C", (), {"seq_len": seq_len})()
+        self.reset()
+
+    def reset(self):
+        self.rng = np.random.default_rng(7)
+
+    def forward(self, token, pos):
+        return np.round(self.rng.normal(0, 2, VOCAB) * 65536) / 65536
+
+
+class RawQ16(RandomLogits):
+    """The same logits served as Q16 int32, without saying how to dequantise them."""
+
+    def forward(self, token, pos):
+        return np.round(super().forward(token, pos) * 65536).astype(np.int32)
+
+
+class Q16(RawQ16):
+    """The same logits served as Q16 int32, with dequantize_logits (like the golden model)."""
+
+    def dequantize_logits(self, logits):
+        return (logits / 65536.0).astype(np.float32)
+
+
+def test_fixed_point_logits_are_dequantized_before_sampling(tok):
+    def ids(model):
+        sampler = Sampler(VOCAB, temperature=1.0, topp=0.9, seed=42)
+        return list(generate(model, tok, sampler, "", 12))[-1].tokens
+
+    real = ids(RandomLogits())
+    assert ids(Q16()) == real
+    # Sampled raw, Q16 logits are 65536x too sharp: the choices become greedy and differ.
+    assert ids(RawQ16()) != real
