@@ -33,7 +33,7 @@ from chipotle.hw.tile import (
 )
 
 __all__ = ["matmul_ref", "pack_rows", "Shadow", "KvModel", "encode_mcmd", "encode_kvcmd",
-           "decode_result", "CONFIGS", "config_for"]
+           "decode_result", "CONFIGS", "SIM_CONFIGS"]
 
 INT32_MAX = 2 ** 31 - 1
 
@@ -164,7 +164,8 @@ def decode_result(bits: int, max_m: int) -> tuple[int, int, list[int]]:
 
 # Configurations of the benches.  "full" is the product default SRAM (32 KiB) with a KV
 # share whose head_size (12) and max_pos (100) are not multiples of W; "small" keeps
-# Icarus fast.
+# Icarus fast; "narrow" exercises the other parameters (W = 4, 4 banks, M = 2, a KV share
+# of one layer and three heads whose head_size is a multiple of W).
 CONFIGS = {
     "full": TileConfig(
         sram_bytes=32768, word_bytes=8, n_banks=2, max_m=4, k_max=512,
@@ -172,9 +173,13 @@ CONFIGS = {
     "small": TileConfig(
         sram_bytes=8192, word_bytes=8, n_banks=2, max_m=4, k_max=176,
         kv=KvLayout(n_layers=2, n_kv_heads=2, head_size=12, max_pos=20, base=640)),
+    "narrow": TileConfig(
+        sram_bytes=4096, word_bytes=4, n_banks=4, max_m=2, k_max=200,
+        kv=KvLayout(n_layers=1, n_kv_heads=3, head_size=8, max_pos=30, base=640,
+                    word_bytes=4)),
 }
 
+#: Configurations run under each simulator.
+SIM_CONFIGS = {"verilator": ("full", "narrow"), "icarus": ("small",)}
 
-def config_for(sim: str) -> str:
-    """Return the configuration name used under ``sim``."""
-    return "small" if sim == "icarus" else "full"
+
