@@ -12,9 +12,11 @@ TileDatapath
     The component.
 """
 
+# ruff: noqa: F403, F405  (names come from `from amaranth import *`)
+
 from dataclasses import dataclass, field
 
-from amaranth import *
+from amaranth import *  # house style (STYLE.md)
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out, connect, flipped
 

@@ -23,9 +23,11 @@ KvStore
     The component.
 """
 
+# ruff: noqa: F403, F405  (names come from `from amaranth import *`)
+
 from dataclasses import dataclass
 
-from amaranth import *
+from amaranth import *  # house style (STYLE.md)
 from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2

@@ -18,7 +18,9 @@ MatrixUnit
     The unit.
 """
 
-from amaranth import *
+# ruff: noqa: F403, F405  (names come from `from amaranth import *`)
+
+from amaranth import *  # house style (STYLE.md)
 from amaranth.lib import data, enum, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2, exact_log2

@@ -19,7 +19,9 @@ SramArbiter
     Round-robin arbiter sharing one :class:`SramSignature` port between initiators.
 """
 
-from amaranth import *
+# ruff: noqa: F403, F405  (names come from `from amaranth import *`)
+
+from amaranth import *  # house style (STYLE.md)
 from amaranth.lib import memory, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2, exact_log2

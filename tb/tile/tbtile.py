@@ -22,8 +22,9 @@ from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, ReadOnly, RisingEdge, with_timeout
 from cocotb_bus.drivers import BusDriver
 from cocotb_bus.scoreboard import Scoreboard
-from tbcommon.stream import StreamDriver, StreamMonitor, StreamSink
 from tilemodel import Shadow, decode_result, encode_mcmd, matmul_ref, pack_rows
+
+from tbcommon.stream import StreamDriver, StreamMonitor, StreamSink
 
 __all__ = ["SramMaster", "ResultMonitor", "TileBench", "wait_until"]
 
