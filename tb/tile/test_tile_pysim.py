@@ -238,3 +238,25 @@ def test_sram_out_of_range_pysim():
         assert await access(97, 0) == (0, 1)
 
     _run(dut, bench)
+
+
+def test_kv_append_cycles_pysim():
+    """An APPEND takes 1 + 2*kw + ceil(head_size / W) + head_size cycles (docs/tile.md)."""
+    dut = TileDatapath(CFG)
+    L = CFG.kv
+    W = L.word_bytes
+    expected = 1 + 2 * L.k_row_words + -(-L.head_size // W) + L.head_size
+
+    async def bench(ctx):
+        h = Host(ctx, dut)
+        await h.send(dut.i_kvcmd, encode_kvcmd(KvOp.APPEND, layer=0, head=0, pos=3,
+                                               k_src=0, v_src=L.k_row_words))
+        busy = 0
+        while ctx.get(dut.busy):
+            busy += 1
+            await ctx.tick()
+            assert busy < 1000
+        assert 1 + busy == expected, (busy, expected)    # + the command cycle
+        assert not ctx.get(dut.kv_error)
+
+    _run(dut, bench)

@@ -1,8 +1,8 @@
 """Regression: the tile datapath and SRAM under cocotb, on Verilator and Icarus.
 
-Verilator runs the product-size configuration ("full": 32 KiB SRAM, K up to 512) and one
-with the other parameter values ("narrow": W = 4, 4 banks, M = 2); Icarus, about 20 times
-slower per cycle, a small one (8 KiB, K up to 176).  See ``tilemodel.CONFIGS``.
+Both simulators run the product-size configuration ("full": 32 KiB SRAM, K up to 512);
+Verilator also one with the other parameter values ("narrow": W = 4, 4 banks, M = 2),
+Icarus also a small one ("small": 8 KiB, K up to 176).  See ``tilemodel.SIM_CONFIGS``.
 """
 
 from __future__ import annotations

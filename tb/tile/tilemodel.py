@@ -180,6 +180,6 @@ CONFIGS = {
 }
 
 #: Configurations run under each simulator.
-SIM_CONFIGS = {"verilator": ("full", "narrow"), "icarus": ("small",)}
+SIM_CONFIGS = {"verilator": ("full", "narrow"), "icarus": ("small", "full")}
 
 
