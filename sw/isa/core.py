@@ -1,0 +1,768 @@
+"""The tile instruction set: word layout, opcodes, operand rules, encoder, decoder, cost model.
+
+Everything a tile program is made of is defined here once: the 128-bit instruction word
+(`Instruction`, an ``amaranth.lib.data.Struct``), the opcodes (`Opcode`, an
+``amaranth.lib.enum.Enum`` with an explicit 6-bit shape), the element types (`Dtype`), the
+vector-unit tables (`TableId`), the error codes a tile reports (`ErrorCode`), which fields
+each opcode uses (`SPECS`), and the estimated cost of each instruction (`instr_cycles`).
+The gateware controller imports the same layout and enums; the assembler
+(`chipotle.isa.asm`) and the ISA-level simulator (`chipotle.isasim`) are built on them.
+The semantics are specified in ``docs/isa.md``.
+"""
+
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+import numpy as np
+from amaranth.hdl import unsigned
+from amaranth.lib import data, enum
+
+from ..golden import numerics as nx
+
+__all__ = [
+    "INSTR_BITS", "INSTR_BYTES", "N_REGS", "OFF_BITS", "LEN_BITS", "C_BITS", "IMM_BITS",
+    "MAX_MATMUL_M",
+    "Opcode", "Dtype", "TableId", "ErrorCode", "Operand", "Length", "Mode", "Instruction",
+    "TABLE_ENTRIES", "DTYPE_INFO", "SRC_DTYPES", "ALL_DTYPES",
+    "Addr", "Len", "Instr", "OpSpec", "SPECS", "IllegalInstruction",
+    "encode", "decode", "rect_encode", "rect_decode",
+    "CostModel", "IsaConfig", "instr_cycles", "send_flits",
+]
+
+#: Width of an instruction word in bits (and bytes).
+INSTR_BITS = 128
+INSTR_BYTES = INSTR_BITS // 8
+#: Scalar registers ``r0`` .. ``r15``; ``r0`` reads 0 and ignores writes.
+N_REGS = 16
+#: Width of the immediate offset of an address operand (byte offsets up to 128 KiB).
+OFF_BITS = 17
+#: Width of the immediate part of a length operand.
+LEN_BITS = 16
+#: Width of the ``c`` immediate (a static address, a shift, a counter, a loop end, ...).
+C_BITS = 17
+#: Width of the ``imm`` immediate.
+IMM_BITS = 16
+#: Largest number of activation rows ``M`` a matrix instruction can name (3-bit ``M - 1``).
+MAX_MATMUL_M = 8
+
+
+class Opcode(enum.Enum, shape=unsigned(6)):
+    """Operation of an instruction (field ``op``, 6 bits).
+
+    ``op[4:6]`` is the unit: 0 control, scalar and data movement; 1 vector element-wise and
+    reductions; 2 fused (multi-pass) vector operations; 3 matrix unit.  Code 0 is reserved
+    (an all-zero word is an illegal instruction, so a runaway PC stops); every code not
+    listed is reserved.  The operands of each are in `SPECS` and ``docs/isa.md``.
+    """
+
+    NOP = 1
+    HALT = 2
+    DONE = 3
+    LI = 4
+    ADD = 5
+    SUB = 6
+    MUL = 7
+    LD = 8
+    ST = 9
+    LOOP = 10
+    WAIT = 11
+    SEND = 12
+    TABLE = 13
+    COPY = 14
+
+    VADD = 16
+    VSUB = 17
+    VMUL = 18
+    REQI = 19
+    REQM = 20
+    RSUM = 24
+    RSUMSQ = 25
+    RMAX = 26
+    RMAXABS = 27
+    ARGMAX = 28
+
+    RMSNORM = 32
+    DYNQ = 33
+    SOFTMAX = 34
+    ROPE = 35
+    SILU = 36
+    WSUM = 37
+
+    MATMUL = 48
+    MATQK = 49
+    MATRAW = 50
+
+
+class Dtype(enum.Enum, shape=unsigned(3)):
+    """Element type of a vector operand (fields ``td`` and ``ts``, 3 bits; 7 is reserved).
+
+    Elements are little-endian and naturally aligned in SRAM (address a multiple of the
+    element size).
+    """
+
+    I8 = 0
+    I16 = 1
+    I32 = 2
+    I64 = 3
+    U8 = 4
+    U16 = 5
+    U32 = 6
+
+
+class _DtypeInfo(NamedTuple):
+    size: int          # bytes
+    np: np.dtype       # little-endian numpy dtype
+    bits: int
+    unsigned: bool
+
+
+DTYPE_INFO = {
+    Dtype.I8: _DtypeInfo(1, np.dtype("<i1"), 8, False),
+    Dtype.I16: _DtypeInfo(2, np.dtype("<i2"), 16, False),
+    Dtype.I32: _DtypeInfo(4, np.dtype("<i4"), 32, False),
+    Dtype.I64: _DtypeInfo(8, np.dtype("<i8"), 64, False),
+    Dtype.U8: _DtypeInfo(1, np.dtype("<u1"), 8, True),
+    Dtype.U16: _DtypeInfo(2, np.dtype("<u2"), 16, True),
+    Dtype.U32: _DtypeInfo(4, np.dtype("<u4"), 32, True),
+}
+#: Types an element-wise operation or a reduction may read.
+SRC_DTYPES = frozenset({Dtype.I8, Dtype.I16, Dtype.I32, Dtype.U8, Dtype.U16})
+#: Types a result may be saturated to.
+ALL_DTYPES = frozenset(Dtype)
+
+
+class TableId(enum.Enum, shape=unsigned(3)):
+    """The vector unit's lookup tables, loaded from SRAM with ``TABLE`` (field ``c``).
+
+    Entries are uint16 in SRAM; the sizes are fixed by the numerics (`TABLE_ENTRIES`).
+    """
+
+    RSQRT = 0
+    EXP2 = 1
+    RECIP = 2
+    DYNQ = 3
+    SIGMOID = 4
+
+
+#: Entries of each table (``docs/numerics.md`` section 3).
+TABLE_ENTRIES = {
+    TableId.RSQRT: 3 << (nx.RSQRT_INDEX_BITS - 2),
+    TableId.EXP2: 1 << nx.EXP2_FRAC_BITS,
+    TableId.RECIP: 1 << nx.RECIP_INDEX_BITS,
+    TableId.DYNQ: 1 << nx.DQ_INDEX_BITS,
+    TableId.SIGMOID: 1 << (nx.SIGMOID_RANGE_BITS + nx.SIGMOID_STEP_BITS + 1),
+}
+
+
+class ErrorCode(enum.Enum, shape=unsigned(4)):
+    """Why a tile stopped with its error flag set (the first error is kept).
+
+    Members
+    -------
+    NONE
+        No error.
+    ILLEGAL
+        The word at PC is not a legal instruction (reserved opcode or type, a reserved field
+        not zero, a field value out of its range).
+    IMEM_RANGE
+        PC, or a loop end, left the instruction memory.
+    SRAM_RANGE
+        An operand (or a SEND destination range) reaches past the end of the SRAM.
+    ALIGN
+        An operand is not aligned (elements to their size, matrix rows and records to W,
+        SEND ranges to W).
+    SHAPE
+        A length or a matrix size is out of range for this tile (zero length, M above the
+        matrix unit's rows, K above its ``k_max``, a vector length not a multiple of the
+        RoPE head size, ...).
+    TABLE
+        A vector operation needs a table that was never loaded.
+    LOOP
+        Loop stack overflow, an empty loop body, or an inner loop ending after its outer
+        loop.
+    ROUTE
+        A SEND rectangle is empty or leaves the mesh.
+    ARITH
+        A requantisation shift went negative (a dynamic exponent larger than the static
+        shift) or an operand exceeded the rounding rule's range.
+    COUNTER
+        A counter number is not below the tile's number of counters.
+    """
+
+    NONE = 0
+    ILLEGAL = 1
+    IMEM_RANGE = 2
+    SRAM_RANGE = 3
+    ALIGN = 4
+    SHAPE = 5
+    TABLE = 6
+    LOOP = 7
+    ROUTE = 8
+    ARITH = 9
+    COUNTER = 10
+
+
+# -- the instruction word -----------------------------------------------------------------------
+
+class Operand(data.Struct):
+    """An address operand: the byte address ``r[reg] + off`` (modulo ``2**32``).
+
+    Members
+    -------
+    off : ``unsigned(17)``
+        Immediate byte offset.
+    reg : ``unsigned(4)``
+        Base register (``r0`` reads 0: the address is the immediate).
+    """
+
+    off: unsigned(OFF_BITS)
+    reg: unsigned(4)
+
+
+class Length(data.Struct):
+    """A length operand: ``r[reg] + imm`` elements (or bytes, or iterations).
+
+    Members
+    -------
+    imm : ``unsigned(16)``
+    reg : ``unsigned(4)``
+    """
+
+    imm: unsigned(LEN_BITS)
+    reg: unsigned(4)
+
+
+class Mode(data.Union):
+    """The 3-bit ``ts`` field: a source type, or the row count of a matrix instruction.
+
+    Members
+    -------
+    dtype : `Dtype`
+        Element type of the source operands (vector instructions).
+    m1 : ``unsigned(3)``
+        ``M - 1``, activation rows of a matrix instruction (1 .. 8).
+    """
+
+    dtype: Dtype
+    m1: unsigned(3)
+
+
+class Instruction(data.Struct):
+    """A tile instruction word (128 bits), least significant field first.
+
+    Field meanings depend on the opcode (`SPECS`, ``docs/isa.md``); fields an opcode does
+    not use are reserved and must be zero.
+
+    Members
+    -------
+    op : `Opcode`
+        Bits 0-5.
+    td : `Dtype`
+        Bits 6-8: destination element type (0 when unused).
+    ts : `Mode`
+        Bits 9-11: source element type, or ``M - 1`` for matrix instructions.
+    d, a, b : `Operand`
+        Bits 12-32, 33-53, 54-74: destination and two source addresses (or scalar register
+        numbers in ``d.reg`` / ``a``, ``b`` values for scalar instructions).
+    n : `Length`
+        Bits 75-94: element count, byte count, iteration count or counter target.
+    c : ``unsigned(17)``
+        Bits 95-111: static immediate (table or parameter address, shift, counter, loop end).
+    imm : ``unsigned(16)``
+        Bits 112-127: immediate (K, a multiplier, a head size, a rectangle, a done code).
+    """
+
+    op: Opcode
+    td: Dtype
+    ts: Mode
+    d: Operand
+    a: Operand
+    b: Operand
+    n: Length
+    c: unsigned(C_BITS)
+    imm: unsigned(IMM_BITS)
+
+
+assert Instruction.as_shape().size == INSTR_BITS
+
+
+# -- Python view --------------------------------------------------------------------------------
+
+class Addr(NamedTuple):
+    """Python value of an `Operand`: ``r[reg] + off``."""
+
+    reg: int = 0
+    off: int = 0
+
+
+class Len(NamedTuple):
+    """Python value of a `Length`: ``r[reg] + imm``."""
+
+    reg: int = 0
+    imm: int = 0
+
+
+class IllegalInstruction(ValueError):
+    """A word or an `Instr` is not a legal instruction (the message says why)."""
+
+
+@dataclass(frozen=True)
+class Instr:
+    """One instruction with its raw fields (see `Instruction`).
+
+    Attributes
+    ----------
+    op : Opcode
+    td : Dtype
+        Destination type (``Dtype.I8``, code 0, when unused).
+    ts : int
+        Raw 3-bit ``ts``: a `Dtype` code, or ``M - 1``.
+    d, a, b : Addr
+    n : Len
+    c, imm : int
+    """
+
+    op: Opcode
+    td: Dtype = Dtype.I8
+    ts: int = 0
+    d: Addr = Addr()
+    a: Addr = Addr()
+    b: Addr = Addr()
+    n: Len = Len()
+    c: int = 0
+    imm: int = 0
+
+    @property
+    def spec(self) -> "OpSpec":
+        """The opcode's `OpSpec`."""
+        return SPECS[self.op]
+
+    @property
+    def src(self) -> Dtype:
+        """``ts`` read as the source `Dtype`."""
+        return Dtype(self.ts)
+
+    @property
+    def m(self) -> int:
+        """``ts`` read as the row count ``M`` of a matrix instruction (``ts + 1``)."""
+        return self.ts + 1
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    """How an opcode uses the instruction fields.
+
+    Attributes
+    ----------
+    mnemonic : str
+        Lower-case assembler name.
+    operands : tuple of str
+        Assembler operands in order, each naming a kind: ``rd`` (register in ``d.reg``),
+        ``D`` / ``A`` / ``B`` (address operands), ``N`` (length), ``C`` (``c`` immediate),
+        ``TGT`` (loop end, ``c``), ``CNT`` (counter, ``c``), ``TAB`` (`TableId`, ``c``),
+        ``I`` (``imm``), ``V32`` (32-bit value in ``c[0:16]`` high and ``imm`` low),
+        ``RECT`` (destination rectangle in ``imm``), ``M`` (rows, ``ts = M - 1``).
+    td : frozenset of Dtype or None
+        Legal destination types (None: ``td`` unused, must be 0).
+    ts : frozenset of Dtype, "m" or None
+        Legal source types, ``"m"`` for a row count, None when unused.
+    """
+
+    mnemonic: str
+    operands: tuple
+    td: frozenset | None = None
+    ts: frozenset | str | None = None
+
+    @property
+    def fields(self) -> frozenset:
+        """Names of the fields this opcode uses (``d.reg``, ``d.off``, ..., ``c``, ``imm``)."""
+        used = set()
+        for kind in self.operands:
+            used |= _KIND_FIELDS[kind]
+        if self.td is not None:
+            used.add("td")
+        if self.ts is not None:
+            used.add("ts")
+        return frozenset(used)
+
+
+_KIND_FIELDS = {
+    "rd": {"d.reg"},
+    "D": {"d.reg", "d.off"}, "A": {"a.reg", "a.off"}, "B": {"b.reg", "b.off"},
+    "N": {"n.reg", "n.imm"},
+    "C": {"c"}, "TGT": {"c"}, "CNT": {"c"}, "TAB": {"c"},
+    "I": {"imm"}, "V32": {"imm", "c"}, "RECT": {"imm"},
+    "M": set(),   # ts, through OpSpec.ts == "m"
+}
+
+_I8_16_32 = frozenset({Dtype.I8, Dtype.I16, Dtype.I32})
+
+
+def _s(mnemonic, operands="", td=None, ts=None):
+    return OpSpec(mnemonic, tuple(operands.split()) if operands else (), td, ts)
+
+
+#: How every opcode uses the fields (the assembler's operand order too).
+SPECS: dict[Opcode, OpSpec] = {
+    Opcode.NOP: _s("nop"),
+    Opcode.HALT: _s("halt"),
+    Opcode.DONE: _s("done", "I"),
+    Opcode.LI: _s("li", "rd V32"),
+    Opcode.ADD: _s("add", "rd A B"),
+    Opcode.SUB: _s("sub", "rd A B"),
+    Opcode.MUL: _s("mul", "rd A I"),
+    Opcode.LD: _s("ld", "rd A"),
+    Opcode.ST: _s("st", "D A"),
+    Opcode.LOOP: _s("loop", "N TGT"),
+    Opcode.WAIT: _s("wait", "CNT N"),
+    Opcode.SEND: _s("send", "D A N RECT CNT"),
+    Opcode.TABLE: _s("table", "TAB A"),
+    Opcode.COPY: _s("copy", "D A N"),
+    Opcode.VADD: _s("vadd", "D A B N", ALL_DTYPES, SRC_DTYPES),
+    Opcode.VSUB: _s("vsub", "D A B N", ALL_DTYPES, SRC_DTYPES),
+    Opcode.VMUL: _s("vmul", "D A B N", ALL_DTYPES, SRC_DTYPES),
+    Opcode.REQI: _s("reqi", "D A N I C", ALL_DTYPES - {Dtype.I64}, SRC_DTYPES),
+    Opcode.REQM: _s("reqm", "D A B N", ALL_DTYPES - {Dtype.I64}, SRC_DTYPES),
+    Opcode.RSUM: _s("rsum", "D A N", ALL_DTYPES, SRC_DTYPES),
+    Opcode.RSUMSQ: _s("rsumsq", "D A N", ALL_DTYPES, SRC_DTYPES - {Dtype.I32}),
+    Opcode.RMAX: _s("rmax", "D A N", ALL_DTYPES, SRC_DTYPES),
+    Opcode.RMAXABS: _s("rmaxabs", "D A N", ALL_DTYPES, SRC_DTYPES),
+    Opcode.ARGMAX: _s("argmax", "D A N", ALL_DTYPES, SRC_DTYPES),
+    Opcode.RMSNORM: _s("rmsnorm", "D A B N C I", _I8_16_32, frozenset({Dtype.I16})),
+    Opcode.DYNQ: _s("dynq", "D A N", frozenset({Dtype.I8}), frozenset({Dtype.I16, Dtype.I32})),
+    Opcode.SOFTMAX: _s("softmax", "D A N", frozenset({Dtype.U16}), frozenset({Dtype.I32})),
+    Opcode.ROPE: _s("rope", "D A B N I C", frozenset({Dtype.I8, Dtype.I16}),
+                    frozenset({Dtype.I16})),
+    Opcode.SILU: _s("silu", "D A N I", frozenset({Dtype.I16}), frozenset({Dtype.I16})),
+    Opcode.WSUM: _s("wsum", "D A B N I C", frozenset({Dtype.I32}), frozenset({Dtype.U16})),
+    Opcode.MATMUL: _s("matmul", "D A B C N I M", _I8_16_32, "m"),
+    Opcode.MATQK: _s("matqk", "D A B C N I M", _I8_16_32, "m"),
+    Opcode.MATRAW: _s("matraw", "D A B N I M", frozenset({Dtype.I32}), "m"),
+}
+MNEMONICS = {spec.mnemonic: op for op, spec in SPECS.items()}
+
+_FIELD_BITS = {"d.reg": 4, "d.off": OFF_BITS, "a.reg": 4, "a.off": OFF_BITS,
+               "b.reg": 4, "b.off": OFF_BITS, "n.reg": 4, "n.imm": LEN_BITS,
+               "c": C_BITS, "imm": IMM_BITS}
+
+
+def _field_values(i: Instr) -> dict:
+    return {"d.reg": i.d.reg, "d.off": i.d.off, "a.reg": i.a.reg, "a.off": i.a.off,
+            "b.reg": i.b.reg, "b.off": i.b.off, "n.reg": i.n.reg, "n.imm": i.n.imm,
+            "c": i.c, "imm": i.imm}
+
+
+def rect_encode(x0: int, x1: int, y0: int, y1: int) -> int:
+    """Return the ``imm`` of a SEND to the rectangle of columns x0..x1, rows y0..y1.
+
+    Four 4-bit coordinates, ``x0`` least significant; a unicast is the 1x1 rectangle.
+
+    Raises
+    ------
+    ValueError
+        If a coordinate is not in ``[0, 15]`` or a bound is reversed.
+    """
+    for name, v in (("x0", x0), ("x1", x1), ("y0", y0), ("y1", y1)):
+        if not isinstance(v, (int, np.integer)) or not 0 <= v <= 15:
+            raise ValueError(f"`{name}` must be an integer in [0, 15], not {v!r}")
+    if x0 > x1 or y0 > y1:
+        raise ValueError(f"rectangle bounds must not be reversed, not x{x0}..{x1} y{y0}..{y1}")
+    return x0 | x1 << 4 | y0 << 8 | y1 << 12
+
+
+def rect_decode(imm: int) -> tuple[int, int, int, int]:
+    """Return ``(x0, x1, y0, y1)`` of a SEND's ``imm``."""
+    return imm & 15, imm >> 4 & 15, imm >> 8 & 15, imm >> 12 & 15
+
+
+def _check(i: Instr) -> None:
+    """Raise `IllegalInstruction` unless `i` is a legal instruction."""
+    if not isinstance(i.op, Opcode) or i.op not in SPECS:
+        raise IllegalInstruction(f"reserved opcode {i.op!r}")
+    spec = SPECS[i.op]
+    used = spec.fields
+    for name, value in _field_values(i).items():
+        bits = _FIELD_BITS[name]
+        if not isinstance(value, (int, np.integer)) or not 0 <= value < (1 << bits):
+            raise IllegalInstruction(f"{spec.mnemonic}: field `{name}` must fit {bits} bits, "
+                                     f"not {value!r}")
+        if name not in used and value:
+            raise IllegalInstruction(f"{spec.mnemonic}: field `{name}` is reserved and must "
+                                     f"be 0, not {value}")
+    if not isinstance(i.td, Dtype):
+        raise IllegalInstruction(f"{spec.mnemonic}: `td` must be a Dtype, not {i.td!r}")
+    if spec.td is None:
+        if i.td != Dtype.I8:
+            raise IllegalInstruction(f"{spec.mnemonic}: field `td` is reserved and must be 0, "
+                                     f"not {i.td.name.lower()}")
+    elif i.td not in spec.td:
+        raise IllegalInstruction(f"{spec.mnemonic}: destination type {i.td.name.lower()} is "
+                                 f"not one of {_names(spec.td)}")
+    if not isinstance(i.ts, (int, np.integer)) or not 0 <= i.ts < 8:
+        raise IllegalInstruction(f"{spec.mnemonic}: field `ts` must fit 3 bits, not {i.ts!r}")
+    if spec.ts is None:
+        if i.ts:
+            raise IllegalInstruction(f"{spec.mnemonic}: field `ts` is reserved and must be 0, "
+                                     f"not {i.ts}")
+    elif spec.ts != "m":
+        try:
+            src = Dtype(i.ts)
+        except ValueError:
+            raise IllegalInstruction(f"{spec.mnemonic}: source type code {i.ts} is reserved"
+                                     ) from None
+        if src not in spec.ts:
+            raise IllegalInstruction(f"{spec.mnemonic}: source type {src.name.lower()} is not "
+                                     f"one of {_names(spec.ts)}")
+    op = i.op
+    if op in (Opcode.MATMUL, Opcode.MATQK, Opcode.MATRAW) and i.imm == 0:
+        raise IllegalInstruction(f"{spec.mnemonic}: K must be at least 1, not 0")
+    if op == Opcode.ROPE and (i.imm < 2 or i.imm % 2):
+        raise IllegalInstruction(f"rope: the head size must be even and at least 2, "
+                                 f"not {i.imm}")
+    if op == Opcode.WSUM and i.imm == 0:
+        raise IllegalInstruction("wsum: the width must be at least 1, not 0")
+    if op == Opcode.LI and i.c >= 1 << 16:
+        raise IllegalInstruction(f"li: the high half must fit 16 bits, not {i.c}")
+    if op == Opcode.TABLE and i.c not in {t.value for t in TableId}:
+        raise IllegalInstruction(f"table: table id {i.c} is reserved")
+    if op == Opcode.SEND:
+        x0, x1, y0, y1 = rect_decode(i.imm)
+        if x0 > x1 or y0 > y1:
+            raise IllegalInstruction(f"send: reversed rectangle x{x0}..{x1} y{y0}..{y1}")
+
+
+def _names(types) -> str:
+    return ", ".join(sorted(t.name.lower() for t in types))
+
+
+def encode(instr: Instr) -> int:
+    """Return the 128-bit word of an instruction.
+
+    Parameters
+    ----------
+    instr : Instr
+
+    Returns
+    -------
+    int
+        In ``[0, 2**128)``.
+
+    Raises
+    ------
+    IllegalInstruction
+        If a field does not fit its width, a reserved field is not zero, or a type, table,
+        rectangle or size is not legal for the opcode.
+    """
+    _check(instr)
+    return Instruction.const({
+        "op": instr.op, "td": instr.td, "ts": {"m1": instr.ts},
+        "d": {"reg": instr.d.reg, "off": instr.d.off},
+        "a": {"reg": instr.a.reg, "off": instr.a.off},
+        "b": {"reg": instr.b.reg, "off": instr.b.off},
+        "n": {"reg": instr.n.reg, "imm": instr.n.imm},
+        "c": instr.c, "imm": instr.imm,
+    }).as_bits()
+
+
+def decode(word: int) -> Instr:
+    """Return the instruction encoded by a 128-bit word.
+
+    Parameters
+    ----------
+    word : int
+        In ``[0, 2**128)``.
+
+    Returns
+    -------
+    Instr
+
+    Raises
+    ------
+    IllegalInstruction
+        If the word is out of range, has a reserved opcode or type, a reserved field that is
+        not zero, or a field value the opcode does not allow.
+    """
+    if not isinstance(word, (int, np.integer)) or not 0 <= word < (1 << INSTR_BITS):
+        raise IllegalInstruction(f"an instruction word must be an integer in [0, 2**128), "
+                                 f"not {word!r}")
+    k = Instruction.from_bits(int(word))
+    try:
+        op = k.op
+    except ValueError:
+        raise IllegalInstruction(f"reserved opcode {int(word) & 63}") from None
+    try:
+        td = k.td
+    except ValueError:
+        raise IllegalInstruction(f"{SPECS[op].mnemonic}: reserved type code 7 in `td`"
+                                 ) from None
+    instr = Instr(op, td, k.ts.m1, Addr(k.d.reg, k.d.off), Addr(k.a.reg, k.a.off),
+                  Addr(k.b.reg, k.b.off), Len(k.n.reg, k.n.imm), k.c, k.imm)
+    _check(instr)
+    return instr
+
+
+# -- configuration and cost model ---------------------------------------------------------------
+
+@dataclass(frozen=True)
+class CostModel:
+    """Cycle costs assumed by the estimate (``docs/isa.md``, "Cost model").
+
+    Attributes
+    ----------
+    issue : int
+        Cycles to fetch, decode and issue any instruction.
+    vec_latency : int
+        Pipeline fill of one pass of the vector unit over a vector.
+    scalar : int
+        Scalar step between passes of a fused operation (leading-one detect, table read).
+    mat_latency : int
+        Matrix unit pipeline (3) plus requantisation and write-back of the last result (2).
+    load_latency : int
+        Extra cycles of ``LD`` (SRAM read latency).
+    hop : int
+        NoC cycles per router hop.
+    """
+
+    issue: int = 1
+    vec_latency: int = 4
+    scalar: int = 4
+    mat_latency: int = 5
+    load_latency: int = 1
+    hop: int = 2
+
+
+@dataclass(frozen=True)
+class IsaConfig:
+    """Parameters of a tile as the ISA sees them (shared by simulator, compiler and tests).
+
+    Attributes
+    ----------
+    sram_bytes : int
+        SRAM capacity in bytes (a multiple of `word_bytes`).
+    word_bytes : int
+        W: bytes per SRAM word, the matrix unit's weight word and the NoC flit payload
+        (a power of two, at least 4: a record header holds a 4-byte scale code).
+    max_m : int
+        M: activation rows of the matrix unit (1 .. 8).
+    lanes : int
+        V: vector-unit lanes (elements per cycle).
+    k_max : int
+        Largest K of the matrix unit.
+    imem_words : int
+        Instruction memory, in instructions.
+    n_counters : int
+        Counters (semaphores) per tile.
+    loop_depth : int
+        Hardware loop stack depth.
+    mcast_max_flits : int
+        Longest multicast packet, head included (the NoC's limit).
+    max_packet_flits : int
+        Largest number of payload flits in one unicast packet.
+    cost : CostModel
+    """
+
+    sram_bytes: int = 64 * 1024
+    word_bytes: int = 8
+    max_m: int = 4
+    lanes: int = 8
+    k_max: int = 512
+    imem_words: int = 1024
+    n_counters: int = 16
+    loop_depth: int = 4
+    mcast_max_flits: int = 8
+    max_packet_flits: int = 255
+    cost: CostModel = field(default_factory=CostModel)
+
+    def __post_init__(self):
+        for name in ("sram_bytes", "word_bytes", "max_m", "lanes", "k_max", "imem_words",
+                     "n_counters", "loop_depth", "mcast_max_flits", "max_packet_flits"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or v <= 0:
+                raise ValueError(f"`{name}` must be a positive integer, not {v!r}")
+        W = self.word_bytes
+        if W < 4 or W & (W - 1):
+            raise ValueError(f"`word_bytes` must be a power of two of at least 4, not {W}")
+        if self.sram_bytes % W:
+            raise ValueError(f"`sram_bytes` must be a multiple of word_bytes ({W}), "
+                             f"not {self.sram_bytes}")
+        if self.max_m > MAX_MATMUL_M:
+            raise ValueError(f"`max_m` must be at most {MAX_MATMUL_M}, not {self.max_m}")
+        if self.k_max > nx.MAX_K - 1:
+            raise ValueError(f"`k_max` must be below {nx.MAX_K}, not {self.k_max}")
+        if self.mcast_max_flits < 2:
+            raise ValueError(f"`mcast_max_flits` must be at least 2, not {self.mcast_max_flits}")
+
+    def pad(self, nbytes: int) -> int:
+        """Return `nbytes` rounded up to a whole number of words."""
+        W = self.word_bytes
+        return -(-nbytes // W) * W
+
+    def record_bytes(self, n: int) -> int:
+        """Return the size of a record of `n` int8: a one-word header, then the padded data."""
+        return self.word_bytes + self.pad(n)
+
+
+def send_flits(nbytes: int, multicast: bool, config: IsaConfig) -> int:
+    """Return the flits a SEND of `nbytes` puts on the network, heads included.
+
+    Data goes in packets of at most ``max_packet_flits`` payload flits (unicast) or
+    ``mcast_max_flits - 1`` (multicast), one W-byte word per flit, then one CONTROL packet
+    (head and one payload flit) bumps the receivers' counter.
+    """
+    words = -(-nbytes // config.word_bytes)
+    per = config.mcast_max_flits - 1 if multicast else config.max_packet_flits
+    packets = -(-words // per)
+    return words + packets + 2
+
+
+def instr_cycles(instr: Instr, config: IsaConfig, n: int = 0) -> int:
+    """Return the estimated cycles an instruction keeps the tile's controller busy.
+
+    An estimate (``docs/isa.md``, "Cost model"): the RTL is the authority on cycles.  Stalls
+    on ``WAIT`` and network latency are added by the simulator, not here.
+
+    Parameters
+    ----------
+    instr : Instr
+    config : IsaConfig
+        W, M, V and the `CostModel`.
+    n : int
+        The instruction's resolved length operand (elements, bytes, positions or iterations).
+
+    Returns
+    -------
+    int
+        Cycles, at least 1.
+    """
+    c = config.cost
+    W, V = config.word_bytes, config.lanes
+    op = instr.op
+    unit = op.value >> 4
+
+    def passes(p, extra=0):
+        return c.issue + p * (-(-n // V) + c.vec_latency) + extra
+
+    if op == Opcode.LD:
+        return c.issue + c.load_latency
+    if op == Opcode.COPY:
+        return c.issue + -(-n // W) + 2 if n else c.issue
+    if op == Opcode.SEND:
+        x0, x1, y0, y1 = rect_decode(instr.imm)
+        return c.issue + send_flits(n, (x0, y0) != (x1, y1), config)
+    if op == Opcode.TABLE:
+        return c.issue + -(-TABLE_ENTRIES[TableId(instr.c)] * 2 // W)
+    if unit == 0:
+        return c.issue
+    if op in (Opcode.RMSNORM, Opcode.DYNQ):
+        return passes(2, c.scalar)
+    if op == Opcode.SOFTMAX:
+        return passes(3, c.scalar)
+    if op == Opcode.WSUM:
+        return c.issue + n * -(-instr.imm // V) + c.vec_latency
+    if unit == 1 or op in (Opcode.ROPE, Opcode.SILU):
+        return passes(1)
+    # matrix unit: load M activation rows (with their header word), stream N weight rows
+    kw = -(-instr.imm // W)
+    hx = 0 if op == Opcode.MATRAW else 1
+    hw = 1 if op == Opcode.MATQK else 0
+    return c.issue + instr.m * (kw + hx) + n * (kw + hw) + c.mat_latency
