@@ -72,7 +72,7 @@ class TileDatapath(wiring.Component):
     The matrix unit owns the SRAM read port.  The read/write port is shared round-robin
     (:class:`SramArbiter`) between ``host`` and the KV store.  The matrix unit's commands
     come from ``i_mcmd`` or from the KV store (``STREAM_K`` / ``STREAM_V``); the KV store's
-    have priority, and a command is never interrupted once offered.
+    have priority, and once a command is offered the choice holds until it is taken.
 
     Parameters
     ----------
@@ -139,8 +139,17 @@ class TileDatapath(wiring.Component):
         connect(m, flipped(self.i_kvcmd), kv.i_cmd)
         connect(m, mx.o, flipped(self.o_res))
 
-        # Matrix command mux: the KV store first.
-        with m.If(kv.o_mcmd.valid):
+        # Matrix command mux: the KV store first; once a command is offered, the choice
+        # holds until it is taken (a stream's payload must not change while valid).
+        held = Signal()
+        held_kv = Signal()
+        pick_kv = Signal()
+        m.d.comb += pick_kv.eq(Mux(held, held_kv, kv.o_mcmd.valid))
+        with m.If(mx.i_cmd.valid & ~mx.i_cmd.ready):
+            m.d.sync += [held.eq(1), held_kv.eq(pick_kv)]
+        with m.Else():
+            m.d.sync += held.eq(0)
+        with m.If(pick_kv):
             m.d.comb += [
                 mx.i_cmd.payload.eq(kv.o_mcmd.payload),
                 mx.i_cmd.valid.eq(1),

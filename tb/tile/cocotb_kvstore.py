@@ -16,8 +16,9 @@ import os
 
 import cocotb
 import numpy as np
+from cocotb.triggers import ClockCycles, with_timeout
 from tbtile import TileBench, wait_until
-from tilemodel import CONFIGS, KvModel, encode_kvcmd, pack_rows, words_per_row
+from tilemodel import CONFIGS, KvModel, encode_kvcmd, encode_mcmd, pack_rows, words_per_row
 
 from chipotle.hw.tile import KvError, KvOp
 
@@ -172,3 +173,42 @@ async def host_out_of_range(dut):
     [(word, err)] = await tb.host.read(5)
     assert (word, err) == (0x1122334455667788 & mask, 0)
     await tb.check_sram()
+
+
+@cocotb.test(timeout_time=TIMEOUT_US, timeout_unit="us")
+async def command_mux_order(dut):
+    """A matrix command offered while the unit is busy keeps its turn over a later KV stream.
+
+    Order expected: the long command, then the waiting ``i_mcmd`` command, then the
+    ``STREAM_K`` matrix command the KV store offered afterwards.
+    """
+    tb = TileBench(dut, CFG, seed=SEED + 9)
+    await tb.start()
+    kvm = KvModel(L)
+    for pos in range(3):
+        await _append(tb, kvm, 0, 0, pos)
+    base = SCRATCH + 8 * L.k_row_words
+    k = 64
+    rw = words_per_row(k, W)
+    x, w_long, w_next = _rand(tb, (M, k)), _rand(tb, (24, k)), _rand(tb, (3, k))
+    x_base, long_base = base, base + M * rw
+    next_base = long_base + 24 * rw
+    assert next_base + 3 * rw <= L.base
+    await tb.load(x_base, pack_rows(x, W, rng=tb.np_rng))
+    await tb.load(long_base, pack_rows(w_long, W, rng=tb.np_rng))
+    await tb.load(next_base, pack_rows(w_next, W, rng=tb.np_rng))
+    q = _rand(tb, (2, L.head_size))
+    q_base = SCRATCH + 2 * L.k_row_words
+    await tb.load(q_base, pack_rows(q, W, rng=tb.np_rng))
+    tb.expect_matmul(x, w_long)
+    tb.expect_matmul(x, w_next)
+    tb.expect_matmul(q, kvm.k[0, 0, :3])
+    await tb.mcmd.send(encode_mcmd(w_base=long_base, w_stride=rw, n=24, k=k, x_base=x_base,
+                                   x_stride=rw, m=M))
+    pending = cocotb.start_soon(tb.mcmd.send(encode_mcmd(
+        w_base=next_base, w_stride=rw, n=3, k=k, x_base=x_base, x_stride=rw, m=M)))
+    await ClockCycles(tb.clk, 5)
+    await tb.kvcmd.send(encode_kvcmd(KvOp.STREAM_K, layer=0, head=0, pos=2, x_base=q_base,
+                                     x_stride=L.k_row_words, m=2))
+    await with_timeout(pending, 20 * TIMEOUT_US, "ns")
+    await tb.stop()

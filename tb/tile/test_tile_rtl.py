@@ -51,7 +51,7 @@ def test_matrix_rtl(sim):
 def test_kvstore_rtl(sim):
     for config in SIM_CONFIGS[sim]:
         run = _run(sim, config, "cocotb_kvstore")
-        assert len(run.passed) == 5, run.passed
+        assert len(run.passed) == 6, run.passed
 
 
 def test_sram_rtl(sim):
