@@ -48,6 +48,7 @@ from .isa.core import (
     instr_cycles,
     rect_decode,
     send_flits,
+    signed_imm,
 )
 
 __all__ = ["IsaSim", "Tile", "Perf", "DoneEvent", "DeadlockError", "TileState",
@@ -339,7 +340,7 @@ class IsaSim:
         if raw.dtype.byteorder == ">":
             raw = raw.astype(raw.dtype.newbyteorder("<"))
         raw = raw.view(np.uint8).reshape(-1)
-        if not 0 <= addr and addr + raw.size <= t.sram.size:
+        if not (0 <= addr and addr + raw.size <= t.sram.size):
             raise ValueError(f"SRAM write {addr:#x} + {raw.size} bytes leaves the SRAM "
                              f"({t.sram.size} bytes)")
         t.sram[addr:addr + raw.size] = raw
@@ -360,7 +361,7 @@ class IsaSim:
         t = self.tile(xy)
         dt = np.dtype(dtype).newbyteorder("<")
         nbytes = count * dt.itemsize
-        if not 0 <= addr and addr + nbytes <= t.sram.size:
+        if not (0 <= addr and addr + nbytes <= t.sram.size):
             raise ValueError(f"SRAM read {addr:#x} + {nbytes} bytes leaves the SRAM "
                              f"({t.sram.size} bytes)")
         return t.sram[addr:addr + nbytes].view(dt).copy()
@@ -377,7 +378,7 @@ class IsaSim:
         """
         words = asm.assemble(program) if isinstance(program, str) else [int(w) for w in program]
         t = self.tile(xy)
-        if not 0 <= at or at + len(words) > len(t.imem):
+        if not (0 <= at and at + len(words) <= len(t.imem)):
             raise ValueError(f"a program of {len(words)} words at {at} does not fit the "
                              f"instruction memory ({len(t.imem)} words)")
         t.imem[at:at + len(words)] = words
@@ -677,7 +678,7 @@ class IsaSim:
                 x = t._read(a, n, Dtype.I16)
                 g = t._read(t._val(i.b), n, Dtype.I16, "gain")
                 eps = int(t._read(i.c, 1, Dtype.I64, "epsilon")[0])
-                out = nx.rmsnorm(x[None], g, i.imm, eps, t._table(TableId.RSQRT), td.bits)[0]
+                out = nx.rmsnorm(x[None], g, signed_imm(i.imm), eps, t._table(TableId.RSQRT), td.bits)[0]
             elif op == Opcode.DYNQ:
                 W = self.config.word_bytes
                 t._span(d, W + n, W, "record")

@@ -46,6 +46,7 @@ from .core import (
     encode,
     rect_decode,
     rect_encode,
+    signed_imm,
 )
 
 __all__ = ["AsmError", "assemble", "disassemble", "format_instr"]
@@ -250,6 +251,12 @@ def _parse_instr(mnemonic: str, operand_text: str, symbols: dict, pc: int, n_wor
         elif kind == "I":
             fields["imm"] = _bounded(_const(text, symbols, "an immediate"), IMM_BITS,
                                      "an immediate")
+        elif kind == "SI":
+            v = _const(text, symbols, "a signed immediate")
+            lim = 1 << (IMM_BITS - 1)
+            if not -lim <= v < lim:
+                raise _Err(f"a signed immediate must be in [{-lim}, {lim - 1}], not {v}")
+            fields["imm"] = v & ((1 << IMM_BITS) - 1)
         elif kind == "V32":
             v = _const(text, symbols, "a value")
             if not -(1 << 31) <= v < (1 << 32):
@@ -408,6 +415,8 @@ def format_instr(instr: Instr, labels: dict | None = None) -> str:
             out.append(TableId(instr.c).name.lower())
         elif kind == "I":
             out.append(str(instr.imm))
+        elif kind == "SI":
+            out.append(str(signed_imm(instr.imm)))
         elif kind == "V32":
             out.append(f"{instr.c << 16 | instr.imm:#x}")
         elif kind == "RECT":

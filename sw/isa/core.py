@@ -25,7 +25,7 @@ __all__ = [
     "Opcode", "Dtype", "TableId", "ErrorCode", "Operand", "Length", "Mode", "Instruction",
     "TABLE_ENTRIES", "DTYPE_INFO", "SRC_DTYPES", "ALL_DTYPES",
     "Addr", "Len", "Instr", "OpSpec", "SPECS", "IllegalInstruction",
-    "encode", "decode", "rect_encode", "rect_decode",
+    "encode", "decode", "rect_encode", "rect_decode", "signed_imm",
     "CostModel", "IsaConfig", "instr_cycles", "send_flits",
 ]
 
@@ -360,7 +360,7 @@ class OpSpec:
         Assembler operands in order, each naming a kind: ``rd`` (register in ``d.reg``),
         ``D`` / ``A`` / ``B`` (address operands), ``N`` (length), ``C`` (``c`` immediate),
         ``TGT`` (loop end, ``c``), ``CNT`` (counter, ``c``), ``TAB`` (`TableId`, ``c``),
-        ``I`` (``imm``), ``V32`` (32-bit value in ``c[0:16]`` high and ``imm`` low),
+        ``I`` (``imm``), ``SI`` (signed ``imm``, two's complement), ``V32`` (32-bit value in ``c[0:16]`` high and ``imm`` low),
         ``RECT`` (destination rectangle in ``imm``), ``M`` (rows, ``ts = M - 1``).
     td : frozenset of Dtype or None
         Legal destination types (None: ``td`` unused, must be 0).
@@ -391,7 +391,7 @@ _KIND_FIELDS = {
     "D": {"d.reg", "d.off"}, "A": {"a.reg", "a.off"}, "B": {"b.reg", "b.off"},
     "N": {"n.reg", "n.imm"},
     "C": {"c"}, "TGT": {"c"}, "CNT": {"c"}, "TAB": {"c"},
-    "I": {"imm"}, "V32": {"imm", "c"}, "RECT": {"imm"},
+    "I": {"imm"}, "SI": {"imm"}, "V32": {"imm", "c"}, "RECT": {"imm"},
     "M": set(),   # ts, through OpSpec.ts == "m"
 }
 
@@ -428,7 +428,7 @@ SPECS: dict[Opcode, OpSpec] = {
     Opcode.RMAX: _s("rmax", "D A N", ALL_DTYPES, SRC_DTYPES),
     Opcode.RMAXABS: _s("rmaxabs", "D A N", ALL_DTYPES, SRC_DTYPES),
     Opcode.ARGMAX: _s("argmax", "D A N", ALL_DTYPES, SRC_DTYPES),
-    Opcode.RMSNORM: _s("rmsnorm", "D A B N C I", _I8_16_32, frozenset({Dtype.I16})),
+    Opcode.RMSNORM: _s("rmsnorm", "D A B N C SI", _I8_16_32, frozenset({Dtype.I16})),
     Opcode.DYNQ: _s("dynq", "D A N", frozenset({Dtype.I8}), frozenset({Dtype.I16, Dtype.I32})),
     Opcode.SOFTMAX: _s("softmax", "D A N", frozenset({Dtype.U16}), frozenset({Dtype.I32})),
     Opcode.ROPE: _s("rope", "D A B N I C", frozenset({Dtype.I8, Dtype.I16}),
@@ -450,6 +450,11 @@ def _field_values(i: Instr) -> dict:
     return {"d.reg": i.d.reg, "d.off": i.d.off, "a.reg": i.a.reg, "a.off": i.a.off,
             "b.reg": i.b.reg, "b.off": i.b.off, "n.reg": i.n.reg, "n.imm": i.n.imm,
             "c": i.c, "imm": i.imm}
+
+
+def signed_imm(imm: int) -> int:
+    """Return the 16-bit ``imm`` read as a two's-complement signed value."""
+    return imm - (1 << IMM_BITS) if imm >> (IMM_BITS - 1) else imm
 
 
 def rect_encode(x0: int, x1: int, y0: int, y1: int) -> int:

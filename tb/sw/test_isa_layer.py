@@ -1,0 +1,108 @@
+"""One transformer layer on one tile in the ISA simulator, bit for bit against GoldenModel.
+
+`chipotle.isa.programs` lays out a layer (weights, tables, RoPE, KV cache) in one tile's SRAM
+and emits its decode-step program; the simulator runs it for consecutive positions and every
+intermediate the golden model traces for that layer — norm outputs, q, k, v, scores,
+probabilities, attention output, residuals, FFN hidden states — and the whole KV cache
+(values and the keys' scale codes) must be identical.  On stories260K (first and last
+layer) and on a small synthetic model with K not a multiple of W and a head size below W.
+"""
+
+import numpy as np
+import pytest
+from chipotle.golden import GoldenModel, quantize
+from chipotle.golden.quantize import calibration_sequences
+from chipotle.isa import ErrorCode, IsaConfig, assemble
+from chipotle.isa.programs import (
+    LayerLayout,
+    layer_program,
+    place_layer,
+    read_layer_trace,
+    write_step_input,
+)
+from chipotle.isasim import IsaSim, TileState
+from chipotle.model import ModelConfig, load_checkpoint, synthetic_checkpoint
+
+TILE = (0, 0)
+SMALL = dict(dim=16, hidden_dim=40, n_layers=2, n_heads=4, n_kv_heads=2, vocab_size=32,
+             seq_len=24)
+
+
+@pytest.fixture(scope="module")
+def stories_qm(model_paths):
+    return quantize(load_checkpoint(model_paths[0]))
+
+
+@pytest.fixture(scope="module")
+def small_qm():
+    ckpt = synthetic_checkpoint(ModelConfig(**SMALL), seed=5, scale=0.3)
+    return quantize(ckpt, calibration_sequences(ckpt, n=2, length=16))
+
+
+def run_layer(qm, layer, tokens, isa, max_pos, check_at=None):
+    """Run `layer` for positions 0 .. len(tokens) - 1; compare at `check_at` (default all)."""
+    lay = LayerLayout(qm, isa, max_pos=max_pos)
+    sim = IsaSim(1, 1, isa)
+    place_layer(sim, TILE, lay, layer)
+    sym = {}
+    sim.load_program(TILE, assemble(layer_program(lay, layer), symbols_out=sym))
+    golden = GoldenModel(qm)
+    checked = []
+    for pos, tok in enumerate(tokens):
+        trace = {}
+        golden.forward(tok, pos, trace)
+        x = trace["x.emb"] if layer == 0 else trace[f"l{layer - 1}.res"]
+        write_step_input(sim, TILE, lay, pos, x)
+        sim.start(TILE, 0 if pos == 0 else sym["step"])     # tables are loaded once
+        sim.run()
+        t = sim.tile(TILE)
+        assert t.state == TileState.HALTED and t.error == ErrorCode.NONE, t.error_message
+        assert sim.events[-1].code == 1
+        if check_at is not None and pos not in check_at:
+            continue
+        got = read_layer_trace(sim, TILE, lay, pos)
+        caches = {"key_cache": golden.key_cache, "value_cache": golden.value_cache,
+                  "key_mu": golden.key_mu, "key_exp": golden.key_exp}
+        for name, value in got.items():
+            ref = caches[name][layer, :pos + 1] if name in caches else trace[f"l{layer}.{name}"]
+            assert value.dtype == ref.dtype and value.shape == ref.shape, (name, pos)
+            if not np.array_equal(value, ref):
+                bad = np.argwhere(value != ref)
+                pytest.fail(f"layer {layer} position {pos}: `{name}` differs at {len(bad)} "
+                            f"element(s), first {bad[0].tolist()}: ISA {value[tuple(bad[0])]}, "
+                            f"golden {ref[tuple(bad[0])]}")
+        checked.append(pos)
+    return sim, lay, checked
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("layer", [0, 4])
+def test_stories260k_layer_bit_exact(stories_qm, layer):
+    isa = IsaConfig(sram_bytes=128 * 1024)
+    tokens = [1, 403, 407, 261, 378, 45, 2, 300, 59]
+    sim, lay, checked = run_layer(stories_qm, layer, tokens, isa, max_pos=64,
+                                  check_at={0, 1, 5, 8})
+    assert checked == [0, 1, 5, 8]
+    assert lay.size > 45_000          # the int8 weights alone are ~45 KB
+    perf = sim.tile(TILE).perf
+    per_token = 64 * 64 * 2 + 32 * 64 * 2 + 172 * 64 * 3             # wq wo, wk wv, w1 w3 w2
+    scores = 8 * 8 * sum(range(1, len(tokens) + 1))                    # 8 heads x T x hs
+    assert perf.macs == len(tokens) * per_token + scores
+
+
+def test_small_model_layers_bit_exact(small_qm):
+    """dim 16, hidden 40 (K = 40 not a multiple of W = 16), head_size 4 < W, GQA 2:1."""
+    isa = IsaConfig(sram_bytes=16 * 1024, word_bytes=16, max_m=2, lanes=4)
+    for layer in (0, 1):
+        _, _, checked = run_layer(small_qm, layer, [1, 5, 9, 3, 30, 2, 7, 7], isa, max_pos=24)
+        assert checked == list(range(8))
+
+
+def test_program_is_position_independent_and_short(small_qm):
+    isa = IsaConfig(sram_bytes=16 * 1024)
+    lay = LayerLayout(small_qm, isa, max_pos=24)
+    words = assemble(layer_program(lay, 0))
+    assert len(words) < 80
+    with pytest.raises(ValueError, match="needs .* bytes of SRAM"):
+        LayerLayout(small_qm, IsaConfig(sram_bytes=4096), max_pos=24)
+    assert "kcache" in lay.memory_map()

@@ -1,0 +1,458 @@
+"""chipotle.isasim: every instruction against the golden primitives, SEND/WAIT, errors.
+
+* each vector and matrix instruction, on random operands and the extremes (−128 and 127
+  everywhere, zeros, K = 1, K = 172, K not a multiple of W, M = 1 and M = max), equals the
+  `chipotle.golden.numerics` primitive it stands for;
+* scalar registers, hardware loops (nested, zero count, dynamic count);
+* two tiles exchanging data with SEND/WAIT, a multicast to a rectangle, the cycle estimate
+  of a WAIT on a late message, deadlock detection;
+* errors set the tile's flag and stop that tile only.
+"""
+
+import numpy as np
+import pytest
+from chipotle.golden import numerics as nx
+from chipotle.isa import Dtype, ErrorCode, IsaConfig, Opcode, TableId, assemble, decode
+from chipotle.isa.core import TABLE_ENTRIES, instr_cycles
+from chipotle.isasim import DeadlockError, IsaSim, TileState
+
+CFG = IsaConfig(sram_bytes=32768, word_bytes=8, max_m=4, lanes=8, k_max=512)
+W = CFG.word_bytes
+TAB = 0x6000                      # tables, loaded by `tables()`
+TABLES = {TableId.RSQRT: nx.rsqrt_table(), TableId.EXP2: nx.exp2_table(),
+          TableId.RECIP: nx.recip_table(), TableId.DYNQ: nx.dynquant_table(),
+          TableId.SIGMOID: nx.sigmoid_table()}
+
+
+def tables(sim, xy=(0, 0)):
+    """Write the golden tables into SRAM; return the TABLE instructions that load them."""
+    addr, lines = TAB, []
+    for tid, tab in TABLES.items():
+        sim.write(xy, addr, tab.astype("<u2"))
+        lines.append(f"table {tid.name.lower()}, {addr:#x}")
+        addr += 2 * len(tab)
+    return "\n".join(lines)
+
+
+def run1(body, data=(), config=CFG):
+    """Run `body` (+ halt) on a fresh 1x1 mesh after writing ``data = [(addr, array)]``."""
+    sim = IsaSim(1, 1, config)
+    for addr, arr in data:
+        sim.write((0, 0), addr, arr)
+    sim.load_program((0, 0), tables(sim) + "\n" + body + "\nhalt")
+    sim.start((0, 0))
+    sim.run()
+    t = sim.tile((0, 0))
+    assert t.error == ErrorCode.NONE, t.error_message
+    assert t.state == TileState.HALTED
+    return sim
+
+
+def rd(sim, addr, n, dt):
+    return sim.read((0, 0), addr, n, dt)
+
+
+RNG = np.random.default_rng(7)
+
+
+def rand(dt, n, lo=None, hi=None):
+    info = np.iinfo(dt)
+    return RNG.integers(info.min if lo is None else lo, (info.max if hi is None else hi) + 1,
+                        n, dtype=np.int64).astype(dt)
+
+
+# -- element-wise, requantisation, reductions ---------------------------------------------------
+
+@pytest.mark.parametrize("op", ["vadd", "vsub", "vmul"])
+@pytest.mark.parametrize("td, ts", [("i16", "i16"), ("i32", "i16"), ("i8", "i8"),
+                                    ("u16", "i16"), ("i64", "i32"), ("i8", "u16")])
+def test_elementwise(op, td, ts):
+    tdt, sdt = Dtype[td.upper()], Dtype[ts.upper()]
+    from chipotle.isa.core import DTYPE_INFO
+    si, di = DTYPE_INFO[sdt], DTYPE_INFO[tdt]
+    n = 37
+    a, b = rand(si.np, n), rand(si.np, n)
+    a[:3] = [np.iinfo(si.np).max, np.iinfo(si.np).min, 0]
+    b[:3] = [np.iinfo(si.np).max, np.iinfo(si.np).max, 0]
+    sim = run1(f"{op}.{td}.{ts} 0x800, 0x0, 0x400, {n}", [(0, a), (0x400, b)])
+    a64, b64 = a.astype(np.int64), b.astype(np.int64)
+    ref = {"vadd": a64 + b64, "vsub": a64 - b64, "vmul": a64 * b64}[op]
+    np.testing.assert_array_equal(rd(sim, 0x800, n, di.np), nx.sat(ref, di.bits, di.unsigned))
+
+
+def test_requant_immediate_and_memory():
+    x = rand(np.int32, 50, -(2**30), 2**30)
+    x[:4] = [5, -5, 2**30, -(2**30)]
+    pair = np.array([23170, 17], "<u2")
+    sim = run1("reqi.i8.i32 0x800, 0x0, 50, 23170, 17\n"
+               "reqm.i16.i32 0x900, 0x0, 0x400, 50\n"
+               "reqi.u16.i32 0xa00, 0x0, 50, 1, 0",
+               [(0, x), (0x400, pair)])
+    np.testing.assert_array_equal(rd(sim, 0x800, 50, np.int8), nx.requant(x, 23170, 17, 8))
+    np.testing.assert_array_equal(rd(sim, 0x900, 50, np.int16), nx.requant(x, 23170, 17, 16))
+    np.testing.assert_array_equal(rd(sim, 0xA00, 50, np.uint16),
+                                  nx.requant(x, 1, 0, 16, unsigned=True))
+
+
+def test_reductions():
+    x = rand(np.int16, 172)
+    x[[5, 90]] = 32767          # two maxima: argmax is the first
+    sim = run1("rsum.i64.i16 0x800, 0, 172\n"
+               "rsumsq.i64.i16 0x808, 0, 172\n"
+               "rmax.i32.i16 0x810, 0, 172\n"
+               "rmaxabs.i32.i16 0x814, 0, 172\n"
+               "argmax.i32.i16 0x818, 0, 172\n"
+               "rsumsq.i16.i16 0x81c, 0, 172", [(0, x)])
+    x64 = x.astype(np.int64)
+    assert rd(sim, 0x800, 1, np.int64)[0] == x64.sum()
+    assert rd(sim, 0x808, 1, np.int64)[0] == (x64 * x64).sum()
+    assert rd(sim, 0x810, 1, np.int32)[0] == 32767
+    assert rd(sim, 0x814, 1, np.int32)[0] == np.abs(x64).max()
+    assert rd(sim, 0x818, 1, np.int32)[0] == nx.argmax(x) == 5
+    assert rd(sim, 0x81C, 1, np.int16)[0] == 32767          # saturated
+
+
+# -- fused vector operations --------------------------------------------------------------------
+
+@pytest.mark.parametrize("case", ["random", "zeros", "extremes"])
+@pytest.mark.parametrize("shift", [0, -1, 2])
+def test_rmsnorm(case, shift):
+    n = 64
+    x = {"random": rand(np.int16, n, -3000, 3000), "zeros": np.zeros(n, np.int16),
+         "extremes": np.where(np.arange(n) % 2, 32767, -32768).astype(np.int16)}[case]
+    g = rand(np.int16, n, 10000, 32767)
+    eps = np.array([671], "<i8")
+    sim = run1(f"rmsnorm.i16.i16 0x800, 0x0, 0x200, 64, 0x300, {shift}",
+               [(0, x), (0x200, g), (0x300, eps)])
+    ref = nx.rmsnorm(x[None], g, shift, 671, nx.rsqrt_table())[0]
+    np.testing.assert_array_equal(rd(sim, 0x800, n, np.int16), ref)
+
+
+@pytest.mark.parametrize("src", ["i16", "i32"])
+@pytest.mark.parametrize("case", ["random", "zeros", "extremes", "tiny"])
+def test_dynq_record(src, case):
+    dt = np.int16 if src == "i16" else np.int32
+    n = 172
+    x = {"random": rand(dt, n), "zeros": np.zeros(n, dt), "tiny": rand(dt, n, -3, 3),
+         "extremes": np.where(np.arange(n) % 3, np.iinfo(dt).max, np.iinfo(dt).min).astype(dt)
+         }[case]
+    sim = run1(f"dynq.i8.{src} 0x1000, 0x0, {n}", [(0, x)])
+    x8, mu, b = nx.dynquant(x[None], nx.dynquant_table())
+    hdr = rd(sim, 0x1000, W // 2, np.int16)
+    assert (hdr[0], hdr[1]) == (mu[0, 0], b[0, 0]) and not hdr[2:].any()
+    np.testing.assert_array_equal(rd(sim, 0x1000 + W, n, np.int8), x8[0])
+
+
+@pytest.mark.parametrize("T", [1, 7, 200])
+def test_softmax(T):
+    t = rand(np.int32, T, -40000, 40000)
+    if T > 1:
+        t[1] = t[0]
+    sim = run1(f"softmax.u16.i32 0x1000, 0x0, {T}", [(0, t)])
+    ref = nx.softmax(t[None], None, nx.exp2_table(), nx.recip_table())[0]
+    np.testing.assert_array_equal(rd(sim, 0x1000, T, np.uint16), ref)
+
+
+@pytest.mark.parametrize("bits", [8, 16])
+def test_rope(bits):
+    hs, heads = 8, 4
+    x = rand(np.int16, hs * heads)
+    x[:4] = [32767, -32768, -32768, -32768]
+    cos, sin = nx.rope_tables(32, hs)
+    pos = 13
+    row = np.concatenate([cos[pos], sin[pos]])
+    sim = run1(f"rope.i{bits}.i16 0x800, 0x0, 0x400, {hs * heads}, {hs}, 14",
+               [(0, x), (0x400, row)])
+    ref = nx.rope(x.reshape(heads, hs), cos[pos][None], sin[pos][None], 14, bits).reshape(-1)
+    np.testing.assert_array_equal(rd(sim, 0x800, hs * heads, np.dtype(f"int{bits}")), ref)
+
+
+def test_silu():
+    h = rand(np.int16, 172)
+    h[:3] = [32767, -32768, 0]
+    sim = run1("silu.i16.i16 0x800, 0x0, 172, 11", [(0, h)])
+    np.testing.assert_array_equal(rd(sim, 0x800, 172, np.int16),
+                                  nx.silu(h, 11, nx.sigmoid_table()))
+
+
+def test_weighted_sum():
+    T, D, stride = 21, 8, 32
+    p = rand(np.uint16, T, 0, 2**15)
+    v = rand(np.int8, T * stride).reshape(T, stride)
+    v[0, :D] = -128
+    sim = run1(f"wsum.i32.u16 0x800, 0x0, 0x100, {T}, {D}, {stride}", [(0, p), (0x100, v)])
+    ref = np.einsum("t,td->d", p.astype(np.int32), v[:, :D].astype(np.int32))
+    np.testing.assert_array_equal(rd(sim, 0x800, D, np.int32), ref)
+
+
+# -- matrix unit -------------------------------------------------------------------------------
+
+def _records(rows):
+    """Records (header word with a random scale code, then padded int8) of int8 rows."""
+    K = rows.shape[1]
+    rec = CFG.record_bytes(K)
+    out = np.zeros((rows.shape[0], rec), np.uint8)
+    mu = RNG.integers(512, 1024, rows.shape[0])
+    b = RNG.integers(0, 16, rows.shape[0])
+    for r in range(rows.shape[0]):
+        out[r, :4] = np.array([mu[r], b[r]], "<i2").view(np.uint8)
+        out[r, W:W + K] = rows[r].view(np.uint8)
+    return out, mu, b
+
+
+def _plain(rows):
+    K = rows.shape[1]
+    out = RNG.integers(0, 256, (rows.shape[0], CFG.pad(K))).astype(np.uint8)  # junk padding
+    out[:, :K] = rows.view(np.uint8)
+    return out
+
+
+@pytest.mark.parametrize("M, N, K", [(1, 64, 64), (4, 13, 172), (1, 5, 1), (3, 9, 8),
+                                     (4, 2, 512), (2, 172, 20)])
+@pytest.mark.parametrize("fill", ["random", "extreme"])
+@pytest.mark.parametrize("td", ["i8", "i16", "i32"])
+def test_matmul(M, N, K, fill, td):
+    x = rand(np.int8, M * K).reshape(M, K)
+    w = rand(np.int8, N * K).reshape(N, K)
+    if fill == "extreme":
+        x[:] = -128
+        w[::2] = -128
+        w[1::2] = 127
+    xr, mu, b = _records(x)
+    m = RNG.integers(2**14, 2**15, N)
+    s = RNG.integers(40, 56, N)
+    ms = np.stack([m, s], 1).reshape(-1).astype("<u2")
+    sim = run1(f"matmul.{td} 0x3000, 0x0, 0x1000, 0x5000, {N}, {K}, {M}",
+               [(0, xr), (0x1000, _plain(w)), (0x5000, ms)])
+    bits = {"i8": 8, "i16": 16, "i32": 32}[td]
+    ref = nx.requant_dyn(nx.matmul(x, w), mu[:, None], b[:, None], m, s, bits)
+    stride = CFG.pad(N * bits // 8)
+    for r in range(M):
+        np.testing.assert_array_equal(rd(sim, 0x3000 + r * stride, N, np.dtype(f"int{bits}")),
+                                      ref[r])
+
+
+@pytest.mark.parametrize("M, N, K", [(1, 1, 8), (2, 30, 8), (1, 12, 13)])
+def test_matqk_and_matraw(M, N, K):
+    q = rand(np.int8, M * K).reshape(M, K)
+    k = rand(np.int8, N * K).reshape(N, K)
+    qr, qmu, qb = _records(q)
+    kr, kmu, kb = _records(k)
+    pair = np.array([18285, 58], "<u2")
+    sim = run1(f"matqk.i32 0x2000, 0x0, 0x400, 0x2f00, {N}, {K}, {M}\n"
+               f"matraw.i32 0x2800, 0x100, 0xc00, {N}, {K}, {M}",
+               [(0, qr), (0x400, kr), (0x2F00, pair), (0x100, _plain(q)), (0xC00, _plain(k))])
+    acc = nx.matmul(q, k)
+    ref = nx.requant_dyn(acc, qmu[:, None] * kmu[None, :], qb[:, None] + kb[None, :],
+                         18285, 58, 32)
+    stride = CFG.pad(4 * N)
+    for r in range(M):
+        np.testing.assert_array_equal(rd(sim, 0x2000 + r * stride, N, np.int32), ref[r])
+        np.testing.assert_array_equal(rd(sim, 0x2800 + r * stride, N, np.int32), acc[r])
+
+
+def test_matmul_cost_and_perf():
+    sim = run1("matmul.i16 0x2000, 0x0, 0x400, 0x2f00, 13, 172, 4",
+               [(0x2F00, np.tile(np.array([2**14, 40], "<u2"), 13))])
+    t = sim.tile((0, 0))
+    instr = decode(assemble("matmul.i16 0x2000, 0x0, 0x400, 0x2f00, 13, 172, 4")[0])
+    kw = 22
+    assert instr_cycles(instr, CFG, 13) == 1 + 4 * (kw + 1) + 13 * kw + 5
+    assert t.perf.macs == 4 * 13 * 172
+    assert t.perf.matrix_cycles == instr_cycles(instr, CFG, 13)
+    table_cycles = sum(1 + -(-TABLE_ENTRIES[tid] * 2 // W) for tid in TableId)
+    assert t.perf.cycles == table_cycles + t.perf.matrix_cycles + 1     # + halt
+
+
+# -- scalar, loops, copy ------------------------------------------------------------------------
+
+def test_scalar_registers_and_memory():
+    sim = run1("""
+        li   r1, 0xfffffffe
+        add  r2, r1+3, 0            ; wraps to 1
+        sub  r3, 0, r2+1            ; -2
+        mul  r4, r1, 3              ; (2**32 - 2) * 3 mod 2**32
+        li   r0, 99                 ; ignored
+        add  r5, r0+7, 0
+        st   0x100, r5+0x1000
+        ld   r6, 0x100
+        st   0x104, r3
+        st   0x108, r4
+        st   0x10c, r2
+    """)
+    assert list(rd(sim, 0x100, 4, np.uint32)) == [0x1007, 2**32 - 2, (2**32 - 2) * 3 % 2**32, 1]
+    assert sim.tile((0, 0)).regs[0] == 0 and sim.tile((0, 0)).regs[6] == 0x1007
+
+
+def test_loops_nested_zero_and_dynamic():
+    sim = run1("""
+        li    r1, 0x100
+        li    r9, 3
+        loop  r9+1, outer           ; 4 times
+        loop  2, inner              ; 2 times: ends at the same place as nothing else
+        st    r1, r1
+        add   r1, r1+4, 0
+    inner:
+        loop  0, skip               ; never runs
+        st    0x300, 1
+    skip:
+        loop  3, outer              ; ends together with the outer loop
+        add   r2, r2+1, 0
+    outer:
+        st    0x200, r2
+        copy  0x400, 0x100, 32
+    """)
+    assert list(rd(sim, 0x100, 8, np.uint32)) == [0x100 + 4 * i for i in range(8)]
+    assert rd(sim, 0x200, 1, np.uint32)[0] == 12
+    assert rd(sim, 0x300, 1, np.uint32)[0] == 0
+    np.testing.assert_array_equal(rd(sim, 0x400, 32, np.uint8), rd(sim, 0x100, 32, np.uint8))
+
+
+# -- SEND / WAIT across tiles -------------------------------------------------------------------
+
+def test_two_tiles_send_wait_round_trip():
+    """(0,0) sends a vector to (1,0), which doubles it and sends it back."""
+    sim = IsaSim(2, 1, CFG)
+    x = rand(np.int16, 32, -1000, 1000)
+    sim.write((0, 0), 0x100, x)
+    sim.load_program((0, 0), """
+        send  0x200, 0x100, 64, (1, 0), 3     ; to (1,0) at 0x200, bump its counter 3
+        wait  5, 1                            ; the answer
+        done  1
+        halt
+    """)
+    sim.load_program((1, 0), """
+        wait  3, 1
+        vadd.i16.i16 0x300, 0x200, 0x200, 32
+        send  0x400, 0x300, 64, (0, 0), 5
+        done  2
+        halt
+    """)
+    sim.start((1, 0))            # the receiver first: it must block, not fail
+    sim.start((0, 0))
+    sim.run()
+    np.testing.assert_array_equal(sim.read((0, 0), 0x400, 32, np.int16), 2 * x)
+    assert [(e.tile, e.code) for e in sim.events] == [((1, 0), 2), ((0, 0), 1)]
+    t0, t1 = sim.tile((0, 0)), sim.tile((1, 0))
+    assert t0.counters[5] == 0 and t1.counters[3] == 0            # WAIT took them
+    assert t0.perf.flits_sent == 8 + 1 + 2 and t1.perf.bytes_received == 64
+    # (1,0) started first but waits for the message: its clock jumps to the arrival
+    send = decode(assemble("send 0x200, 0x100, 64, (1, 0), 3")[0])
+    arrival = instr_cycles(send, CFG, 64) + CFG.cost.hop
+    assert t1.perf.wait_cycles == arrival - 1 and t1.perf.cycles > arrival
+    assert t0.perf.cycles > t1.perf.cycles - 10       # (0,0) waited for the answer too
+
+
+def test_multicast_rectangle_and_signal_only_send():
+    sim = IsaSim(3, 2, CFG)
+    data = np.arange(40, dtype=np.uint8)
+    sim.write((0, 0), 0x100, data)
+    sim.load_program((0, 0), """
+        send 0x800, 0x100, 40, (1:2, 0:1), 2
+        wait 0, 4                 ; four acknowledgements
+        done 9
+        halt
+    """)
+    for x in (1, 2):
+        for y in (0, 1):
+            sim.load_program((x, y), """
+                wait 2, 1
+                send 0, 0, 0, (0, 0), 0          ; signal only: bumps (0,0)'s counter 0
+                halt
+            """)
+            sim.start((x, y))
+    sim.start((0, 0))
+    sim.run()
+    for x in (1, 2):
+        for y in (0, 1):
+            np.testing.assert_array_equal(sim.read((x, y), 0x800, 40, np.uint8), data)
+    assert not sim.read((0, 0), 0x800, 40, np.uint8).any()        # outside the rectangle
+    assert not sim.read((0, 1), 0x800, 40, np.uint8).any()
+    assert [e.code for e in sim.events] == [9]
+    # 5 words in multicast packets of at most 7 payload flits: 5 + 1 head, + 2 (counter)
+    assert sim.tile((0, 0)).perf.flits_sent == 5 + 1 + 2
+
+
+def test_deadlock_is_detected_and_explained():
+    sim = IsaSim(2, 1, CFG)
+    sim.load_program((0, 0), "wait 1, 1\nsend 0, 0, 0, (1, 0), 2\nhalt")
+    sim.load_program((1, 0), "wait 2, 1\nsend 0, 0, 0, (0, 0), 1\nhalt")
+    sim.start((0, 0))
+    sim.start((1, 0))
+    with pytest.raises(DeadlockError) as e:
+        sim.run()
+    msg = str(e.value)
+    assert "tile (0,0) at pc 0 waits for counter 1 to reach 1 (it holds 0)" in msg
+    assert "tile (1,0) at pc 0 waits for counter 2 to reach 1 (it holds 0)" in msg
+    assert [w[0] for w in e.value.waiting] == [(0, 0), (1, 0)]
+
+
+def test_deadlock_with_a_halted_tile_and_host_bump():
+    sim = IsaSim(2, 1, CFG)
+    sim.load_program((0, 0), "send 0, 0, 0, (1, 0), 0\nhalt")
+    sim.load_program((1, 0), "wait 0, 2\ndone 5\nhalt")
+    sim.start((0, 0))
+    sim.start((1, 0))
+    with pytest.raises(DeadlockError, match=r"counter 0 to reach 2 \(it holds 1\); "
+                                            r"tile \(0,0\) is halted"):
+        sim.run()
+    sim.bump_counter((1, 0), 0)           # the host supplies the missing bump
+    sim.run()
+    assert [e.code for e in sim.events] == [5]
+
+
+# -- errors ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("program, code", [
+    (".word 0", ErrorCode.ILLEGAL),
+    (".word 0x3f", ErrorCode.ILLEGAL),
+    ("copy 0x3ff8, 0, 9", ErrorCode.SRAM_RANGE),
+    ("li r1, 0xffffffff\ncopy r1, 0, 1", ErrorCode.SRAM_RANGE),
+    ("vadd.i16.i16 0x101, 0, 0, 4", ErrorCode.ALIGN),
+    ("matmul.i16 0x800, 0x4, 0x100, 0x0, 4, 8, 1", ErrorCode.ALIGN),
+    ("matmul.i16 0x800, 0x0, 0x100, 0x0, 4, 8, 5", ErrorCode.SHAPE),
+    ("matmul.i16 0x800, 0x0, 0x100, 0x0, 4, 513, 1", ErrorCode.SHAPE),
+    ("matmul.i16 0x800, 0x0, 0x100, 0x0, 0, 8, 1", ErrorCode.SHAPE),
+    ("vadd.i16.i16 0, 0, 0, 0", ErrorCode.SHAPE),
+    ("rope.i16.i16 0, 0, 0x100, 12, 8, 14", ErrorCode.SHAPE),
+    ("softmax.u16.i32 0x100, 0, 4", ErrorCode.TABLE),
+    ("send 0, 0, 8, (1, 0), 0", ErrorCode.ROUTE),
+    ("send 0, 0, 12, (0, 0), 0", ErrorCode.ALIGN),
+    ("send 0x3ff8, 0, 16, (0, 0), 0", ErrorCode.SRAM_RANGE),
+    ("wait 16, 1", ErrorCode.COUNTER),
+    ("send 0, 0, 8, (0, 0), 99", ErrorCode.COUNTER),
+    ("loop 2, l1\nloop 2, l1\nloop 2, l1\nloop 2, l1\nloop 2, l1\nnop\nl1: nop", ErrorCode.LOOP),
+    ("nop\n" * 3 + "jmp_off_end: nop", ErrorCode.IMEM_RANGE),
+    # a dynamic exponent larger than the static shift: requant_dyn refuses it
+    ("li r1, 0x001f0200\nst 0x400, r1\nmatmul.i16 0x800, 0x400, 0x100, 0x0, 1, 8, 1",
+     ErrorCode.ARITH),
+])
+def test_errors_halt_only_the_faulty_tile(program, code):
+    cfg = IsaConfig(sram_bytes=16384, imem_words=64 if "jmp" not in program else 4)
+    sim = IsaSim(1, 2, cfg)
+    sim.load_program((0, 0), program + ("" if "jmp" in program else "\nhalt"))
+    sim.load_program((0, 1), "loop 100, e\nvadd.i16.i16 0x100, 0x100, 0x200, 8\ne: done 3\nhalt")
+    sim.write((0, 1), 0x200, np.ones(8, np.int16))
+    sim.start((0, 0))
+    sim.start((0, 1))
+    sim.run()
+    bad, good = sim.tile((0, 0)), sim.tile((0, 1))
+    assert bad.state == TileState.ERROR and bad.error == code, bad.error_message
+    assert bad.error_message
+    assert good.state == TileState.HALTED and good.error == ErrorCode.NONE
+    np.testing.assert_array_equal(sim.read((0, 1), 0x100, 8, np.int16), np.full(8, 100))
+    assert [e.code for e in sim.events] == [3]
+    with pytest.raises(ValueError, match="error flag"):
+        sim.start((0, 0))
+    sim.reset((0, 0))
+    assert bad.error == ErrorCode.NONE and bad.state == TileState.IDLE
+
+
+def test_error_pc_and_message():
+    sim = IsaSim(1, 1, CFG)
+    sim.load_program((0, 0), "nop\nnop\ncopy 0x8000, 0, 1\nhalt")
+    sim.start((0, 0))
+    sim.run()
+    t = sim.tile((0, 0))
+    assert t.error_pc == 2 and t.pc == 2 and "past the end of the SRAM" in t.error_message
+
