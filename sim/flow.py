@@ -209,18 +209,24 @@ def run_cocotb(
     results = build_dir / f"results-{tag}.xml"
     env = {"PYTHONPATH": os.pathsep.join([str(test_dir or "."), *sys.path])}
     env.update(extra_env or {})
-    runner.test(
-        hdl_toplevel=toplevel,
-        test_module=test_module,
-        test_dir=build_dir,
-        build_dir=build_dir,
-        testcase=testcase,
-        extra_env=env,
-        waves=bool(waves),
-        seed=seed,
-        results_xml=str(results),
-        timescale=("1ns", "1ps") if sim == "verilator" else None,
-    )
+    try:
+        runner.test(
+            hdl_toplevel=toplevel,
+            test_module=test_module,
+            test_dir=build_dir,
+            build_dir=build_dir,
+            testcase=testcase,
+            extra_env=env,
+            waves=bool(waves),
+            seed=seed,
+            results_xml=str(results),
+            timescale=("1ns", "1ps") if sim == "verilator" else None,
+        )
+    except SystemExit:
+        # Under pytest the runner exits on a failed cocotb test; report the failures from
+        # the results file instead, with their messages.
+        if not results.exists():
+            raise
     run = _parse_results(sim, results)
     if check:
         run.raise_on_failure()
