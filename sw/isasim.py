@@ -26,7 +26,7 @@ Example
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -678,7 +678,8 @@ class IsaSim:
                 x = t._read(a, n, Dtype.I16)
                 g = t._read(t._val(i.b), n, Dtype.I16, "gain")
                 eps = int(t._read(i.c, 1, Dtype.I64, "epsilon")[0])
-                out = nx.rmsnorm(x[None], g, signed_imm(i.imm), eps, t._table(TableId.RSQRT), td.bits)[0]
+                out = nx.rmsnorm(x[None], g, signed_imm(i.imm), eps, t._table(TableId.RSQRT),
+                                 td.bits)[0]
             elif op == Opcode.DYNQ:
                 W = self.config.word_bytes
                 t._span(d, W + n, W, "record")

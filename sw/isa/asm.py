@@ -220,7 +220,7 @@ def _parse_instr(mnemonic: str, operand_text: str, symbols: dict, pc: int, n_wor
     if len(ops) != len(spec.operands):
         raise _Err(f"`{spec.mnemonic}` takes {len(spec.operands)} operand(s) "
                    f"({', '.join(spec.operands) or 'none'}), not {len(ops)}")
-    for kind, text in zip(spec.operands, ops):
+    for kind, text in zip(spec.operands, ops, strict=True):
         if kind == "rd":
             r = _reg_index(text)
             if r is None:
@@ -454,7 +454,7 @@ def disassemble(words) -> str:
     targets = {i.c for i in decoded if isinstance(i, Instr) and i.op == Opcode.LOOP}
     labels = {t: f"L{t}" for t in targets}
     lines = []
-    for index, (w, i) in enumerate(zip(words, decoded)):
+    for index, (w, i) in enumerate(zip(words, decoded, strict=True)):
         if index in labels:
             lines.append(f"{labels[index]}:")
         if isinstance(i, Instr):

@@ -360,8 +360,9 @@ class OpSpec:
         Assembler operands in order, each naming a kind: ``rd`` (register in ``d.reg``),
         ``D`` / ``A`` / ``B`` (address operands), ``N`` (length), ``C`` (``c`` immediate),
         ``TGT`` (loop end, ``c``), ``CNT`` (counter, ``c``), ``TAB`` (`TableId`, ``c``),
-        ``I`` (``imm``), ``SI`` (signed ``imm``, two's complement), ``V32`` (32-bit value in ``c[0:16]`` high and ``imm`` low),
-        ``RECT`` (destination rectangle in ``imm``), ``M`` (rows, ``ts = M - 1``).
+        ``I`` (``imm``), ``SI`` (signed ``imm``, two's complement), ``V32`` (32-bit value:
+        ``c[0:16]`` high, ``imm`` low), ``RECT`` (destination rectangle in ``imm``), ``M``
+        (rows, ``ts = M - 1``).
     td : frozenset of Dtype or None
         Legal destination types (None: ``td`` unused, must be 0).
     ts : frozenset of Dtype, "m" or None

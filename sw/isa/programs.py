@@ -352,3 +352,59 @@ def read_layer_trace(sim, xy, lay: LayerLayout, pos: int) -> dict:
         "key_exp": k_hdr[..., 1].astype(np.int8),
         "value_cache": rows(lay["vcache"], T, kvd, kvd, np.int8),
     }
+
+
+def main(argv=None) -> None:
+    """Print the layout and the estimated cycles of a stories260K layer on one tile.
+
+    ``python -m chipotle.isa.programs [--max-pos P] [--sram KIB] [--positions N]``: lays out
+    layer 0, runs decode steps 0 .. N-1 in the ISA simulator against the golden model (bit
+    exact or an error), and prints the memory map and the per-step cycle estimate.
+    """
+    import argparse
+
+    from ..golden import GoldenModel, quantize
+    from ..isasim import IsaSim
+    from ..model import load_checkpoint
+    from ..paths import default_model_dir
+    from .asm import assemble
+
+    ap = argparse.ArgumentParser(prog="python -m chipotle.isa.programs",
+                                 description=main.__doc__.splitlines()[0])
+    ap.add_argument("--max-pos", type=int, default=64)
+    ap.add_argument("--sram", type=int, default=128, help="SRAM in KiB")
+    ap.add_argument("--positions", type=int, default=8)
+    ap.add_argument("--layer", type=int, default=0)
+    args = ap.parse_args(argv)
+    qm = quantize(load_checkpoint(default_model_dir() / "stories260K.bin"))
+    isa = IsaConfig(sram_bytes=args.sram * 1024)
+    lay = LayerLayout(qm, isa, max_pos=args.max_pos)
+    print(f"stories260K layer {args.layer}, {isa}")
+    print(lay.memory_map())
+    sym: dict = {}
+    words = assemble(layer_program(lay, args.layer), symbols_out=sym)
+    print(f"program: {len(words)} instructions")
+    sim = IsaSim(1, 1, isa)
+    place_layer(sim, (0, 0), lay, args.layer)
+    sim.load_program((0, 0), words)
+    golden = GoldenModel(qm)
+    print("pos  cycles  matrix  vector    dma  instructions  MACs")
+    for pos in range(args.positions):
+        trace: dict = {}
+        golden.forward(1 if pos == 0 else 100 + pos, pos, trace)
+        x = trace["x.emb"] if args.layer == 0 else trace[f"l{args.layer - 1}.res"]
+        write_step_input(sim, (0, 0), lay, pos, x)
+        t = sim.tile((0, 0))
+        before = dict(vars(t.perf))
+        sim.start((0, 0), 0 if pos == 0 else sym["step"])
+        sim.run()
+        if not np.array_equal(read_layer_trace(sim, (0, 0), lay, pos)["res"],
+                              trace[f"l{args.layer}.res"]):
+            raise SystemExit(f"position {pos}: the layer output differs from the golden model")
+        d = {k: v - before[k] for k, v in vars(t.perf).items()}
+        print(f"{pos:3d} {d['cycles']:7d} {d['matrix_cycles']:7d} {d['vector_cycles']:7d} "
+              f"{d['dma_cycles']:6d} {d['instructions']:13d} {d['macs']:6d}")
+
+
+if __name__ == "__main__":
+    main()

@@ -10,6 +10,7 @@
 import itertools
 
 import pytest
+
 from chipotle.isa import (
     SPECS,
     Addr,

@@ -5,12 +5,15 @@ and emits its decode-step program; the simulator runs it for consecutive positio
 intermediate the golden model traces for that layer — norm outputs, q, k, v, scores,
 probabilities, attention output, residuals, FFN hidden states — and the whole KV cache
 (values and the keys' scale codes) must be identical.  On stories260K (first and last
-layer) and on a small synthetic model with K not a multiple of W and a head size below W.
+layer) and on a small synthetic model with K not a multiple of W and a head size below W;
+also the embedding lookup and the model's head (final norm, classifier, argmax).
 """
 
 import numpy as np
 import pytest
+
 from chipotle.golden import GoldenModel, quantize
+from chipotle.golden import numerics as nx
 from chipotle.golden.quantize import calibration_sequences
 from chipotle.isa import ErrorCode, IsaConfig, assemble
 from chipotle.isa.programs import (
@@ -106,3 +109,58 @@ def test_program_is_position_independent_and_short(small_qm):
     with pytest.raises(ValueError, match="needs .* bytes of SRAM"):
         LayerLayout(small_qm, IsaConfig(sram_bytes=4096), max_pos=24)
     assert "kcache" in lay.memory_map()
+
+
+def test_embedding_and_head_bit_exact(small_qm):
+    """Embedding lookup (`reqm` at a token-dependent address), final norm, classifier, argmax."""
+    qm, c = small_qm, small_qm.config
+    isa = IsaConfig(sram_bytes=16 * 1024)
+    W = isa.word_bytes
+    E, EMS, G, EPS, TOK, X = 0x0, 0x400, 0x500, 0x540, 0x548, 0x600
+    XN, XQ, LOG, OUT = 0x640, 0x680, 0x700, 0x800
+    TABS = 0x1000
+    sim = IsaSim(1, 1, isa)
+    emb = np.zeros((c.vocab_size, isa.pad(c.dim)), np.int8)
+    emb[:, :c.dim] = qm.embedding.w
+    sim.write(TILE, E, emb)
+    sim.write(TILE, EMS, np.stack([qm.embedding.m, qm.embedding.s], 1).astype("<u2"))
+    CMS = 0x900
+    sim.write(TILE, CMS, np.stack([qm.classifier.m, qm.classifier.s], 1).astype("<u2"))
+    sim.write(TILE, G, qm.final_norm.gain.astype("<i2"))
+    sim.write(TILE, EPS, np.array([qm.final_norm.eps], "<i8"))
+    sim.write(TILE, TABS, qm.rsqrt_table.astype("<u2"))
+    sim.write(TILE, TABS + 0x800, qm.dynquant_table.astype("<u2"))
+    sim.load_program(TILE, f"""
+        table rsqrt, {TABS}
+        table dynq, {TABS + 0x800}
+        ld    r1, {TOK}
+        mul   r2, r1, {isa.pad(c.dim)}
+        mul   r3, r1, 4
+        reqm.i16.i8     {X}, r2+{E}, r3+{EMS}, {c.dim}      ; x = requant(E8[tok], m, s)
+        rmsnorm.i16.i16 {XN}, {X}, {G}, {c.dim}, {EPS}, {qm.final_norm.shift}
+        dynq.i8.i16     {XQ}, {XN}, {c.dim}
+        matmul.i32      {LOG}, {XQ}, {E}, {CMS}, {c.vocab_size}, {c.dim}, 1   ; shared weights
+        argmax.i32.i32  {OUT}, {LOG}, {c.vocab_size}
+        halt
+    """)
+    assert qm.classifier.w is qm.embedding.w
+    golden = GoldenModel(qm)
+    for tok in (0, 7, c.vocab_size - 1):
+        trace = {}
+        golden.forward(tok, 0, trace)
+        x = trace["x.emb"]
+        sim.write(TILE, TOK, np.array([tok], "<i4"))
+        sim.start(TILE)
+        sim.run()
+        assert sim.tile(TILE).error == ErrorCode.NONE, sim.tile(TILE).error_message
+        np.testing.assert_array_equal(sim.read(TILE, X, c.dim, np.int16), x)
+        # the golden head (final norm, classifier, argmax) applied to this row
+        xn = nx.rmsnorm(x[None], qm.final_norm.gain, qm.final_norm.shift, qm.final_norm.eps,
+                        qm.rsqrt_table)
+        x8, mu, b = nx.dynquant(xn, qm.dynquant_table)
+        logits = nx.requant_dyn(nx.matmul(x8, qm.classifier.w), mu, b, qm.classifier.m,
+                                qm.classifier.s, 32)[0]
+        np.testing.assert_array_equal(sim.read(TILE, LOG, c.vocab_size, np.int32), logits)
+        assert sim.read(TILE, OUT, 1, np.int32)[0] == nx.argmax(logits)
+        np.testing.assert_array_equal(sim.read(TILE, XQ + W, c.dim, np.int8), x8[0])
+

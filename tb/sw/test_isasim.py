@@ -11,8 +11,9 @@
 
 import numpy as np
 import pytest
+
 from chipotle.golden import numerics as nx
-from chipotle.isa import Dtype, ErrorCode, IsaConfig, Opcode, TableId, assemble, decode
+from chipotle.isa import Dtype, ErrorCode, IsaConfig, TableId, assemble, decode
 from chipotle.isa.core import TABLE_ENTRIES, instr_cycles
 from chipotle.isasim import DeadlockError, IsaSim, TileState
 
