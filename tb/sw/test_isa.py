@@ -256,3 +256,35 @@ def test_assembler_rejects_programs(src, line, reason):
     with pytest.raises(AsmError, match=reason) as e:
         assemble(src)
     assert e.value.line == line
+
+
+# -- the same layout in gateware ------------------------------------------------------------------
+
+def test_layout_drives_gateware():
+    """A decoder written against `Instruction` sees the fields the Python encoder wrote."""
+    from amaranth import Module, Signal
+    from amaranth.sim import Simulator
+
+    m = Module()
+    word = Signal(Instruction)
+    is_mat = Signal()
+    rows = Signal(4)
+    m.d.comb += [is_mat.eq(word.op.as_value()[4:6] == 3), rows.eq(word.ts.m1 + 1)]
+    instr = decode(assemble("matqk.i16 r3+0x40, 0x100, r2, 0x80, r1+1, 8, 2")[0])
+    vadd = assemble("vadd.i32.u16 0, 0, 0, 1")[0]
+    seen = {}
+
+    async def testbench(ctx):
+        ctx.set(word.as_value(), encode(instr))
+        seen["mat"], seen["rows"] = ctx.get(is_mat), ctx.get(rows)
+        seen["op"], seen["td"] = ctx.get(word.op), ctx.get(word.td)
+        seen["d"] = (ctx.get(word.d.reg), ctx.get(word.d.off))
+        seen["n"] = (ctx.get(word.n.reg), ctx.get(word.n.imm))
+        ctx.set(word.as_value(), vadd)
+        seen["ts"] = ctx.get(word.ts.dtype)
+
+    sim = Simulator(m)
+    sim.add_testbench(testbench)
+    sim.run()
+    assert seen == {"mat": 1, "rows": 2, "op": Opcode.MATQK, "td": Dtype.I16, "d": (3, 0x40),
+                    "n": (1, 1), "ts": Dtype.U16}

@@ -15,7 +15,7 @@ import pytest
 from chipotle.golden import GoldenModel, quantize
 from chipotle.golden import numerics as nx
 from chipotle.golden.quantize import calibration_sequences
-from chipotle.isa import ErrorCode, IsaConfig, assemble
+from chipotle.isa import ErrorCode, IsaConfig, assemble, disassemble
 from chipotle.isa.programs import (
     LayerLayout,
     layer_program,
@@ -106,6 +106,7 @@ def test_program_is_position_independent_and_short(small_qm):
     lay = LayerLayout(small_qm, isa, max_pos=24)
     words = assemble(layer_program(lay, 0))
     assert len(words) < 80
+    assert assemble(disassemble(words)) == words
     with pytest.raises(ValueError, match="needs .* bytes of SRAM"):
         LayerLayout(small_qm, IsaConfig(sram_bytes=4096), max_pos=24)
     assert "kcache" in lay.memory_map()
