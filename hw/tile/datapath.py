@@ -53,12 +53,15 @@ class TileConfig:
     max_m: int = 4
     k_max: int = 512
     kv: KvLayout = field(default_factory=lambda: KvLayout(
-        n_layers=1, n_kv_heads=2, head_size=8, max_pos=256, base=2048))
+        n_layers=1, n_kv_heads=2, head_size=8, max_pos=256, base=2048, k_header=True))
 
     def __post_init__(self):
         if self.kv.word_bytes != self.word_bytes:
             raise ValueError(f"kv.word_bytes must equal word_bytes ({self.word_bytes}), "
                              f"not {self.kv.word_bytes}")
+        if self.kv.end > self.sram_words:
+            raise ValueError(f"the KV store (words {self.kv.base}..{self.kv.end - 1}) must fit "
+                             f"in the SRAM of {self.sram_words} words")
 
     @property
     def sram_words(self):

@@ -6,7 +6,7 @@ block of V stored transposed (one row of ``max_pos`` int8 per head dimension), s
 attention products run on the matrix unit as plain weight matrices:
 
 * scores ``s[m, p] = sum_d K[p, d] * q[m, d]``: weight matrix ``K[0..pos]``, N = pos + 1
-  rows of K = head_size;
+  rows of K = head_size (row stride ``k_row_words``, past the optional header word);
 * weighted sum ``o[m, d] = sum_p V[p, d] * a[m, p]``: weight matrix ``V.T[:, 0..pos]``,
   N = head_size rows of K = pos + 1 (row stride ``ceil(max_pos / W)`` words).
 
@@ -45,13 +45,16 @@ class KvLayout:
 
     Block ``i = layer * n_kv_heads + head`` starts at ``base + i * block_words`` and holds
 
-    * K: ``max_pos`` rows of ``k_row_words = ceil(head_size / W)`` words; K[p, d] is byte
-      ``d % W`` of word ``k_row(layer, head, p) + d // W``;
+    * K: ``max_pos`` rows of ``k_row_words`` words: with ``k_header``, first one header word
+      (the row's scale code, ``docs/numerics.md``: K is quantised per position and head),
+      then ``k_data_words = ceil(head_size / W)`` data words; K[p, d] is byte ``d % W`` of
+      word ``k_data(layer, head, p) + d // W``;
     * then V transposed: ``head_size`` rows of ``v_row_words = ceil(max_pos / W)`` words;
       V[p, d] is byte ``p % W`` of word ``v_row(layer, head, d) + p // W``.
 
     Bytes past ``head_size`` in a K row, and past ``max_pos`` in a V row, are padding: the
-    store never writes them and the matrix unit masks them.
+    store never writes them and the matrix unit masks them.  A K row with a header has the
+    layout of the ISA's records (a header word, then the padded int8 data).
 
     Parameters
     ----------
@@ -65,6 +68,9 @@ class KvLayout:
         Word address of the first block.
     word_bytes : int
         W, bytes per SRAM word.
+    k_header : bool
+        Each K row starts with one header word (copied by ``APPEND``, skipped by
+        ``STREAM_K``).
     """
 
     n_layers: int
@@ -73,6 +79,7 @@ class KvLayout:
     max_pos: int
     base: int = 0
     word_bytes: int = 8
+    k_header: bool = False
 
     def __post_init__(self):
         for name in ("n_layers", "n_kv_heads", "head_size", "max_pos", "word_bytes"):
@@ -94,9 +101,19 @@ class KvLayout:
         return self.max_pos
 
     @property
-    def k_row_words(self):
-        """Words per K row, ``ceil(head_size / W)``."""
+    def k_data_words(self):
+        """Data words per K row, ``ceil(head_size / W)``."""
         return -(-self.head_size // self.word_bytes)
+
+    @property
+    def k_header_words(self):
+        """Header words per K row (1 with ``k_header``, else 0)."""
+        return int(bool(self.k_header))
+
+    @property
+    def k_row_words(self):
+        """Words per K row, header included."""
+        return self.k_header_words + self.k_data_words
 
     @property
     def v_row_words(self):
@@ -129,8 +146,12 @@ class KvLayout:
         return self.base + (layer * self.n_kv_heads + head) * self.block_words
 
     def k_row(self, layer, head, pos):
-        """Return the word address of K row ``pos`` of ``(layer, head)``."""
+        """Return the word address of K row ``pos`` of ``(layer, head)`` (its header, if any)."""
         return self.block(layer, head) + pos * self.k_row_words
+
+    def k_data(self, layer, head, pos):
+        """Return the word address of element 0 of K row ``pos`` of ``(layer, head)``."""
+        return self.k_row(layer, head, pos) + self.k_header_words
 
     def v_row(self, layer, head, d):
         """Return the word address of transposed-V row ``d`` of ``(layer, head)``."""
@@ -166,7 +187,8 @@ class KvAppendArgs(data.Struct):
     Members
     -------
     k_src : ``unsigned(16)``
-        Word address of the K vector (``head_size`` int8, packed like a weight row).
+        Word address of the K row to copy: its header word when ``layout.k_header``, then
+        ``head_size`` int8 packed like a weight row.
     v_src : ``unsigned(16)``
         Word address of the V vector.
     """
@@ -261,11 +283,12 @@ class KvError(enum.Enum, shape=unsigned(3)):
 class KvStore(wiring.Component):
     """The tile's KV cache share: appends into SRAM and KV matrix commands.
 
-    ``APPEND`` reads the K vector (``ceil(head_size / W)`` words) and the V vector from
-    SRAM through ``bus`` and writes them to position ``pos``: K as whole words (the last
-    one byte-masked to ``head_size``), V as ``head_size`` single-byte writes down the
-    transposed block.  It takes ``2 * ceil(hs / W) + ceil(hs / W) + hs`` granted bus cycles
-    plus the command cycle (``hs`` = head_size).  ``STREAM_K`` / ``STREAM_V`` take one
+    ``APPEND`` reads the K row (``layout.k_row_words`` words: the header word if any, then
+    the data) and the V vector from SRAM through ``bus`` and writes them to position
+    ``pos``: K as whole words (the last one byte-masked to ``head_size``), V as
+    ``head_size`` single-byte writes down the transposed block.  It takes
+    ``2 * k_row_words + ceil(hs / W) + hs`` granted bus cycles plus the command cycle
+    (``hs`` = head_size).  ``STREAM_K`` / ``STREAM_V`` take one
     cycle to compute the addresses and then offer one :class:`MatrixCommand` on ``o_mcmd``;
     a later command waits until it is taken, and an ``APPEND`` completes all its writes
     before the next command is accepted, so a following ``STREAM_*`` sees them.
@@ -326,7 +349,8 @@ class KvStore(wiring.Component):
         L = self._layout
         W = L.word_bytes
         wbits = exact_log2(W)
-        kw = L.k_row_words
+        kw = L.k_row_words        # words copied per K row (header included)
+        kh = L.k_header_words
         vw = L.v_row_words
         hs = L.head_size
         vsrc_words = -(-hs // W)
@@ -366,7 +390,7 @@ class KvStore(wiring.Component):
             m.d.sync += buf.eq(bus.rdata)
         m.d.comb += word.eq(Mux(pending, bus.rdata, buf))
 
-        k_last_bytes = hs - (kw - 1) * W
+        k_last_bytes = hs - (L.k_data_words - 1) * W
         full = (1 << W) - 1
 
         with m.FSM(name="fsm") as fsm:
@@ -406,7 +430,7 @@ class KvStore(wiring.Component):
                         ]
                         with m.If(cmd.op == KvOp.STREAM_K):
                             m.d.sync += [
-                                mc.w_base.eq(k_rows),
+                                mc.w_base.eq(k_rows + kh),
                                 mc.w_stride.eq(kw),
                                 mc.n.eq(cmd.pos + 1),
                                 mc.k.eq(hs),

@@ -39,31 +39,35 @@ async def _idle(tb, what):
     await wait_until(tb.clk, lambda: not int(tb.dut.busy.value), 2000, what)
 
 
+KDW = L.k_data_words
+QBASE = SCRATCH + 2 * L.k_row_words       # queries / attention weights, after the K, V source
+
+
 async def _append(tb, kvm, layer, head, pos):
-    """Append random K, V at ``(layer, head, pos)`` and apply it to the model."""
+    """Append random K (with a random header word if any), V at ``(layer, head, pos)``."""
     kv = _rand(tb, (2, L.head_size))
-    kw = L.k_row_words
-    await tb.load(SCRATCH, pack_rows(kv, W, rng=tb.np_rng))
+    header = tb.rng.getrandbits(8 * W)
+    krow = [header] * L.k_header_words + pack_rows(kv[:1], W, rng=tb.np_rng)
+    await tb.load(SCRATCH, krow + pack_rows(kv[1:], W, rng=tb.np_rng))
     await tb.kvcmd.send(encode_kvcmd(KvOp.APPEND, layer=layer, head=head, pos=pos,
-                                     k_src=SCRATCH, v_src=SCRATCH + kw))
-    kvm.append(tb.shadow, layer, head, pos, kv[0], kv[1])
+                                     k_src=SCRATCH, v_src=SCRATCH + len(krow)))
+    kvm.append(tb.shadow, layer, head, pos, kv[0], kv[1], header)
     await _idle(tb, f"append ({layer}, {head}, {pos})")
 
 
 async def _scores(tb, kvm, layer, head, pos, m):
     """Run STREAM_K for ``m`` query rows and queue the expected scores."""
     q = _rand(tb, (m, L.head_size))
-    base = SCRATCH + 2 * L.k_row_words
-    await tb.load(base, pack_rows(q, W, rng=tb.np_rng))
+    await tb.load(QBASE, pack_rows(q, W, rng=tb.np_rng))
     tb.expect_matmul(q, kvm.k[layer, head, :pos + 1])
     await tb.kvcmd.send(encode_kvcmd(KvOp.STREAM_K, layer=layer, head=head, pos=pos,
-                                     x_base=base, x_stride=L.k_row_words, m=m))
+                                     x_base=QBASE, x_stride=KDW, m=m))
 
 
 async def _weighted(tb, kvm, layer, head, pos, m):
     """Run STREAM_V for ``m`` rows of attention weights over positions 0..pos."""
     a = _rand(tb, (m, pos + 1))
-    base = SCRATCH + 2 * L.k_row_words
+    base = QBASE
     stride = words_per_row(pos + 1, W)
     await tb.load(base, pack_rows(a, W, rng=tb.np_rng))
     tb.expect_matmul(a, kvm.v[layer, head, :pos + 1].T.copy())
@@ -187,7 +191,7 @@ async def command_mux_order(dut):
     kvm = KvModel(L)
     for pos in range(3):
         await _append(tb, kvm, 0, 0, pos)
-    base = SCRATCH + 8 * L.k_row_words
+    base = QBASE + M * KDW
     k = 64
     rw = words_per_row(k, W)
     x, w_long, w_next = _rand(tb, (M, k)), _rand(tb, (24, k)), _rand(tb, (3, k))
@@ -198,7 +202,7 @@ async def command_mux_order(dut):
     await tb.load(long_base, pack_rows(w_long, W, rng=tb.np_rng))
     await tb.load(next_base, pack_rows(w_next, W, rng=tb.np_rng))
     q = _rand(tb, (2, L.head_size))
-    q_base = SCRATCH + 2 * L.k_row_words
+    q_base = QBASE
     await tb.load(q_base, pack_rows(q, W, rng=tb.np_rng))
     tb.expect_matmul(x, w_long)
     tb.expect_matmul(x, w_next)
@@ -209,6 +213,6 @@ async def command_mux_order(dut):
         w_base=next_base, w_stride=rw, n=3, k=k, x_base=x_base, x_stride=rw, m=M)))
     await ClockCycles(tb.clk, 5)
     await tb.kvcmd.send(encode_kvcmd(KvOp.STREAM_K, layer=0, head=0, pos=2, x_base=q_base,
-                                     x_stride=L.k_row_words, m=2))
+                                     x_stride=KDW, m=2))
     await with_timeout(pending, 20 * TIMEOUT_US, "ns")
     await tb.stop()

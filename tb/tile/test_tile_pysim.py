@@ -197,7 +197,7 @@ def test_kv_append_and_stream_pysim():
         for i, word in enumerate(qw):
             await h.write(src + i, word)
         await h.send(dut.i_kvcmd, encode_kvcmd(KvOp.STREAM_K, layer=1, head=0, pos=3,
-                                               x_base=src, x_stride=L.k_row_words, m=2))
+                                               x_base=src, x_stride=L.k_data_words, m=2))
         got = await h.results(4)
         ref = matmul_ref(q, kvm.k[1, 0, :4])
         assert [acc[:2] for _, _, acc in got] == [list(ref[:, p]) for p in range(4)]

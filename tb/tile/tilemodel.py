@@ -117,14 +117,19 @@ class KvModel:
         self.v = np.zeros_like(self.k)
 
     def append(self, shadow: Shadow, layer: int, head: int, pos: int,
-               kvec: np.ndarray, vvec: np.ndarray) -> None:
-        """Record an accepted append and apply its writes to ``shadow``."""
+               kvec: np.ndarray, vvec: np.ndarray, header: int = 0) -> None:
+        """Record an accepted append and apply its writes to ``shadow``.
+
+        ``header`` is the K row's header word (written only when the layout has one).
+        """
         L = self.layout
         W = L.word_bytes
         self.k[layer, head, pos] = kvec
         self.v[layer, head, pos] = vvec
+        if L.k_header:
+            shadow.write(L.k_row(layer, head, pos), header)
         kb = kvec.astype(np.int8).view(np.uint8)
-        row = L.k_row(layer, head, pos)
+        row = L.k_data(layer, head, pos)
         for d in range(L.head_size):
             shadow.mem[row + d // W, d % W] = kb[d]
         vb = vvec.astype(np.int8).view(np.uint8)
@@ -163,16 +168,19 @@ def decode_result(bits: int, max_m: int) -> tuple[int, int, list[int]]:
 
 
 # Configurations of the benches.  "full" is the product default SRAM (32 KiB) with a KV
-# share whose head_size (12) and max_pos (100) are not multiples of W; "small" keeps
+# share whose head_size (12) and max_pos (100) are not multiples of W and whose K rows carry
+# a header word (the scale code of docs/numerics.md); "small" keeps
 # Icarus fast; "narrow" exercises the other parameters (W = 4, 4 banks, M = 2, a KV share
-# of one layer and three heads whose head_size is a multiple of W).
+# of one layer and three heads whose head_size is a multiple of W, no K header).
 CONFIGS = {
     "full": TileConfig(
         sram_bytes=32768, word_bytes=8, n_banks=2, max_m=4, k_max=512,
-        kv=KvLayout(n_layers=2, n_kv_heads=2, head_size=12, max_pos=100, base=2600)),
+        kv=KvLayout(n_layers=2, n_kv_heads=2, head_size=12, max_pos=100, base=2200,
+                    k_header=True)),
     "small": TileConfig(
         sram_bytes=8192, word_bytes=8, n_banks=2, max_m=4, k_max=176,
-        kv=KvLayout(n_layers=2, n_kv_heads=2, head_size=12, max_pos=20, base=640)),
+        kv=KvLayout(n_layers=2, n_kv_heads=2, head_size=12, max_pos=20, base=600,
+                    k_header=True)),
     "narrow": TileConfig(
         sram_bytes=4096, word_bytes=4, n_banks=4, max_m=2, k_max=200,
         kv=KvLayout(n_layers=1, n_kv_heads=3, head_size=8, max_pos=30, base=640,
