@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import os
+from contextlib import contextmanager
 from pathlib import Path
 
 import amaranth
@@ -58,9 +60,29 @@ def mesh_verilog(width: int, height: int, cfg=None) -> tuple[str, str]:
     return _cached(top, lambda: noc.Mesh(width, height, cfg), width, height, cfg), top
 
 
+@contextmanager
+def _quick_cxx():
+    """Compile Verilator's C++ without optimisation while the context lasts.
+
+    ``-Os`` (Verilator's default) makes the 4 x 4 mesh take 5.5 CPU-minutes to compile,
+    ``-O0`` 1.5; these benches spend their time in the Python testbench, not in the model.
+    The make variables ride on ``MAKEFLAGS`` like the toolchain's own fixes.
+    """
+    saved = os.environ.get("MAKEFLAGS")
+    os.environ["MAKEFLAGS"] = ((saved or "") + " OPT_FAST=-O0 OPT_SLOW=-O0").strip()
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop("MAKEFLAGS", None)
+        else:
+            os.environ["MAKEFLAGS"] = saved
+
+
 def run(sim: str, design: tuple[str, str], test_module: str, *, testcase=None, env=None):
     """Run cocotb tests of ``design`` from this folder; raise on any failure."""
     verilog, top = design
-    return run_cocotb(sim=sim, verilog=verilog, toplevel=top, test_module=test_module,
-                      test_dir=TB_DIR, testcase=testcase,
-                      extra_env={k: str(v) for k, v in (env or {}).items()})
+    with _quick_cxx():
+        return run_cocotb(sim=sim, verilog=verilog, toplevel=top, test_module=test_module,
+                          test_dir=TB_DIR, testcase=testcase,
+                          extra_env={k: str(v) for k, v in (env or {}).items()})
