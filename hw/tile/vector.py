@@ -1,0 +1,950 @@
+"""The tile's vector unit: element-wise operations, requantisation, reductions, fused passes.
+
+Executes the vector-unit instructions of ``docs/isa.md`` (units 1 and 2, and ``TABLE``) bit
+for bit as the ISA-level simulator (``chipotle.isasim``) and the golden model
+(``chipotle.golden.numerics``) do: the operands are in the tile SRAM, reached through one
+:class:`~chipotle.hw.tile.sram.SramSignature` initiator port; the controller hands over a
+decoded instruction whose address and length operands are already resolved
+(:class:`VectorCommand`); the unit reports completion, with an ``ErrorCode`` and the cycles
+it was busy, on a stream (:class:`VectorDone`).  Timing and structure: ``docs/tile.md``,
+section "Vector unit".
+
+Members
+-------
+VectorCommand
+    Command format (``data.Struct``): the instruction's opcode, types and immediates (shapes
+    from ``chipotle.isa``) plus resolved byte addresses and length.
+VectorDone
+    Completion format: error code and busy cycles.
+VectorUnit
+    The component.
+"""
+
+# ruff: noqa: F403, F405  (names come from `from amaranth import *`)
+
+from amaranth import *  # house style (STYLE.md)
+from amaranth.lib import data, enum, memory, stream, wiring
+from amaranth.lib.wiring import In, Out
+from amaranth.utils import ceil_log2, exact_log2
+
+from chipotle.isa.core import (
+    C_BITS,
+    IMM_BITS,
+    TABLE_ENTRIES,
+    Dtype,
+    ErrorCode,
+    IsaConfig,
+    Opcode,
+    TableId,
+)
+
+from .sram import ADDR_WIDTH, SramSignature
+
+__all__ = ["VectorCommand", "VectorDone", "VectorUnit", "VECTOR_OPCODES"]
+
+#: Opcodes the vector unit executes (everything else completes with ``ILLEGAL``).
+VECTOR_OPCODES = frozenset(
+    op for op in Opcode if (op.value >> 4) in (1, 2)) | {Opcode.TABLE}
+
+
+class VectorCommand(data.Struct):
+    """A vector-unit instruction with its operands resolved by the controller (241 bits).
+
+    The field shapes are the ISA's (``chipotle.isa.core``): ``op`` / ``td`` / ``ts`` /
+    ``c`` / ``imm`` are the instruction's fields unchanged (``ts`` read as a `Dtype`); ``d``,
+    ``a``, ``b`` are the byte addresses ``r[reg] + off`` and ``n`` is ``r[reg] + imm``.
+
+    Members
+    -------
+    op : `Opcode` (6 bits)
+        A vector opcode (``VADD`` .. ``ARGMAX``, ``RMSNORM`` .. ``WSUM``) or ``TABLE``.
+    td : `Dtype` (3 bits)
+        Destination element type.
+    ts : `Dtype` (3 bits)
+        Source element type.
+    c : ``unsigned(17)``
+        The ``c`` immediate (a shift, the epsilon address, a stride, a table id).
+    imm : ``unsigned(16)``
+        The ``imm`` immediate (a multiplier, a signed gain shift, a head size, a width).
+    d, a, b : ``unsigned(32)``
+        Resolved byte addresses (modulo ``2**32``).
+    n : ``unsigned(32)``
+        Resolved length (elements, or positions for ``WSUM``).
+    """
+
+    op: Opcode
+    td: Dtype
+    ts: Dtype
+    c: unsigned(C_BITS)
+    imm: unsigned(IMM_BITS)
+    d: unsigned(32)
+    a: unsigned(32)
+    b: unsigned(32)
+    n: unsigned(32)
+
+
+class VectorDone(data.Struct):
+    """Completion of one command (36 bits).
+
+    Members
+    -------
+    error : `ErrorCode` (4 bits)
+        ``NONE``, or why the command was refused (then it wrote nothing).
+    cycles : ``unsigned(32)``
+        Cycles from the command's acceptance to the first cycle this word is offered (the
+        vector-busy performance counter's increment).
+    """
+
+    error: ErrorCode
+    cycles: unsigned(32)
+
+
+class _Lane(enum.Enum, shape=unsigned(4)):
+    """What a lane computes: ``q = (MX * MY + ADD + half) >> SH``, ``r = sat_td(q)``."""
+
+    ADD = 0     # x * 1 + y
+    SUB = 1     # x * 1 - y
+    MUL = 2     # x * y
+    REQ = 3     # x * mult >> shamt
+    PASS = 4    # x
+    SQ = 5      # x * x
+    NORM = 6    # (x * y) * mult >> shamt
+    EXP = 7     # EXP2[f] >> n, from d = max - x
+    ROPE = 8    # x[2j] c -+ x[2j+1] s ... >> shamt
+    SILU = 9    # x * SIGMOID[j] >> 15
+    WSUM = 10   # x * y[0]
+
+
+class _Red(enum.Enum, shape=unsigned(2)):
+    NONE = 0
+    SUM = 1
+    MAX = 2
+    MAXABS = 3
+
+
+# Passes of a command: a prologue reading one parameter word, then up to three passes.
+_PRO, _P1, _P2, _P3 = 0, 1, 2, 3
+
+_DTYPES_SIGNED_BITS = {Dtype.I8: 8, Dtype.I16: 16, Dtype.I32: 32, Dtype.I64: 64}
+_DTYPES_UNSIGNED_BITS = {Dtype.U8: 8, Dtype.U16: 16, Dtype.U32: 32}
+
+
+def _lod(m, value, name):
+    """Return a signal holding the leading-one position of ``value`` (0 when it is 0)."""
+    pos = Signal(range(max(len(value), 2)), name=name)
+    for k in range(len(value)):
+        with m.If(value[k]):
+            m.d.comb += pos.eq(k)
+    return pos
+
+
+class VectorUnit(wiring.Component):
+    """The tile's vector unit (``docs/isa.md`` units 1 and 2, ``TABLE``), ``lanes`` wide.
+
+    One command at a time.  A command is checked first (range, alignment, shape, table and
+    static arithmetic errors, in the order the ISA simulator checks them); a refused
+    command writes nothing and completes with its ``ErrorCode``.  Otherwise it runs as one
+    to three *passes* over its vector, micro-sequenced with scalar steps between them
+    (leading-one detect, table look-up).  Each pass walks the vector in *chunks* of up to
+    ``lanes`` elements: read the chunk's source words (one SRAM word per granted cycle),
+    compute the lanes (4-stage pipeline), then write the chunk's destination words with
+    byte enables, or fold the lanes into a reduction.  Arithmetic is exactly the golden
+    model's (``docs/numerics.md``): the one rounding rule ``(x * m + 2**(s-1)) >> s`` with
+    saturation to ``td``, 64-bit reductions, first-index argmax.
+
+    Lane datapath (per lane): a 17 x 17 signed multiplier (RMSNorm ``x * gain``, the second
+    RoPE product), a 34 x 34 signed multiplier (``vmul`` is 32 x 32 into 64 bits; every
+    requantisation is at most 32 x 16), an adder, a barrel shifter (0 .. 62) with rounding
+    and a saturator to ``td``.  Tables: ``amaranth.lib.memory.Memory`` of 16-bit entries,
+    one per `TableId` (sizes ``TABLE_ENTRIES``); exp2 and sigmoid have ``lanes`` read ports
+    (one look-up per lane per cycle; replicated block RAM), the others one.
+
+    Parameters
+    ----------
+    lanes : int
+        V, elements per chunk (even, at least 2; default `IsaConfig().lanes` = 8).
+    word_bytes : int
+        W, bytes per SRAM word (a power of two, at least 8; default 8).
+    sram_bytes : int
+        Size of the SRAM the operands live in (the range checks' limit), at most
+        ``2**ADDR_WIDTH`` words.
+
+    Members
+    -------
+    i_cmd : ``In(stream.Signature(VectorCommand))``
+        Commands; accepted only when idle (``ready`` is high in the idle state only).
+    o_done : ``Out(stream.Signature(VectorDone))``
+        One word per command, after its last SRAM write.
+    bus : ``Out(SramSignature(word_bytes=word_bytes))``
+        SRAM initiator port (1-cycle read latency, grant handshake; ``en`` never depends
+        on ``ready``).  A ``bus.error`` (cannot happen after the range checks) turns the
+        command's error into ``SRAM_RANGE``.
+    busy : ``Out(1)``
+        A command is in progress (accepted, ``o_done`` not yet taken).
+    """
+
+    def __init__(self, *, lanes=None, word_bytes=8, sram_bytes=32768):
+        lanes = IsaConfig().lanes if lanes is None else lanes
+        if not isinstance(lanes, int) or lanes < 2 or lanes % 2:
+            raise ValueError(f"lanes must be an even integer of at least 2, not {lanes!r}")
+        if not isinstance(word_bytes, int) or word_bytes < 8 or word_bytes & (word_bytes - 1):
+            raise ValueError(f"word_bytes must be a power of two of at least 8, "
+                             f"not {word_bytes!r}")
+        if (not isinstance(sram_bytes, int) or sram_bytes <= 0 or sram_bytes % word_bytes
+                or sram_bytes // word_bytes > 2 ** ADDR_WIDTH):
+            raise ValueError(f"sram_bytes must be a positive multiple of word_bytes of at most "
+                             f"{2 ** ADDR_WIDTH} words, not {sram_bytes!r}")
+        self._lanes = lanes
+        self._word_bytes = word_bytes
+        self._sram_bytes = sram_bytes
+        super().__init__({
+            "i_cmd": In(stream.Signature(VectorCommand)),
+            "o_done": Out(stream.Signature(VectorDone)),
+            "bus": Out(SramSignature(word_bytes=word_bytes)),
+            "busy": Out(1),
+        })
+
+    @property
+    def lanes(self):
+        """V, elements per chunk."""
+        return self._lanes
+
+    @property
+    def word_bytes(self):
+        """W, bytes per SRAM word."""
+        return self._word_bytes
+
+    @property
+    def sram_bytes(self):
+        """Size of the SRAM (the range checks' limit)."""
+        return self._sram_bytes
+
+    def elaborate(self, platform):
+        m = Module()
+        V, W = self.lanes, self.word_bytes
+        wb = exact_log2(W)
+        SRAM = self.sram_bytes
+        # Read buffers: a chunk of V elements of up to 4 bytes at any byte offset in a word.
+        NW = -(-(W - 1 + 4 * V) // W)
+        # Write buffer: V elements of up to 8 bytes at any byte offset.
+        NWD = -(-(W - 1 + 8 * V) // W)
+
+        cmd = Signal(VectorCommand)
+        op = cmd.op
+        td_k = Signal(2)            # log2 of the destination element size
+        ts_k = Signal(2)
+        ts_sgn = Signal()
+        m.d.comb += [
+            td_k.eq(cmd.td.as_value()[:2]),
+            ts_k.eq(cmd.ts.as_value()[:2]),
+            ts_sgn.eq(~cmd.ts.as_value()[2]),
+        ]
+
+        def is_op(*ops):
+            return Cat(*(op == o for o in ops)).any()
+
+        # -- tables ------------------------------------------------------------------------
+        tables = {}
+        tab_wp = {}
+        tab_rp = {}
+        for tid in TableId:
+            mem = memory.Memory(shape=unsigned(16), depth=TABLE_ENTRIES[tid], init=[])
+            m.submodules[f"table_{tid.name.lower()}"] = mem
+            tables[tid] = mem
+            tab_wp[tid] = mem.write_port()
+            nports = V if tid in (TableId.EXP2, TableId.SIGMOID) else 1
+            tab_rp[tid] = [mem.read_port() for _ in range(nports)]
+        loaded = Signal(len(TableId))
+
+        # -- state -------------------------------------------------------------------------
+        nn = Signal(32)             # elements of a pass (table entries for TABLE)
+        err = Signal(ErrorCode)
+        derr = Signal(ErrorCode)    # RMSNorm's destination error, reported after pass 1
+        ps = Signal(2)              # pass
+        i = Signal(32)              # first element of the chunk
+        ih = Signal(IMM_BITS)       # RoPE: element of the chunk within its head
+        j0 = Signal(IMM_BITS + 1)   # WSUM: first column of the chunk
+        t = Signal(32)              # WSUM: position
+        ax, ay, az, ad = (Signal(33, name=nm) for nm in ("ax", "ay", "az", "ad"))
+        mult = Signal(16)           # multiplier of REQ / NORM lanes
+        shamt = Signal(range(63))   # shift of the lanes
+        sj = Signal(range(17))      # SiLU: the index rounding shift (clamped)
+        smax = Signal(signed(33))   # softmax: the maximum
+        acc = Signal(signed(64))
+        accidx = Signal(32)
+        first = Signal()
+        wacc = [Signal(32, name=f"wacc{lane}") for lane in range(V)]
+        eps = Signal(signed(64))
+        ss = Signal(signed(64))
+        kk = Signal(range(32))
+        bexp = Signal(range(64))
+        mu = Signal(16)
+        cyc = Signal(32)
+        busflag = Signal()
+        wfinal = Signal()           # the write is a reduction's single result
+
+        # -- per (op, pass) control ----------------------------------------------------------
+        use_x = Signal()
+        use_y = Signal()
+        use_z = Signal()
+        xk = Signal(2)
+        yk = Signal(2)
+        xs = Signal()
+        ys = Signal()
+        lmode = Signal(_Lane)
+        red = Signal(_Red)
+        wr = Signal()               # the pass writes its lanes to D
+        tw = Signal()               # the pass writes the table RAM
+        m.d.comb += [use_x.eq(1), xk.eq(ts_k), xs.eq(ts_sgn), yk.eq(ts_k), ys.eq(ts_sgn)]
+        with m.Switch(op):
+            for o, lm in ((Opcode.VADD, _Lane.ADD), (Opcode.VSUB, _Lane.SUB),
+                          (Opcode.VMUL, _Lane.MUL)):
+                with m.Case(o):
+                    m.d.comb += [use_y.eq(1), lmode.eq(lm), wr.eq(1)]
+            with m.Case(Opcode.REQI):
+                m.d.comb += [lmode.eq(_Lane.REQ), wr.eq(1)]
+            with m.Case(Opcode.REQM):
+                with m.If(ps == _PRO):
+                    m.d.comb += xk.eq(2)
+                with m.Else():
+                    m.d.comb += [lmode.eq(_Lane.REQ), wr.eq(1)]
+            for o, lm, rd in ((Opcode.RSUM, _Lane.PASS, _Red.SUM),
+                              (Opcode.RSUMSQ, _Lane.SQ, _Red.SUM),
+                              (Opcode.RMAX, _Lane.PASS, _Red.MAX),
+                              (Opcode.RMAXABS, _Lane.PASS, _Red.MAXABS),
+                              (Opcode.ARGMAX, _Lane.PASS, _Red.MAX)):
+                with m.Case(o):
+                    m.d.comb += [lmode.eq(lm), red.eq(rd)]
+            with m.Case(Opcode.RMSNORM):
+                m.d.comb += [xk.eq(1), xs.eq(1), yk.eq(1), ys.eq(1)]
+                with m.If(ps == _PRO):
+                    m.d.comb += xk.eq(3)
+                with m.Elif(ps == _P1):
+                    m.d.comb += [lmode.eq(_Lane.SQ), red.eq(_Red.SUM)]
+                with m.Else():
+                    m.d.comb += [use_y.eq(1), lmode.eq(_Lane.NORM), wr.eq(1)]
+            with m.Case(Opcode.DYNQ):
+                with m.If(ps == _P1):
+                    m.d.comb += [lmode.eq(_Lane.PASS), red.eq(_Red.MAXABS)]
+                with m.Else():
+                    m.d.comb += [lmode.eq(_Lane.REQ), wr.eq(1)]
+            with m.Case(Opcode.SOFTMAX):
+                m.d.comb += [xk.eq(2), xs.eq(1)]
+                with m.If(ps == _P1):
+                    m.d.comb += [lmode.eq(_Lane.PASS), red.eq(_Red.MAX)]
+                with m.Elif(ps == _P2):
+                    m.d.comb += [lmode.eq(_Lane.EXP), red.eq(_Red.SUM), wr.eq(1)]
+                with m.Else():
+                    m.d.comb += [xk.eq(1), xs.eq(0), lmode.eq(_Lane.REQ), wr.eq(1)]
+            with m.Case(Opcode.ROPE):
+                m.d.comb += [xk.eq(1), xs.eq(1), yk.eq(1), ys.eq(1), use_y.eq(1), use_z.eq(1),
+                             lmode.eq(_Lane.ROPE), wr.eq(1)]
+            with m.Case(Opcode.SILU):
+                m.d.comb += [xk.eq(1), xs.eq(1), lmode.eq(_Lane.SILU), wr.eq(1)]
+            with m.Case(Opcode.WSUM):
+                m.d.comb += [xk.eq(0), xs.eq(1), yk.eq(1), ys.eq(0), use_y.eq(1),
+                             lmode.eq(_Lane.WSUM)]
+            with m.Case(Opcode.TABLE):
+                m.d.comb += [xk.eq(1), xs.eq(0), lmode.eq(_Lane.PASS), tw.eq(1)]
+
+        # -- chunk geometry ----------------------------------------------------------------
+        cnt = Signal(range(V + 1))
+        rem = Signal(33)
+        m.d.comb += rem.eq(nn - i)
+        cnt_gen = Mux(rem < V, rem, V)
+        with m.If(ps == _PRO):
+            m.d.comb += cnt.eq(1)
+        with m.Elif(op == Opcode.ROPE):
+            hrem = cmd.imm - ih
+            m.d.comb += cnt.eq(Mux(hrem < cnt_gen, hrem, cnt_gen))
+        with m.Elif(op == Opcode.WSUM):
+            crem = cmd.imm - j0
+            m.d.comb += cnt.eq(Mux(crem < V, crem, V))
+        with m.Else():
+            m.d.comb += cnt.eq(cnt_gen)
+        ycnt = Signal(range(V + 1))
+        with m.If(op == Opcode.ROPE):
+            m.d.comb += ycnt.eq(cnt >> 1)
+        with m.Elif(op == Opcode.WSUM):
+            m.d.comb += ycnt.eq(1)
+        with m.Else():
+            m.d.comb += ycnt.eq(cnt)
+
+        def span(addr, nbytes):
+            """Return (first word, byte offset, word count) of a byte range."""
+            off = addr[:wb]
+            nwords = (off + nbytes + (W - 1)) >> wb
+            return addr[wb:], off, Mux(nbytes == 0, 0, nwords)
+
+        fx, ox, nx = span(ax, Mux(use_x, cnt << xk, 0))
+        fy, oy, ny = span(ay, Mux(use_y, ycnt << yk, 0))
+        fz, oz, nz = span(az, Mux(use_z, (cnt >> 1) << 1, 0))
+        nwx, nwy, nwz = (Signal(range(NW + 1), name=nm) for nm in ("nwx", "nwy", "nwz"))
+        m.d.comb += [nwx.eq(nx), nwy.eq(ny), nwz.eq(nz)]
+
+        # -- read sequencer ------------------------------------------------------------------
+        bufs = [[Signal(8 * W, name=f"buf{s}_{j}") for j in range(NW)] for s in "xyz"]
+        rq = Signal(range(3 * NW + 1))
+        pend = Signal()
+        pend_sel = Signal(2)
+        pend_j = Signal(range(NW))
+        r_issue = Signal()
+        r_sel = Signal(2)
+        r_j = Signal(range(3 * NW + 1))
+        r_addr = Signal(ADDR_WIDTH + 1)
+        with m.If(rq < nwx):
+            m.d.comb += [r_sel.eq(0), r_j.eq(rq), r_addr.eq(fx + rq)]
+        with m.Elif(rq < nwx + nwy):
+            m.d.comb += [r_sel.eq(1), r_j.eq(rq - nwx), r_addr.eq(fy + rq - nwx)]
+        with m.Else():
+            m.d.comb += [r_sel.eq(2), r_j.eq(rq - nwx - nwy), r_addr.eq(fz + rq - nwx - nwy)]
+        r_total = nwx + nwy + nwz
+
+        m.d.sync += pend.eq(0)
+        with m.If(pend):
+            with m.Switch(Cat(pend_j, pend_sel)):
+                for s in range(3):
+                    for j in range(NW):
+                        with m.Case(j | (s << len(pend_j))):
+                            m.d.sync += bufs[s][j].eq(self.bus.rdata)
+        with m.If(self.bus.error):
+            m.d.sync += busflag.eq(1)
+
+        # -- element extraction ---------------------------------------------------------------
+        def extract(words, off, k, sgn, count, prefix):
+            buf = Cat(*words)
+            sh = Signal(len(buf), name=f"{prefix}_sh")
+            m.d.comb += sh.eq(buf >> (off << 3))
+            out = []
+            for lane in range(count):
+                e = Signal(signed(34), name=f"{prefix}{lane}")
+                b8, b16, b32 = (sh.word_select(lane, w) for w in (8, 16, 32))
+                with m.Switch(k):
+                    with m.Case(0):
+                        m.d.comb += e.eq(Mux(sgn, b8.as_signed(), b8))
+                    with m.Case(1):
+                        m.d.comb += e.eq(Mux(sgn, b16.as_signed(), b16))
+                    with m.Default():
+                        m.d.comb += e.eq(Mux(sgn, b32.as_signed(), b32))
+                out.append(e)
+            return sh, out
+
+        sh_x, xe = extract(bufs[0], ox, xk, xs, V, "xe")
+        _, ye = extract(bufs[1], oy, yk, ys, V, "ye")
+        _, ze = extract(bufs[2], oz, Const(1, 2), Const(1), V // 2, "ze")
+
+        # -- lanes ---------------------------------------------------------------------------
+        # Saturation limits of td (shared by the lanes and the final reduction result).
+        sat_lo = Signal(signed(65))
+        sat_hi = Signal(signed(65))
+        with m.Switch(cmd.td):
+            for dt, bits in _DTYPES_SIGNED_BITS.items():
+                with m.Case(dt):
+                    m.d.comb += [sat_lo.eq(-(1 << (bits - 1))), sat_hi.eq((1 << (bits - 1)) - 1)]
+            for dt, bits in _DTYPES_UNSIGNED_BITS.items():
+                with m.Case(dt):
+                    m.d.comb += [sat_lo.eq(0), sat_hi.eq((1 << bits) - 1)]
+
+        def saturate(v):
+            return Mux(v < sat_lo, sat_lo, Mux(v > sat_hi, sat_hi, v))[:64]
+
+        s_imm = cmd.imm.as_signed()
+        s4_q, s4_r = [], []
+        for lane in range(V):
+            x = xe[lane]
+            partner = xe[lane ^ 1]
+            yl = ye[lane]
+            cs_c = ye[lane >> 1]
+            cs_s = ze[lane >> 1]
+            s1_a2 = Signal(signed(17), name=f"s1_a2_{lane}")
+            s1_b2 = Signal(signed(17), name=f"s1_b2_{lane}")
+            s1_neg = Signal(name=f"s1_neg_{lane}")
+            s1_mx = Signal(signed(34), name=f"s1_mx_{lane}")
+            s1_my = Signal(signed(34), name=f"s1_my_{lane}")
+            s1_add = Signal(signed(35), name=f"s1_add_{lane}")
+            s1_tidx = Signal(10, name=f"s1_tidx_{lane}")
+            s1_nsh = Signal(5, name=f"s1_nsh_{lane}")
+            m.d.sync += [s1_a2.eq(0), s1_b2.eq(0), s1_neg.eq(0), s1_add.eq(0),
+                         s1_mx.eq(x), s1_my.eq(1), s1_tidx.eq(0), s1_nsh.eq(0)]
+            with m.Switch(lmode):
+                with m.Case(_Lane.ADD):
+                    m.d.sync += s1_add.eq(yl)
+                with m.Case(_Lane.SUB):
+                    m.d.sync += s1_add.eq(-yl)
+                with m.Case(_Lane.MUL):
+                    m.d.sync += s1_my.eq(yl)
+                with m.Case(_Lane.REQ):
+                    m.d.sync += s1_my.eq(mult)
+                with m.Case(_Lane.SQ):
+                    m.d.sync += s1_my.eq(x)
+                with m.Case(_Lane.NORM):
+                    m.d.sync += [s1_a2.eq(x), s1_b2.eq(yl), s1_my.eq(mult)]
+                with m.Case(_Lane.EXP):
+                    d = Signal(signed(35), name=f"sm_d_{lane}")
+                    m.d.comb += d.eq(smax - x)
+                    dn = d[8:]
+                    m.d.sync += [s1_tidx.eq(d[:8]), s1_nsh.eq(Mux(dn > 31, 31, dn))]
+                with m.Case(_Lane.ROPE):
+                    if lane % 2 == 0:    # y[2j] = x[2j] c - x[2j+1] s
+                        m.d.sync += [s1_mx.eq(x), s1_my.eq(cs_c),
+                                     s1_a2.eq(partner), s1_b2.eq(cs_s), s1_neg.eq(1)]
+                    else:                # y[2j+1] = x[2j] s + x[2j+1] c
+                        m.d.sync += [s1_mx.eq(partner), s1_my.eq(cs_s),
+                                     s1_a2.eq(x), s1_b2.eq(cs_c)]
+                with m.Case(_Lane.SILU):
+                    half_j = (Const(1, 1) << sj) >> 1
+                    jr = Signal(signed(20), name=f"silu_j_{lane}")
+                    m.d.comb += jr.eq((x + half_j) >> sj)
+                    jc = Mux(jr < -512, -512, Mux(jr > 511, 511, jr))
+                    m.d.sync += s1_tidx.eq(jc + 512)
+                with m.Case(_Lane.WSUM):
+                    m.d.sync += s1_my.eq(ye[0])
+
+            # stage 2: the small product; table read in flight
+            m2 = Signal(signed(34), name=f"m2_{lane}")
+            m.d.comb += m2.eq(s1_a2 * s1_b2)
+            s2_mx = Signal(signed(34), name=f"s2_mx_{lane}")
+            s2_my = Signal(signed(34), name=f"s2_my_{lane}")
+            s2_add = Signal(signed(36), name=f"s2_add_{lane}")
+            s2_nsh = Signal(5, name=f"s2_nsh_{lane}")
+            m.d.sync += [
+                s2_mx.eq(Mux(lmode == _Lane.NORM, m2, s1_mx)),
+                s2_my.eq(s1_my),
+                s2_add.eq(s1_add + Mux(lmode == _Lane.ROPE, Mux(s1_neg, -m2, m2), 0)),
+                s2_nsh.eq(s1_nsh),
+            ]
+            exp_rp = tab_rp[TableId.EXP2][lane]
+            sig_rp = tab_rp[TableId.SIGMOID][lane]
+            m.d.comb += [exp_rp.addr.eq(s1_tidx[:8]), sig_rp.addr.eq(s1_tidx)]
+
+            # stage 3: the big product
+            mx3 = Mux(lmode == _Lane.EXP, exp_rp.data, s2_mx)
+            my3 = Mux(lmode == _Lane.SILU, sig_rp.data, s2_my)
+            s3_p = Signal(signed(68), name=f"s3_p_{lane}")
+            s3_add = Signal(signed(36), name=f"s3_add_{lane}")
+            s3_sh = Signal(range(63), name=f"s3_sh_{lane}")
+            m.d.sync += [s3_p.eq(mx3 * my3), s3_add.eq(s2_add),
+                         s3_sh.eq(Mux(lmode == _Lane.EXP, s2_nsh, shamt))]
+
+            # stage 4: the rounding rule and saturation
+            half = (Const(1, 1) << s3_sh) >> 1
+            tsum = Signal(signed(70), name=f"t4_{lane}")
+            m.d.comb += tsum.eq(s3_p + s3_add + half)
+            q = Signal(signed(70), name=f"q4_{lane}")
+            m.d.comb += q.eq(tsum >> s3_sh)
+            s4q = Signal(signed(40), name=f"s4_q_{lane}")
+            s4r = Signal(64, name=f"s4_r_{lane}")
+            m.d.sync += [s4q.eq(q), s4r.eq(saturate(q))]
+            s4_q.append(s4q)
+            s4_r.append(s4r)
+
+        # scalar-step table ports
+        rsq_rp = tab_rp[TableId.RSQRT][0]
+        rcp_rp = tab_rp[TableId.RECIP][0]
+        dq_rp = tab_rp[TableId.DYNQ][0]
+
+        # -- reduction of a chunk ---------------------------------------------------------------
+        rvals = []
+        for lane in range(V):
+            v = Signal(signed(41), name=f"rv{lane}")
+            m.d.comb += v.eq(Mux((red == _Red.MAXABS) & (s4_q[lane] < 0), -s4_q[lane], s4_q[lane]))
+            rvals.append(v)
+        rsum = Signal(signed(48))
+        m.d.comb += rsum.eq(sum(Mux(cnt > lane, rvals[lane], 0) for lane in range(V)))
+        best, bidx = rvals[0], Const(0, range(V))
+        for lane in range(1, V):
+            take = (cnt > lane) & (rvals[lane] > best)
+            best = Mux(take, rvals[lane], best)
+            bidx = Mux(take, lane, bidx)
+        rbest = Signal(signed(41))
+        rbidx = Signal(range(V))
+        m.d.comb += [rbest.eq(best), rbidx.eq(bidx)]
+
+        # -- write packing --------------------------------------------------------------------
+        wcnt = Mux(wfinal, 1, cnt)
+        final_v = Signal(64)
+        m.d.comb += final_v.eq(saturate(Mux(op == Opcode.ARGMAX, accidx, acc)))
+        lane_v = []
+        for lane in range(V):
+            v = Signal(64, name=f"wv{lane}")
+            if lane == 0:
+                m.d.comb += v.eq(Mux(wfinal, final_v, Mux(op == Opcode.WSUM, wacc[0], s4_r[0])))
+            else:
+                m.d.comb += v.eq(Mux(op == Opcode.WSUM, wacc[lane], s4_r[lane]))
+            lane_v.append(v)
+        packed = Signal(8 * 8 * V)
+        pmask = Signal(8 * V)
+        with m.Switch(td_k):
+            for k in range(4):
+                with m.Case(k):
+                    es = 1 << k
+                    m.d.comb += [
+                        packed.eq(Cat(*(v[:8 * es] for v in lane_v))),
+                        pmask.eq(Cat(*(Mux(wcnt > lane, (1 << es) - 1, 0).as_unsigned()[:es]
+                                       for lane in range(V)))),
+                    ]
+        wbytes = wcnt << td_k
+        fd, od, nd = span(ad, wbytes)
+        wdat = Signal(8 * W * NWD)
+        wmsk = Signal(W * NWD)
+        m.d.comb += [wdat.eq(packed << (od << 3)), wmsk.eq(pmask << od)]
+        wq = Signal(range(NWD + 1))
+        tq = Signal(range(V + 1))
+
+        # -- checks --------------------------------------------------------------------------
+        n = cmd.n
+        tab_entries = Signal(16)
+        with m.Switch(cmd.c):
+            for tid in TableId:
+                with m.Case(tid.value):
+                    m.d.comb += tab_entries.eq(TABLE_ENTRIES[tid])
+        prod = Signal(32 + C_BITS)
+        modr = Signal(IMM_BITS + 1)
+        modbit = Signal(range(32))
+
+        def operand(addr, nbytes, align_k):
+            """(misaligned, out of range) of an operand."""
+            amask = (Const(1, 1) << align_k) - 1
+            return (addr & amask) != 0, (addr + nbytes) > SRAM
+
+        def loaded_bit(tid):
+            return loaded[tid.value]
+
+        A, B, D = cmd.a, cmd.b, cmd.d
+        n_s = n << ts_k
+        n_d = n << td_k
+        chk = Signal(ErrorCode)
+        dchk = Signal(ErrorCode)
+
+        def chain(items, target):
+            """Assign to ``target`` the code of the first true condition of ``items``."""
+            first_item = True
+            for cond, code in items:
+                ctx = m.If(cond) if first_item else m.Elif(cond)
+                with ctx:
+                    m.d.comb += target.eq(code)
+                first_item = False
+
+        def opnd(addr, nbytes, align_k):
+            bad_al, bad_rng = operand(addr, nbytes, align_k)
+            return [(bad_al, ErrorCode.ALIGN), (bad_rng, ErrorCode.SRAM_RANGE)]
+
+        m.d.comb += [chk.eq(ErrorCode.NONE), dchk.eq(ErrorCode.NONE)]
+        shape0 = [(n == 0, ErrorCode.SHAPE)]
+        with m.Switch(op):
+            with m.Case(Opcode.VADD, Opcode.VSUB, Opcode.VMUL):
+                chain(shape0 + opnd(A, n_s, ts_k) + opnd(B, n_s, ts_k) + opnd(D, n_d, td_k), chk)
+            with m.Case(Opcode.REQI):
+                chain(shape0 + opnd(A, n_s, ts_k) + opnd(D, n_d, td_k), chk)
+            with m.Case(Opcode.REQM):
+                chain(shape0 + opnd(B, 4, 2) + opnd(A, n_s, ts_k) + opnd(D, n_d, td_k), chk)
+            with m.Case(Opcode.RSUM, Opcode.RSUMSQ, Opcode.RMAX, Opcode.RMAXABS, Opcode.ARGMAX):
+                chain(shape0 + opnd(A, n_s, ts_k) + opnd(D, Const(1, 4) << td_k, td_k), chk)
+            with m.Case(Opcode.RMSNORM):
+                chain(shape0 + opnd(A, n << 1, 1) + opnd(B, n << 1, 1) + opnd(cmd.c, 8, 3)
+                      + [(~loaded_bit(TableId.RSQRT), ErrorCode.TABLE),
+                         (n > (1 << 16), ErrorCode.ARITH)], chk)
+                chain(opnd(D, n_d, td_k), dchk)
+            with m.Case(Opcode.DYNQ):
+                chain(shape0 + opnd(D, n + W, wb) + opnd(A, n_s, ts_k)
+                      + [(~loaded_bit(TableId.DYNQ), ErrorCode.TABLE)], chk)
+            with m.Case(Opcode.SOFTMAX):
+                chain(shape0 + [(n > (1 << 15), ErrorCode.SHAPE)] + opnd(A, n << 2, 2)
+                      + [(~loaded_bit(TableId.EXP2), ErrorCode.TABLE),
+                         (~loaded_bit(TableId.RECIP), ErrorCode.TABLE)]
+                      + opnd(D, n << 1, 1), chk)
+            with m.Case(Opcode.ROPE):
+                chain(shape0 + [(modr != 0, ErrorCode.SHAPE)] + opnd(A, n << 1, 1)
+                      + opnd(B, cmd.imm << 1, 1) + opnd(D, n_d, td_k), chk)
+            with m.Case(Opcode.SILU):
+                chain(shape0 + opnd(A, n << 1, 1)
+                      + [(~loaded_bit(TableId.SIGMOID), ErrorCode.TABLE),
+                         (cmd.imm < 6, ErrorCode.ARITH)]
+                      + opnd(D, n << 1, 1), chk)
+            with m.Case(Opcode.WSUM):
+                chain(shape0 + opnd(A, n << 1, 1)
+                      + [(B + prod + cmd.imm > SRAM, ErrorCode.SRAM_RANGE)]
+                      + opnd(D, cmd.imm << 2, 2), chk)
+            with m.Case(Opcode.TABLE):
+                chain([(cmd.c > max(t.value for t in TableId), ErrorCode.ILLEGAL)]
+                      + opnd(A, tab_entries << 1, 1), chk)
+            with m.Default():
+                m.d.comb += chk.eq(ErrorCode.ILLEGAL)
+
+        # -- sequencing ----------------------------------------------------------------------
+        def start_pass(p):
+            """Set up the addresses and accumulators of pass ``p`` (sync statements)."""
+            m.d.sync += [ps.eq(p), i.eq(0), ih.eq(0), t.eq(0), j0.eq(0), acc.eq(0),
+                         accidx.eq(0), first.eq(1), wfinal.eq(0),
+                         ay.eq(cmd.b), az.eq(cmd.b + cmd.imm), ad.eq(cmd.d)]
+            m.d.sync += [w.eq(0) for w in wacc]
+            if p == _PRO:
+                m.d.sync += ax.eq(Mux(op == Opcode.REQM, cmd.b, cmd.c))
+            elif p == _P3:
+                m.d.sync += ax.eq(cmd.d)
+            else:
+                m.d.sync += ax.eq(Mux(op == Opcode.WSUM, cmd.b, cmd.a))
+                with m.If(op == Opcode.WSUM):
+                    m.d.sync += ay.eq(cmd.a)
+                with m.If(op == Opcode.DYNQ):
+                    m.d.sync += ad.eq(cmd.d + W)
+
+        def finish(code=None):
+            if code is not None:
+                m.d.sync += err.eq(code)
+            m.next = "Done"
+
+        def end_of_pass():
+            with m.Switch(op):
+                with m.Case(Opcode.RSUM, Opcode.RSUMSQ, Opcode.RMAX, Opcode.RMAXABS,
+                            Opcode.ARGMAX):
+                    m.d.sync += [wfinal.eq(1), ad.eq(cmd.d)]
+                    m.next = "Write"
+                with m.Case(Opcode.RMSNORM):
+                    with m.If(ps == _P1):
+                        m.next = "Rsqrt-Sum"
+                    with m.Else():
+                        finish()
+                with m.Case(Opcode.DYNQ):
+                    with m.If(ps == _P1):
+                        m.next = "Dynq-Index"
+                    with m.Else():
+                        finish()
+                with m.Case(Opcode.SOFTMAX):
+                    with m.If(ps == _P1):
+                        start_pass(_P2)
+                        m.next = "Read"
+                    with m.Elif(ps == _P2):
+                        m.next = "Recip-Index"
+                    with m.Else():
+                        finish()
+                with m.Case(Opcode.TABLE):
+                    m.d.sync += loaded.eq(loaded | (Const(1, len(TableId)) << cmd.c[:3]))
+                    finish()
+                with m.Default():
+                    finish()
+
+        def advance():
+            """Step to the next chunk of the pass, or end it."""
+            with m.If(op == Opcode.WSUM):
+                with m.If(t + 1 == nn):
+                    m.next = "Write"
+                with m.Else():
+                    m.d.sync += [t.eq(t + 1), ax.eq(ax + cmd.c), ay.eq(ay + 2)]
+                    m.next = "Read"
+            with m.Elif(i + cnt >= nn):
+                end_of_pass()
+            with m.Else():
+                m.d.sync += [i.eq(i + cnt), ax.eq(ax + (cnt << xk)),
+                             ay.eq(ay + (ycnt << yk)), az.eq(az + cnt),
+                             ad.eq(ad + (cnt << td_k))]
+                with m.If(op == Opcode.ROPE):
+                    with m.If(ih + cnt == cmd.imm):
+                        m.d.sync += [ih.eq(0), ay.eq(cmd.b), az.eq(cmd.b + cmd.imm)]
+                    with m.Else():
+                        m.d.sync += ih.eq(ih + cnt)
+                m.next = "Read"
+
+        # RMSNorm: ss = sum + eps; k = lod(ss) // 2; r = RSQRT[top 10 bits of ss - 256]
+        ss_b = _lod(m, ss.as_unsigned(), "ss_lod")
+        k2 = Signal(7)
+        m.d.comb += k2.eq((ss_b >> 1) << 1)
+        ss_i = Signal(64)
+        m.d.comb += ss_i.eq(Mux(k2 >= 8, ss.as_unsigned() >> (k2 - 8)[:7],
+                                ss.as_unsigned() << (8 - k2)[:4]))
+        ss_idx = ss_i - 256
+        m.d.comb += rsq_rp.addr.eq(Mux(ss_i < 256, 0, Mux(ss_idx > 767, 767, ss_idx)))
+        # dynq: a = max|v|; b = lod(a); j = the 8 bits after the leading one
+        a_u = acc.as_unsigned()[:33]
+        a_b = _lod(m, a_u, "dq_lod")
+        a_i = Signal(41)
+        m.d.comb += a_i.eq(Mux(a_b >= 8, a_u >> (a_b - 8)[:6], a_u << (8 - a_b)[:4]))
+        a_j = Signal(8)
+        m.d.comb += a_j.eq(Mux(a_i < 256, 0, a_i - 256))
+        m.d.comb += dq_rp.addr.eq(a_j)
+        # softmax: Z = sum e; bz = lod(Z); R = RECIP[the 8 bits after the leading one]
+        z_u = acc.as_unsigned()[:48]
+        z_b = _lod(m, z_u, "z_lod")
+        z_i = Signal(56)
+        m.d.comb += z_i.eq(Mux(z_b >= 8, z_u >> (z_b - 8)[:6], z_u << (8 - z_b)[:4]))
+        m.d.comb += rcp_rp.addr.eq(Mux(z_i < 256, 0, z_i - 256))
+        ccount = Signal(2)
+        m.d.comb += self.busy.eq(1)
+        with m.FSM():
+            with m.State("Idle"):
+                m.d.comb += [self.i_cmd.ready.eq(1), self.busy.eq(0)]
+                with m.If(self.i_cmd.valid):
+                    m.d.sync += [cmd.eq(self.i_cmd.payload), cyc.eq(1), busflag.eq(0),
+                                 err.eq(ErrorCode.NONE)]
+                    m.next = "Check-Product"
+
+            with m.State("Check-Product"):
+                m.d.sync += [prod.eq((n - 1) * cmd.c), modr.eq(0), modbit.eq(31),
+                             nn.eq(Mux(op == Opcode.TABLE, tab_entries, n))]
+                with m.If((op == Opcode.ROPE) & (n != 0)):
+                    m.next = "Check-Modulo"
+                with m.Else():
+                    m.next = "Check"
+
+            with m.State("Check-Modulo"):
+                # n mod head size, one bit per cycle (restoring remainder, no divider).
+                r2 = Cat(n.bit_select(modbit, 1), modr)
+                m.d.sync += [modr.eq(Mux(r2 >= cmd.imm, r2 - cmd.imm, r2)),
+                             modbit.eq(modbit - 1)]
+                with m.If(modbit == 0):
+                    m.next = "Check"
+
+            with m.State("Check"):
+                m.d.sync += derr.eq(dchk)
+                with m.If(chk != ErrorCode.NONE):
+                    finish(chk)
+                with m.Else():
+                    m.d.sync += [mult.eq(cmd.imm), shamt.eq(0), sj.eq(0)]
+                    with m.Switch(op):
+                        with m.Case(Opcode.REQI):
+                            m.d.sync += shamt.eq(Mux(cmd.c > 62, 62, cmd.c))
+                        with m.Case(Opcode.ROPE):
+                            m.d.sync += shamt.eq(Mux(cmd.c > 62, 62, cmd.c))
+                        with m.Case(Opcode.SILU):
+                            m.d.sync += [shamt.eq(15),
+                                         sj.eq(Mux(cmd.imm - 6 > 16, 16, cmd.imm - 6))]
+                    with m.If(is_op(Opcode.REQM, Opcode.RMSNORM)):
+                        start_pass(_PRO)
+                    with m.Else():
+                        start_pass(_P1)
+                    m.next = "Read"
+
+            with m.State("Read"):
+                m.d.comb += r_issue.eq(rq < r_total)
+                m.d.comb += [self.bus.en.eq(r_issue), self.bus.addr.eq(r_addr)]
+                with m.If(r_issue & self.bus.ready):
+                    m.d.sync += [rq.eq(rq + 1), pend.eq(1), pend_sel.eq(r_sel),
+                                 pend_j.eq(r_j)]
+                with m.If(~r_issue):
+                    m.d.sync += [rq.eq(0), ccount.eq(0)]
+                    m.next = "Compute"
+
+            with m.State("Compute"):
+                m.d.sync += ccount.eq(ccount + 1)
+                with m.If(ccount == 3):
+                    m.next = "Sink"
+
+            with m.State("Sink"):
+                with m.If(ps == _PRO):
+                    with m.If(op == Opcode.REQM):
+                        s_raw = sh_x[16:32]
+                        m.d.sync += [mult.eq(sh_x[:16]), shamt.eq(Mux(s_raw > 62, 62, s_raw))]
+                    with m.Else():
+                        m.d.sync += eps.eq(sh_x[:64])
+                    start_pass(_P1)
+                    m.next = "Read"
+                with m.Else():
+                    with m.Switch(red):
+                        with m.Case(_Red.SUM):
+                            m.d.sync += acc.eq(acc + rsum)
+                        with m.Case(_Red.MAX, _Red.MAXABS):
+                            with m.If(first | (rbest > acc)):
+                                # (smax: softmax's maximum, used by its pass 2)
+                                m.d.sync += [acc.eq(rbest), accidx.eq(i + rbidx), smax.eq(rbest)]
+                    m.d.sync += first.eq(0)
+                    with m.If(op == Opcode.WSUM):
+                        m.d.sync += [w.eq(w + s4_q[lane][:32]) for lane, w in enumerate(wacc)]
+                    with m.If(wr):
+                        m.next = "Write"
+                    with m.Elif(tw):
+                        m.next = "Table-Write"
+                    with m.Else():
+                        advance()
+
+            with m.State("Write"):
+                m.d.comb += [
+                    self.bus.en.eq(1), self.bus.we.eq(1), self.bus.addr.eq(fd + wq),
+                    self.bus.wdata.eq(wdat.word_select(wq, 8 * W)),
+                    self.bus.wmask.eq(wmsk.word_select(wq, W)),
+                ]
+                with m.If(self.bus.ready):
+                    m.d.sync += wq.eq(wq + 1)
+                    with m.If(wq + 1 == nd):
+                        m.d.sync += wq.eq(0)
+                        with m.If(wfinal):
+                            finish()
+                        with m.Elif(op == Opcode.WSUM):
+                            with m.If(j0 + cnt >= cmd.imm):
+                                finish()
+                            with m.Else():
+                                m.d.sync += [j0.eq(j0 + V), t.eq(0), ax.eq(cmd.b + j0 + V),
+                                             ay.eq(cmd.a), ad.eq(ad + (V << 2))]
+                                m.d.sync += [w.eq(0) for w in wacc]
+                                m.next = "Read"
+                        with m.Else():
+                            advance()
+
+            with m.State("Table-Write"):
+                entry = Array(s4_q)[tq][:16]
+                for tid in TableId:
+                    wp = tab_wp[tid]
+                    m.d.comb += [wp.addr.eq(i + tq), wp.data.eq(entry),
+                                 wp.en.eq(cmd.c == tid.value)]
+                m.d.sync += tq.eq(tq + 1)
+                with m.If(tq + 1 == cnt):
+                    m.d.sync += tq.eq(0)
+                    advance()
+
+            with m.State("Rsqrt-Sum"):
+                m.d.sync += ss.eq(acc + eps)
+                m.next = "Rsqrt-Index"
+            with m.State("Rsqrt-Index"):
+                m.d.sync += kk.eq(ss_b >> 1)
+                m.next = "Rsqrt-Scale"
+            with m.State("Rsqrt-Scale"):
+                stot = Signal(signed(19))
+                m.d.comb += stot.eq(15 + kk + s_imm)
+                with m.If(ss < 0):
+                    finish(ErrorCode.ARITH)
+                with m.Elif(stot < 0):
+                    finish(ErrorCode.ARITH)
+                with m.Elif(derr != ErrorCode.NONE):
+                    finish(derr)
+                with m.Else():
+                    m.d.sync += [mult.eq(Mux(ss == 0, 0, rsq_rp.data)),
+                                 shamt.eq(Mux(stot > 62, 62, stot))]
+                    start_pass(_P2)
+                    m.next = "Read"
+
+            with m.State("Dynq-Index"):
+                m.d.sync += [bexp.eq(a_b),
+                             mu.eq(Mux(acc == 0, 0, 512 + (a_j << 1) + 1))]
+                m.next = "Dynq-Scale"
+            with m.State("Dynq-Scale"):
+                m.d.sync += [mult.eq(dq_rp.data), shamt.eq(9 + bexp)]
+                m.next = "Dynq-Header"
+            with m.State("Dynq-Header"):
+                m.d.comb += [
+                    self.bus.en.eq(1), self.bus.we.eq(1), self.bus.addr.eq(cmd.d[wb:]),
+                    self.bus.wdata.eq(mu | (bexp << 16)),
+                    self.bus.wmask.eq((1 << W) - 1),
+                ]
+                with m.If(self.bus.ready):
+                    start_pass(_P2)
+                    m.next = "Read"
+
+            with m.State("Recip-Index"):
+                m.d.sync += bexp.eq(z_b)
+                m.next = "Recip-Scale"
+            with m.State("Recip-Scale"):
+                m.d.sync += [mult.eq(rcp_rp.data), shamt.eq(Mux(bexp > 62, 62, bexp))]
+                start_pass(_P3)
+                m.next = "Read"
+
+            with m.State("Done"):
+                m.d.comb += [self.o_done.valid.eq(1), self.o_done.payload.cycles.eq(cyc)]
+                with m.If(busflag):
+                    m.d.comb += self.o_done.payload.error.eq(ErrorCode.SRAM_RANGE)
+                with m.Else():
+                    m.d.comb += self.o_done.payload.error.eq(err)
+                with m.If(self.o_done.ready):
+                    m.next = "Idle"
+
+        with m.If(self.busy & ~self.o_done.valid):
+            m.d.sync += cyc.eq(cyc + 1)
+        return m

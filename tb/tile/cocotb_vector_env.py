@@ -1,0 +1,413 @@
+"""Shared pieces of the vector-unit benches: the DUT wrapper, the reference model, stimulus.
+
+Used by the Amaranth-simulator tests (``test_vector_pysim.py``), the pytest wrappers
+(``test_vector_rtl.py``) and the cocotb module (``cocotb_vector.py``).
+
+Members
+-------
+VectorBenchConfig, CONFIGS
+    Bench parameters (V, W, SRAM size) and the SRAM map of the stimulus.
+VectorTop
+    The DUT: ``VectorUnit`` and an ``Sram`` behind a round-robin ``SramArbiter`` whose other
+    initiator is the host port ``host`` (loads and reads back the SRAM, and makes traffic
+    that contends with the unit).
+Case
+    One test case: SRAM writes, then one command.
+VectorRef
+    Reference model: ``chipotle.isasim.IsaSim`` executing the same instruction on the same
+    SRAM image (the ISA simulator calls the golden primitives).
+encode_cmd, decode_done
+    ``VectorCommand`` / ``VectorDone`` to and from integers (through the layouts).
+Stimulus
+    Random and extreme cases for every opcode, errors included.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+import numpy as np
+from amaranth import *  # noqa: F403
+from amaranth.lib import stream, wiring
+from amaranth.lib.wiring import In, Out, connect, flipped
+
+from chipotle.golden import numerics as nx
+from chipotle.hw.tile.sram import Sram, SramArbiter, SramSignature
+from chipotle.hw.tile.vector import VectorCommand, VectorDone, VectorUnit
+from chipotle.isa.core import (
+    DTYPE_INFO,
+    SPECS,
+    TABLE_ENTRIES,
+    Addr,
+    Dtype,
+    ErrorCode,
+    Instr,
+    IsaConfig,
+    Len,
+    Opcode,
+    TableId,
+    encode,
+)
+from chipotle.isasim import IsaSim
+
+__all__ = ["VectorBenchConfig", "CONFIGS", "VectorTop", "Case", "VectorRef", "encode_cmd",
+           "decode_done", "Stimulus", "TABLE_DATA"]
+
+
+@dataclass(frozen=True)
+class VectorBenchConfig:
+    """Bench parameters and the stimulus's SRAM map (byte addresses).
+
+    Attributes
+    ----------
+    lanes, word_bytes, sram_bytes
+        Of the ``VectorUnit`` and the SRAM.
+    """
+
+    lanes: int = 8
+    word_bytes: int = 8
+    sram_bytes: int = 8192
+
+    @property
+    def words(self) -> int:
+        return self.sram_bytes // self.word_bytes
+
+    @property
+    def region(self) -> int:
+        """Size of each of the four regions A, B, D, P (params)."""
+        return self.sram_bytes // 4
+
+    @property
+    def A(self) -> int:
+        return 0
+
+    @property
+    def B(self) -> int:
+        return self.region
+
+    @property
+    def D(self) -> int:
+        return 2 * self.region
+
+    @property
+    def P(self) -> int:
+        return 3 * self.region
+
+    def isa(self) -> IsaConfig:
+        return IsaConfig(sram_bytes=self.sram_bytes, word_bytes=self.word_bytes,
+                         lanes=self.lanes)
+
+
+CONFIGS = {
+    "default": VectorBenchConfig(),                       # V = 8, W = 8 (docs/isa.md)
+    "v4": VectorBenchConfig(lanes=4, sram_bytes=8192),    # V < W bytes: sub-word chunks
+}
+
+
+class VectorTop(wiring.Component):
+    """A ``VectorUnit`` with its SRAM; the host shares the SRAM port round-robin.
+
+    Members
+    -------
+    host : ``In(SramSignature)``
+        Host access to the SRAM (arbiter initiator 0; the unit is initiator 1).
+    i_cmd : ``In(stream.Signature(VectorCommand))``
+    o_done : ``Out(stream.Signature(VectorDone))``
+    busy : ``Out(1)``
+    """
+
+    def __init__(self, cfg: VectorBenchConfig):
+        self._cfg = cfg
+        super().__init__({
+            "host": In(SramSignature(word_bytes=cfg.word_bytes)),
+            "i_cmd": In(stream.Signature(VectorCommand)),
+            "o_done": Out(stream.Signature(VectorDone)),
+            "busy": Out(1),
+        })
+
+    def elaborate(self, platform):
+        cfg = self._cfg
+        m = Module()
+        m.submodules.vu = vu = VectorUnit(lanes=cfg.lanes, word_bytes=cfg.word_bytes,
+                                          sram_bytes=cfg.sram_bytes)
+        m.submodules.sram = sram = Sram(size_bytes=cfg.sram_bytes, word_bytes=cfg.word_bytes)
+        m.submodules.arb = arb = SramArbiter(2, word_bytes=cfg.word_bytes)
+        connect(m, flipped(self.host), arb.i[0])
+        connect(m, vu.bus, arb.i[1])
+        connect(m, arb.o, sram.rw)
+        connect(m, flipped(self.i_cmd), vu.i_cmd)
+        connect(m, vu.o_done, flipped(self.o_done))
+        m.d.comb += self.busy.eq(vu.busy)
+        return m
+
+
+@dataclass
+class Case:
+    """One test case: write ``writes`` (byte address, bytes) into SRAM, then run ``cmd``.
+
+    ``cmd`` holds the `VectorCommand` fields as Python values (``op``, ``td``, ``ts`` as
+    enums; ``d``, ``a``, ``b``, ``n``, ``c``, ``imm`` as ints).
+    """
+
+    name: str
+    cmd: dict
+    writes: list = field(default_factory=list)
+
+
+def encode_cmd(cmd: dict) -> int:
+    """Return the integer of a `VectorCommand`."""
+    full = {"op": cmd["op"], "td": cmd.get("td", Dtype.I8), "ts": cmd.get("ts", Dtype.I8),
+            "c": cmd.get("c", 0), "imm": cmd.get("imm", 0), "d": cmd.get("d", 0),
+            "a": cmd.get("a", 0), "b": cmd.get("b", 0), "n": cmd.get("n", 0)}
+    return VectorCommand.const(full).as_bits()
+
+
+def decode_done(word: int) -> tuple[ErrorCode, int]:
+    """Return ``(error, cycles)`` of a `VectorDone` word."""
+    v = VectorDone.from_bits(word)
+    return ErrorCode(v.error), int(v.cycles)
+
+
+class VectorRef:
+    """Reference model: one ISA-simulator tile running each command as an instruction.
+
+    The instruction's operands are registers loaded with ``li``, so any resolved address or
+    length is reachable; the ISA simulator's SRAM is the expected image of the DUT's.
+    """
+
+    def __init__(self, cfg: VectorBenchConfig):
+        self.cfg = cfg
+        self.sim = IsaSim(1, 1, cfg.isa())
+        self.tile = self.sim.tile((0, 0))
+
+    @property
+    def sram(self) -> np.ndarray:
+        return self.tile.sram
+
+    def write(self, addr: int, data: bytes) -> None:
+        self.sim.write((0, 0), addr, np.frombuffer(bytes(data), np.uint8))
+
+    def execute(self, cmd: dict) -> ErrorCode:
+        """Run ``cmd`` as an instruction; return the tile's error code (``NONE`` if none)."""
+        op = cmd["op"]
+        used = SPECS[op].fields
+        regs = {"d": 1, "a": 2, "b": 3, "n": 4}
+        prog = []
+        for f, r in regs.items():
+            v = cmd.get(f, 0) & 0xFFFFFFFF
+            prog.append(encode(Instr(Opcode.LI, d=Addr(r, 0), c=v >> 16, imm=v & 0xFFFF)))
+        kw = {}
+        for f, r in regs.items():
+            if f"{f}.reg" in used:
+                kw[f] = Len(r, 0) if f == "n" else Addr(r, 0)
+        ins = Instr(op, td=cmd.get("td", Dtype.I8) if SPECS[op].td else Dtype.I8,
+                    ts=(cmd.get("ts", Dtype.I8).value if SPECS[op].ts else 0),
+                    c=cmd.get("c", 0) if "c" in used else 0,
+                    imm=cmd.get("imm", 0) if "imm" in used else 0, **kw)
+        prog.append(encode(ins))
+        prog.append(encode(Instr(Opcode.HALT)))
+        tables = dict(self.tile.tables)
+        self.sim.reset((0, 0))
+        self.tile.tables.update(tables)
+        self.sim.load_program((0, 0), prog)
+        self.sim.start((0, 0))
+        self.sim.run()
+        return self.tile.error
+
+
+# -- stimulus -------------------------------------------------------------------------------
+
+TABLE_DATA = {
+    TableId.RSQRT: nx.rsqrt_table(),
+    TableId.EXP2: nx.exp2_table(),
+    TableId.RECIP: nx.recip_table(),
+    TableId.DYNQ: nx.dynquant_table(),
+    TableId.SIGMOID: nx.sigmoid_table(),
+}
+
+_SRC_RANGE = {dt: (np.iinfo(DTYPE_INFO[dt].np).min, np.iinfo(DTYPE_INFO[dt].np).max)
+              for dt in Dtype}
+_SRC = [Dtype.I8, Dtype.I16, Dtype.I32, Dtype.U8, Dtype.U16]
+_ALL = list(Dtype)
+
+
+class Stimulus:
+    """Cases for every vector opcode: random operands, extremes, lengths, errors.
+
+    Parameters
+    ----------
+    cfg : VectorBenchConfig
+    seed : int
+    """
+
+    def __init__(self, cfg: VectorBenchConfig, seed: int = 1):
+        self.cfg = cfg
+        self.rng = np.random.default_rng(seed)
+        self.prng = random.Random(seed)
+
+    # helpers
+    def lengths(self):
+        V, W = self.cfg.lanes, self.cfg.word_bytes
+        return sorted({1, V - 1, V, V + 1, 13, 64, 172, 2 * W + 3})
+
+    def values(self, dt, n, kind="random"):
+        lo, hi = _SRC_RANGE[dt]
+        npdt = DTYPE_INFO[dt].np
+        if kind == "min":
+            return np.full(n, lo, npdt)
+        if kind == "max":
+            return np.full(n, hi, npdt)
+        if kind == "zero":
+            return np.zeros(n, npdt)
+        if kind == "minmax":
+            return self.rng.choice(np.array([lo, hi], npdt), n)
+        return self.rng.integers(lo, hi, size=n, endpoint=True, dtype=np.int64).astype(npdt)
+
+    def off(self, size, spread=3):
+        """A random element-aligned byte offset (misaligns with the word on purpose)."""
+        return size * self.prng.randrange(spread + 1)
+
+    def table_case(self, tid, at=None):
+        at = self.cfg.A if at is None else at
+        data = TABLE_DATA[tid].astype("<u2").tobytes()
+        return Case(f"table {tid.name.lower()}", {"op": Opcode.TABLE, "a": at, "c": tid.value},
+                    [(at, data)])
+
+    def tables(self):
+        return [self.table_case(tid, self.cfg.A + 2 * self.prng.randrange(4)) for tid in TableId]
+
+    # element-wise and requantisation
+    def elementwise(self, op, n, td, ts, kind="random"):
+        cfg = self.cfg
+        es, ed = DTYPE_INFO[ts].size, DTYPE_INFO[td].size
+        a = cfg.A + self.off(es)
+        b = cfg.B + self.off(es)
+        d = cfg.D + self.off(ed)
+        x = self.values(ts, n, kind)
+        y = self.values(ts, n, "random" if kind == "random" else kind)
+        return Case(f"{op.name.lower()}.{td.name.lower()}.{ts.name.lower()} n={n} {kind}",
+                    {"op": op, "td": td, "ts": ts, "d": d, "a": a, "b": b, "n": n},
+                    [(a, x.tobytes()), (b, y.tobytes())])
+
+    def reqi(self, n, td, ts, m, s, kind="random", op=Opcode.REQI):
+        cfg = self.cfg
+        es, ed = DTYPE_INFO[ts].size, DTYPE_INFO[td].size
+        a = cfg.A + self.off(es)
+        d = cfg.D + self.off(ed)
+        x = self.values(ts, n, kind)
+        cmd = {"op": op, "td": td, "ts": ts, "d": d, "a": a, "n": n}
+        writes = [(a, x.tobytes())]
+        if op == Opcode.REQI:
+            cmd.update(imm=m, c=s)
+        else:
+            b = cfg.P + 4 * self.prng.randrange(4)
+            cmd["b"] = b
+            writes.append((b, np.array([m, s], "<u2").tobytes()))
+        return Case(f"{op.name.lower()}.{td.name.lower()}.{ts.name.lower()} n={n} m={m} "
+                    f"s={s} {kind}", cmd, writes)
+
+    def reduction(self, op, n, td, ts, kind="random"):
+        cfg = self.cfg
+        es, ed = DTYPE_INFO[ts].size, DTYPE_INFO[td].size
+        a = cfg.A + self.off(es)
+        d = cfg.D + self.off(ed)
+        x = self.values(ts, n, kind)
+        if kind == "ties" and n > 2:
+            x[:] = self.values(ts, n, "random") // 2
+            hi = x.max()
+            x[self.rng.integers(0, n, 3)] = hi
+        return Case(f"{op.name.lower()}.{td.name.lower()}.{ts.name.lower()} n={n} {kind}",
+                    {"op": op, "td": td, "ts": ts, "d": d, "a": a, "n": n}, [(a, x.tobytes())])
+
+    # fused
+    def rmsnorm(self, n, td=Dtype.I16, kind="random", shift=0, eps=671):
+        cfg = self.cfg
+        a = cfg.A + self.off(2)
+        b = cfg.B + self.off(2)
+        d = cfg.D + self.off(DTYPE_INFO[td].size)
+        c = cfg.P + 8 * self.prng.randrange(4)
+        if kind == "random":
+            x = (self.rng.normal(0, 1200, n)).clip(-32768, 32767).astype(np.int16)
+        else:
+            x = self.values(Dtype.I16, n, kind)
+        g = self.rng.integers(-32767, 32767, n, endpoint=True).astype(np.int16)
+        return Case(f"rmsnorm.{td.name.lower()} n={n} {kind} shift={shift} eps={eps}",
+                    {"op": Opcode.RMSNORM, "td": td, "ts": Dtype.I16, "d": d, "a": a, "b": b,
+                     "n": n, "c": c, "imm": shift & 0xFFFF},
+                    [(a, x.tobytes()), (b, g.tobytes()), (c, np.array([eps], "<i8").tobytes())])
+
+    def dynq(self, n, ts, kind="random", outlier=False):
+        cfg = self.cfg
+        W = cfg.word_bytes
+        a = cfg.A + self.off(DTYPE_INFO[ts].size)
+        d = cfg.D + W * self.prng.randrange(3)
+        if kind == "random":
+            scale = 1 << self.prng.randrange(2, 31 if ts == Dtype.I32 else 15)
+            x = self.rng.integers(-scale, scale, n).astype(DTYPE_INFO[ts].np)
+        else:
+            x = self.values(ts, n, kind)
+        if outlier:
+            x[self.rng.integers(0, n)] = _SRC_RANGE[ts][self.prng.randrange(2)]
+        return Case(f"dynq.i8.{ts.name.lower()} n={n} {kind}{' outlier' if outlier else ''}",
+                    {"op": Opcode.DYNQ, "td": Dtype.I8, "ts": ts, "d": d, "a": a, "n": n},
+                    [(a, x.tobytes())])
+
+    def softmax(self, n, kind="random", spread=4000):
+        cfg = self.cfg
+        a = cfg.A + self.off(4)
+        d = cfg.D + self.off(2)
+        if kind == "random":
+            x = (self.rng.integers(-spread, spread, n) + self.prng.randrange(-10**6, 10**6))
+        elif kind == "equal":
+            x = np.full(n, self.prng.randrange(-2**31, 2**31))
+        elif kind == "extreme":
+            x = self.rng.choice(np.array([-2**31, 2**31 - 1]), n)
+        else:
+            x = self.values(Dtype.I32, n, kind)
+        x = x.astype("<i4")
+        return Case(f"softmax n={n} {kind}",
+                    {"op": Opcode.SOFTMAX, "td": Dtype.U16, "ts": Dtype.I32, "d": d, "a": a,
+                     "n": n}, [(a, x.tobytes())])
+
+    def rope(self, heads, hs, td=Dtype.I16, pos=None, shift=14, kind="random"):
+        cfg = self.cfg
+        n = heads * hs
+        a = cfg.A + self.off(2)
+        b = cfg.P + self.off(2)
+        d = cfg.D + self.off(DTYPE_INFO[td].size)
+        pos = self.prng.randrange(512) if pos is None else pos
+        cos, sin = nx.rope_tables(pos + 1, hs)
+        row = np.concatenate([cos[pos], sin[pos]]).astype("<i2")
+        x = self.values(Dtype.I16, n, kind)
+        return Case(f"rope.{td.name.lower()} heads={heads} hs={hs} pos={pos} {kind}",
+                    {"op": Opcode.ROPE, "td": td, "ts": Dtype.I16, "d": d, "a": a, "b": b,
+                     "n": n, "imm": hs, "c": shift},
+                    [(a, x.tobytes()), (b, row.tobytes())])
+
+    def silu(self, n, frac_bits=11, kind="random"):
+        cfg = self.cfg
+        a = cfg.A + self.off(2)
+        d = cfg.D + self.off(2)
+        x = self.values(Dtype.I16, n, kind)
+        return Case(f"silu n={n} f={frac_bits} {kind}",
+                    {"op": Opcode.SILU, "td": Dtype.I16, "ts": Dtype.I16, "d": d, "a": a,
+                     "n": n, "imm": frac_bits}, [(a, x.tobytes())])
+
+    def wsum(self, n, width, stride=None, kind="random"):
+        cfg = self.cfg
+        stride = width + self.prng.randrange(4) if stride is None else stride
+        a = cfg.P + self.off(2)
+        b = cfg.A + self.prng.randrange(8)
+        d = cfg.D + self.off(4)
+        p = self.values(Dtype.U16, n, kind if kind != "random" else "random")
+        if kind == "softmax":
+            p = self.rng.integers(0, 2**15 // max(n, 1) * 2 + 1, n).astype("<u2")
+        rows = np.zeros((n, stride), np.int8)
+        rows[:, :width] = self.values(Dtype.I8, n * width, "random" if kind == "softmax"
+                                      else kind).reshape(n, width)
+        rows[:, width:] = self.values(Dtype.I8, n * (stride - width)).reshape(n, -1)
+        return Case(f"wsum n={n} width={width} stride={stride} {kind}",
+                    {"op": Opcode.WSUM, "td": Dtype.I32, "ts": Dtype.U16, "d": d, "a": a,
+                     "b": b, "n": n, "imm": width, "c": stride},
+                    [(a, p.astype("<u2").tobytes()), (b, rows.tobytes())])

@@ -1,0 +1,147 @@
+"""Fast unit tests of the vector unit on Amaranth's simulator.
+
+A few commands of every kind against the ISA simulator on the same SRAM image (the whole
+SRAM is compared after each); the cocotb benches (``test_vector_rtl.py``) do the full
+random and extreme set under Verilator and Icarus.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from amaranth.sim import Simulator
+from cocotb_vector_env import Case, Stimulus, VectorBenchConfig, VectorRef, VectorTop, decode_done, encode_cmd
+
+from chipotle.hw.tile.vector import VectorCommand, VectorUnit
+from chipotle.isa.core import Dtype, ErrorCode, Opcode, TableId
+
+CFG = VectorBenchConfig(lanes=8, word_bytes=8, sram_bytes=2048)
+
+
+def _run(cases, cfg=CFG, check_all=True):
+    """Run ``cases`` on the DUT and the reference; return ``[(name, error, cycles)]``."""
+    dut = VectorTop(cfg)
+    ref = VectorRef(cfg)
+    W = cfg.word_bytes
+    out = []
+
+    async def host_write(ctx, addr, words):
+        for k, w in enumerate(words):
+            ctx.set(dut.host.en, 1)
+            ctx.set(dut.host.we, 1)
+            ctx.set(dut.host.addr, addr + k)
+            ctx.set(dut.host.wdata, w)
+            ctx.set(dut.host.wmask, (1 << W) - 1)
+            await ctx.tick()
+        ctx.set(dut.host.en, 0)
+        ctx.set(dut.host.we, 0)
+
+    async def host_read(ctx, addr, count):
+        got = []
+        for k in range(count):
+            ctx.set(dut.host.en, 1)
+            ctx.set(dut.host.addr, addr + k)
+            await ctx.tick()
+            got.append(ctx.get(dut.host.rdata))
+        ctx.set(dut.host.en, 0)
+        return got
+
+    def words_of(lo, hi):
+        raw = ref.sram[lo * W:hi * W].copy().view(f"<u{W}") if W <= 8 else None
+        return [int(v) for v in raw]
+
+    async def testbench(ctx):
+        for case in cases:
+            for addr, data in case.writes:
+                ref.write(addr, data)
+                lo, hi = addr // W, -(-(addr + len(data)) // W)
+                await host_write(ctx, lo, words_of(lo, hi))
+            ctx.set(dut.i_cmd.payload, VectorCommand.from_bits(encode_cmd(case.cmd)))
+            ctx.set(dut.i_cmd.valid, 1)
+            await ctx.tick().until(dut.i_cmd.ready)
+            ctx.set(dut.i_cmd.valid, 0)
+            ctx.set(dut.o_done.ready, 1)
+            for _ in range(20000):
+                await ctx.tick()
+                if ctx.get(dut.o_done.valid):
+                    break
+            else:
+                raise AssertionError(f"{case.name}: no completion")
+            error, cycles = decode_done(ctx.get(dut.o_done.payload.as_value()))
+            await ctx.tick()
+            ctx.set(dut.o_done.ready, 0)
+            expected = ref.execute(case.cmd)
+            assert error == expected, f"{case.name}: error {error} != {expected}"
+            if check_all:
+                got = await host_read(ctx, 0, cfg.words)
+                exp = words_of(0, cfg.words)
+                bad = [k for k in range(cfg.words) if got[k] != exp[k]]
+                assert not bad, (f"{case.name}: SRAM differs at byte "
+                                 f"{[k * W for k in bad[:6]]}: "
+                                 f"{[hex(got[k]) for k in bad[:3]]} != "
+                                 f"{[hex(exp[k]) for k in bad[:3]]}")
+            out.append((case.name, error, cycles))
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(testbench)
+    sim.run()
+    return out
+
+
+def _stim(seed=1):
+    s = Stimulus(CFG, seed)
+    s.cfg = VectorBenchConfig(lanes=8, word_bytes=8, sram_bytes=2048)
+    return s
+
+
+def test_elementwise_pysim():
+    s = _stim()
+    cases = [s.elementwise(Opcode.VADD, 13, Dtype.I16, Dtype.I8),
+             s.elementwise(Opcode.VSUB, 9, Dtype.U8, Dtype.I16, "minmax"),
+             s.elementwise(Opcode.VMUL, 7, Dtype.I64, Dtype.I32, "min"),
+             s.reqi(11, Dtype.I8, Dtype.I32, 23456, 17),
+             s.reqi(5, Dtype.I16, Dtype.U16, 40000, 3, op=Opcode.REQM)]
+    _run(cases)
+
+
+def test_reductions_pysim():
+    s = _stim(2)
+    _run([s.reduction(Opcode.RSUM, 17, Dtype.I16, Dtype.I16),
+          s.reduction(Opcode.RSUMSQ, 9, Dtype.I64, Dtype.U16, "max"),
+          s.reduction(Opcode.RMAX, 10, Dtype.I32, Dtype.I8),
+          s.reduction(Opcode.RMAXABS, 3, Dtype.U8, Dtype.I32, "min"),
+          s.reduction(Opcode.ARGMAX, 20, Dtype.U16, Dtype.I16, "ties")])
+
+
+def test_fused_pysim():
+    s = _stim(3)
+    cases = [s.table_case(tid, 0) for tid in TableId]
+    cases += [s.rmsnorm(12), s.dynq(13, Dtype.I16), s.dynq(9, Dtype.I32, outlier=True),
+              s.softmax(11), s.rope(2, 8), s.silu(10), s.wsum(5, 11)]
+    _run(cases)
+
+
+def test_errors_pysim():
+    s = _stim(4)
+    end = CFG.sram_bytes
+    cases = [
+        Case("table missing", {"op": Opcode.SILU, "td": Dtype.I16, "ts": Dtype.I16,
+                               "d": 0, "a": 0, "n": 4, "imm": 8}),
+        Case("out of range", {"op": Opcode.VADD, "td": Dtype.I16, "ts": Dtype.I16,
+                              "d": end - 4, "a": 0, "b": 0, "n": 4}),
+        Case("misaligned", {"op": Opcode.VADD, "td": Dtype.I16, "ts": Dtype.I16,
+                            "d": 0, "a": 1, "b": 0, "n": 4}),
+        Case("n = 0", {"op": Opcode.RSUM, "td": Dtype.I16, "ts": Dtype.I16, "n": 0}),
+        Case("rope shape", {"op": Opcode.ROPE, "td": Dtype.I16, "ts": Dtype.I16,
+                            "n": 12, "imm": 8}),
+    ]
+    res = _run(cases)
+    assert [e for _, e, _ in res] == [ErrorCode.TABLE, ErrorCode.SRAM_RANGE, ErrorCode.ALIGN,
+                                      ErrorCode.SHAPE, ErrorCode.SHAPE]
+
+
+@pytest.mark.parametrize("lanes", [0, 3, "8"])
+def test_bad_parameters(lanes):
+    with pytest.raises(ValueError, match="lanes must be"):
+        VectorUnit(lanes=lanes)
