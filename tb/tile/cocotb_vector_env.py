@@ -245,6 +245,7 @@ class Stimulus:
         self.cfg = cfg
         self.rng = np.random.default_rng(seed)
         self.prng = random.Random(seed)
+        self.aligned = False
 
     # helpers
     def lengths(self):
@@ -266,7 +267,7 @@ class Stimulus:
 
     def off(self, size, spread=3):
         """A random element-aligned byte offset (misaligns with the word on purpose)."""
-        return size * self.prng.randrange(spread + 1)
+        return 0 if self.aligned else size * self.prng.randrange(spread + 1)
 
     def table_case(self, tid, at=None):
         at = self.cfg.A if at is None else at
@@ -398,16 +399,14 @@ class Stimulus:
         cfg = self.cfg
         stride = width + self.prng.randrange(4) if stride is None else stride
         a = cfg.P + self.off(2)
-        b = cfg.A + self.prng.randrange(8)
+        b = cfg.A + (0 if self.aligned else self.prng.randrange(8))
         d = cfg.D + self.off(4)
         p = self.values(Dtype.U16, n, kind if kind != "random" else "random")
         if kind == "softmax":
             p = self.rng.integers(0, 2**15 // max(n, 1) * 2 + 1, n).astype("<u2")
-        rows = np.zeros((n, stride), np.int8)
-        rows[:, :width] = self.values(Dtype.I8, n * width, "random" if kind == "softmax"
-                                      else kind).reshape(n, width)
-        rows[:, width:] = self.values(Dtype.I8, n * (stride - width)).reshape(n, -1)
+        span = (n - 1) * stride + width
+        raw = self.values(Dtype.I8, span, "random" if kind == "softmax" else kind)
         return Case(f"wsum n={n} width={width} stride={stride} {kind}",
                     {"op": Opcode.WSUM, "td": Dtype.I32, "ts": Dtype.U16, "d": d, "a": a,
                      "b": b, "n": n, "imm": width, "c": stride},
-                    [(a, p.astype("<u2").tobytes()), (b, rows.tobytes())])
+                    [(a, p.astype("<u2").tobytes()), (b, raw.tobytes())])

@@ -1,0 +1,71 @@
+"""Regression: the vector unit under cocotb, on Verilator and Icarus.
+
+The DUT is ``cocotb_vector_env.VectorTop`` (``VectorUnit`` with an 8 KiB SRAM and a host
+port) in the default configuration (V = 8, W = 8).  After every command the whole SRAM is
+compared with the reference, read straight from the bank arrays (``BACKDOOR=1``: no clock
+cycles; the host port is exercised by every operand load and by the contention tests).
+Icarus is several times slower, so it runs a deterministic sample of the random cases
+(``VEC_SCALE``); the directed extremes and errors kept by ``_sample`` run on both.  Other
+lane counts and word widths run on Amaranth's simulator (``test_vector_pysim.py``).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+from contextlib import contextmanager
+from pathlib import Path
+
+from cocotb_vector_env import CONFIGS, VectorTop
+
+from chipotle.sim import generate_verilog, run_cocotb
+from chipotle.sim.flow import build_root
+
+TB = Path(__file__).parent
+TESTS = ["tables_missing_then_load", "elementwise", "requant", "reductions", "rmsnorm",
+         "dynq", "softmax", "rope_silu", "wsum", "errors", "timing"]
+#: Per simulator: (configuration, fraction of the random cases).
+PLAN = {
+    "verilator": [("default", 1.0)],
+    "icarus": [("default", 0.3)],
+}
+
+
+@functools.cache
+def _verilog(config: str) -> str:
+    return generate_verilog(VectorTop(CONFIGS[config]), name="vector_top")
+
+
+@contextmanager
+def _quick_cxx():
+    """Compile Verilator's C++ at ``-O0`` while the context lasts (as ``tb/noc`` does).
+
+    The bench spends its time in Python, not in the model; ``-O0`` halves the build.
+    """
+    saved = os.environ.get("MAKEFLAGS")
+    os.environ["MAKEFLAGS"] = ((saved or "") + " OPT_FAST=-O0 OPT_SLOW=-O0").strip()
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop("MAKEFLAGS", None)
+        else:
+            os.environ["MAKEFLAGS"] = saved
+
+
+def test_vector_rtl(sim):
+    for config, scale in PLAN[sim]:
+        out = build_root() / "reports" / f"vector-timing-{sim}-{config}.json"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.unlink(missing_ok=True)
+        with _quick_cxx():
+            run = run_cocotb(sim=sim, verilog=_verilog(config), toplevel="vector_top",
+                             test_module="cocotb_vector", test_dir=TB,
+                             extra_env={"VEC_CONFIG": config, "VEC_SCALE": str(scale),
+                                        "BACKDOOR": "1", "TIMING_JSON": str(out)})
+        # elementwise is parametrised 2 x 2
+        assert len(run.passed) == len(TESTS) + 3, run.passed
+        report = json.loads(out.read_text())
+        for row in report["rows"]:
+            print(config, row)
