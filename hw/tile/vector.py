@@ -25,7 +25,7 @@ VectorUnit
 from amaranth import *  # house style (STYLE.md)
 from amaranth.lib import data, enum, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
-from amaranth.utils import ceil_log2, exact_log2
+from amaranth.utils import exact_log2
 
 from chipotle.isa.core import (
     C_BITS,

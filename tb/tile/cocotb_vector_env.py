@@ -38,7 +38,6 @@ from chipotle.hw.tile.vector import VectorCommand, VectorDone, VectorUnit
 from chipotle.isa.core import (
     DTYPE_INFO,
     SPECS,
-    TABLE_ENTRIES,
     Addr,
     Dtype,
     ErrorCode,
@@ -229,7 +228,6 @@ TABLE_DATA = {
 _SRC_RANGE = {dt: (np.iinfo(DTYPE_INFO[dt].np).min, np.iinfo(DTYPE_INFO[dt].np).max)
               for dt in Dtype}
 _SRC = [Dtype.I8, Dtype.I16, Dtype.I32, Dtype.U8, Dtype.U16]
-_ALL = list(Dtype)
 
 
 class Stimulus:

@@ -7,10 +7,17 @@ random and extreme set under Verilator and Icarus.
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 from amaranth.sim import Simulator
-from cocotb_vector_env import Case, Stimulus, VectorBenchConfig, VectorRef, VectorTop, decode_done, encode_cmd
+from cocotb_vector_env import (
+    Case,
+    Stimulus,
+    VectorBenchConfig,
+    VectorRef,
+    VectorTop,
+    decode_done,
+    encode_cmd,
+)
 
 from chipotle.hw.tile.vector import VectorCommand, VectorUnit
 from chipotle.isa.core import Dtype, ErrorCode, Opcode, TableId
@@ -47,8 +54,8 @@ def _run(cases, cfg=CFG, check_all=True):
         return got
 
     def words_of(lo, hi):
-        raw = ref.sram[lo * W:hi * W].copy().view(f"<u{W}") if W <= 8 else None
-        return [int(v) for v in raw]
+        return [int.from_bytes(ref.sram[k * W:(k + 1) * W].tobytes(), "little")
+                for k in range(lo, hi)]
 
     async def testbench(ctx):
         for case in cases:
@@ -90,9 +97,7 @@ def _run(cases, cfg=CFG, check_all=True):
 
 
 def _stim(seed=1):
-    s = Stimulus(CFG, seed)
-    s.cfg = VectorBenchConfig(lanes=8, word_bytes=8, sram_bytes=2048)
-    return s
+    return Stimulus(CFG, seed)
 
 
 def test_elementwise_pysim():
@@ -101,6 +106,7 @@ def test_elementwise_pysim():
              s.elementwise(Opcode.VSUB, 9, Dtype.U8, Dtype.I16, "minmax"),
              s.elementwise(Opcode.VMUL, 7, Dtype.I64, Dtype.I32, "min"),
              s.reqi(11, Dtype.I8, Dtype.I32, 23456, 17),
+             s.reqi(17, Dtype.I16, Dtype.I8, 1, 1),       # exact halves: round half up
              s.reqi(5, Dtype.I16, Dtype.U16, 40000, 3, op=Opcode.REQM)]
     _run(cases)
 
@@ -141,6 +147,23 @@ def test_errors_pysim():
                                       ErrorCode.SHAPE, ErrorCode.SHAPE]
 
 
+@pytest.mark.parametrize(("lanes", "word_bytes"), [(4, 8), (2, 16)])
+def test_other_geometries_pysim(lanes, word_bytes):
+    """V below a word's worth of bytes, and a 16-byte word: one case of each kind."""
+    cfg = VectorBenchConfig(lanes=lanes, word_bytes=word_bytes, sram_bytes=2048)
+    s = Stimulus(cfg, 6)
+    cases = [s.table_case(tid, 0) for tid in TableId]
+    cases += [s.elementwise(Opcode.VMUL, 11, Dtype.I32, Dtype.I16),
+              s.elementwise(Opcode.VSUB, 5, Dtype.I8, Dtype.U8, "minmax"),
+              s.reqi(9, Dtype.I16, Dtype.I32, 1, 1),
+              s.reduction(Opcode.ARGMAX, 13, Dtype.I16, Dtype.I8, "ties"),
+              s.reduction(Opcode.RSUMSQ, 7, Dtype.I64, Dtype.I16, "min"),
+              s.rmsnorm(9), s.dynq(10, Dtype.I32), s.softmax(9), s.rope(3, 6),
+              s.silu(7), s.wsum(4, 2 * lanes + 1)]
+    _run(cases, cfg)
+
+
+@pytest.mark.filterwarnings("ignore:.*created but never used")
 @pytest.mark.parametrize("lanes", [0, 3, "8"])
 def test_bad_parameters(lanes):
     with pytest.raises(ValueError, match="lanes must be"):
