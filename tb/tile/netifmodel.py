@@ -1,0 +1,247 @@
+"""Reference model and packet builders of the network-interface benches (plain Python).
+
+It follows ``docs/tile.md`` ("Network interface"), not the gateware.
+
+Members
+-------
+Host packets: sram_write, sram_read, reg_read, control, counter_add, imem_write, start, reset
+    Build the packets a host sends to a tile.
+TileRef
+    What one tile's network interface holds (SRAM words, counters, error flags,
+    instruction memory, starts) and how it answers a packet.
+send_packets
+    The packets a SEND command puts on the network (the packetisation rule).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from chipotle.hw.noc import HOST, Head, NocConfig, Packet, PacketType
+from chipotle.hw.tile.netif import COUNTER_BASE, IMEM_BASE, NetError, NetifConfig, Reg
+from chipotle.isa import ErrorCode
+
+__all__ = ["sram_write", "sram_read", "reg_read", "control", "counter_add", "imem_write",
+           "start", "reset", "read_request_word", "TileRef", "send_packets", "send_check"]
+
+
+def _uni(ptype, dst, addr, payload, cfg: NocConfig, src=HOST) -> Packet:
+    head = Head.unicast(ptype, dst, src, addr=addr, length=len(payload), cfg=cfg)
+    return Packet(head, tuple(payload))
+
+
+def sram_write(dst, addr: int, words, cfg: NocConfig) -> Packet:
+    """Return a host write of ``words`` at word ``addr`` of tile ``dst``."""
+    return _uni(PacketType.SRAM_WRITE, dst, addr, list(words), cfg)
+
+
+def read_request_word(count: int, resp_addr: int, space: int, cfg: NocConfig) -> int:
+    """Return the payload word of an ``SRAM_READ`` (``read_request_layout``)."""
+    lw = cfg.length_width
+    return count | space << lw | resp_addr << (lw + 1)
+
+
+def sram_read(dst, addr: int, count: int, resp_addr: int, cfg: NocConfig) -> Packet:
+    """Return a host read of ``count`` SRAM words from word ``addr`` of tile ``dst``."""
+    return _uni(PacketType.SRAM_READ, dst, addr, [read_request_word(count, resp_addr, 0, cfg)],
+                cfg)
+
+
+def reg_read(dst, reg: int, count: int, resp_addr: int, cfg: NocConfig) -> Packet:
+    """Return a host read of ``count`` registers from ``reg`` of tile ``dst``."""
+    return _uni(PacketType.SRAM_READ, dst, reg, [read_request_word(count, resp_addr, 1, cfg)],
+                cfg)
+
+
+def control(dst, reg: int, words, cfg: NocConfig) -> Packet:
+    """Return a host write of ``words`` to registers ``reg``, ``reg + 1``, ... of ``dst``."""
+    return _uni(PacketType.CONTROL, dst, reg, list(words), cfg)
+
+
+def counter_add(dst, counter: int, inc: int, cfg: NocConfig) -> Packet:
+    """Return a host write adding ``inc`` to counter ``counter`` of ``dst``."""
+    return control(dst, COUNTER_BASE + counter, [inc], cfg)
+
+
+def start(dst, pc: int, cfg: NocConfig) -> Packet:
+    """Return a host write of the start register."""
+    return control(dst, Reg.START, [pc], cfg)
+
+
+def reset(dst, bits: int, cfg: NocConfig) -> Packet:
+    """Return a host write of the reset register."""
+    return control(dst, Reg.RESET, [bits], cfg)
+
+
+def imem_write(dst, index: int, instrs, cfg: NocConfig) -> Packet:
+    """Return a host write of 128-bit ``instrs`` at instruction ``index`` of ``dst``."""
+    pw = cfg.payload_width
+    per = -(-128 // pw)
+    words = [(ins >> (pw * k)) & ((1 << pw) - 1) for ins in instrs for k in range(per)]
+    return control(dst, IMEM_BASE + index, words, cfg)
+
+
+def send_packets(ni: NetifConfig, src_xy, cmd: dict) -> list[Packet]:
+    """Return the packets a well-formed SEND ``cmd`` puts on the network, in order.
+
+    ``cmd`` has ``src``, ``dst``, ``length`` (bytes), ``rect`` ``(x0, x1, y0, y1)`` and
+    ``counter``; the payload words are left out (``length`` says how many).
+    """
+    cfg = ni.noc
+    w = ni.word_bytes
+    x0, x1, y0, y1 = cmd["rect"]
+    mcast = (x0, y0) != (x1, y1)
+    per = ni.mcast_payload if mcast else cfg.max_length
+    words, dst = cmd["length"] // w, cmd["dst"] // w
+    out = []
+
+    def head(ptype, addr, length):
+        return Head(ptype, x0, y0, x1, y1, mcast, src_xy[0], src_xy[1], length, addr)
+
+    while words:
+        n = min(words, per)
+        out.append(Packet(head(PacketType.SRAM_WRITE, dst, n)))
+        dst += n
+        words -= n
+    out.append(Packet(head(PacketType.CONTROL, COUNTER_BASE + cmd["counter"], 1), (1,)))
+    return out
+
+
+def send_check(ni: NetifConfig, cmd: dict) -> ErrorCode:
+    """Return the ``ErrorCode`` a SEND command is refused with (``NONE`` if accepted)."""
+    x0, x1, y0, y1 = cmd["rect"]
+    w = ni.word_bytes
+    if cmd["counter"] >= ni.n_counters:
+        return ErrorCode.COUNTER
+    if x1 >= ni.width or y1 >= ni.height or x0 > x1 or y0 > y1:
+        return ErrorCode.ROUTE
+    if (cmd["src"] | cmd["dst"] | cmd["length"]) % w:
+        return ErrorCode.ALIGN
+    if (cmd["src"] + cmd["length"] > ni.sram_bytes
+            or cmd["dst"] + cmd["length"] > ni.sram_bytes):
+        return ErrorCode.SRAM_RANGE
+    return ErrorCode.NONE
+
+
+@dataclass
+class TileRef:
+    """The state of one tile's network interface, as the host and the controller see it.
+
+    ``receive`` applies an arriving packet and returns the packets the tile answers with.
+    """
+
+    ni: NetifConfig
+    perf: list = field(default_factory=list)      # i_perf constants
+    status: int = 0
+    sram: list = field(default=None)
+    counters: list = field(default=None)
+    errors: int = 0
+    error_count: int = 0
+    imem: dict = field(default_factory=dict)
+    starts: list = field(default_factory=list)
+    resets: int = 0
+
+    def __post_init__(self):
+        self.sram = [0] * self.ni.sram_words
+        self.counters = [0] * self.ni.n_counters
+
+    @property
+    def cfg(self) -> NocConfig:
+        return self.ni.noc
+
+    def flag(self, bit: NetError) -> None:
+        """Record an error event."""
+        self.errors |= int(bit)
+        self.error_count = min(self.error_count + 1, 0xFFFF)
+
+    def bump(self, c: int, inc: int) -> None:
+        """Add ``inc`` to counter ``c`` (saturating, flagged)."""
+        top = (1 << self.ni.counter_width) - 1
+        if self.counters[c] + inc > top:
+            self.flag(NetError.COUNTER_OVERFLOW)
+        self.counters[c] = min(self.counters[c] + inc, top)
+
+    def register(self, reg: int) -> int | None:
+        """Return the value a register read returns, ``None`` for no register."""
+        ni = self.ni
+        fixed = {
+            Reg.ID: ni.x | ni.y << 8 | ni.width << 16 | ni.height << 24,
+            Reg.STATUS: self.status,
+            Reg.ERRORS: self.errors,
+            Reg.ERROR_COUNT: self.error_count,
+        }
+        if reg in fixed:
+            return fixed[reg]
+        if 0x20 <= reg < 0x20 + len(self.perf):
+            return self.perf[reg - 0x20]
+        if COUNTER_BASE <= reg < COUNTER_BASE + ni.n_counters:
+            return self.counters[reg - COUNTER_BASE]
+        return None
+
+    def receive(self, pkt: Packet) -> list[Packet]:
+        """Apply a well-delimited packet; return the packets sent in answer."""
+        h, pay = pkt.head, list(pkt.payload)
+        cfg = self.cfg
+        ni = self.ni
+        if len(pay) != h.length:
+            self.flag(NetError.BAD_LENGTH)
+        n = min(len(pay), h.length)
+        if h.type in (PacketType.SRAM_WRITE, PacketType.READ_RESP):
+            if h.addr + h.length > ni.sram_words:
+                self.flag(NetError.SRAM_RANGE)
+                return []
+            self.sram[h.addr:h.addr + n] = pay[:n]
+            return []
+        if h.type == PacketType.SRAM_READ:
+            if not pay:
+                return []
+            lw = cfg.length_width
+            count, space, resp = pay[0] & ((1 << lw) - 1), pay[0] >> lw & 1, pay[0] >> (lw + 1)
+            resp &= (1 << cfg.addr_width) - 1
+            if space == 0:
+                if h.addr + count > ni.sram_words:
+                    self.flag(NetError.SRAM_RANGE)
+                    words = []
+                else:
+                    words = self.sram[h.addr:h.addr + count]
+            else:
+                words = []
+                for r in range(h.addr, h.addr + count):
+                    v = self.register(r)
+                    if v is None:
+                        self.flag(NetError.BAD_REG)
+                        v = 0
+                    words.append(v)
+            dst = (h.src_x, h.src_y)
+            dst = HOST if dst == cfg.host else dst
+            return [_uni(PacketType.READ_RESP, dst, resp, words, cfg, src=(ni.x, ni.y))]
+        if h.type == PacketType.CONTROL:
+            if h.addr >= IMEM_BASE:
+                per = ni.flits_per_instr
+                idx = h.addr - IMEM_BASE
+                if h.length % per or idx + h.length // per > ni.imem_words:
+                    self.flag(NetError.IMEM_RANGE)
+                    return []
+                pw = cfg.payload_width
+                for k in range(n // per):
+                    word = sum(pay[k * per + j] << (pw * j) for j in range(per))
+                    self.imem[idx + k] = word & ((1 << 128) - 1)
+                return []
+            for k in range(n):
+                reg, v = h.addr + k, pay[k]
+                if reg == Reg.START:
+                    self.starts.append(v & 0xFFFF)
+                elif reg == Reg.RESET:
+                    if v & 1:
+                        self.resets += 1
+                    if v & 2:
+                        self.counters = [0] * ni.n_counters
+                    if v & 4:
+                        self.errors = self.error_count = 0
+                elif COUNTER_BASE <= reg < COUNTER_BASE + ni.n_counters:
+                    self.bump(reg - COUNTER_BASE, v & ((1 << ni.counter_width) - 1))
+                else:
+                    self.flag(NetError.BAD_REG)
+            return []
+        self.flag(NetError.BAD_TYPE)
+        return []
