@@ -48,7 +48,7 @@ VECTOR_OPCODES = frozenset(
 
 
 class VectorCommand(data.Struct):
-    """A vector-unit instruction with its operands resolved by the controller (241 bits).
+    """A vector-unit instruction with its operands resolved by the controller (173 bits).
 
     The field shapes are the ISA's (``chipotle.isa.core``): ``op`` / ``td`` / ``ts`` /
     ``c`` / ``imm`` are the instruction's fields unchanged (``ts`` read as a `Dtype`); ``d``,
