@@ -177,6 +177,11 @@ class VectorBench:
         assert self.sb.errors == 0
 
 
+def _in_place(case):
+    """The same case with D = A (allowed for rmsnorm, rope, silu; the residual vadd)."""
+    return Case(case.name + " in place", {**case.cmd, "d": case.cmd["a"]}, case.writes)
+
+
 def _sample(items, frac=SCALE, keep=()):
     """Keep about ``frac`` of ``items`` (always those at indices ``keep``), deterministically."""
     if frac >= 1:
@@ -231,6 +236,7 @@ async def elementwise(dut, stall, contention):
             cases.append(s.elementwise(op, n, td, ts, kind))
     for n in s.lengths():
         cases.append(s.elementwise(Opcode.VADD, n, Dtype.I16, Dtype.I16))
+    cases.append(_in_place(s.elementwise(Opcode.VADD, 172, Dtype.I16, Dtype.I16)))
     await tb.run_all(_sample(cases, frac, keep=range(0, len(cases), 7)))
     await tb.stop()
 
@@ -299,6 +305,7 @@ async def rmsnorm(dut):
               s.rmsnorm(V, kind="minmax", eps=0), s.rmsnorm(13, shift=3),
               s.rmsnorm(13, shift=-5), s.rmsnorm(9, shift=200), s.rmsnorm(1),
               s.rmsnorm(64, eps=(1 << 62)), s.rmsnorm(10, eps=-(1 << 40))]
+    cases.append(_in_place(s.rmsnorm(172)))
     out = s.rmsnorm(64)
     x = np.frombuffer(out.writes[0][1], np.int16).copy()
     x[:] = x // 64
@@ -370,7 +377,8 @@ async def rope_silu(dut):
     for k, n in enumerate(s.lengths()):
         cases += [s.silu(n, [11, 6, 15, 8][k % 4]),
                   s.silu(n, [6, 11][k % 2], ["min", "max", "minmax", "zero"][k % 4])]
-    cases += [s.silu(64, 40), s.silu(64, 22, "minmax")]
+    cases += [s.silu(64, 40), s.silu(64, 22, "minmax"), _in_place(s.silu(172)),
+              _in_place(s.rope(8, 8))]
     await tb.run_all(_sample(cases, keep=range(0, len(cases), 2)))
     await tb.stop()
 
