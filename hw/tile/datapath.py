@@ -43,8 +43,24 @@ class TileConfig:
         M, activation rows of the matrix unit (default 4).
     k_max : int
         Largest K of the matrix unit (default 512).
-    kv : KvLayout
+    kv : KvLayout or None
         The KV store's address map (its ``word_bytes`` must equal ``word_bytes``).
+    imem_words : int
+        Instruction memory of the controller, in instructions (default 1024).
+    n_counters : int
+        Counters (semaphores) of the network interface (default 16).
+    loop_depth : int
+        Hardware loop stack of the controller (default 4).
+    lanes : int
+        V, vector-unit lanes (default 8).
+    mesh_width, mesh_height : int
+        Size of the mesh the tile sits in (SEND rectangles are checked against it).
+    noc_fifo_depth, noc_length_width, mcast_max_flits : int
+        NoC parameters (``chipotle.hw.noc.NocConfig``); the flit payload is one SRAM word.
+
+    The ISA-level view of the same parameters is `isa_config` (``chipotle.isa.IsaConfig``),
+    so that the ISA simulator, the compiler and the testbenches see the configuration the
+    gateware was elaborated with.
     """
 
     sram_bytes: int = 32768
@@ -54,8 +70,19 @@ class TileConfig:
     k_max: int = 512
     kv: KvLayout = field(default_factory=lambda: KvLayout(
         n_layers=1, n_kv_heads=2, head_size=8, max_pos=256, base=2048, k_header=True))
+    imem_words: int = 1024
+    n_counters: int = 16
+    loop_depth: int = 4
+    lanes: int = 8
+    mesh_width: int = 1
+    mesh_height: int = 1
+    noc_fifo_depth: int = 16
+    noc_length_width: int = 8
+    mcast_max_flits: int = 8
 
     def __post_init__(self):
+        if self.kv is None:
+            return
         if self.kv.word_bytes != self.word_bytes:
             raise ValueError(f"kv.word_bytes must equal word_bytes ({self.word_bytes}), "
                              f"not {self.kv.word_bytes}")
@@ -67,6 +94,23 @@ class TileConfig:
     def sram_words(self):
         """SRAM capacity in words."""
         return self.sram_bytes // self.word_bytes
+
+    @property
+    def noc(self):
+        """The network parameters (``chipotle.hw.noc.NocConfig``, payload = one word)."""
+        from ..noc.packet import NocConfig
+        return NocConfig(payload_width=8 * self.word_bytes, fifo_depth=self.noc_fifo_depth,
+                         length_width=self.noc_length_width,
+                         mcast_max_flits=self.mcast_max_flits)
+
+    def isa_config(self):
+        """Return the ``chipotle.isa.IsaConfig`` of a tile with these parameters."""
+        from chipotle.isa.core import IsaConfig
+        return IsaConfig(sram_bytes=self.sram_bytes, word_bytes=self.word_bytes,
+                         max_m=self.max_m, lanes=self.lanes, k_max=self.k_max,
+                         imem_words=self.imem_words, n_counters=self.n_counters,
+                         loop_depth=self.loop_depth, mcast_max_flits=self.mcast_max_flits,
+                         max_packet_flits=(1 << self.noc_length_width) - 1)
 
 
 class TileDatapath(wiring.Component):

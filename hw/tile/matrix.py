@@ -28,7 +28,7 @@ from amaranth.utils import ceil_log2, exact_log2
 from .sram import ADDR_WIDTH, SramReadSignature
 
 __all__ = ["MatrixCommand", "MatrixError", "matrix_result_layout", "MatrixUnit",
-           "ACC_WIDTH", "K_LIMIT"]
+           "MatrixOp", "MatrixJob", "MatrixWriteback", "ACC_WIDTH", "K_LIMIT"]
 
 #: Width of an accumulator.  |sum_k w*x| <= 128 * 128 * K = 2**14 * K for int8 operands,
 #: so 32-bit signed accumulators cannot overflow for K <= 2**16 (2**30 < 2**31 - 1).
@@ -398,4 +398,285 @@ class MatrixUnit(wiring.Component):
 
         m.d.comb += self.busy.eq(~fsm.ongoing("Idle") | s1_valid | s1_load | s2_valid
                                  | self.o.valid)
+        return m
+
+
+class MatrixOp(enum.Enum, shape=unsigned(2)):
+    """What the write-back stage does with the results of one matrix instruction.
+
+    Members
+    -------
+    MATMUL
+        ``requant_dyn(acc, mu_x[m], b_x[m], m_row[n], s_row[n])`` (per-row table at ``c``).
+    MATQK
+        ``requant_dyn(acc, mu_x[m] * mu_w[n], b_x[m] + b_w[n], m_c, s_c)`` (one pair at ``c``,
+        weight-row headers read per result).
+    MATRAW
+        The int32 accumulators unchanged.
+    """
+
+    MATMUL = 0
+    MATQK = 1
+    MATRAW = 2
+
+
+class MatrixJob(data.Struct):
+    """What the write-back stage needs to finish one matrix instruction (word addresses for
+    the headers, byte addresses for the table and the destination; all already checked
+    against the SRAM by the controller).
+
+    Members
+    -------
+    op : :class:`MatrixOp`
+    td : ``unsigned(2)``
+        Destination element size code: 0 int8, 1 int16, 2 int32 (``Dtype`` codes of the
+        three legal destination types).
+    m : ``unsigned(4)``
+        Activation rows M (1 .. 8).
+    x_hdr : ``unsigned(16)``
+        Word address of activation row 0's header (unused for ``MATRAW``).
+    x_stride : ``unsigned(16)``
+        Words from one activation record to the next.
+    w_hdr : ``unsigned(16)``
+        Word address of weight row 0's header (``MATQK``).
+    w_stride : ``unsigned(16)``
+        Words from one weight record to the next (``MATQK``).
+    c : ``unsigned(17)``
+        Byte address of the requantisation table (``MATMUL``, pair ``n`` at ``c + 4 n``) or
+        pair (``MATQK``); 4-aligned.
+    y : ``unsigned(24)``
+        Byte address of output element ``(0, 0)``.
+    y_stride : ``unsigned(24)``
+        Bytes from one output row to the next (``pad(N * size)``).
+    """
+
+    op: MatrixOp
+    td: unsigned(2)
+    m: unsigned(4)
+    x_hdr: unsigned(ADDR_WIDTH)
+    x_stride: unsigned(ADDR_WIDTH)
+    w_hdr: unsigned(ADDR_WIDTH)
+    w_stride: unsigned(ADDR_WIDTH)
+    c: unsigned(17)
+    y: unsigned(24)
+    y_stride: unsigned(24)
+
+
+class MatrixWriteback(wiring.Component):
+    """Requantise the matrix unit's int32 results and write them to SRAM (one instruction).
+
+    Accepts a :class:`MatrixJob`, reads the ``m`` activation-record headers (``mu`` int16 at
+    byte 0, ``b`` int16 at byte 2 of the header word) and, for ``MATQK``, the ``(m, s)``
+    pair at ``c``; then for every result word of the matrix unit (weight row ``n``) reads
+    the row's ``(m, s)`` pair (``MATMUL``) or the weight record's header (``MATQK``) and
+    writes the ``m`` output elements ``Y[r, n]`` at ``y + r * y_stride + n * size`` with
+    byte enables.  Arithmetic (bit-exact with ``chipotle.golden.numerics.requant_dyn``):
+
+    * ``mu = mu_x[r]`` (``* mu_w[n]`` for ``MATQK``), ``b = b_x[r]`` (``+ b_w[n]``),
+      ``sh = s - b`` (signed 18 bits);
+    * ``p = acc * mu`` (signed 64; ``|p| < 2**46`` else ``ARITH``), ``sh < 0`` is ``ARITH``;
+    * ``y = sat((p * m + (2**min(sh, 62) >> 1)) >> min(sh, 62))``, 0 when ``sh > 62``.
+
+    Latency: 2 cycles per header at the start; per result 2 cycles for its pair or header,
+    then 2 cycles per element (product register, then the write request), all on ``bus``
+    (``SramSignature``, shared through the tile's arbiter: more if not granted at once).
+    The matrix unit is back-pressured through ``i_res.ready`` meanwhile.  After an
+    arithmetic error the remaining results are drained without writing and ``error`` stays
+    high until the next job is accepted.
+
+    Parameters
+    ----------
+    word_bytes : int
+        W.
+    max_m : int
+        M of the matrix unit.
+
+    Members
+    -------
+    i_job : ``In(stream.Signature(MatrixJob))``
+        One job per matrix instruction, offered with (or before) its matrix command.
+    i_res : ``In(stream.Signature(matrix_result_layout(max_m)))``
+        The matrix unit's results.
+    bus : ``Out(SramSignature(word_bytes=W))``
+        Header, table reads and result writes.
+    busy : ``Out(1)``
+        A job is in progress (high from acceptance to the last write).
+    error : ``Out(1)``
+        The current (or last) job hit an arithmetic error (``ErrorCode.ARITH``).
+    """
+
+    def __init__(self, *, word_bytes=8, max_m=4):
+        from .sram import SramSignature
+        self._word_bytes = word_bytes
+        self._max_m = max_m
+        super().__init__({
+            "i_job": In(stream.Signature(MatrixJob)),
+            "i_res": In(stream.Signature(matrix_result_layout(max_m))),
+            "bus": Out(SramSignature(word_bytes=word_bytes)),
+            "busy": Out(1),
+            "error": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        W = self._word_bytes
+        M = self._max_m
+        wb = exact_log2(W)
+
+        job = Signal(MatrixJob)
+        mu_x = Array(Signal(signed(16), name=f"mu_x{r}") for r in range(M))
+        b_x = Array(Signal(signed(16), name=f"b_x{r}") for r in range(M))
+        acc = Array(Signal(signed(ACC_WIDTH), name=f"res{r}") for r in range(M))
+        last = Signal()
+        mult = Signal(16)          # m of the requantisation
+        shift = Signal(16)         # s of the requantisation
+        w_mu = Signal(signed(16))
+        w_b = Signal(signed(16))
+        r = Signal(range(max(M, 2)))     # row index
+        hdr_addr = Signal(ADDR_WIDTH)    # running header address (X rows, then W rows)
+        w_addr = Signal(ADDR_WIDTH)
+        pair_addr = Signal(24)           # byte address of the next (m, s) pair
+        col_addr = Signal(24)            # byte address of Y[0, n]
+        el_addr = Signal(24)             # byte address of Y[r, n]
+        prod = Signal(signed(64))
+        sh = Signal(signed(18))
+        failed = Signal()
+
+        size_bytes = Array([C(1, 3), C(2, 3), C(4, 3)])[job.td]
+
+        m.d.comb += self.error.eq(failed)
+
+        def read(addr):
+            m.d.comb += [self.bus.en.eq(1), self.bus.addr.eq(addr)]
+
+        word = self.bus.rdata
+        pair_sel = word.word_select(pair_addr[2:wb], 32) if wb > 2 else word[:32]
+
+        # requantisation of `prod` (registered) by (mult, sh) to the job's type
+        sh_c = Signal(6)
+        m.d.comb += sh_c.eq(Mux(sh > 62, 62, sh[:6]))
+        half = Signal(63)
+        m.d.comb += half.eq((C(1, 64) << sh_c) >> 1)
+        xm = Signal(signed(66))
+        m.d.comb += xm.eq(prod * mult.as_unsigned() + half)
+        shifted = Signal(signed(66))
+        m.d.comb += shifted.eq(Mux(sh > 62, 0, xm >> sh_c))
+        value = Signal(signed(32))
+        for code, bits in ((0, 8), (1, 16), (2, 32)):
+            lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+            with m.If(job.td == code):
+                m.d.comb += value.eq(Mux(shifted > hi, hi, Mux(shifted < lo, lo, shifted)))
+        out = Mux(job.op == MatrixOp.MATRAW, acc[r], value)
+        boff = el_addr[:wb] if wb else C(0, 1)
+        m.d.comb += [
+            self.bus.wdata.eq((out.as_unsigned()[:32] << Cat(C(0, 3), boff))[:8 * W]),
+            self.bus.wmask.eq((Mux(job.td == 0, 0x1, Mux(job.td == 1, 0x3, 0xF)) << boff)
+                              [:W]),
+        ]
+
+        with m.FSM(name="fsm") as fsm:
+            with m.State("Idle"):
+                m.d.comb += self.i_job.ready.eq(1)
+                with m.If(self.i_job.valid):
+                    p = self.i_job.payload
+                    m.d.sync += [
+                        job.eq(p), failed.eq(0), r.eq(0),
+                        hdr_addr.eq(p.x_hdr), w_addr.eq(p.w_hdr),
+                        pair_addr.eq(p.c), col_addr.eq(p.y),
+                    ]
+                    with m.If(p.op == MatrixOp.MATRAW):
+                        m.next = "Result"
+                    with m.Else():
+                        m.next = "X-Header"
+
+            with m.State("X-Header"):
+                read(hdr_addr)
+                with m.If(self.bus.ready):
+                    m.next = "X-Latch"
+
+            with m.State("X-Latch"):
+                m.d.sync += [mu_x[r].eq(word[:16].as_signed()), b_x[r].eq(word[16:32].as_signed()),
+                             hdr_addr.eq(hdr_addr + job.x_stride), r.eq(r + 1)]
+                with m.If(r == job.m - 1):
+                    m.d.sync += r.eq(0)
+                    with m.If(job.op == MatrixOp.MATQK):
+                        m.next = "Pair"
+                    with m.Else():
+                        m.next = "Result"
+                with m.Else():
+                    m.next = "X-Header"
+
+            with m.State("Pair"):      # MATMUL: per result; MATQK: once
+                read(pair_addr[wb:])
+                with m.If(self.bus.ready):
+                    m.next = "Pair-Latch"
+
+            with m.State("Pair-Latch"):
+                m.d.sync += [mult.eq(pair_sel[:16]), shift.eq(pair_sel[16:32])]
+                with m.If(job.op == MatrixOp.MATQK):
+                    m.next = "Result"
+                with m.Else():
+                    m.d.sync += pair_addr.eq(pair_addr + 4)
+                    m.next = "Element"
+
+            with m.State("Result"):
+                m.d.comb += self.i_res.ready.eq(1)
+                with m.If(self.i_res.valid):
+                    m.d.sync += [acc[i].eq(self.i_res.payload.acc[i]) for i in range(M)]
+                    m.d.sync += [last.eq(self.i_res.payload.last), r.eq(0),
+                                 el_addr.eq(col_addr)]
+                    with m.If(failed):
+                        with m.If(self.i_res.payload.last):
+                            m.next = "Idle"
+                    with m.Elif(job.op == MatrixOp.MATMUL):
+                        m.next = "Pair"
+                    with m.Elif(job.op == MatrixOp.MATQK):
+                        m.next = "W-Header"
+                    with m.Else():
+                        m.next = "Write"
+
+            with m.State("W-Header"):
+                read(w_addr)
+                with m.If(self.bus.ready):
+                    m.next = "W-Latch"
+
+            with m.State("W-Latch"):
+                m.d.sync += [w_mu.eq(word[:16].as_signed()), w_b.eq(word[16:32].as_signed()),
+                             w_addr.eq(w_addr + job.w_stride)]
+                m.next = "Element"
+
+            with m.State("Element"):
+                qk = job.op == MatrixOp.MATQK
+                mu = Mux(qk, mu_x[r] * w_mu, mu_x[r])
+                b = Mux(qk, b_x[r] + w_b, b_x[r])
+                p = Signal(signed(64))
+                s = Signal(signed(19))
+                m.d.comb += [p.eq(acc[r] * mu), s.eq(shift - b)]
+                m.d.sync += [prod.eq(p), sh.eq(s)]
+                with m.If((s < 0) | (p >= (1 << 46)) | (p <= -(1 << 46))):
+                    m.d.sync += failed.eq(1)
+                    with m.If(last):
+                        m.next = "Idle"
+                    with m.Else():
+                        m.next = "Result"
+                with m.Else():
+                    m.next = "Write"
+
+            with m.State("Write"):
+                m.d.comb += [self.bus.en.eq(1), self.bus.we.eq(1),
+                             self.bus.addr.eq(el_addr[wb:])]
+                with m.If(self.bus.ready):
+                    m.d.sync += [r.eq(r + 1), el_addr.eq(el_addr + job.y_stride)]
+                    with m.If(r == job.m - 1):
+                        m.d.sync += col_addr.eq(col_addr + size_bytes)
+                        with m.If(last):
+                            m.next = "Idle"
+                        with m.Else():
+                            m.next = "Result"
+                    with m.Elif(job.op == MatrixOp.MATRAW):
+                        m.next = "Write"
+                    with m.Else():
+                        m.next = "Element"
+
+        m.d.comb += self.busy.eq(~fsm.ongoing("Idle"))
         return m

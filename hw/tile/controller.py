@@ -1,0 +1,730 @@
+"""The tile controller: fetch, decode, check and sequence the tile ISA (``docs/isa.md``).
+
+The controller runs one tile program from its instruction memory.  It decodes every word
+with the one definition of the instruction format (``chipotle.isa.Instruction``), checks it
+against the operand rules (``chipotle.isa.SPECS``: the legality logic is generated from
+them), resolves operand addresses (``r[reg] + off``), executes the control and scalar
+instructions itself and dispatches the others: matrix instructions to the matrix unit and
+its write-back stage, vector instructions and ``TABLE`` to the vector unit, ``SEND`` /
+``DONE`` to the network interface, ``WAIT`` to the network interface's counters.
+
+Issue policy (``docs/tile.md``, "Controller"): **in order, one instruction at a time**.  A
+scalar or control instruction retires in one cycle, the next one is fetched in the same
+cycle (the instruction memory read port is addressed with the next PC), so straight-line
+scalar code and loop ends cost one cycle per instruction.  An instruction that uses a unit
+waits for that unit to finish before the next instruction issues; this removes every data
+hazard through SRAM or registers by construction, at the cost of overlap between units.
+Besides unit work the controller stalls only on SRAM-port conflicts (its own ``bus``), on a
+``WAIT`` whose counter is short, and on the network interface (``SEND`` / ``DONE``).
+
+Members
+-------
+ControllerState
+    The controller's states as the host sees them (``Status.state``).
+Status
+    The 32-bit status word the host reads (``Reg.STATUS`` of the network interface).
+VectorDispatch
+    A vector instruction with its resolved operands (stream ``o_vec``).
+PerfIndex
+    Index of each performance counter in ``perf``.
+Controller
+    The component.
+"""
+
+# ruff: noqa: F403, F405  (names come from `from amaranth import *`)
+
+import enum as py_enum
+
+from amaranth import *  # house style (STYLE.md)
+from amaranth.lib import data, enum, memory, stream, wiring
+from amaranth.lib.wiring import In, Out
+from amaranth.utils import ceil_log2, exact_log2
+
+from chipotle.isa.core import (
+    C_BITS,
+    SPECS,
+    Dtype,
+    ErrorCode,
+    Instruction,
+    Opcode,
+    TableId,
+)
+
+from .matrix import MatrixCommand, MatrixJob, MatrixOp
+from .netif import ImemWrite, NetCommand, NetCompletion, NetOp, WaitRequest
+from .sram import ADDR_WIDTH, SramSignature
+
+__all__ = ["ControllerState", "Status", "VectorDispatch", "PerfIndex", "Controller"]
+
+
+class ControllerState(enum.Enum, shape=3):
+    """What the controller is doing, as the host sees it.
+
+    Members
+    -------
+    IDLE
+        Never started since reset.
+    RUNNING
+        Executing (including stalls on units, SRAM and the network).
+    WAITING
+        Stalled on a ``WAIT`` whose counter is short.
+    HALTED
+        Executed ``HALT``; a host start resumes it at any PC.
+    ERROR
+        Stopped on an error (``Status.error``, at ``Status.pc``); only a reset clears it.
+    """
+
+    IDLE = 0
+    RUNNING = 1
+    WAITING = 2
+    HALTED = 3
+    ERROR = 4
+
+
+class Status(data.Struct):
+    """The controller's status word (32 bits, host-readable).
+
+    Members
+    -------
+    state : `ControllerState`
+        Bits 0-2.
+    error : ``ErrorCode``
+        Bits 4-7: the first error since reset (``NONE`` when the flag is clear).
+    pc : ``unsigned(16)``
+        Bits 16-31: the PC; with ``state == ERROR`` the PC of the faulting instruction.
+    """
+
+    state: ControllerState
+    _pad0: 1
+    error: ErrorCode
+    _pad1: 8
+    pc: 16
+
+
+class VectorDispatch(data.Struct):
+    """A vector-unit instruction (units 1 and 2, and ``TABLE``) with resolved operands.
+
+    Members
+    -------
+    instr : ``chipotle.isa.Instruction``
+        The instruction word (opcode, types, ``c``, ``imm``).
+    d, a, b : ``unsigned(32)``
+        Byte addresses ``val(D)``, ``val(A)``, ``val(B)``.
+    n : ``unsigned(32)``
+        The length ``r[reg] + imm``.
+    """
+
+    instr: Instruction
+    d: 32
+    a: 32
+    b: 32
+    n: 32
+
+
+class PerfIndex(py_enum.IntEnum):
+    """Index of each counter in ``Controller.perf`` / the tile's performance registers.
+
+    All count cycles since the last reset unless said, 32 bits, wrapping.
+    """
+
+    #: Cycles since reset.
+    CYCLES = 0
+    #: Instructions retired.
+    INSTRUCTIONS = 1
+    #: Cycles the matrix unit issued a weight word (useful MAC cycles).
+    MAC_CYCLES = 2
+    #: Cycles the vector unit was busy.
+    VECTOR_BUSY = 3
+    #: Cycles stalled on ``WAIT``.
+    WAIT_STALLS = 4
+    #: Cycles stalled on the network interface (``SEND`` / ``DONE`` in progress).
+    NET_STALLS = 5
+    #: Cycles some tile-side initiator requested the shared SRAM port and was not granted.
+    SRAM_STALLS = 6
+    #: SRAM bytes read (all ports).
+    BYTES_READ = 7
+    #: SRAM bytes written (all ports).
+    BYTES_WRITTEN = 8
+    #: Cycles a matrix instruction was in progress (issue to last write-back).
+    MATRIX_CYCLES = 9
+
+
+N_PERF = len(PerfIndex)
+
+_MATRIX_OPS = (Opcode.MATMUL, Opcode.MATQK, Opcode.MATRAW)
+_FIELD_BITS = {"d.reg": 4, "d.off": 17, "a.reg": 4, "a.off": 17, "b.reg": 4, "b.off": 17,
+               "n.reg": 4, "n.imm": 16, "c": C_BITS, "imm": 16}
+
+
+def _legal(ins, op):
+    """Return the legality condition of `ins` assuming its opcode is `op` (from `SPECS`)."""
+    spec = SPECS[op]
+    fields = {"d.reg": ins.d.reg, "d.off": ins.d.off, "a.reg": ins.a.reg, "a.off": ins.a.off,
+              "b.reg": ins.b.reg, "b.off": ins.b.off, "n.reg": ins.n.reg, "n.imm": ins.n.imm,
+              "c": ins.c, "imm": ins.imm}
+    used = spec.fields
+    ok = C(1, 1)
+    for name, value in fields.items():
+        if name not in used:
+            ok &= value == 0
+    td = ins.td.as_value()
+    ts = ins.ts.as_value()
+    if spec.td is None:
+        ok &= td == 0
+    else:
+        ok &= Cat(*(td == t.value for t in spec.td)).any()
+    if spec.ts is None:
+        ok &= ts == 0
+    elif spec.ts != "m":
+        ok &= Cat(*(ts == t.value for t in spec.ts)).any()
+    if op in _MATRIX_OPS:
+        ok &= ins.imm != 0
+    if op == Opcode.ROPE:
+        ok &= (ins.imm >= 2) & ~ins.imm[0]
+    if op == Opcode.WSUM:
+        ok &= ins.imm != 0
+    if op == Opcode.LI:
+        ok &= ins.c[16:] == 0
+    if op == Opcode.TABLE:
+        ok &= Cat(*(ins.c == t.value for t in TableId)).any()
+    if op == Opcode.SEND:
+        ok &= (ins.imm[0:4] <= ins.imm[4:8]) & (ins.imm[8:12] <= ins.imm[12:16])
+    return ok
+
+
+class Controller(wiring.Component):
+    """The tile controller (see the module docstring for the issue policy).
+
+    Parameters
+    ----------
+    sram_bytes : int
+        SRAM capacity in bytes (operand range checks).
+    word_bytes : int
+        W.
+    max_m, k_max : int
+        The matrix unit's rows and largest K (``SHAPE`` checks).
+    imem_words : int
+        Instruction memory size (at most ``2**16``).
+    n_counters : int
+        Counters of the network interface (``COUNTER`` check of ``WAIT``).
+    loop_depth : int
+        Hardware loop stack entries.
+
+    Members
+    -------
+    i_imem : ``In(stream.Signature(ImemWrite))``
+        Host writes of the instruction memory (always accepted, one per cycle).
+    i_start : ``In(stream.Signature(16))``
+        Host start at a PC; taken when the controller is idle, halted or stopped on an error
+        (then ignored: only a reset clears an error).
+    status : ``Out(Status)``
+        State, error code and PC.
+    bus : ``Out(SramSignature(word_bytes=W))``
+        The controller's SRAM port (``LD``, ``ST``, ``COPY``).
+    o_mcmd : ``Out(stream.Signature(MatrixCommand))``
+        Matrix unit commands.
+    o_mjob : ``Out(stream.Signature(MatrixJob))``
+        Write-back jobs (one per matrix instruction, offered with its command).
+    mjob_busy : ``In(1)``
+        The write-back stage is working (the matrix instruction is finished when it drops).
+    mjob_error : ``In(1)``
+        The write-back stage hit an arithmetic error (``ARITH``).
+    o_vec : ``Out(stream.Signature(VectorDispatch))``
+        Vector-unit instructions.
+    i_vec_done : ``In(stream.Signature(ErrorCode))``
+        One completion per vector instruction (``NONE`` or the error it hit).
+    o_net : ``Out(stream.Signature(NetCommand))``
+        ``SEND`` and ``DONE`` to the network interface.
+    i_net_done : ``In(stream.Signature(NetCompletion))``
+        Their completions (a refused ``SEND`` carries its ``ErrorCode``).
+    o_wait : ``Out(stream.Signature(WaitRequest))``
+        ``WAIT``: taken by the network interface when the counter suffices.
+    retired : ``Out(1)``
+        An instruction retired this cycle.
+    stall_wait, stall_net, stall_sram, matrix_active : ``Out(1)``
+        This cycle the controller is stalled on a ``WAIT``, on the network interface, on
+        its SRAM port, or has a matrix instruction in progress.
+    """
+
+    def __init__(self, *, sram_bytes=32768, word_bytes=8, max_m=4, k_max=512,
+                 imem_words=1024, n_counters=16, loop_depth=4):
+        if not 1 <= imem_words <= 2 ** 16:
+            raise ValueError(f"`imem_words` must be in [1, 65536], not {imem_words}")
+        self._p = dict(sram_bytes=sram_bytes, word_bytes=word_bytes, max_m=max_m,
+                       k_max=k_max, imem_words=imem_words, n_counters=n_counters,
+                       loop_depth=loop_depth)
+        super().__init__({
+            "i_imem": In(stream.Signature(ImemWrite)),
+            "i_start": In(stream.Signature(16)),
+            "status": Out(Status),
+            "bus": Out(SramSignature(word_bytes=word_bytes)),
+            "o_mcmd": Out(stream.Signature(MatrixCommand)),
+            "o_mjob": Out(stream.Signature(MatrixJob)),
+            "mjob_busy": In(1),
+            "mjob_error": In(1),
+            "o_vec": Out(stream.Signature(VectorDispatch)),
+            "i_vec_done": In(stream.Signature(ErrorCode)),
+            "o_net": Out(stream.Signature(NetCommand)),
+            "i_net_done": In(stream.Signature(NetCompletion)),
+            "o_wait": Out(stream.Signature(WaitRequest)),
+            "retired": Out(1),
+            "stall_wait": Out(1),
+            "stall_net": Out(1),
+            "stall_sram": Out(1),
+            "matrix_active": Out(1),
+        })
+
+    def __getattr__(self, name):
+        if name in ("sram_bytes", "word_bytes", "max_m", "k_max", "imem_words",
+                    "n_counters", "loop_depth"):
+            return self._p[name]
+        raise AttributeError(name)
+
+    def elaborate(self, platform):
+        m = Module()
+        p = self._p
+        W = p["word_bytes"]
+        wb = exact_log2(W)
+        size = p["sram_bytes"]
+        depth = p["imem_words"]
+        D = p["loop_depth"]
+        max_m = p["max_m"]
+
+        # ---- instruction memory --------------------------------------------------------------
+        imem = memory.Memory(shape=Instruction, depth=depth, init=[])
+        m.submodules.imem = imem
+        iw = imem.write_port()
+        ir = imem.read_port()
+        m.d.comb += [
+            iw.addr.eq(self.i_imem.payload.addr),
+            iw.data.eq(self.i_imem.payload.data),
+            iw.en.eq(self.i_imem.valid),
+            self.i_imem.ready.eq(1),
+        ]
+        ins = ir.data
+
+        # ---- architectural state --------------------------------------------------------------
+        pcw = 17
+        pc = Signal(pcw)
+        rf = [C(0, 32)] + [Signal(32, name=f"r{i}") for i in range(1, 16)]
+        regs = Array(rf)
+        error = Signal(ErrorCode)
+        lp_start = Array(Signal(pcw, name=f"loop_start{i}") for i in range(D))
+        lp_end = Array(Signal(pcw, name=f"loop_end{i}") for i in range(D))
+        lp_rem = Array(Signal(32, name=f"loop_rem{i}") for i in range(D))
+        sp = Signal(range(D + 1))
+
+        def val(opd):
+            return (regs[opd.reg] + opd.off)[:32]
+
+        a_val = Signal(32)
+        b_val = Signal(32)
+        d_val = Signal(32)
+        n_val = Signal(32)
+        m.d.comb += [a_val.eq(val(ins.a)), b_val.eq(val(ins.b)), d_val.eq(val(ins.d)),
+                     n_val.eq((regs[ins.n.reg] + ins.n.imm)[:32])]
+
+        def write_reg(idx, value):
+            with m.Switch(idx):
+                for i in range(1, 16):
+                    with m.Case(i):
+                        m.d.sync += rf[i].eq(value)
+
+        # ---- legality --------------------------------------------------------------------------
+        legal = Signal()
+        with m.Switch(ins.op.as_value()):
+            for op in SPECS:
+                with m.Case(op.value):
+                    m.d.comb += legal.eq(_legal(ins, op))
+            with m.Default():
+                m.d.comb += legal.eq(0)
+
+        # ---- retire: next PC through the loop stack (zero overhead) -------------------------
+        retire = Signal()
+        npc_in = Signal(pcw)
+        npc = Signal(pcw)
+        m.d.comb += self.retired.eq(retire)
+        # The cascade of loop ends at npc_in: level k from the top ends here and either
+        # repeats (remaining > 1) or is popped and the next level is looked at.
+        still = C(1, 1)
+        repeat_at = []
+        for k in range(D):
+            lvl = (sp - 1 - k)[:ceil_log2(max(D, 2))]
+            hit = Signal(name=f"loop_hit{k}")
+            rep = Signal(name=f"loop_rep{k}")
+            m.d.comb += [hit.eq(still & (sp > k) & (lp_end[lvl] == npc_in)),
+                         rep.eq(hit & (lp_rem[lvl] > 1))]
+            repeat_at.append((k, lvl, hit, rep))
+            pop = Signal(name=f"loop_pop{k}")
+            m.d.comb += pop.eq(hit & ~rep)
+            still = pop
+        m.d.comb += npc.eq(npc_in)
+        with m.If(retire):
+            m.d.sync += pc.eq(npc)
+            for k, lvl, hit, rep in repeat_at:   # the deepest hit wins (written last)
+                with m.If(hit):
+                    with m.If(rep):
+                        m.d.comb += npc.eq(lp_start[lvl])
+                        m.d.sync += [lp_rem[lvl].eq(lp_rem[lvl] - 1), sp.eq(sp - k)]
+                    with m.Else():
+                        m.d.sync += sp.eq(sp - k - 1)
+        # Fetch of the next instruction in the retiring cycle.
+        npc_ok = npc < depth
+        fetch_now = Signal()
+        m.d.comb += [
+            ir.addr.eq(Mux(retire, npc, pc)),
+            ir.en.eq((retire & npc_ok) | fetch_now),
+        ]
+
+        def do_retire(next_pc):
+            m.d.comb += [retire.eq(1), npc_in.eq(next_pc)]
+            with m.If(npc_ok):
+                m.next = "Execute"
+            with m.Else():
+                m.next = "Fetch"
+
+        def fail(code):
+            m.d.sync += error.eq(code)
+            m.next = "Error"
+
+        pc1 = (pc + 1)[:pcw]
+
+        # ---- operand checks ---------------------------------------------------------------------
+        def past(addr, nbytes):
+            """`addr + nbytes` reaches past the SRAM (exact, no wrap)."""
+            return (addr + nbytes) > size
+
+        def misaligned(addr, align):
+            bits = exact_log2(align)
+            return addr[:bits].any() if bits else C(0, 1)
+
+        # ---- LD / ST / COPY registers ------------------------------------------------------
+        mem_addr = Signal(32)
+        cp_src = Signal(32)
+        cp_dst = Signal(32)
+        cp_left = Signal(32)
+        cp_back = Signal()
+        cp_byte = Signal(8)
+
+        # ---- matrix instruction registers -----------------------------------------------------
+        mx_op = Signal(MatrixOp)
+        mx_m = Signal(4)
+        mx_k = Signal(16)
+        mx_n = Signal(32)
+        mx_kw = Signal(16)      # ceil(K / W)
+        mx_es = Signal(3)       # destination element bytes
+        mx_xa = Signal(32)
+        mx_wa = Signal(32)
+        mx_ya = Signal(32)
+        mx_c = Signal(C_BITS)
+        mx_td = Signal(2)
+        mcmd_sent = Signal()
+        mjob_sent = Signal()
+
+        # ---- perf strobes -----------------------------------------------------------------------
+        m.d.comb += self.stall_sram.eq(self.bus.en & ~self.bus.ready)
+
+        # ---- status -------------------------------------------------------------------------------
+        st = Signal(ControllerState)
+        m.d.comb += [self.status.state.eq(st), self.status.error.eq(error),
+                     self.status.pc.eq(pc[:16])]
+
+        with m.FSM(name="fsm") as fsm:
+            def accept_start():
+                m.d.comb += self.i_start.ready.eq(1)
+                with m.If(self.i_start.valid):
+                    m.d.sync += [pc.eq(self.i_start.payload), sp.eq(0)]
+                    m.next = "Fetch"
+
+            with m.State("Idle"):
+                m.d.comb += st.eq(ControllerState.IDLE)
+                accept_start()
+
+            with m.State("Halted"):
+                m.d.comb += st.eq(ControllerState.HALTED)
+                accept_start()
+
+            with m.State("Error"):
+                m.d.comb += [st.eq(ControllerState.ERROR), self.i_start.ready.eq(1)]
+
+            with m.State("Fetch"):
+                m.d.comb += st.eq(ControllerState.RUNNING)
+                with m.If(pc >= depth):
+                    fail(ErrorCode.IMEM_RANGE)
+                with m.Else():
+                    m.d.comb += fetch_now.eq(1)
+                    m.next = "Execute"
+
+            with m.State("Execute"):
+                m.d.comb += st.eq(ControllerState.RUNNING)
+                op = ins.op
+                with m.If(~legal):
+                    fail(ErrorCode.ILLEGAL)
+                with m.Elif(op == Opcode.NOP):
+                    do_retire(pc1)
+                with m.Elif(op == Opcode.HALT):
+                    m.d.comb += self.retired.eq(1)
+                    m.next = "Halted"
+                with m.Elif(op == Opcode.LI):
+                    write_reg(ins.d.reg, Cat(ins.imm, ins.c[:16]))
+                    do_retire(pc1)
+                with m.Elif(op == Opcode.ADD):
+                    write_reg(ins.d.reg, (a_val + b_val)[:32])
+                    do_retire(pc1)
+                with m.Elif(op == Opcode.SUB):
+                    write_reg(ins.d.reg, (a_val - b_val)[:32])
+                    do_retire(pc1)
+                with m.Elif(op == Opcode.MUL):
+                    write_reg(ins.d.reg, (a_val * ins.imm)[:32])
+                    do_retire(pc1)
+                with m.Elif(op == Opcode.LD):
+                    with m.If(misaligned(a_val, 4)):
+                        fail(ErrorCode.ALIGN)
+                    with m.Elif(past(a_val, 4)):
+                        fail(ErrorCode.SRAM_RANGE)
+                    with m.Else():
+                        m.d.sync += mem_addr.eq(a_val)
+                        m.next = "Load-Read"
+                with m.Elif(op == Opcode.ST):
+                    with m.If(misaligned(d_val, 4)):
+                        fail(ErrorCode.ALIGN)
+                    with m.Elif(past(d_val, 4)):
+                        fail(ErrorCode.SRAM_RANGE)
+                    with m.Else():
+                        m.d.sync += [mem_addr.eq(d_val), cp_src.eq(a_val)]
+                        m.next = "Store"
+                with m.Elif(op == Opcode.LOOP):
+                    end = ins.c
+                    with m.If(end <= pc1):
+                        fail(ErrorCode.LOOP)
+                    with m.Elif(end > depth):
+                        fail(ErrorCode.IMEM_RANGE)
+                    with m.Elif((sp != 0) & (end > lp_end[(sp - 1)[:ceil_log2(max(D, 2))]])):
+                        fail(ErrorCode.LOOP)
+                    with m.Elif(n_val == 0):
+                        do_retire(end)
+                    with m.Elif(sp >= D):
+                        fail(ErrorCode.LOOP)
+                    with m.Else():
+                        m.d.sync += [lp_start[sp[:ceil_log2(max(D, 2))]].eq(pc1),
+                                     lp_end[sp[:ceil_log2(max(D, 2))]].eq(end),
+                                     lp_rem[sp[:ceil_log2(max(D, 2))]].eq(n_val)]
+                        # Pushing happens after the retire cascade (which only looks at
+                        # ends equal to pc + 1 < end, so it never fires here).
+                        m.d.sync += sp.eq(sp + 1)
+                        do_retire(pc1)
+                with m.Elif(op == Opcode.WAIT):
+                    with m.If(ins.c >= p["n_counters"]):
+                        fail(ErrorCode.COUNTER)
+                    with m.Else():
+                        m.d.comb += [self.o_wait.valid.eq(1),
+                                     self.o_wait.payload.counter.eq(ins.c),
+                                     self.o_wait.payload.need.eq(n_val),
+                                     st.eq(ControllerState.WAITING),
+                                     self.stall_wait.eq(~self.o_wait.ready)]
+                        with m.If(self.o_wait.ready):
+                            m.d.comb += st.eq(ControllerState.RUNNING)
+                            do_retire(pc1)
+                with m.Elif((op == Opcode.SEND) | (op == Opcode.DONE)):
+                    m.d.comb += [
+                        self.o_net.valid.eq(1),
+                        self.o_net.payload.op.eq(Mux(op == Opcode.SEND, NetOp.SEND, NetOp.DONE)),
+                        self.o_net.payload.src.eq(a_val),
+                        self.o_net.payload.dst.eq(d_val),
+                        self.o_net.payload.length.eq(n_val),
+                        self.o_net.payload.rect.eq(ins.imm),
+                        self.o_net.payload.counter.eq(ins.c),
+                        self.o_net.payload.code.eq(ins.imm),
+                        self.stall_net.eq(1),
+                    ]
+                    with m.If(self.o_net.ready):
+                        m.next = "Net-Done"
+                with m.Elif(op == Opcode.COPY):
+                    with m.If(past(a_val, n_val)):
+                        fail(ErrorCode.SRAM_RANGE)
+                    with m.Elif(past(d_val, n_val)):
+                        fail(ErrorCode.SRAM_RANGE)
+                    with m.Elif(n_val == 0):
+                        do_retire(pc1)
+                    with m.Else():
+                        back = d_val > a_val
+                        m.d.sync += [
+                            cp_back.eq(back),
+                            cp_src.eq(Mux(back, a_val + n_val - 1, a_val)),
+                            cp_dst.eq(Mux(back, d_val + n_val - 1, d_val)),
+                            cp_left.eq(n_val),
+                        ]
+                        m.next = "Copy-Read"
+                with m.Elif((op == Opcode.MATMUL) | (op == Opcode.MATQK) | (op == Opcode.MATRAW)):
+                    m.d.sync += [
+                        mx_op.eq(Mux(op == Opcode.MATMUL, MatrixOp.MATMUL,
+                                     Mux(op == Opcode.MATQK, MatrixOp.MATQK, MatrixOp.MATRAW))),
+                        mx_m.eq(ins.ts.m1 + 1),
+                        mx_k.eq(ins.imm),
+                        mx_kw.eq((ins.imm + W - 1) >> wb),
+                        mx_n.eq(n_val),
+                        mx_xa.eq(a_val), mx_wa.eq(b_val), mx_ya.eq(d_val), mx_c.eq(ins.c),
+                        mx_td.eq(ins.td.as_value()[:2]),
+                        mx_es.eq(Mux(ins.td == Dtype.I8, 1, Mux(ins.td == Dtype.I16, 2, 4))),
+                        mcmd_sent.eq(0), mjob_sent.eq(0),
+                    ]
+                    m.next = "Matrix-Check"
+                with m.Else():
+                    # Vector units 1 and 2, and TABLE.
+                    m.d.comb += [
+                        self.o_vec.valid.eq(1),
+                        self.o_vec.payload.instr.eq(ins),
+                        self.o_vec.payload.d.eq(d_val),
+                        self.o_vec.payload.a.eq(a_val),
+                        self.o_vec.payload.b.eq(b_val),
+                        self.o_vec.payload.n.eq(n_val),
+                    ]
+                    with m.If(self.o_vec.ready):
+                        m.next = "Vector"
+
+            with m.State("Load-Read"):
+                m.d.comb += [st.eq(ControllerState.RUNNING), self.bus.en.eq(1),
+                             self.bus.addr.eq(mem_addr[wb:])]
+                with m.If(self.bus.ready):
+                    m.next = "Load-Latch"
+
+            with m.State("Load-Latch"):
+                m.d.comb += st.eq(ControllerState.RUNNING)
+                word = self.bus.rdata
+                lane = word.word_select(mem_addr[2:wb], 32) if wb > 2 else word[:32]
+                write_reg(ins.d.reg, lane)
+                do_retire(pc1)
+
+            with m.State("Store"):
+                m.d.comb += [st.eq(ControllerState.RUNNING), self.bus.en.eq(1),
+                             self.bus.we.eq(1), self.bus.addr.eq(mem_addr[wb:]),
+                             self.bus.wdata.eq(cp_src.replicate(W // 4)),
+                             self.bus.wmask.eq(C(0xF, W) << Cat(C(0, 2), mem_addr[2:wb]))]
+                with m.If(self.bus.ready):
+                    do_retire(pc1)
+
+            with m.State("Copy-Read"):
+                m.d.comb += [st.eq(ControllerState.RUNNING), self.bus.en.eq(1),
+                             self.bus.addr.eq(cp_src[wb:])]
+                with m.If(self.bus.ready):
+                    m.next = "Copy-Latch"
+
+            with m.State("Copy-Latch"):
+                m.d.comb += st.eq(ControllerState.RUNNING)
+                m.d.sync += cp_byte.eq(self.bus.rdata.word_select(cp_src[:wb], 8))
+                m.next = "Copy-Write"
+
+            with m.State("Copy-Write"):
+                m.d.comb += [st.eq(ControllerState.RUNNING), self.bus.en.eq(1),
+                             self.bus.we.eq(1), self.bus.addr.eq(cp_dst[wb:]),
+                             self.bus.wdata.eq(cp_byte.replicate(W)),
+                             self.bus.wmask.eq(C(1, W) << cp_dst[:wb])]
+                with m.If(self.bus.ready):
+                    step = Mux(cp_back, -1, 1)
+                    m.d.sync += [cp_src.eq(cp_src + step), cp_dst.eq(cp_dst + step),
+                                 cp_left.eq(cp_left - 1)]
+                    with m.If(cp_left == 1):
+                        do_retire(pc1)
+                    with m.Else():
+                        m.next = "Copy-Read"
+
+            with m.State("Net-Done"):
+                m.d.comb += [st.eq(ControllerState.RUNNING), self.i_net_done.ready.eq(1),
+                             self.stall_net.eq(1)]
+                with m.If(self.i_net_done.valid):
+                    with m.If(self.i_net_done.payload.error != ErrorCode.NONE):
+                        fail(self.i_net_done.payload.error)
+                    with m.Else():
+                        do_retire(pc1)
+
+            with m.State("Vector"):
+                m.d.comb += [st.eq(ControllerState.RUNNING), self.i_vec_done.ready.eq(1)]
+                with m.If(self.i_vec_done.valid):
+                    with m.If(self.i_vec_done.payload != ErrorCode.NONE):
+                        fail(self.i_vec_done.payload)
+                    with m.Else():
+                        do_retire(pc1)
+
+            # -- matrix instructions: checks (isasim's order), then command + write-back job
+            rec = (mx_kw + 1) << wb                 # record bytes W + pad(K)
+            plain = mx_kw << wb                     # pad(K)
+            is_raw = mx_op == MatrixOp.MATRAW
+            is_qk = mx_op == MatrixOp.MATQK
+            x_stride = Mux(is_raw, plain, rec)
+            w_stride = Mux(is_qk, rec, plain)
+            x_first = Mux(is_raw, mx_xa, mx_xa + W)
+            w_first = Mux(is_qk, mx_wa + W, mx_wa)
+            y_stride = Signal(32)
+            m.d.comb += y_stride.eq(((mx_n * mx_es + W - 1) >> wb) << wb)
+            x_end = Signal(64)
+            w_end = Signal(64)
+            y_end = Signal(64)
+            m.d.comb += [
+                x_end.eq(x_first + (mx_m - 1) * x_stride + mx_k),
+                w_end.eq(w_first + (mx_n - 1) * w_stride + mx_k),
+                y_end.eq(mx_ya + (mx_m - 1) * y_stride + mx_n * mx_es),
+            ]
+            tab_bytes = Mux(is_qk, 4, mx_n << 2)
+
+            with m.State("Matrix-Check"):
+                m.d.comb += st.eq(ControllerState.RUNNING)
+                with m.If((mx_m > max_m) | (mx_k > p["k_max"]) | (mx_n == 0)):
+                    fail(ErrorCode.SHAPE)
+                with m.Elif(misaligned(mx_xa, W) | misaligned(mx_wa, W)):
+                    fail(ErrorCode.ALIGN)
+                with m.Elif((x_end > size) | (w_end > size)):
+                    fail(ErrorCode.SRAM_RANGE)
+                with m.Elif(~is_raw & misaligned(mx_c, 4)):
+                    fail(ErrorCode.ALIGN)
+                with m.Elif(~is_raw & past(mx_c, tab_bytes)):
+                    fail(ErrorCode.SRAM_RANGE)
+                with m.Elif((mx_td == 1) & mx_ya[0] | (mx_td == 2) & mx_ya[:2].any()):
+                    fail(ErrorCode.ALIGN)
+                with m.Elif(y_end > size):
+                    fail(ErrorCode.SRAM_RANGE)
+                with m.Else():
+                    m.next = "Matrix-Issue"
+
+            with m.State("Matrix-Issue"):
+                m.d.comb += [st.eq(ControllerState.RUNNING), self.matrix_active.eq(1)]
+                cmd = self.o_mcmd.payload
+                m.d.comb += [
+                    self.o_mcmd.valid.eq(~mcmd_sent),
+                    cmd.w_base.eq(w_first[wb:]),
+                    cmd.w_stride.eq(w_stride[wb:]),
+                    cmd.n.eq(mx_n),
+                    cmd.k.eq(mx_k),
+                    cmd.x_base.eq(x_first[wb:]),
+                    cmd.x_stride.eq(x_stride[wb:]),
+                    cmd.m.eq(mx_m),
+                    cmd.x_keep.eq(0),
+                ]
+                job = self.o_mjob.payload
+                m.d.comb += [
+                    self.o_mjob.valid.eq(~mjob_sent),
+                    job.op.eq(mx_op),
+                    job.td.eq(mx_td),
+                    job.m.eq(mx_m),
+                    job.x_hdr.eq(mx_xa[wb:]),
+                    job.x_stride.eq(rec[wb:]),
+                    job.w_hdr.eq(mx_wa[wb:]),
+                    job.w_stride.eq(rec[wb:]),
+                    job.c.eq(mx_c),
+                    job.y.eq(mx_ya),
+                    job.y_stride.eq(y_stride),
+                ]
+                cmd_done = mcmd_sent | self.o_mcmd.ready
+                job_done = mjob_sent | self.o_mjob.ready
+                m.d.sync += [mcmd_sent.eq(cmd_done), mjob_sent.eq(job_done)]
+                with m.If(cmd_done & job_done):
+                    m.next = "Matrix-Run"
+
+            with m.State("Matrix-Run"):
+                m.d.comb += [st.eq(ControllerState.RUNNING), self.matrix_active.eq(1)]
+                with m.If(~self.mjob_busy):
+                    with m.If(self.mjob_error):
+                        fail(ErrorCode.ARITH)
+                    with m.Else():
+                        do_retire(pc1)
+
+        return m

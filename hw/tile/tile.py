@@ -1,0 +1,226 @@
+"""The compute tile: SRAM, matrix unit with write-back, vector unit, controller, network interface.
+
+``docs/tile.md`` has the block diagram, the issue policy and the timing.
+
+Members
+-------
+TileCore
+    Everything but the network interface, with the network interface's side exposed (the
+    device under test of the single-tile ISA benches).
+Tile
+    `TileCore` + :class:`~chipotle.hw.tile.netif.NetworkInterface`: the tile with its NoC
+    local port.
+"""
+
+# ruff: noqa: F403, F405  (names come from `from amaranth import *`)
+
+from amaranth import *  # house style (STYLE.md)
+from amaranth.lib import stream, wiring
+from amaranth.lib.wiring import In, Out, connect, flipped
+
+from chipotle.isa.core import ErrorCode
+
+from .controller import N_PERF, Controller, PerfIndex, Status
+from .datapath import TileConfig
+from .matrix import MatrixUnit, MatrixWriteback
+from .netif import ImemWrite, NetCommand, NetCompletion, NetifConfig, NetworkInterface, WaitRequest
+from .sram import Sram, SramArbiter, SramSignature
+
+__all__ = ["TileCore", "Tile"]
+
+
+class TileCore(wiring.Component):
+    """SRAM, matrix unit, matrix write-back, vector unit and controller of one tile.
+
+    The SRAM's read port belongs to the matrix unit; its read/write port is shared
+    round-robin (:class:`SramArbiter`) by ``sram`` (the network interface), the controller,
+    the matrix write-back stage and the vector unit.  ``soft_reset`` resets the controller,
+    the units and the performance counters (not the SRAM nor the instruction memory).
+
+    Parameters
+    ----------
+    config : TileConfig
+
+    Members
+    -------
+    sram : ``In(SramSignature(word_bytes=W))``
+        The network interface's SRAM port (host and arriving writes, SEND reads).
+    i_imem : ``In(stream.Signature(ImemWrite))``
+        Instruction-memory writes.
+    i_start : ``In(stream.Signature(16))``
+        Start the controller at a PC.
+    soft_reset : ``In(1)``
+        Reset the controller, the units and the performance counters.
+    status : ``Out(Status)``
+        The controller's status word.
+    perf : ``Out(32).array(N_PERF)``
+        Performance counters, indexed by :class:`PerfIndex`.
+    o_net : ``Out(stream.Signature(NetCommand))``
+        ``SEND`` / ``DONE`` commands.
+    i_net_done : ``In(stream.Signature(NetCompletion))``
+        Their completions.
+    o_wait : ``Out(stream.Signature(WaitRequest))``
+        ``WAIT`` requests.
+    """
+
+    def __init__(self, config=None):
+        config = TileConfig(kv=None) if config is None else config
+        self._config = config
+        super().__init__({
+            "sram": In(SramSignature(word_bytes=config.word_bytes)),
+            "i_imem": In(stream.Signature(ImemWrite)),
+            "i_start": In(stream.Signature(16)),
+            "soft_reset": In(1),
+            "status": Out(Status),
+            "perf": Out(32).array(N_PERF),
+            "o_net": Out(stream.Signature(NetCommand)),
+            "i_net_done": In(stream.Signature(NetCompletion)),
+            "o_wait": Out(stream.Signature(WaitRequest)),
+        })
+
+    @property
+    def config(self):
+        """The elaboration parameters."""
+        return self._config
+
+    def elaborate(self, platform):
+        m = Module()
+        c = self._config
+        W = c.word_bytes
+        rst = self.soft_reset
+        m.submodules.sram = sram = Sram(size_bytes=c.sram_bytes, word_bytes=W,
+                                        n_banks=c.n_banks)
+        m.submodules.arbiter = arb = SramArbiter(3, word_bytes=W)
+        mx = MatrixUnit(word_bytes=W, max_m=c.max_m, k_max=c.k_max)
+        wb = MatrixWriteback(word_bytes=W, max_m=c.max_m)
+        ctrl = Controller(sram_bytes=c.sram_bytes, word_bytes=W, max_m=c.max_m, k_max=c.k_max,
+                          imem_words=c.imem_words, n_counters=c.n_counters,
+                          loop_depth=c.loop_depth)
+        m.submodules.matrix = ResetInserter(rst)(mx)
+        m.submodules.writeback = ResetInserter(rst)(wb)
+        m.submodules.controller = ResetInserter(rst)(ctrl)
+
+        connect(m, mx.bus, sram.r)
+        connect(m, arb.o, sram.rw)
+        connect(m, flipped(self.sram), arb.i[0])
+        connect(m, ctrl.bus, arb.i[1])
+        connect(m, wb.bus, arb.i[2])
+        connect(m, ctrl.o_mcmd, mx.i_cmd)
+        connect(m, ctrl.o_mjob, wb.i_job)
+        connect(m, mx.o, wb.i_res)
+        connect(m, flipped(self.i_imem), ctrl.i_imem)
+        connect(m, flipped(self.i_start), ctrl.i_start)
+        connect(m, ctrl.o_net, flipped(self.o_net))
+        connect(m, flipped(self.i_net_done), ctrl.i_net_done)
+        connect(m, ctrl.o_wait, flipped(self.o_wait))
+        m.d.comb += [
+            ctrl.mjob_busy.eq(wb.busy),
+            ctrl.mjob_error.eq(wb.error),
+            self.status.eq(ctrl.status),
+        ]
+
+        # Vector unit: not integrated yet; a vector instruction stops the tile with ILLEGAL.
+        vec_busy = C(0, 1)
+        vec_pending = Signal()
+        m.d.comb += [ctrl.o_vec.ready.eq(~vec_pending), ctrl.i_vec_done.valid.eq(vec_pending),
+                     ctrl.i_vec_done.payload.eq(ErrorCode.ILLEGAL)]
+        with m.If(ctrl.o_vec.valid & ctrl.o_vec.ready):
+            m.d.sync += vec_pending.eq(1)
+        with m.If(ctrl.i_vec_done.valid & ctrl.i_vec_done.ready):
+            m.d.sync += vec_pending.eq(0)
+
+        # ---- performance counters ---------------------------------------------------------
+        perf = [Signal(32, name=f"perf_{k.name.lower()}") for k in PerfIndex]
+        running = ctrl.status.state.as_value().matches(1, 2)   # RUNNING, WAITING
+        rw_read = arb.o.en & arb.o.ready & ~arb.o.we
+        rw_write = arb.o.en & arb.o.ready & arb.o.we
+        written = sum(Mux(rw_write, arb.o.wmask[b], 0) for b in range(W))
+        tile_stall = Cat(*(i.en & ~i.ready for i in (ctrl.bus, wb.bus))).any()
+        inc = {
+            PerfIndex.CYCLES: running,
+            PerfIndex.INSTRUCTIONS: ctrl.retired,
+            PerfIndex.MAC_CYCLES: mx.mac,
+            PerfIndex.VECTOR_BUSY: vec_busy,
+            PerfIndex.WAIT_STALLS: ctrl.stall_wait,
+            PerfIndex.NET_STALLS: ctrl.stall_net,
+            PerfIndex.SRAM_STALLS: tile_stall,
+            PerfIndex.BYTES_READ: Mux(mx.bus.en, W, 0) + Mux(rw_read, W, 0),
+            PerfIndex.BYTES_WRITTEN: written,
+            PerfIndex.MATRIX_CYCLES: ctrl.matrix_active,
+        }
+        for k in PerfIndex:
+            with m.If(rst):
+                m.d.sync += perf[k].eq(0)
+            with m.Else():
+                m.d.sync += perf[k].eq(perf[k] + inc[k])
+            m.d.comb += self.perf[k].eq(perf[k])
+        return m
+
+
+class Tile(wiring.Component):
+    """One compute tile with its network interface (see ``docs/tile.md``).
+
+    Parameters
+    ----------
+    config : TileConfig
+        The tile's parameters (the mesh size is ``config.mesh_width`` x ``mesh_height``).
+    x, y : int
+        Position of this tile in the mesh.
+
+    Members
+    -------
+    i_noc : ``In(stream.Signature(config.noc.flit_layout))``
+        Flits delivered to the tile (the mesh's local output of this tile).
+    o_noc : ``Out(stream.Signature(config.noc.flit_layout))``
+        Flits injected by the tile.
+    i_noc_errors : ``In(config.noc.error_width)``
+        The mesh's dropped-packet counter (host-readable through this tile).
+    status : ``Out(Status)``
+        The controller's status word (also host-readable as a register).
+    errors : ``Out(8)``
+        The network interface's sticky error flags.
+    """
+
+    def __init__(self, config=None, *, x=0, y=0):
+        config = TileConfig(kv=None) if config is None else config
+        self._config = config
+        self._netif_config = NetifConfig(
+            x=x, y=y, width=config.mesh_width, height=config.mesh_height, noc=config.noc,
+            sram_bytes=config.sram_bytes, imem_words=config.imem_words,
+            n_counters=config.n_counters, n_perf=N_PERF)
+        flit = stream.Signature(config.noc.flit_layout)
+        super().__init__({
+            "i_noc": In(flit),
+            "o_noc": Out(flit),
+            "i_noc_errors": In(config.noc.error_width),
+            "status": Out(Status),
+            "errors": Out(8),
+        })
+
+    @property
+    def config(self):
+        """The elaboration parameters."""
+        return self._config
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.core = core = TileCore(self._config)
+        m.submodules.netif = ni = NetworkInterface(self._netif_config)
+        connect(m, flipped(self.i_noc), ni.i_noc)
+        connect(m, ni.o_noc, flipped(self.o_noc))
+        connect(m, ni.sram, core.sram)
+        connect(m, ni.o_imem, core.i_imem)
+        connect(m, ni.o_start, core.i_start)
+        connect(m, core.o_net, ni.i_cmd)
+        connect(m, ni.o_cmd_done, core.i_net_done)
+        connect(m, core.o_wait, ni.i_wait)
+        m.d.comb += [
+            core.soft_reset.eq(ni.o_reset),
+            ni.i_status.eq(core.status),
+            ni.i_noc_errors.eq(self.i_noc_errors),
+            self.status.eq(core.status),
+            self.errors.eq(ni.errors),
+        ]
+        for k in range(N_PERF):
+            m.d.comb += ni.i_perf[k].eq(core.perf[k])
+        return m

@@ -1,0 +1,333 @@
+"""cocotb bench of the tile core (controller, matrix unit and write-back) against the ISA simulator.
+
+Each case is a program assembled with ``chipotle.isa.assemble`` and an SRAM image (random
+background, operands placed on it); ``CoreBench.check_program`` runs both on the RTL and on
+``chipotle.isasim`` and compares the whole SRAM, state, error code, PC, counters, DONE codes
+and instructions retired.
+
+Environment: ``TILE_CONFIG`` (a key of ``tbcore.CORE_CONFIGS``), ``SEED``, ``CYCLES_JSON``
+(where to write the measured cycles).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import cocotb
+import numpy as np
+from tbcore import CORE_CONFIGS, CoreBench
+
+from chipotle.isa import assemble
+from chipotle.isa.core import ErrorCode, Instr, Len, Opcode, encode
+
+CFG = CORE_CONFIGS[os.environ.get("TILE_CONFIG", "core_narrow")]
+SEED = int(os.environ.get("SEED", "1"))
+ISA = CFG.isa_config()
+W = CFG.word_bytes
+M = CFG.max_m
+SIZE = CFG.sram_bytes
+
+
+async def _bench(dut, seed=SEED):
+    tb = CoreBench(dut, CFG, seed=seed)
+    await tb.start()
+    return tb
+
+
+def _dump(tb):
+    path = os.environ.get("CYCLES_JSON")
+    if path:
+        old = json.loads(open(path).read()) if os.path.exists(path) else []
+        with open(path, "w") as f:
+            json.dump(old + tb.results, f, indent=1)
+
+
+@cocotb.test()
+async def scalar_loops_copy(dut):
+    """Scalar arithmetic (wrapping, r0), LD/ST, nested/zero/dynamic loops, COPY, DONE."""
+    tb = await _bench(dut)
+    await tb.check_program("scalar", """
+        li   r1, 0xfffffffe
+        add  r2, r1+3, 0            ; wraps to 1
+        sub  r3, 0, r2+1            ; -2
+        mul  r4, r1, 0xffff
+        li   r0, 99                 ; ignored
+        add  r5, r0+7, 0
+        li   r15, 0x8000ffff
+        st   0x100, r5+0x1000
+        ld   r6, 0x100
+        st   0x104, r3
+        st   0x108, r4
+        st   0x10c, r2
+        add  r7, r6+0x1ffff, r15+0x1ffff
+        sub  r8, r7, r15+5
+        st   0x110, r7
+        st   0x114, r8
+        st   r1+0x11a, r15          ; 0xfffffffe + 0x11a wraps to 0x118
+        ld   r9, r1+0x10e           ; 0x10c
+        st   0x11c, r9
+        ld   r10, 0x4               ; from the random background
+        st   0x120, r10+1
+        done 0xbeef
+        st   0x124, r0
+        halt
+    """)
+    await tb.check_program("loops", """
+        li    r1, 0x100
+        li    r9, 3
+        loop  r9+1, outer           ; 4 times
+        loop  2, inner              ; 2 times
+        st    r1, r1
+        add   r1, r1+4, 0
+    inner:
+        loop  0, skip               ; never runs
+        st    0x300, 1
+    skip:
+        loop  3, outer              ; ends together with the outer loop
+        add   r2, r2+1, 0
+    outer:
+        st    0x200, r2
+        loop  r0, never             ; a zero count from a register
+        st    0x204, 7
+    never:
+        loop  2, a
+        loop  2, a
+        loop  3, a                  ; three levels ending at once
+        add   r3, r3+1, 0
+        st    0x208, r3
+    a:
+        loop  5, b
+        add   r4, r4+1, 0
+    b:
+        st    0x20c, r4
+        done  1
+        done  2
+        halt
+    """)
+    await tb.check_program("copy", """
+        copy  0x400, 0x100, 32      ; aligned
+        copy  0x503, 0x101, 13      ; unaligned, different offsets
+        copy  0x602, 0x600, 21      ; overlapping, forwards source below destination
+        copy  0x700, 0x703, 17      ; overlapping, destination below source
+        copy  0x7f0, 0x100, 0       ; nothing
+        halt
+    """)
+    # started at a PC other than 0, after a DONE, with loop bodies of one instruction
+    await tb.check_program("start_pc", """
+        halt
+        li    r1, 0x200
+        loop  6, e
+        add   r1, r1+4, 0
+    e:  st    r1, r1
+        halt
+    """, pc=1)
+    _dump(tb)
+
+
+def _records(tb, rows):
+    """Return record bytes of int8 `rows` with random codes (mu, b), and the codes."""
+    n, K = rows.shape
+    rec = ISA.record_bytes(K)
+    out = tb.np_rng.integers(0, 256, (n, rec)).astype(np.uint8)
+    mu = tb.np_rng.integers(-2 ** 15, 2 ** 15, n).astype(np.int16)
+    b = tb.np_rng.integers(-8, 12, n).astype(np.int16)
+    out[:, 0:2] = mu.view(np.uint8).reshape(n, 2)
+    out[:, 2:4] = b.view(np.uint8).reshape(n, 2)
+    out[:, W:W + K] = rows.view(np.uint8)
+    return out.reshape(-1)
+
+
+def _plain(tb, rows):
+    n, K = rows.shape
+    out = tb.np_rng.integers(0, 256, (n, ISA.pad(K))).astype(np.uint8)
+    out[:, :K] = rows.view(np.uint8)
+    return out.reshape(-1)
+
+
+def _operands(tb, shape, fill):
+    if fill == "random":
+        return tb.np_rng.integers(-128, 128, shape).astype(np.int8)
+    if fill == "min":
+        return np.full(shape, -128, np.int8)
+    if fill == "max":
+        return np.full(shape, 127, np.int8)
+    if fill == "zero":
+        return np.zeros(shape, np.int8)
+    if fill == "alt":                   # -128 / 127 rows: the largest magnitudes
+        a = np.full(shape, -128, np.int8)
+        a[1::2] = 127
+        return a
+    raise ValueError(fill)
+
+
+def _matrix_case(tb, op, m, n, k, td, fill_x, fill_w, *, small_codes=False):
+    """Return (program, image) of one matrix instruction with operands in SRAM."""
+    image = tb.image()
+    x = _operands(tb, (m, k), fill_x)
+    w = _operands(tb, (n, k), fill_w)
+    xa = 0
+    xb = _plain(tb, x) if op == "matraw" else _records(tb, x)
+    if small_codes:     # keep |acc * mu_x * mu_w| < 2**46 for MATQK
+        rec = ISA.record_bytes(k)
+        for r in range(m):
+            image_mu = tb.np_rng.integers(-300, 300)
+            xb[r * rec:r * rec + 2] = np.array([image_mu], "<i2").view(np.uint8)
+    wa = ISA.pad(xa + xb.size + 8 * W)
+    wb = _records(tb, w) if op == "matqk" else _plain(tb, w)
+    if op == "matqk":
+        rec = ISA.record_bytes(k)
+        for r in range(n):
+            wb[r * rec:r * rec + 2] = np.array([tb.np_rng.integers(-300, 300)],
+                                               "<i2").view(np.uint8)
+    ca = ISA.pad(wa + wb.size + W)
+    mult = tb.np_rng.integers(0, 2 ** 16, n)
+    mult[:2] = [0, 65535][:n] if n >= 2 else mult[:1]
+    shift = tb.np_rng.integers(30, 70, n)
+    shift[0] = 63 if n > 2 else shift[0]
+    if op == "matqk":
+        shift[:] = tb.np_rng.integers(12, 40)
+    ms = np.stack([mult, shift], 1).astype("<u2").reshape(-1).view(np.uint8)
+    ya = ISA.pad(ca + ms.size + W)
+    es = {"i8": 1, "i16": 2, "i32": 4}[td]
+    assert ya + (m - 1) * ISA.pad(n * es) + n * es <= SIZE, (op, m, n, k)
+    image[xa:xa + xb.size] = xb
+    image[wa:wa + wb.size] = wb
+    image[ca:ca + ms.size] = ms
+    if op == "matraw":
+        prog = f"matraw.i32 {ya:#x}, {xa:#x}, {wa:#x}, {n}, {k}, {m}\nhalt"
+    else:
+        prog = f"{op}.{td} {ya:#x}, {xa:#x}, {wa:#x}, {ca:#x}, {n}, {k}, {m}\nhalt"
+    return prog, image
+
+
+def _matrix_cases():
+    kmax = CFG.k_max
+    cases = [
+        ("matmul", 1, 1, 1, "i8", "random", "random"),           # K = 1, M = 1, N = 1
+        ("matmul", M, 5, 1, "i16", "alt", "min"),
+        ("matmul", M, 7, W, "i32", "min", "max"),
+        ("matmul", 1, 9, W + 1, "i8", "max", "max"),
+        ("matmul", M, 3, 172 if kmax >= 172 else kmax, "i16", "random", "random"),
+        ("matmul", M, 2, kmax, "i32", "min", "min"),             # K = k_max, the largest sums
+        ("matmul", 2 if M > 1 else 1, 11, 13, "i8", "random", "alt"),
+        ("matmul", M, 4, 3 * W, "i16", "zero", "random"),
+        ("matraw", 1, 4, 1, "i32", "min", "min"),
+        ("matraw", M, 6, 172 if kmax >= 172 else kmax, "i32", "alt", "max"),
+        ("matraw", M, 3, kmax, "i32", "min", "alt"),
+        ("matqk", 1, 1, 1, "i32", "random", "random"),
+        ("matqk", M, 12, 8, "i32", "random", "random"),
+        ("matqk", 2 if M > 1 else 1, 5, 13, "i16", "alt", "random"),
+        ("matqk", M, 3, 2 * W + 3, "i8", "random", "min"),
+    ]
+    return cases
+
+
+@cocotb.test()
+async def matrix(dut):
+    """MATMUL / MATQK / MATRAW: extremes, K = 1, K = 172, K = k_max, K % W != 0, M = 1, M = max."""
+    tb = await _bench(dut)
+    for i, (op, m, n, k, td, fx, fw) in enumerate(_matrix_cases()):
+        prog, image = _matrix_case(tb, op, m, n, k, td, fx, fw, small_codes=op == "matqk")
+        res = await tb.check_program(f"{op}.{td} M={m} N={n} K={k} {fx}/{fw}", prog, image,
+                                     expect=ErrorCode.NONE)
+        assert res["mac_cycles"] == n * -(-k // W), res
+    _dump(tb)
+
+
+NOP = encode(Instr(Opcode.NOP))
+
+
+def _loop(n, end):
+    return encode(Instr(Opcode.LOOP, n=Len(0, n), c=end))
+
+
+def _error_cases():
+    top = SIZE
+    n_cnt = CFG.n_counters
+    depth = CFG.loop_depth
+    nest = "".join("loop 2, l1\n" for _ in range(depth + 1)) + "nop\nl1: nop"
+    return [
+        (".word 0", ErrorCode.ILLEGAL),
+        (".word 0x3f", ErrorCode.ILLEGAL),                                  # reserved opcode
+        (".word 0x1 | 1 << 6", ErrorCode.ILLEGAL),                          # nop with td != 0
+        (".word 0x1 | 1 << 112", ErrorCode.ILLEGAL),                        # nop with imm != 0
+        (".word 0x4 | 1 << 111", ErrorCode.ILLEGAL),                        # li, c >= 2**16
+        (".word 16 | 7 << 6", ErrorCode.ILLEGAL),                           # vadd, td = 7
+        (".word 48", ErrorCode.ILLEGAL),                                    # matmul, K = 0
+        (".word 12 | 0x0012 << 112", ErrorCode.ILLEGAL),                    # send, x0 > x1
+        ("nop\nnop\n.word 13 | 5 << 95", ErrorCode.ILLEGAL),                # table id 5
+        (f"copy {top - 8:#x}, 0, 9", ErrorCode.SRAM_RANGE),
+        ("li r1, 0xffffffff\ncopy r1, 0, 1", ErrorCode.SRAM_RANGE),
+        (f"ld r1, {top:#x}", ErrorCode.SRAM_RANGE),
+        ("ld r1, 0x2", ErrorCode.ALIGN),
+        (f"li r2, {top:#x}\nst r2, r1", ErrorCode.SRAM_RANGE),
+        ("st 0x6, r1", ErrorCode.ALIGN),
+        (f"matmul.i16 0x80, {W // 2:#x}, 0x100, 0x0, 4, 8, 1", ErrorCode.ALIGN),
+        (f"matmul.i16 0x80, 0x0, 0x100, 0x0, 4, 8, {M + 1}" if M < 8 else ".word 0",
+         ErrorCode.SHAPE if M < 8 else ErrorCode.ILLEGAL),
+        (f"matmul.i16 0x80, 0x0, 0x100, 0x0, 4, {CFG.k_max + 1}, 1", ErrorCode.SHAPE),
+        ("matmul.i16 0x80, 0x0, 0x100, 0x0, 0, 8, 1", ErrorCode.SHAPE),
+        ("matmul.i16 0x80, 0x0, 0x100, 0x2, 2, 8, 1", ErrorCode.ALIGN),      # table alignment
+        (f"matmul.i16 0x80, 0x0, 0x100, {top - 4:#x}, 2, 8, 1", ErrorCode.SRAM_RANGE),
+        (f"matmul.i16 0x81, 0x0, 0x100, 0x0, 2, 8, 1", ErrorCode.ALIGN),     # Y alignment
+        (f"matmul.i16 {top - 6:#x}, 0x0, 0x100, 0x0, 4, 8, 1", ErrorCode.SRAM_RANGE),
+        (f"matraw.i32 0x80, 0x0, {top - W:#x}, 2, 8, 1", ErrorCode.SRAM_RANGE),
+        (f"matqk.i32 0x80, {top - 2 * W:#x}, 0x100, 0x0, 2, {W + 1}, 1", ErrorCode.SRAM_RANGE),
+        (f"wait {n_cnt}, 1", ErrorCode.COUNTER),
+        ("send 0, 0, 8, (0, 0), 99", ErrorCode.COUNTER),
+        ("send 0, 0, 8, (1, 0), 0", ErrorCode.ROUTE),
+        (f"send 0, 0, {W + W // 2}, (0, 0), 0", ErrorCode.ALIGN),
+        (f"send {top - W:#x}, 0, {2 * W}, (0, 0), 0", ErrorCode.SRAM_RANGE),
+        (nest, ErrorCode.LOOP),
+        # the assembler refuses bad loop ends: raw words
+        ([_loop(2, 1)], ErrorCode.LOOP),                                    # empty body
+        ([_loop(2, 3), _loop(2, 4), NOP, NOP, NOP], ErrorCode.LOOP),        # inner after outer
+        ([_loop(2, CFG.imem_words + 1), NOP], ErrorCode.IMEM_RANGE),
+        ([NOP, _loop(0, CFG.imem_words), NOP], ErrorCode.IMEM_RANGE),       # skip to the end
+        # a dynamic exponent larger than the static shift: requant_dyn refuses it
+        ("li r1, 0x001f0200\nst 0x400, r1\nli r2, 1\nst 0x0, r2\nmatmul.i16 0x800, 0x400, 0x100, 0x0, 1, 8, 1",
+         ErrorCode.ARITH),
+        ("li r1, 0x7fff\nst 0x400, r1\nst 0x500, r1\nli r2, 0x1f\nst 0x0, r2\n"
+         "matqk.i32 0x800, 0x400, 0x500, 0x0, 1, 8, 1", ErrorCode.ARITH),    # |acc mu| >= 2**46
+    ]
+
+
+@cocotb.test()
+async def errors(dut):
+    """Illegal words, out-of-range and misaligned operands, shapes, loops, counters, ARITH."""
+    tb = await _bench(dut)
+    for i, (prog, code) in enumerate(_error_cases()):
+        image = tb.image()
+        if "matqk" in prog:        # all-127 operands: acc = 127 * 127 * 8, times 2**30
+            image[0x400 + W:0x400 + W + 8] = 127
+            image[0x500 + W:0x500 + W + 8] = 127
+        tail = assemble("st 0x10, r1\nhalt")
+        if isinstance(prog, str):
+            words, what = assemble(prog) + tail, prog.splitlines()[-1]
+        else:
+            words, what = prog + tail, "raw loop words"
+        await tb.check_program(f"error {i}: {what}", words, image, expect=code)
+    # running off the end of the instruction memory
+    await tb.check_program("pc off the end", ["nop"] * 0 + [0x1] * CFG.imem_words,
+                           expect=ErrorCode.IMEM_RANGE)
+    _dump(tb)
+
+
+@cocotb.test()
+async def wait_send_done(dut):
+    """SEND to the tile itself, WAIT on its bump and on host bumps, signal-only SEND, DONE."""
+    tb = await _bench(dut)
+    await tb.check_program("send_wait", f"""
+        send  0x400, 0x100, {4 * W}, (0, 0), 2
+        wait  2, 1
+        send  0x500, 0x400, {W}, (0:0, 0:0), 3
+        send  0, 0, 0, (0, 0), 3            ; a bump only
+        wait  3, 2
+        wait  1, 2                          ; two host bumps
+        wait  1, 0                          ; nothing to wait for
+        done  0x77
+        send  0x600, 0x100, {W}, (0, 0), 5  ; left un-waited: counter 5 holds 1
+        halt
+    """, bumps=(1, 1))
+    _dump(tb)

@@ -1,0 +1,331 @@
+"""cocotb verification components of the tile-core benches (controller + units, ISA level).
+
+The device under test is a ``TileCore`` (everything of a tile but the network interface).
+The bench stands in for the network interface: it loads the SRAM through ``sram``, writes
+the instruction memory through ``i_imem``, starts the controller through ``i_start`` and
+answers ``o_net`` (``SEND`` to the tile itself, ``DONE``), ``o_wait`` (counters) the way
+``NetworkInterface`` does.  The reference model is the ISA simulator
+(``chipotle.isasim``) run on the same SRAM image and program; the scoreboard compares the
+whole SRAM, the state, error code and PC, the counters, the ``DONE`` codes and the
+number of instructions retired.
+
+Members
+-------
+CORE_CONFIGS, SIM_CORE_CONFIGS
+    Bench configurations and which simulator runs which.
+NetModel
+    The network interface's side of the controller, in Python.
+CoreBench
+    Driver + net model + reference model + scoreboard.
+"""
+
+from __future__ import annotations
+
+import random
+
+import cocotb
+import numpy as np
+from cocotb.clock import Clock
+from cocotb.triggers import ClockCycles, FallingEdge, ReadOnly, RisingEdge
+from tbtile import SramMaster
+
+from chipotle.hw.tile.controller import ControllerState, PerfIndex
+from chipotle.hw.tile.datapath import TileConfig
+from chipotle.hw.tile.netif import NetCommand, NetOp
+from chipotle.isa import assemble
+from chipotle.isa.core import ErrorCode
+from chipotle.isasim import DeadlockError, IsaSim, TileState
+
+__all__ = ["CORE_CONFIGS", "SIM_CORE_CONFIGS", "NetModel", "CoreBench"]
+
+CLOCK_NS = 10
+
+#: Bench configurations of ``TileCore`` (no KV store: the ISA does not use it).
+CORE_CONFIGS = {
+    # product-size matrix unit (K up to 512), 32 KiB SRAM
+    "core": TileConfig(sram_bytes=32768, word_bytes=8, n_banks=2, max_m=4, k_max=512,
+                       kv=None, imem_words=256),
+    # the other parameter values: W = 4, M = 2, 4 banks, small SRAM (Icarus)
+    "core_narrow": TileConfig(sram_bytes=4096, word_bytes=4, n_banks=4, max_m=2, k_max=176,
+                              kv=None, imem_words=128, n_counters=4, loop_depth=3),
+}
+SIM_CORE_CONFIGS = {"verilator": ("core", "core_narrow"), "icarus": ("core_narrow",)}
+
+_STATE_OF = {TileState.HALTED: ControllerState.HALTED, TileState.ERROR: ControllerState.ERROR,
+             TileState.WAITING: ControllerState.WAITING, TileState.IDLE: ControllerState.IDLE,
+             TileState.RUNNING: ControllerState.RUNNING}
+
+
+def decode_status(word):
+    """Return ``(state, error, pc)`` of a status word."""
+    return ControllerState(word & 7), ErrorCode(word >> 4 & 15), word >> 16
+
+
+class NetModel:
+    """The network interface as the controller sees it, for a 1 x 1 mesh.
+
+    ``WAIT``: ``o_wait.ready`` is raised in the cycle the counter suffices (decided on the
+    falling edge, from ``valid`` and ``payload``), and the counter is decremented at that
+    edge.  ``SEND``: checked in ``chipotle.isasim``'s order (``COUNTER``, ``ROUTE``,
+    ``ALIGN``, ``SRAM_RANGE``), copied word by word through the ``sram`` port, then the
+    counter bumped; ``DONE``: the code recorded.  The completion is then offered on
+    ``i_net_done`` until taken.
+    """
+
+    def __init__(self, dut, cfg, sram, *, rng):
+        self.dut = dut
+        self.cfg = cfg
+        self.sram = sram
+        self.rng = rng
+        self.counters = [0] * cfg.n_counters
+        self.done_codes = []
+        self.sends = 0
+        dut.o_wait__ready.value = 0
+        dut.o_net__ready.value = 0
+        dut.i_net_done__valid.value = 0
+        dut.i_net_done__payload.value = 0
+
+    def reset(self):
+        self.counters = [0] * self.cfg.n_counters
+        self.done_codes = []
+        self.sends = 0
+
+    async def run_wait(self):
+        dut = self.dut
+        while True:
+            await FallingEdge(dut.clk)
+            take = None
+            if int(dut.o_wait__valid.value):
+                p = int(dut.o_wait__payload.value)
+                c, need = p & 0xFF, p >> 8
+                if self.counters[c] >= need:
+                    take = (c, need)
+            dut.o_wait__ready.value = int(take is not None)
+            await RisingEdge(dut.clk)
+            if take is not None:
+                self.counters[take[0]] -= take[1]
+
+    async def _execute(self, cmd):
+        cfg = self.cfg
+        W = cfg.word_bytes
+        if cmd.op == NetOp.DONE:
+            self.done_codes.append(int(cmd.code))
+            return ErrorCode.NONE
+        src, dst, n, c = int(cmd.src), int(cmd.dst), int(cmd.length), int(cmd.counter)
+        r = cmd.rect
+        x0, x1, y0, y1 = int(r.x0), int(r.x1), int(r.y0), int(r.y1)
+        if c >= cfg.n_counters:
+            return ErrorCode.COUNTER
+        if x1 >= cfg.mesh_width or y1 >= cfg.mesh_height:
+            return ErrorCode.ROUTE
+        if n % W or src % W or dst % W:
+            return ErrorCode.ALIGN
+        if src + n > cfg.sram_bytes or dst + n > cfg.sram_bytes:
+            return ErrorCode.SRAM_RANGE
+        words = [w for w, _ in await self.sram.read(src // W, n // W)] if n else []
+        if words:
+            await self.sram.write(dst // W, words)
+        self.counters[c] += 1
+        self.sends += 1
+        return ErrorCode.NONE
+
+    async def run_net(self):
+        dut = self.dut
+        while True:
+            await FallingEdge(dut.clk)
+            if not int(dut.o_net__valid.value):
+                continue
+            cmd = NetCommand.from_bits(int(dut.o_net__payload.value))
+            op = cmd.op
+            dut.o_net__ready.value = 1
+            await RisingEdge(dut.clk)
+            dut.o_net__ready.value = 0
+            for _ in range(self.rng.randrange(4)):
+                await RisingEdge(dut.clk)
+            err = await self._execute(cmd)
+            dut.i_net_done__payload.value = op.value | err.value << 1
+            dut.i_net_done__valid.value = 1
+            while True:
+                await ReadOnly()
+                taken = int(dut.i_net_done__ready.value)
+                await RisingEdge(dut.clk)
+                if taken:
+                    break
+            dut.i_net_done__valid.value = 0
+
+
+class CoreBench:
+    """Run tile programs on a ``TileCore`` and on the ISA simulator, and compare.
+
+    Parameters
+    ----------
+    dut
+        The DUT handle.
+    cfg : TileConfig
+    seed : int
+    """
+
+    def __init__(self, dut, cfg, *, seed=1):
+        self.dut = dut
+        self.cfg = cfg
+        self.isa = cfg.isa_config()
+        self.rng = random.Random(seed)
+        self.np_rng = np.random.default_rng(seed)
+        self.sram = SramMaster(dut, "sram", dut.clk, max_wait=100000)
+        self.net = NetModel(dut, cfg, self.sram, rng=random.Random(seed + 1))
+        dut.i_imem__valid.value = 0
+        dut.i_start__valid.value = 0
+        dut.soft_reset.value = 0
+        self.log = dut._log
+        self.results = []
+        self.background = self.np_rng.integers(0, 256, cfg.sram_bytes, dtype=np.uint8)
+        self._rtl_image = None      # what the RTL SRAM holds, when known
+
+    def image(self):
+        """Return a copy of the bench's random SRAM background (cheap to load)."""
+        return self.background.copy()
+
+    async def start(self):
+        """Start the clock and the network model; reset the DUT."""
+        cocotb.start_soon(Clock(self.dut.clk, CLOCK_NS, unit="ns").start())
+        cocotb.start_soon(self.net.run_wait())
+        cocotb.start_soon(self.net.run_net())
+        await self.reset()
+
+    async def reset(self):
+        """Reset the controller and units (``soft_reset``), as the host's RESET does."""
+        self.dut.soft_reset.value = 1
+        await ClockCycles(self.dut.clk, 2)
+        self.dut.soft_reset.value = 0
+        self.net.reset()
+        await RisingEdge(self.dut.clk)
+
+    def status(self):
+        return decode_status(int(self.dut.status.value))
+
+    def perf(self, k):
+        return int(getattr(self.dut, f"perf__{int(k)}").value)
+
+    async def write_imem(self, words, at=0):
+        """Write instruction words from index ``at`` (one per cycle)."""
+        dut = self.dut
+        for i, w in enumerate(words):
+            dut.i_imem__payload.value = (at + i) | int(w) << 16
+            dut.i_imem__valid.value = 1
+            await RisingEdge(dut.clk)
+        dut.i_imem__valid.value = 0
+
+    async def load_sram(self, image: np.ndarray):
+        """Make the SRAM hold `image` (uint8, ``sram_bytes``): writes the words that differ
+        from what the RTL is known to hold (everything the first time)."""
+        W = self.cfg.word_bytes
+        new = image.reshape(-1, W)
+        if self._rtl_image is None:
+            todo = np.arange(new.shape[0])
+        else:
+            todo = np.flatnonzero((self._rtl_image.reshape(-1, W) != new).any(axis=1))
+        reqs = [(1, int(a), int.from_bytes(new[a].tobytes(), "little"), (1 << W) - 1)
+                for a in todo]
+        if reqs:
+            out = await self.sram.transfer(reqs)
+            assert not any(e for _, e in out)
+        self._rtl_image = image.copy()
+
+    async def read_sram(self) -> np.ndarray:
+        """Read the whole SRAM back (uint8)."""
+        W = self.cfg.word_bytes
+        got = await self.sram.read(0, self.cfg.sram_words)
+        return np.frombuffer(b"".join(w.to_bytes(W, "little") for w, _ in got), np.uint8)
+
+    async def start_at(self, pc):
+        dut = self.dut
+        dut.i_start__payload.value = pc
+        dut.i_start__valid.value = 1
+        while True:
+            await ReadOnly()
+            taken = int(dut.i_start__ready.value)
+            await RisingEdge(dut.clk)
+            if taken:
+                break
+        dut.i_start__valid.value = 0
+
+    async def wait_stopped(self, max_cycles):
+        """Wait until the controller halts or stops on an error; return the cycles waited."""
+        for cyc in range(max_cycles):
+            await ReadOnly()
+            state, _, _ = self.status()
+            if state in (ControllerState.HALTED, ControllerState.ERROR):
+                await RisingEdge(self.dut.clk)
+                return cyc
+            await RisingEdge(self.dut.clk)
+        raise AssertionError(f"watchdog: the tile did not stop within {max_cycles} cycles "
+                             f"(status {self.status()})")
+
+    async def check_program(self, name, program, image=None, *, pc=0, max_cycles=200000,
+                            expect=None, bumps=()):
+        """Run `program` (text or words) from `pc` on `image` in the RTL and in isasim.
+
+        Compares the whole SRAM, the state, error code and PC, counters, DONE codes and
+        instructions retired; `expect` (an ``ErrorCode``) guards against a vacuous pass of
+        an error test.  `bumps` are counter increments made by the host before the start.
+        Returns a dict of measurements (RTL and estimated cycles).
+        """
+        cfg = self.cfg
+        words = assemble(program) if isinstance(program, str) else [int(w) for w in program]
+        if image is None:
+            image = self.image()
+        ref = IsaSim(1, 1, self.isa)
+        ref.write((0, 0), 0, image)
+        ref.load_program((0, 0), words)
+        for c in bumps:
+            ref.bump_counter((0, 0), c)
+        ref.start((0, 0), pc)
+        try:
+            ref.run(max_instructions=1_000_000)
+        except DeadlockError as e:
+            raise AssertionError(f"{name}: the reference deadlocks: {e}") from None
+        rt = ref.tile((0, 0))
+        want_state = _STATE_OF[rt.state]
+        if expect is not None:
+            assert rt.error == expect, f"{name}: the reference stopped with {rt.error!r} " \
+                                       f"({rt.error_message}), the test expects {expect!r}"
+
+        await self.reset()
+        await self.load_sram(image)
+        await self.write_imem(words)
+        for c in bumps:
+            self.net.counters[c] += 1
+        await self.start_at(pc)
+        cycles = await self.wait_stopped(max_cycles)
+        state, error, rtl_pc = self.status()
+        got = await self.read_sram()
+        self._rtl_image = got.copy()
+        ref_sram = rt.sram
+        diff = np.flatnonzero(got != ref_sram)
+        msg = []
+        if state != want_state or error != rt.error:
+            msg.append(f"state {state.name}/{error.name}, reference {want_state.name}/"
+                       f"{rt.error.name} ({rt.error_message})")
+        if rtl_pc != rt.pc if rt.error == ErrorCode.NONE else rtl_pc != rt.error_pc:
+            msg.append(f"pc {rtl_pc}, reference {rt.pc if rt.error_pc is None else rt.error_pc}")
+        if diff.size:
+            msg.append(f"SRAM differs at {diff.size} bytes, first "
+                       + ", ".join(f"{a:#x}: {got[a]:#04x} != {ref_sram[a]:#04x}"
+                                   for a in diff[:6]))
+        if self.net.counters != rt.counters:
+            msg.append(f"counters {self.net.counters}, reference {rt.counters}")
+        ref_codes = [e.code for e in ref.events]
+        if self.net.done_codes != ref_codes:
+            msg.append(f"DONE codes {self.net.done_codes}, reference {ref_codes}")
+        instr = self.perf(PerfIndex.INSTRUCTIONS)
+        if instr != rt.perf.instructions:
+            msg.append(f"{instr} instructions retired, reference {rt.perf.instructions}")
+        assert not msg, f"{name}: " + "; ".join(msg)
+        rtl_cycles = self.perf(PerfIndex.CYCLES)
+        res = {"name": name, "rtl_cycles": rtl_cycles, "est_cycles": rt.perf.cycles,
+               "instructions": instr, "error": rt.error.name,
+               "mac_cycles": self.perf(PerfIndex.MAC_CYCLES)}
+        self.log.info("%s: ok (%s, %d RTL cycles, estimate %d)", name, rt.error.name,
+                      rtl_cycles, rt.perf.cycles)
+        self.results.append(res)
+        return res
