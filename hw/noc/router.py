@@ -365,12 +365,14 @@ class Router(wiring.Component):
             sel[o] = Signal(5, name=f"sel_{_NAMES[o]}")
             gvec = Cat(*(grant[o].get(d, C(0)) for d in Dir))
             m.d.comb += sel[o].eq(Mux(locked[o], owner[o], gvec))
+            # Only the inputs that can route to `o` (XY turn rules) are wired to it.
+            cands = list(grant[o])
             valid = Cat(sel[o][d] & fvalid[d] & all_have[d] & dests[d][o] & ~sent[d][o]
-                        for d in Dir).any()
-            with m.Switch(sel[o]):
-                for d in Dir:
-                    with m.Case(1 << d):
-                        m.d.comb += outs[o].payload.eq(front[d])
+                        for d in cands).any()
+            payload = 0
+            for d in cands:
+                payload = payload | (front[d].as_value() & sel[o][d].replicate(cfg.flit_width))
+            m.d.comb += outs[o].payload.eq(payload)
             m.d.comb += [
                 outs[o].valid.eq(valid),
                 xfer[o].eq(valid & outs[o].ready),
