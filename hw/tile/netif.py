@@ -442,6 +442,15 @@ class NetworkInterface(wiring.Component):
         rq_r = Signal(rq_entry)
         m.d.comb += [rq.w_data.eq(rq_w), rq_r.eq(rq.r_data)]
 
+        host_x, host_y = noc.host
+        # Reads queued or being fetched: up to `read_queue` in the queue and one in the
+        # transmit side.
+        reads_pending = Signal(range(cfg.read_queue + 2))
+        read_fetched = Signal()          # the transmit side has fetched a read's last word
+        with m.If((rq.w_en & rq.w_rdy) & ~read_fetched):
+            m.d.sync += reads_pending.eq(reads_pending + 1)
+        with m.Elif(~(rq.w_en & rq.w_rdy) & read_fetched):
+            m.d.sync += reads_pending.eq(reads_pending - 1)
         rx_flag = Signal(ERROR_BITS)     # error strobes of this cycle
         tx_flag = Signal(ERROR_BITS)
         clear_counters = Signal()        # registered strobes from Reg.RESET
@@ -483,8 +492,13 @@ class NetworkInterface(wiring.Component):
 
         with m.FSM(name="rx"):
             with m.State("Head"):
-                m.d.comb += self.i_noc.ready.eq(1)
-                with m.If(self.i_noc.valid):
+                # A host packet other than a read waits while a host read is still being
+                # fetched, so that the read sees the SRAM and registers as they were when
+                # it arrived (the host's packets take effect in order).
+                from_host = (i_head.src_x == host_x) & (i_head.src_y == host_y)
+                hold = from_host & (i_head.type != PacketType.SRAM_READ) & (reads_pending != 0)
+                m.d.comb += self.i_noc.ready.eq(~hold)
+                with m.If(self.i_noc.valid & ~hold):
                     m.d.sync += [
                         h_type.eq(i_head.type.as_value()),
                         h_len.eq(i_head.length),
@@ -643,6 +657,7 @@ class NetworkInterface(wiring.Component):
         t_src = Signal(_Src)
         t_imm = Signal(noc.payload_width)
         t_done = Signal()          # the packet ends a command
+        t_read = Signal()          # the packet answers a read
         t_op = Signal(NetOp)
         f_addr = Signal(noc.addr_width + 1)   # next word / register to fetch
         f_left = Signal(noc.length_width)     # words still to fetch
@@ -666,12 +681,12 @@ class NetworkInterface(wiring.Component):
         cmd = self.i_cmd.payload
         complete = Signal()                   # a command ends this cycle
         complete_error = Signal(ErrorCode)
-        host_x, host_y = noc.host
         max_len = noc.max_length
 
         def start_packet(type_, rect, mcast, length, addr, src, fetch_addr=0, imm=0,
-                         done=0):
+                         done=0, read=0):
             m.d.sync += [
+                t_read.eq(read),
                 t_head.type.eq(type_),
                 t_head.mcast.eq(mcast),
                 t_head.x0.eq(rect[0]), t_head.x1.eq(rect[1]),
@@ -702,7 +717,10 @@ class NetworkInterface(wiring.Component):
                     start_packet(PacketType.READ_RESP,
                                  (rq_r.src_x, rq_r.src_x, rq_r.src_y, rq_r.src_y), 0,
                                  length, req.resp_addr,
-                                 Mux(is_sram, _Src.SRAM, _Src.REGS), fetch_addr=rq_r.addr)
+                                 Mux(is_sram, _Src.SRAM, _Src.REGS), fetch_addr=rq_r.addr,
+                                 read=1)
+                    with m.If(length == 0):
+                        m.d.comb += read_fetched.eq(1)
                 with m.Elif(s_active):
                     rect = (s_rect.x0, s_rect.x1, s_rect.y0, s_rect.y1)
                     with m.If(s_left != 0):
@@ -836,9 +854,11 @@ class NetworkInterface(wiring.Component):
                 ]
                 with m.If(want & tx_sram.ready):
                     m.d.sync += [inflight.eq(1), f_addr.eq(f_addr + 1), f_left.eq(f_left - 1)]
+                    m.d.comb += read_fetched.eq(t_read & (f_left == 1))
             with m.Default():
                 with m.If(want):
                     m.d.sync += [f_addr.eq(f_addr + 1), f_left.eq(f_left - 1)]
+                    m.d.comb += read_fetched.eq(t_read & (f_left == 1))
         reg_word = Signal(32)
         bad_reg = Signal()
         with m.Switch(f_addr):

@@ -140,6 +140,7 @@ class TileRef:
     imem: dict = field(default_factory=dict)
     starts: list = field(default_factory=list)
     resets: int = 0
+    extra: dict = field(default_factory=dict)     # values of registers the model cannot know
 
     def __post_init__(self):
         self.sram = [0] * self.ni.sram_words
@@ -170,6 +171,8 @@ class TileRef:
             Reg.ERRORS: self.errors,
             Reg.ERROR_COUNT: self.error_count,
         }
+        if reg in self.extra:
+            return self.extra[reg]
         if reg in fixed:
             return fixed[reg]
         if 0x20 <= reg < 0x20 + len(self.perf):
