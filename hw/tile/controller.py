@@ -23,8 +23,6 @@ ControllerState
     The controller's states as the host sees them (``Status.state``).
 Status
     The 32-bit status word the host reads (``Reg.STATUS`` of the network interface).
-VectorDispatch
-    A vector instruction with its resolved operands (stream ``o_vec``).
 PerfIndex
     Index of each performance counter in ``perf``.
 Controller
@@ -52,9 +50,10 @@ from chipotle.isa.core import (
 
 from .matrix import MatrixCommand, MatrixJob, MatrixOp
 from .netif import ImemWrite, NetCommand, NetCompletion, NetOp, WaitRequest
-from .sram import ADDR_WIDTH, SramSignature
+from .sram import SramSignature
+from .vector import VectorCommand, VectorDone
 
-__all__ = ["ControllerState", "Status", "VectorDispatch", "PerfIndex", "Controller"]
+__all__ = ["ControllerState", "Status", "PerfIndex", "Controller", "N_PERF"]
 
 
 class ControllerState(enum.Enum, shape=3):
@@ -99,26 +98,6 @@ class Status(data.Struct):
     error: ErrorCode
     _pad1: 8
     pc: 16
-
-
-class VectorDispatch(data.Struct):
-    """A vector-unit instruction (units 1 and 2, and ``TABLE``) with resolved operands.
-
-    Members
-    -------
-    instr : ``chipotle.isa.Instruction``
-        The instruction word (opcode, types, ``c``, ``imm``).
-    d, a, b : ``unsigned(32)``
-        Byte addresses ``val(D)``, ``val(A)``, ``val(B)``.
-    n : ``unsigned(32)``
-        The length ``r[reg] + imm``.
-    """
-
-    instr: Instruction
-    d: 32
-    a: 32
-    b: 32
-    n: 32
 
 
 class PerfIndex(py_enum.IntEnum):
@@ -229,9 +208,9 @@ class Controller(wiring.Component):
         The write-back stage is working (the matrix instruction is finished when it drops).
     mjob_error : ``In(1)``
         The write-back stage hit an arithmetic error (``ARITH``).
-    o_vec : ``Out(stream.Signature(VectorDispatch))``
-        Vector-unit instructions.
-    i_vec_done : ``In(stream.Signature(ErrorCode))``
+    o_vec : ``Out(stream.Signature(VectorCommand))``
+        Vector-unit instructions (and ``TABLE``) with resolved operands.
+    i_vec_done : ``In(stream.Signature(VectorDone))``
         One completion per vector instruction (``NONE`` or the error it hit).
     o_net : ``Out(stream.Signature(NetCommand))``
         ``SEND`` and ``DONE`` to the network interface.
@@ -262,8 +241,8 @@ class Controller(wiring.Component):
             "o_mjob": Out(stream.Signature(MatrixJob)),
             "mjob_busy": In(1),
             "mjob_error": In(1),
-            "o_vec": Out(stream.Signature(VectorDispatch)),
-            "i_vec_done": In(stream.Signature(ErrorCode)),
+            "o_vec": Out(stream.Signature(VectorCommand)),
+            "i_vec_done": In(stream.Signature(VectorDone)),
             "o_net": Out(stream.Signature(NetCommand)),
             "i_net_done": In(stream.Signature(NetCompletion)),
             "o_wait": Out(stream.Signature(WaitRequest)),
@@ -573,7 +552,11 @@ class Controller(wiring.Component):
                     # Vector units 1 and 2, and TABLE.
                     m.d.comb += [
                         self.o_vec.valid.eq(1),
-                        self.o_vec.payload.instr.eq(ins),
+                        self.o_vec.payload.op.eq(ins.op),
+                        self.o_vec.payload.td.eq(ins.td),
+                        self.o_vec.payload.ts.eq(ins.ts.as_value()),
+                        self.o_vec.payload.c.eq(ins.c),
+                        self.o_vec.payload.imm.eq(ins.imm),
                         self.o_vec.payload.d.eq(d_val),
                         self.o_vec.payload.a.eq(a_val),
                         self.o_vec.payload.b.eq(b_val),
@@ -640,8 +623,8 @@ class Controller(wiring.Component):
             with m.State("Vector"):
                 m.d.comb += [st.eq(ControllerState.RUNNING), self.i_vec_done.ready.eq(1)]
                 with m.If(self.i_vec_done.valid):
-                    with m.If(self.i_vec_done.payload != ErrorCode.NONE):
-                        fail(self.i_vec_done.payload)
+                    with m.If(self.i_vec_done.payload.error != ErrorCode.NONE):
+                        fail(self.i_vec_done.payload.error)
                     with m.Else():
                         do_retire(pc1)
 

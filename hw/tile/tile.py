@@ -18,13 +18,12 @@ from amaranth import *  # house style (STYLE.md)
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out, connect, flipped
 
-from chipotle.isa.core import ErrorCode
-
 from .controller import N_PERF, Controller, PerfIndex, Status
 from .datapath import TileConfig
 from .matrix import MatrixUnit, MatrixWriteback
 from .netif import ImemWrite, NetCommand, NetCompletion, NetifConfig, NetworkInterface, WaitRequest
 from .sram import Sram, SramArbiter, SramSignature
+from .vector import VectorUnit
 
 __all__ = ["TileCore", "Tile"]
 
@@ -34,7 +33,8 @@ class TileCore(wiring.Component):
 
     The SRAM's read port belongs to the matrix unit; its read/write port is shared
     round-robin (:class:`SramArbiter`) by ``sram`` (the network interface), the controller,
-    the matrix write-back stage and the vector unit.  ``soft_reset`` resets the controller,
+    the matrix write-back stage and the vector unit (:class:`VectorUnit`, ``lanes`` wide;
+    it needs ``word_bytes >= 8``).  ``soft_reset`` resets the controller,
     the units and the performance counters (not the SRAM nor the instruction memory).
 
     Parameters
@@ -90,12 +90,14 @@ class TileCore(wiring.Component):
         rst = self.soft_reset
         m.submodules.sram = sram = Sram(size_bytes=c.sram_bytes, word_bytes=W,
                                         n_banks=c.n_banks)
-        m.submodules.arbiter = arb = SramArbiter(3, word_bytes=W)
+        m.submodules.arbiter = arb = SramArbiter(4, word_bytes=W)
         mx = MatrixUnit(word_bytes=W, max_m=c.max_m, k_max=c.k_max)
         wb = MatrixWriteback(word_bytes=W, max_m=c.max_m)
         ctrl = Controller(sram_bytes=c.sram_bytes, word_bytes=W, max_m=c.max_m, k_max=c.k_max,
                           imem_words=c.imem_words, n_counters=c.n_counters,
                           loop_depth=c.loop_depth)
+        vec = VectorUnit(lanes=c.lanes, word_bytes=W, sram_bytes=c.sram_bytes)
+        m.submodules.vector = ResetInserter(rst)(vec)
         m.submodules.matrix = ResetInserter(rst)(mx)
         m.submodules.writeback = ResetInserter(rst)(wb)
         m.submodules.controller = ResetInserter(rst)(ctrl)
@@ -119,15 +121,10 @@ class TileCore(wiring.Component):
             self.status.eq(ctrl.status),
         ]
 
-        # Vector unit: not integrated yet; a vector instruction stops the tile with ILLEGAL.
-        vec_busy = C(0, 1)
-        vec_pending = Signal()
-        m.d.comb += [ctrl.o_vec.ready.eq(~vec_pending), ctrl.i_vec_done.valid.eq(vec_pending),
-                     ctrl.i_vec_done.payload.eq(ErrorCode.ILLEGAL)]
-        with m.If(ctrl.o_vec.valid & ctrl.o_vec.ready):
-            m.d.sync += vec_pending.eq(1)
-        with m.If(ctrl.i_vec_done.valid & ctrl.i_vec_done.ready):
-            m.d.sync += vec_pending.eq(0)
+        connect(m, ctrl.o_vec, vec.i_cmd)
+        connect(m, vec.o_done, ctrl.i_vec_done)
+        connect(m, vec.bus, arb.i[3])
+        vec_busy = vec.busy
 
         # ---- performance counters ---------------------------------------------------------
         perf = [Signal(32, name=f"perf_{k.name.lower()}") for k in PerfIndex]
@@ -135,7 +132,7 @@ class TileCore(wiring.Component):
         rw_read = arb.o.en & arb.o.ready & ~arb.o.we
         rw_write = arb.o.en & arb.o.ready & arb.o.we
         written = sum(Mux(rw_write, arb.o.wmask[b], 0) for b in range(W))
-        tile_stall = Cat(*(i.en & ~i.ready for i in (ctrl.bus, wb.bus))).any()
+        tile_stall = Cat(*(i.en & ~i.ready for i in (ctrl.bus, wb.bus, vec.bus))).any()
         inc = {
             PerfIndex.CYCLES: running,
             PerfIndex.INSTRUCTIONS: ctrl.retired,

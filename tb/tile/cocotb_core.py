@@ -21,7 +21,7 @@ from tbcore import CORE_CONFIGS, CoreBench
 from chipotle.isa import assemble
 from chipotle.isa.core import ErrorCode, Instr, Len, Opcode, encode
 
-CFG = CORE_CONFIGS[os.environ.get("TILE_CONFIG", "core_narrow")]
+CFG = CORE_CONFIGS[os.environ.get("TILE_CONFIG", "core_small")]
 SEED = int(os.environ.get("SEED", "1"))
 ISA = CFG.isa_config()
 W = CFG.word_bytes
@@ -311,6 +311,30 @@ async def errors(dut):
     # running off the end of the instruction memory
     await tb.check_program("pc off the end", ["nop"] * 0 + [0x1] * CFG.imem_words,
                            expect=ErrorCode.IMEM_RANGE)
+    _dump(tb)
+
+
+@cocotb.test()
+async def vector_dispatch(dut):
+    """Vector instructions through the controller (resolved operands, completion, errors);
+    the vector unit's own bench covers its arithmetic."""
+    tb = await _bench(dut)
+    await tb.check_program("vector", """
+        li    r1, 0x200
+        loop  3, e
+        vadd.i16.i16 r1+0x400, r1, r1+0x40, 20
+        add   r1, r1+0x80, 0
+    e:
+        vmul.i32.i8  0x900, 0x300, 0x340, 13
+        reqi.i8.i16  0xa00, 0x200, 32, 0x4000, 15
+        rsum.i32.i16 0xb00, 0x200, 24
+        argmax.u16.i8 0xb08, 0x300, 40
+        halt
+    """)
+    for prog, code in (("vadd.i16.i16 0x101, 0x200, 0x300, 4", ErrorCode.ALIGN),
+                       ("softmax.u16.i32 0x100, 0x200, 4", ErrorCode.TABLE),
+                       ("rsum.i32.i16 0x100, 0x200, 0", ErrorCode.SHAPE)):
+        await tb.check_program(prog, prog + "\nhalt", expect=code)
     _dump(tb)
 
 

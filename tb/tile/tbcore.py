@@ -36,7 +36,7 @@ from chipotle.isa import assemble
 from chipotle.isa.core import ErrorCode
 from chipotle.isasim import DeadlockError, IsaSim, TileState
 
-__all__ = ["CORE_CONFIGS", "SIM_CORE_CONFIGS", "NetModel", "CoreBench"]
+__all__ = ["CORE_CONFIGS", "SIM_CORE_CONFIGS", "LAYER_CONFIG", "NetModel", "CoreBench"]
 
 CLOCK_NS = 10
 
@@ -45,11 +45,14 @@ CORE_CONFIGS = {
     # product-size matrix unit (K up to 512), 32 KiB SRAM
     "core": TileConfig(sram_bytes=32768, word_bytes=8, n_banks=2, max_m=4, k_max=512,
                        kv=None, imem_words=256),
-    # the other parameter values: W = 4, M = 2, 4 banks, small SRAM (Icarus)
-    "core_narrow": TileConfig(sram_bytes=4096, word_bytes=4, n_banks=4, max_m=2, k_max=176,
-                              kv=None, imem_words=128, n_counters=4, loop_depth=3),
+    # the other parameter values: W = 16, M = 2, V = 4, 4 banks, small SRAM (Icarus)
+    "core_small": TileConfig(sram_bytes=8192, word_bytes=16, n_banks=4, max_m=2, k_max=176,
+                              kv=None, imem_words=128, n_counters=4, loop_depth=3, lanes=4),
 }
-SIM_CORE_CONFIGS = {"verilator": ("core", "core_narrow"), "icarus": ("core_narrow",)}
+#: A stories260K layer on one tile (``chipotle.isa.programs``, ``max_pos`` 16: 59,528 bytes).
+LAYER_CONFIG = TileConfig(sram_bytes=65536, word_bytes=8, n_banks=2, max_m=4, k_max=512,
+                          kv=None, imem_words=128, lanes=8)
+SIM_CORE_CONFIGS = {"verilator": ("core", "core_small"), "icarus": ("core_small",)}
 
 _STATE_OF = {TileState.HALTED: ControllerState.HALTED, TileState.ERROR: ControllerState.ERROR,
              TileState.WAITING: ControllerState.WAITING, TileState.IDLE: ControllerState.IDLE,

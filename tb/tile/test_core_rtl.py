@@ -1,7 +1,8 @@
 """Regression: the tile core (controller, matrix unit, write-back) against the ISA simulator.
 
 Verilator runs the product-size configuration ("core": 32 KiB, W = 8, M = 4, k_max = 512)
-and the narrow one ("core_narrow": W = 4, M = 2, 4 KiB); Icarus the narrow one only
+and a small one with the other parameter values ("core_small": W = 16, M = 2, V = 4,
+8 KiB); Icarus the small one only
 (``tbcore.SIM_CORE_CONFIGS``).  Measured cycles land in
 ``build/reports/tile-core-cycles-<sim>-<config>.json``.
 """
@@ -34,6 +35,25 @@ def test_core_rtl(sim):
         run = run_cocotb(sim=sim, verilog=_verilog(config), toplevel="tile_core",
                          test_module="cocotb_core", test_dir=TB,
                          extra_env={"TILE_CONFIG": config, "CYCLES_JSON": str(out)})
-        assert len(run.passed) == 4, run.passed
+        assert len(run.passed) == 5, run.passed
         for entry in json.loads(out.read_text()):
             print(config, entry)
+
+
+def test_layer_rtl(sim, model_paths):
+    """One stories260K layer on one tile (Verilator only: about 30 k cycles per step)."""
+    if sim != "verilator":
+        return
+    from tbcore import LAYER_CONFIG
+    out = build_root() / "reports" / "tile-layer-cycles-verilator.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.unlink(missing_ok=True)
+    verilog = generate_verilog(TileCore(LAYER_CONFIG), name="tile_core")
+    run = run_cocotb(sim=sim, verilog=verilog, toplevel="tile_core",
+                     test_module="cocotb_layer", test_dir=TB,
+                     extra_env={"CYCLES_JSON": str(out), "POSITIONS": "4",
+                                "CHECK_AT": "0,3",
+                                "CHIPOTLE_MODEL_DIR": str(model_paths[0].parent)})
+    assert len(run.passed) == 1, run.passed
+    for entry in json.loads(out.read_text()):
+        print(entry)
