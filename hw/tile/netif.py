@@ -128,10 +128,6 @@ class NetError(py_enum.IntFlag):
 ERROR_BITS = 8
 
 
-def _bit(flag: NetError) -> int:
-    return flag.bit_length() - 1
-
-
 # -- controller interface formats ------------------------------------------------------------
 
 class NetOp(enum.Enum, shape=1):
@@ -451,8 +447,14 @@ class NetworkInterface(wiring.Component):
             m.d.sync += reads_pending.eq(reads_pending + 1)
         with m.Elif(~(rq.w_en & rq.w_rdy) & read_fetched):
             m.d.sync += reads_pending.eq(reads_pending - 1)
-        rx_flag = Signal(ERROR_BITS)     # error strobes of this cycle
-        tx_flag = Signal(ERROR_BITS)
+        # Error strobes of this cycle, one signal per (side, flag): each is driven as a whole
+        # (a partly driven vector would leave constant bits that Icarus never evaluates).
+        strobes = {}
+
+        def strobe(side, flag):
+            if (side, flag) not in strobes:
+                strobes[side, flag] = Signal(name=f"{side}_{flag.name.lower()}")
+            return strobes[side, flag]
         clear_counters = Signal()        # registered strobes from Reg.RESET
         clear_errors = Signal()
 
@@ -485,7 +487,7 @@ class NetworkInterface(wiring.Component):
             with m.If(~rx_over):
                 m.d.sync += rx_k.eq(rx_k + 1)
             with m.If(rx_over | (i_flit.last & (rx_k + 1 != h_len))):
-                m.d.comb += rx_flag[_bit(NetError.BAD_LENGTH)].eq(1)
+                m.d.comb += strobe("rx", NetError.BAD_LENGTH).eq(1)
 
         # One-cycle strobes written by a Reg.RESET payload word (later assignments win).
         m.d.sync += [self.o_reset.eq(0), clear_counters.eq(0), clear_errors.eq(0)]
@@ -512,14 +514,14 @@ class NetworkInterface(wiring.Component):
                     with m.Switch(i_head.type):
                         with m.Case(PacketType.SRAM_WRITE, PacketType.READ_RESP):
                             with m.If(end > depth):
-                                m.d.comb += rx_flag[_bit(NetError.SRAM_RANGE)].eq(1)
+                                m.d.comb += strobe("rx", NetError.SRAM_RANGE).eq(1)
                                 with m.If(~i_flit.last):
                                     m.next = "Drain"
                             with m.Elif(~i_flit.last):
                                 m.next = "Write"
                         with m.Case(PacketType.SRAM_READ):
                             with m.If(i_flit.last):
-                                m.d.comb += rx_flag[_bit(NetError.BAD_LENGTH)].eq(1)
+                                m.d.comb += strobe("rx", NetError.BAD_LENGTH).eq(1)
                             with m.Else():
                                 m.next = "Read-Request"
                         with m.Case(PacketType.CONTROL):
@@ -527,7 +529,7 @@ class NetworkInterface(wiring.Component):
                                 bad = ((imem_idx + (i_head.length >> fpi_bits) > cfg.imem_words)
                                        | (i_head.length[:fpi_bits] != 0 if fpi_bits else 0))
                                 with m.If(bad):
-                                    m.d.comb += rx_flag[_bit(NetError.IMEM_RANGE)].eq(1)
+                                    m.d.comb += strobe("rx", NetError.IMEM_RANGE).eq(1)
                                     with m.If(~i_flit.last):
                                         m.next = "Drain"
                                 with m.Elif(~i_flit.last):
@@ -535,7 +537,7 @@ class NetworkInterface(wiring.Component):
                             with m.Elif(~i_flit.last):
                                 m.next = "Control"
                         with m.Default():
-                            m.d.comb += rx_flag[_bit(NetError.BAD_TYPE)].eq(1)
+                            m.d.comb += strobe("rx", NetError.BAD_TYPE).eq(1)
                             with m.If(~i_flit.last):
                                 m.next = "Drain"
 
@@ -567,7 +569,7 @@ class NetworkInterface(wiring.Component):
                 with m.If(rx_take):
                     m.d.sync += rx_k.eq(1)
                     with m.If(~first):
-                        m.d.comb += rx_flag[_bit(NetError.BAD_LENGTH)].eq(1)
+                        m.d.comb += strobe("rx", NetError.BAD_LENGTH).eq(1)
                     with m.If(i_flit.last):
                         m.next = "Head"
 
@@ -596,7 +598,7 @@ class NetworkInterface(wiring.Component):
                                 bump_inc.eq(i_flit.data),
                             ]
                         with m.Elif(~is_start):
-                            m.d.comb += rx_flag[_bit(NetError.BAD_REG)].eq(1)
+                            m.d.comb += strobe("rx", NetError.BAD_REG).eq(1)
                     with m.If(i_flit.last):
                         m.next = "Head"
 
@@ -711,7 +713,7 @@ class NetworkInterface(wiring.Component):
                     length = Signal(noc.length_width)
                     is_sram = ~req.space
                     with m.If(is_sram & (rq_r.addr + req.count > depth)):
-                        m.d.comb += [length.eq(0), tx_flag[_bit(NetError.SRAM_RANGE)].eq(1)]
+                        m.d.comb += [length.eq(0), strobe("tx", NetError.SRAM_RANGE).eq(1)]
                     with m.Else():
                         m.d.comb += length.eq(req.count)
                     start_packet(PacketType.READ_RESP,
@@ -763,7 +765,7 @@ class NetworkInterface(wiring.Component):
                             m.d.comb += [
                                 complete.eq(1),
                                 complete_error.eq(err),
-                                tx_flag[_bit(NetError.SEND_REFUSED)].eq(1),
+                                strobe("tx", NetError.SEND_REFUSED).eq(1),
                             ]
                         with m.Else():
                             m.d.sync += [
@@ -816,8 +818,7 @@ class NetworkInterface(wiring.Component):
         sram_err = Signal()
         m.d.comb += sram_err.eq(rx_sram.error | tx_sram.error)
         flags = Signal(ERROR_BITS)
-        m.d.comb += flags.eq(rx_flag | tx_flag | Mux(overflow, NetError.COUNTER_OVERFLOW, 0)
-                             | Mux(sram_err, NetError.SRAM_ERROR, 0))
+        # (`flags` is assigned at the end, once every strobe exists.)
         err_count = Signal(16)
         perf = {
             Reg.FLITS_SENT: tx_take,
@@ -885,10 +886,15 @@ class NetworkInterface(wiring.Component):
             with m.Default():
                 m.d.comb += bad_reg.eq(1)
         with m.If(want & (t_src == _Src.REGS) & bad_reg):
-            m.d.comb += tx_flag[_bit(NetError.BAD_REG)].eq(1)
+            m.d.comb += strobe("tx", NetError.BAD_REG).eq(1)
         m.d.comb += [
             fifo.w_en.eq(Mux(t_src == _Src.SRAM, inflight, want)),
             fifo.w_data.eq(Mux(t_src == _Src.SRAM, tx_sram.rdata,
                                Mux(t_src == _Src.IMM, t_imm, reg_word))),
         ]
+        m.d.comb += flags.eq(Cat(*(
+            Cat(*(sig for (_, f), sig in strobes.items() if f == flag)).any()
+            | (overflow if flag == NetError.COUNTER_OVERFLOW else 0)
+            | (sram_err if flag == NetError.SRAM_ERROR else 0)
+            for flag in NetError)))
         return m

@@ -251,7 +251,10 @@ class NetifBench:
         return [(v >> (COUNTER_WIDTH * c)) & m for c in range(N_COUNTERS)]
 
     def errors(self, xy) -> int:
-        return int(getattr(self.dut, f"errors__{self.idx(xy)}").value)
+        """Return tile ``xy``'s error flags (from the ``errors`` port)."""
+        value = getattr(self.dut, f"errors__{self.idx(xy)}").value
+        assert value.is_resolvable, f"errors of {xy} not resolvable: {value}"
+        return int(value)
 
     async def until_counter(self, xy, c, value, timeout=20_000) -> None:
         """Wait until counter ``c`` of ``xy`` holds ``value`` (the bump has landed)."""
