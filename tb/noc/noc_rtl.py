@@ -62,16 +62,19 @@ def mesh_verilog(width: int, height: int, cfg=None) -> tuple[str, str]:
 
 @contextmanager
 def _quick_cxx():
-    """Compile Verilator's C++ without optimisation while the context lasts.
+    """Compile Verilator's C++ quickly while the context lasts.
 
     ``-Os`` (Verilator's default) makes the 4 x 4 mesh take 5.5 CPU-minutes to compile,
     ``-O0`` 1.5, and the Verilator runtime library (compiled again for every design) about
     three times less; these benches spend their time in the Python testbench, not in the
-    model.  The make variables ride on ``MAKEFLAGS`` like the toolchain's own fixes.
+    model.  The toolchain blanks ``VK_PCH_I_*``, so the two precompiled headers make builds
+    are never used: ``CFG_CXXFLAGS_PCH=-E`` turns them into a cheap preprocessing pass
+    (about 10 CPU-seconds saved per design).  The make variables ride on ``MAKEFLAGS`` like
+    the toolchain's own fixes.
     """
     saved = os.environ.get("MAKEFLAGS")
-    os.environ["MAKEFLAGS"] = ((saved or "") +
-                               " OPT_FAST=-O0 OPT_SLOW=-O0 OPT_GLOBAL=-O0").strip()
+    quick = "OPT_FAST=-O0 OPT_SLOW=-O0 OPT_GLOBAL=-O0 CFG_CXXFLAGS_PCH=-E"
+    os.environ["MAKEFLAGS"] = f"{saved or ''} {quick}".strip()
     try:
         yield
     finally:
