@@ -33,10 +33,10 @@ def _verilog() -> tuple[str, str]:
     """Return ``(verilog, toplevel)`` of the mesh, generated once per source change."""
     top = "netif_mesh"
     h = hashlib.sha256()
-    for folder in (Path(noc.__file__).parent, Path(tile.__file__).parent, TB):
-        for path in sorted(folder.glob("*.py")):
-            if path.name in ("netif_dut.py",) or folder != TB:
-                h.update(path.name.encode() + b"\0" + path.read_bytes())
+    sources = [*sorted(Path(noc.__file__).parent.glob("*.py")),
+               *sorted(Path(tile.__file__).parent.glob("*.py")), TB / "netif_dut.py"]
+    for path in sources:
+        h.update(path.name.encode() + b"\0" + path.read_bytes())
     h.update(repr((amaranth.__version__, sorted(MESH.items()))).encode())
     folder = build_root() / "netif-verilog"
     folder.mkdir(parents=True, exist_ok=True)
