@@ -1,14 +1,17 @@
 """The tile's share of the transformer KV cache, with hardware address generation.
 
 For every (layer, KV head) held by the tile the store keeps, from ``base`` upwards in the
-tile SRAM, a block of K rows (one row of ``head_size`` int8 per position, row-major) and a
-block of V stored transposed (one row of ``max_pos`` int8 per head dimension), so that both
-attention products run on the matrix unit as plain weight matrices:
+tile SRAM, a block of K rows and a block of V rows, one row of ``head_size`` int8 per
+position each (row-major, rows padded to whole words), as the ISA's layer program keeps
+them (``docs/isa.md`` section 9):
 
-* scores ``s[m, p] = sum_d K[p, d] * q[m, d]``: weight matrix ``K[0..pos]``, N = pos + 1
-  rows of K = head_size (row stride ``k_row_words``, past the optional header word);
-* weighted sum ``o[m, d] = sum_p V[p, d] * a[m, p]``: weight matrix ``V.T[:, 0..pos]``,
-  N = head_size rows of K = pos + 1 (row stride ``ceil(max_pos / W)`` words).
+* scores ``s[m, p] = sum_d K[p, d] * q[m, d]`` run on the matrix unit with ``K[0..pos]`` as
+  the weight matrix, N = pos + 1 rows of K = head_size (row stride ``k_row_words``, past the
+  optional header word: the ISA's ``matqk`` over records);
+* the weighted sum ``o[d] = sum_p P[p] * V[p, d]`` has 16-bit probabilities
+  (``docs/numerics.md`` 4.6) and runs on the vector unit (``wsum``) over the V rows at
+  ``v_row(layer, head, 0)`` with a stride of ``v_row_words`` words: the store only has to
+  append them.
 
 ``docs/tile.md`` has the map; :class:`KvLayout` computes it in Python (the compiler,
 the host and the testbenches use it; the gateware takes its constants from it).
@@ -30,7 +33,6 @@ from dataclasses import dataclass
 from amaranth import *  # house style (STYLE.md)
 from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.wiring import In, Out
-from amaranth.utils import exact_log2
 
 from .matrix import MatrixCommand
 from .sram import ADDR_WIDTH, SramSignature
@@ -49,11 +51,11 @@ class KvLayout:
       (the row's scale code, ``docs/numerics.md``: K is quantised per position and head),
       then ``k_data_words = ceil(head_size / W)`` data words; K[p, d] is byte ``d % W`` of
       word ``k_data(layer, head, p) + d // W``;
-    * then V transposed: ``head_size`` rows of ``v_row_words = ceil(max_pos / W)`` words;
-      V[p, d] is byte ``p % W`` of word ``v_row(layer, head, d) + p // W``.
+    * then V: ``max_pos`` rows of ``v_row_words = ceil(head_size / W)`` words; V[p, d] is
+      byte ``d % W`` of word ``v_row(layer, head, p) + d // W``.
 
-    Bytes past ``head_size`` in a K row, and past ``max_pos`` in a V row, are padding: the
-    store never writes them and the matrix unit masks them.  A K row with a header has the
+    Bytes past ``head_size`` in a K or V row are padding: the store never writes them and
+    the matrix and vector units never read them as data.  A K row with a header has the
     layout of the ISA's records (a header word, then the padded int8 data).
 
     Parameters
@@ -117,8 +119,8 @@ class KvLayout:
 
     @property
     def v_row_words(self):
-        """Words per transposed-V row, ``ceil(max_pos / W)``."""
-        return -(-self.max_pos // self.word_bytes)
+        """Words per V row, ``ceil(head_size / W)``."""
+        return -(-self.head_size // self.word_bytes)
 
     @property
     def k_block_words(self):
@@ -128,7 +130,7 @@ class KvLayout:
     @property
     def block_words(self):
         """Words per (layer, head) block."""
-        return self.k_block_words + self.head_size * self.v_row_words
+        return self.k_block_words + self.max_pos * self.v_row_words
 
     @property
     def size_words(self):
@@ -153,9 +155,9 @@ class KvLayout:
         """Return the word address of element 0 of K row ``pos`` of ``(layer, head)``."""
         return self.k_row(layer, head, pos) + self.k_header_words
 
-    def v_row(self, layer, head, d):
-        """Return the word address of transposed-V row ``d`` of ``(layer, head)``."""
-        return self.block(layer, head) + self.k_block_words + d * self.v_row_words
+    def v_row(self, layer, head, pos):
+        """Return the word address of V row ``pos`` of ``(layer, head)``."""
+        return self.block(layer, head) + self.k_block_words + pos * self.v_row_words
 
     def _check(self, layer, head):
         if not (0 <= layer < self.n_layers and 0 <= head < self.n_kv_heads):
@@ -172,13 +174,14 @@ class KvOp(enum.Enum, shape=unsigned(2)):
         Copy K and V vectors from SRAM into position ``pos``.
     STREAM_K
         Issue the matrix command for scores against K rows ``0 .. pos``.
-    STREAM_V
-        Issue the matrix command for the weighted sum over V rows ``0 .. pos``.
+
+    Codes 2 and 3 are refused (``BAD_OP``); 2 was ``STREAM_V``, the weighted sum on the matrix
+    unit over V stored transposed, dropped when the numerics put that sum on the vector unit
+    (``docs/tile.md``, "KV store").
     """
 
     APPEND = 0
     STREAM_K = 1
-    STREAM_V = 2
 
 
 class KvAppendArgs(data.Struct):
@@ -198,14 +201,13 @@ class KvAppendArgs(data.Struct):
 
 
 class KvStreamArgs(data.Struct):
-    """Arguments of ``STREAM_K`` / ``STREAM_V``: the activation side of the matrix command.
+    """Arguments of ``STREAM_K``: the activation side of the matrix command.
 
     Members
     -------
     x_base, x_stride, m, x_keep
-        As in :class:`~chipotle.hw.tile.matrix.MatrixCommand` (queries for ``STREAM_K``,
-        attention weights for ``STREAM_V``; one row per query head sharing the KV head,
-        or per token).
+        As in :class:`~chipotle.hw.tile.matrix.MatrixCommand` (the queries: one row per
+        query head sharing the KV head, or per token).
     """
 
     x_base: unsigned(ADDR_WIDTH)
@@ -239,7 +241,7 @@ class KvCommand(data.Struct):
     head : ``unsigned(8)``
         KV head index within this tile's share.
     pos : ``unsigned(16)``
-        ``APPEND``: position written.  ``STREAM_*``: last position used (rows ``0 .. pos``).
+        ``APPEND``: position written.  ``STREAM_K``: last position used (rows ``0 .. pos``).
     args : :class:`KvArgs`
         ``args.append`` or ``args.stream`` according to ``op``.
     """
@@ -261,7 +263,7 @@ class KvError(enum.Enum, shape=unsigned(3)):
     NONE
         No error.
     BAD_OP
-        Unknown ``op``.
+        Unknown ``op`` (2 or 3).
     BAD_HEAD
         ``layer >= n_layers`` or ``head >= n_kv_heads``.
     POS_RANGE
@@ -285,13 +287,12 @@ class KvStore(wiring.Component):
 
     ``APPEND`` reads the K row (``layout.k_row_words`` words: the header word if any, then
     the data) and the V vector from SRAM through ``bus`` and writes them to position
-    ``pos``: K as whole words (the last one byte-masked to ``head_size``), V as
-    ``head_size`` single-byte writes down the transposed block.  It takes
-    ``2 * k_row_words + ceil(hs / W) + hs`` granted bus cycles plus the command cycle
-    (``hs`` = head_size).  ``STREAM_K`` / ``STREAM_V`` take one
-    cycle to compute the addresses and then offer one :class:`MatrixCommand` on ``o_mcmd``;
-    a later command waits until it is taken, and an ``APPEND`` completes all its writes
-    before the next command is accepted, so a following ``STREAM_*`` sees them.
+    ``pos``: both as whole words, the last one of each byte-masked to ``head_size``.  It
+    takes ``2 * k_row_words + 2 * v_row_words`` granted bus cycles plus the command cycle.
+    ``STREAM_K`` takes one cycle to compute the addresses and then offers one
+    :class:`MatrixCommand` on ``o_mcmd``; a later command waits until it is taken, and an
+    ``APPEND`` completes all its writes before the next command is accepted, so a following
+    ``STREAM_K`` (or a vector-unit ``wsum`` over the V rows) sees them.
 
     Refused commands (see :class:`KvError`) are consumed, write nothing, issue nothing and
     set ``error``.
@@ -308,7 +309,7 @@ class KvStore(wiring.Component):
     i_cmd : ``In(stream.Signature(KvCommand))``
         Commands.
     o_mcmd : ``Out(stream.Signature(MatrixCommand))``
-        Matrix commands for ``STREAM_K`` / ``STREAM_V``.
+        Matrix commands for ``STREAM_K``.
     bus : ``Out(SramSignature(word_bytes=W))``
         Read/write SRAM port (shared through an arbiter).
     capacity : ``Out(16)``
@@ -348,12 +349,10 @@ class KvStore(wiring.Component):
         m = Module()
         L = self._layout
         W = L.word_bytes
-        wbits = exact_log2(W)
         kw = L.k_row_words        # words copied per K row (header included)
         kh = L.k_header_words
         vw = L.v_row_words
         hs = L.head_size
-        vsrc_words = -(-hs // W)
         cmd = self.i_cmd.payload
         bus = self.bus
 
@@ -373,15 +372,13 @@ class KvStore(wiring.Component):
         k_rows = Signal(ADDR_WIDTH)
         v_rows = Signal(ADDR_WIDTH)
         m.d.comb += [k_rows.eq(block), v_rows.eq(block + L.k_block_words)]
-        pos_word = cmd.pos[wbits:] if wbits else cmd.pos
 
         # APPEND state.
         k_src = Signal(ADDR_WIDTH)
         k_dst = Signal(ADDR_WIDTH)
         v_src = Signal(ADDR_WIDTH)
         v_dst = Signal(ADDR_WIDTH)
-        lane = Signal(range(W))
-        i = Signal(range(max(kw, hs) + 1))
+        i = Signal(range(max(kw, vw) + 1))
         word = Signal(8 * W)
         buf = Signal(8 * W)
         pending = Signal()
@@ -390,7 +387,7 @@ class KvStore(wiring.Component):
             m.d.sync += buf.eq(bus.rdata)
         m.d.comb += word.eq(Mux(pending, bus.rdata, buf))
 
-        k_last_bytes = hs - (L.k_data_words - 1) * W
+        k_last_bytes = hs - (L.k_data_words - 1) * W     # also the last V word's
         full = (1 << W) - 1
 
         with m.FSM(name="fsm") as fsm:
@@ -398,8 +395,7 @@ class KvStore(wiring.Component):
                 m.d.comb += self.i_cmd.ready.eq(1)
                 with m.If(self.i_cmd.valid):
                     is_append = cmd.op == KvOp.APPEND
-                    with m.If((cmd.op != KvOp.APPEND) & (cmd.op != KvOp.STREAM_K)
-                              & (cmd.op != KvOp.STREAM_V)):
+                    with m.If((cmd.op != KvOp.APPEND) & (cmd.op != KvOp.STREAM_K)):
                         fail(KvError.BAD_OP)
                     with m.Elif((cmd.layer >= L.n_layers) | (cmd.head >= L.n_kv_heads)):
                         fail(KvError.BAD_HEAD)
@@ -407,15 +403,14 @@ class KvStore(wiring.Component):
                         fail(KvError.POS_RANGE)
                     with m.Elif(is_append & (
                             (cmd.args.append.k_src + kw > self._sram_depth)
-                            | (cmd.args.append.v_src + vsrc_words > self._sram_depth))):
+                            | (cmd.args.append.v_src + vw > self._sram_depth))):
                         fail(KvError.SRC_RANGE)
                     with m.Elif(is_append):
                         m.d.sync += [
                             k_src.eq(cmd.args.append.k_src),
                             v_src.eq(cmd.args.append.v_src),
                             k_dst.eq(k_rows + cmd.pos * kw),
-                            v_dst.eq(v_rows + pos_word),
-                            lane.eq(cmd.pos[:wbits] if wbits else 0),
+                            v_dst.eq(v_rows + cmd.pos * vw),
                             i.eq(0),
                         ]
                         m.next = "K-Read"
@@ -428,20 +423,12 @@ class KvStore(wiring.Component):
                             mc.m.eq(s.m),
                             mc.x_keep.eq(s.x_keep),
                         ]
-                        with m.If(cmd.op == KvOp.STREAM_K):
-                            m.d.sync += [
-                                mc.w_base.eq(k_rows + kh),
-                                mc.w_stride.eq(kw),
-                                mc.n.eq(cmd.pos + 1),
-                                mc.k.eq(hs),
-                            ]
-                        with m.Else():
-                            m.d.sync += [
-                                mc.w_base.eq(v_rows),
-                                mc.w_stride.eq(vw),
-                                mc.n.eq(hs),
-                                mc.k.eq(cmd.pos + 1),
-                            ]
+                        m.d.sync += [
+                            mc.w_base.eq(k_rows + kh),
+                            mc.w_stride.eq(kw),
+                            mc.n.eq(cmd.pos + 1),
+                            mc.k.eq(hs),
+                        ]
                         m.next = "Emit"
 
             with m.State("Emit"):
@@ -471,25 +458,24 @@ class KvStore(wiring.Component):
                         m.next = "V-Read"
 
             with m.State("V-Read"):
-                m.d.comb += [bus.en.eq(1), bus.addr.eq(v_src + (i >> wbits))]
+                m.d.comb += [bus.en.eq(1), bus.addr.eq(v_src + i)]
                 with m.If(bus.ready):
                     m.next = "V-Write"
 
             with m.State("V-Write"):
-                byte = word.word_select(i[:wbits] if wbits else 0, 8)
+                last = i == vw - 1
                 m.d.comb += [
                     bus.en.eq(1),
                     bus.we.eq(1),
-                    bus.addr.eq(v_dst),
-                    bus.wdata.eq(byte.replicate(W)),
-                    bus.wmask.eq(1 << lane),
+                    bus.addr.eq(v_dst + i),
+                    bus.wdata.eq(word),
+                    bus.wmask.eq(Mux(last, (1 << k_last_bytes) - 1, full)),
                 ]
                 with m.If(bus.ready):
-                    m.d.sync += [i.eq(i + 1), v_dst.eq(v_dst + vw)]
-                    with m.If(i == hs - 1):
+                    m.d.sync += i.eq(i + 1)
+                    m.next = "V-Read"
+                    with m.If(last):
                         m.next = "Idle"
-                    with m.Elif((i[:wbits] == W - 1) if wbits else 1):
-                        m.next = "V-Read"
 
         m.d.comb += self.busy.eq(~fsm.ongoing("Idle"))
         return m

@@ -201,16 +201,23 @@ def test_kv_append_and_stream_pysim():
         got = await h.results(4)
         ref = matmul_ref(q, kvm.k[1, 0, :4])
         assert [acc[:2] for _, _, acc in got] == [list(ref[:, p]) for p in range(4)]
-        # a . V for (0, 1) at pos 2
-        a = rng.integers(-128, 128, size=(3, 3), dtype=np.int8)
-        aw = pack_rows(a, W)
-        for i, word in enumerate(aw):
-            await h.write(src + i, word)
-        await h.send(dut.i_kvcmd, encode_kvcmd(KvOp.STREAM_V, layer=0, head=1, pos=2,
-                                               x_base=src, x_stride=1, m=3))
-        got = await h.results(L.head_size)
-        ref = matmul_ref(a, kvm.v[0, 1, :3].T.copy())
-        assert [acc[:3] for _, _, acc in got] == [list(ref[:, d]) for d in range(L.head_size)]
+        # the old STREAM_V (op 2) is refused, issues nothing
+        await ctx.tick().repeat(2)
+        await h.send(dut.i_kvcmd, encode_kvcmd(2, layer=0, head=1, pos=2, x_base=src,
+                                               x_stride=1, m=3))
+        await ctx.tick().repeat(4)
+        assert ctx.get(dut.kv_error_code) in (KvError.POS_RANGE, KvError.BAD_OP)
+        assert not ctx.get(dut.o_res.valid)
+        # V rows one per position, where wsum reads them
+        for layer in range(L.n_layers):
+            for head in range(L.n_kv_heads):
+                for pos in range(4):
+                    raw = b""
+                    for i in range(L.v_row_words):
+                        word, _ = await h.read(L.v_row(layer, head, pos) + i)
+                        raw += word.to_bytes(W, "little")
+                    assert np.array_equal(np.frombuffer(raw[:L.head_size], np.int8),
+                                          kvm.v[layer, head, pos])
 
     _run(dut, bench)
 
@@ -241,11 +248,11 @@ def test_sram_out_of_range_pysim():
 
 
 def test_kv_append_cycles_pysim():
-    """An APPEND takes 1 + 2*kw + ceil(head_size / W) + head_size cycles (docs/tile.md)."""
+    """An APPEND takes 1 + 2*kw + 2*vw cycles (docs/tile.md)."""
     dut = TileDatapath(CFG)
     L = CFG.kv
     W = L.word_bytes
-    expected = 1 + 2 * L.k_row_words + -(-L.head_size // W) + L.head_size
+    expected = 1 + 2 * L.k_row_words + 2 * L.v_row_words
 
     async def bench(ctx):
         h = Host(ctx, dut)

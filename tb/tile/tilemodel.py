@@ -133,8 +133,9 @@ class KvModel:
         for d in range(L.head_size):
             shadow.mem[row + d // W, d % W] = kb[d]
         vb = vvec.astype(np.int8).view(np.uint8)
+        row = L.v_row(layer, head, pos)
         for d in range(L.head_size):
-            shadow.mem[L.v_row(layer, head, d) + pos // W, pos % W] = vb[d]
+            shadow.mem[row + d // W, d % W] = vb[d]
 
 
 def encode_mcmd(*, w_base, w_stride, n, k, x_base, x_stride, m, x_keep=0) -> int:
@@ -175,7 +176,7 @@ def decode_result(bits: int, max_m: int) -> tuple[int, int, list[int]]:
 CONFIGS = {
     "full": TileConfig(
         sram_bytes=32768, word_bytes=8, n_banks=2, max_m=4, k_max=512,
-        kv=KvLayout(n_layers=2, n_kv_heads=2, head_size=12, max_pos=100, base=2200,
+        kv=KvLayout(n_layers=2, n_kv_heads=2, head_size=12, max_pos=100, base=2048,
                     k_header=True)),
     "small": TileConfig(
         sram_bytes=8192, word_bytes=8, n_banks=2, max_m=4, k_max=176,
