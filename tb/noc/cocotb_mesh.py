@@ -119,7 +119,7 @@ async def multicast_mixed(dut):
     rng = random.Random(SEED + 3)
     dests = TILES + [HOST]
     n_rect = 0
-    for k in range(PACKETS):
+    for _ in range(PACKETS):
         for src in INPUTS:
             r = rng.random()
             if r < 0.45:
@@ -165,7 +165,7 @@ async def drop_bad_destinations(dut):
         lambda s: Head(6, 0, 0, length=3),
         lambda s: Head(0, 0, 0, length=0),
     ]
-    for k in range(max(2, PACKETS // 2)):
+    for _ in range(max(2, PACKETS // 2)):
         for src in INPUTS:
             if rng.random() < 0.5:
                 head = rng.choice(bad_heads)(src)

@@ -134,7 +134,8 @@ async def zero_load(net: Network):
         for length in (1, 4):
             pid, flits = net.packet((0, 0), dst, length)
             net.queues[0].append([pid, flits, 0])
-            await net.run(60, lambda c: [], stop_when=lambda: net.packets[pid][3] is not None)
+            await net.run(60, lambda c: [],
+                          stop_when=lambda p=pid: net.packets[p][3] is not None)
             created, head_in, head_out, tail_out, _, _ = net.packets[pid]
             rows.append({"dst": dst, "hops": manhattan((0, 0), dst), "flits": length,
                          "head_latency": head_out - head_in,

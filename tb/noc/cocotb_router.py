@@ -14,7 +14,7 @@ import random
 
 import cocotb
 from cocotb.triggers import ClockCycles, ReadOnly, RisingEdge
-from nocbench import NocTestbench, cycle, key_name
+from nocbench import NocTestbench, key_name
 
 from chipotle.hw.noc import HOST, Dir, Head, NocConfig, PacketType, head_error, next_hops
 
@@ -118,11 +118,10 @@ async def multicast(dut):
     for _ in range(n(25)):
         for src in Dir:
             if rng.random() < 0.6:
-                rect = rng.choice(rects)
-                sent = tb.send(src, PacketType.SRAM_WRITE, rect=rect,
-                               length=rng.randrange(CFG.mcast_max_flits))
+                tb.send(src, PacketType.SRAM_WRITE, rect=rng.choice(rects),
+                        length=rng.randrange(CFG.mcast_max_flits))
             else:
-                sent = tb.send(src, dst=rng.choice(reachable(src)), length=rng.randrange(4))
+                tb.send(src, dst=rng.choice(reachable(src)), length=rng.randrange(4))
     await tb.drain()
     assert int(dut.errors.value) == tb.n_dropped
 

@@ -38,7 +38,6 @@ from cocotb.clock import Clock
 from cocotb.simtime import get_sim_time
 from cocotb.triggers import ClockCycles, ReadOnly, RisingEdge
 from cocotb_bus.scoreboard import Scoreboard
-from tbcommon.stream import StreamDriver, StreamMonitor
 
 from chipotle.hw.noc import (
     HOST,
@@ -51,6 +50,7 @@ from chipotle.hw.noc import (
     pack_flit,
     unpack_flit,
 )
+from tbcommon.stream import StreamDriver, StreamMonitor
 
 __all__ = [
     "CLK_NS", "cycle", "Flits", "Sent", "PacketDriver", "PacketMonitor", "SinkGroup",
@@ -253,7 +253,8 @@ class NocScoreboard(Scoreboard):
         if dst in sent.arrived:
             raise AssertionError(f"{sent.describe(cfg)} delivered twice {where}")
         if tuple(rx) != sent.flits:
-            bad = next((i for i, (a, b) in enumerate(zip(rx, sent.flits)) if a != b),
+            bad = next((i for i, (a, b) in enumerate(zip(rx, sent.flits, strict=False))
+                        if a != b),
                        min(len(rx), len(sent.flits)))
             raise AssertionError(
                 f"{sent.describe(cfg)} corrupted {where}: {len(rx)} flits instead of "

@@ -107,7 +107,9 @@ def test_head_errors():
     assert "outside" in head_error(Head(PacketType.SRAM_WRITE, 0, 2), True, w, h)
     assert head_error(Head(PacketType.SRAM_WRITE, 15, 0), True, w, h) is None   # host
     assert "row" in head_error(Head(PacketType.SRAM_WRITE, 15, 1), True, w, h)
-    mc = lambda x0, x1, y0, y1, n=0: Head(PacketType.CONTROL, x0, y0, x1, y1, True, length=n)
+    def mc(x0, x1, y0, y1, n=0):
+        return Head(PacketType.CONTROL, x0, y0, x1, y1, True, length=n)
+
     assert head_error(mc(0, 2, 0, 1), True, w, h) is None
     assert "empty" in head_error(mc(1, 0, 0, 1), True, w, h)
     assert "empty" in head_error(mc(0, 1, 1, 0), True, w, h)
