@@ -1,0 +1,201 @@
+"""cocotb bench: tile programs on a mesh of whole tiles (``mesh_dut.TileMesh``) through the host
+link, against ``chipotle.isasim``.
+
+The host (``tb/noc/nocbench.py``'s packet driver and monitor on the mesh's host link, packets
+built by ``netifmodel``) writes every tile's SRAM image and program, starts the tiles, waits
+for their ``DONE`` doorbells, then reads back every tile's whole SRAM, its status and its
+counters; the ISA simulator runs the same programs on the same images.  Everything must be
+equal; the doorbell codes too (per tile, in order).
+
+Environment: ``MESH_CONFIG`` (a key of ``tbcore.MESH_CONFIGS``), ``SEED``.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import sys
+from pathlib import Path
+
+import cocotb
+import numpy as np
+from cocotb.clock import Clock
+from cocotb.triggers import ClockCycles, RisingEdge
+from netifmodel import imem_write, reg_read, sram_read, sram_write, start
+from tbcore import MESH_CONFIGS, decode_status
+
+from chipotle.hw.noc import PacketType
+from chipotle.hw.noc.packet import Packet
+from chipotle.hw.tile.controller import ControllerState
+from chipotle.hw.tile.netif import COUNTER_BASE, Reg
+from chipotle.isa import assemble
+from chipotle.isasim import IsaSim, TileState
+from tbcommon.stream import StreamSink
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "noc"))
+from nocbench import PacketDriver, PacketMonitor  # noqa: E402
+
+CFG = MESH_CONFIGS[os.environ.get("MESH_CONFIG", "mesh2x2")]
+SEED = int(os.environ.get("SEED", "1"))
+NOC = CFG.noc
+W = CFG.word_bytes
+TILES = [(x, y) for y in range(CFG.mesh_height) for x in range(CFG.mesh_width)]
+
+
+class _Tx:
+    def __init__(self, flits):
+        self.flits = flits
+        self.t_head = self.t_tail = -1
+
+
+class MeshBench:
+    """Host driver, doorbell/response monitor, isasim reference and comparison."""
+
+    def __init__(self, dut, seed=SEED):
+        self.dut = dut
+        self.rng = random.Random(seed)
+        self.np_rng = np.random.default_rng(seed)
+        self.packets = []
+
+    async def start(self):
+        dut = self.dut
+        cocotb.start_soon(Clock(dut.clk, 10, unit="ns").start())
+        self.host = PacketDriver(dut, "i_host", dut.clk, idle_prob=0.1,
+                                 rng=random.Random(self.rng.random()))
+        self.mon = PacketMonitor(dut, "o_host", dut.clk, cfg=NOC,
+                                 callback=lambda f: self.packets.append(
+                                     Packet.from_flits(list(f), NOC)))
+        self.sink = StreamSink(dut, "o_host", dut.clk, stall_prob=0.2,
+                               rng=random.Random(self.rng.random()))
+        cocotb.start_soon(self.sink.run())
+        dut.rst.value = 1
+        await ClockCycles(dut.clk, 3)
+        dut.rst.value = 0
+        await RisingEdge(dut.clk)
+
+    def send(self, pkt):
+        self.host.append(_Tx(pkt.flits(NOC)))
+
+    async def until(self, cond, cycles, what):
+        for _ in range(cycles // 10):
+            if cond():
+                return
+            await ClockCycles(self.dut.clk, 10)
+        raise AssertionError(f"watchdog: {what} not within {cycles} cycles")
+
+    async def read(self, xy, addr, count, space_reg=False):
+        """Read ``count`` SRAM words (or registers) of ``xy``; return them."""
+        out = []
+        step = NOC.max_length
+        for a in range(addr, addr + count, step):
+            n = min(step, addr + count - a)
+            before = len(self.packets)
+            self.send((reg_read if space_reg else sram_read)(xy, a, n, a & 0xFFFF, NOC))
+            await self.until(lambda: any(p.head.type == PacketType.READ_RESP
+                                         for p in self.packets[before:]), 20000, "read response")
+            resp = [p for p in self.packets[before:] if p.head.type == PacketType.READ_RESP][0]
+            self.packets.remove(resp)
+            assert (resp.head.src_x, resp.head.src_y) == xy and len(resp.payload) == n, resp
+            out += list(resp.payload)
+        return out
+
+    def doorbells(self):
+        return [(p.head.src_x, p.head.src_y, p.payload[0]) for p in self.packets
+                if p.head.type == PacketType.CONTROL and p.head.addr == Reg.DOORBELL]
+
+    async def run(self, name, programs, images, max_cycles=200000):
+        """Run ``programs[xy]`` on ``images[xy]`` everywhere (RTL and isasim) and compare."""
+        isa = CFG.isa_config()
+        ref = IsaSim(CFG.mesh_width, CFG.mesh_height, isa)
+        words = {xy: assemble(programs[xy]) for xy in TILES}
+        for xy in TILES:
+            ref.write(xy, 0, images[xy])
+            ref.load_program(xy, words[xy])
+        for xy in TILES:
+            ref.start(xy)
+        ref.run()
+        want = [(e.tile[0], e.tile[1], e.code) for e in ref.events]
+        for xy in TILES:
+            img = images[xy].reshape(-1, W)
+            nz = np.flatnonzero(img.any(axis=1))
+            # runs of non-zero words (the RTL SRAM is zero after configuration)
+            runs, i = [], 0
+            while i < len(nz):
+                j = i
+                while j + 1 < len(nz) and nz[j + 1] == nz[j] + 1 and j - i < NOC.max_length - 1:
+                    j += 1
+                runs.append((int(nz[i]), int(nz[j]) + 1))
+                i = j + 1
+            for lo, hi in runs:
+                self.send(sram_write(xy, lo, [int.from_bytes(img[a].tobytes(), "little")
+                                              for a in range(lo, hi)], NOC))
+            per = (NOC.max_length // 2)
+            for k in range(0, len(words[xy]), per):
+                self.send(imem_write(xy, k, words[xy][k:k + per], NOC))
+        for xy in TILES:
+            self.send(start(xy, 0, NOC))
+        await self.until(lambda: len(self.doorbells()) >= len(want), max_cycles, "doorbells")
+        await ClockCycles(self.dut.clk, 200)
+        got_bells = self.doorbells()
+        per_tile = {xy: [c for x, y, c in got_bells if (x, y) == xy] for xy in TILES}
+        ref_tile = {xy: [c for x, y, c in want if (x, y) == xy] for xy in TILES}
+        assert per_tile == ref_tile, (per_tile, ref_tile)
+        self.packets = [p for p in self.packets if p.head.addr != Reg.DOORBELL]
+        for i, xy in enumerate(TILES):
+            t = ref.tile(xy)
+            state, error, pc = decode_status(int(getattr(self.dut, f"status__{i}").value))
+            [status] = await self.read(xy, Reg.STATUS, 1, space_reg=True)
+            assert decode_status(status) == (state, error, pc)
+            want_state = {TileState.HALTED: ControllerState.HALTED,
+                          TileState.ERROR: ControllerState.ERROR}[t.state]
+            assert (state, error) == (want_state, t.error), (xy, state, error, t.error)
+            cnt = await self.read(xy, COUNTER_BASE, CFG.n_counters, space_reg=True)
+            assert cnt == t.counters, (xy, cnt, t.counters)
+            got = await self.read(xy, 0, CFG.sram_words)
+            raw = np.frombuffer(b"".join(w.to_bytes(W, "little") for w in got), np.uint8)
+            diff = np.flatnonzero(raw != t.sram)
+            assert not diff.size, f"{name}: tile {xy} SRAM differs at {diff.size} bytes, " \
+                                  f"first {[hex(a) for a in diff[:8]]}"
+        self.dut._log.info("%s: ok, doorbells %s", name, got_bells)
+
+
+@cocotb.test()
+async def send_wait_multicast(dut):
+    """(0,0) sends to (1,0) and multicasts to the bottom row; replies come back with SEND."""
+    tb = MeshBench(dut)
+    await tb.start()
+    size = CFG.sram_bytes
+    images = {xy: np.zeros(size, np.uint8) for xy in TILES}
+    x = tb.np_rng.integers(-3000, 3000, 64).astype("<i2")
+    images[(0, 0)][0x100:0x180] = x.view(np.uint8)
+    for xy in TILES:
+        images[xy][0x400:0x480] = tb.np_rng.integers(-3000, 3000, 64).astype("<i2").view(np.uint8)
+    last = CFG.mesh_width - 1
+    programs = {
+        (0, 0): f"""
+            send  0x200, 0x100, 128, ({last}, 0), 0        ; unicast to the row's end
+            send  0x280, 0x100, 128, (0:{last}, 1:1), 1    ; multicast to the bottom row
+            send  0, 0, 0, (0:{last}, 0:1), 3              ; signal-only to every tile
+            loop  {len(TILES) - 1}, w
+            wait  2, 1                                     ; one reply per other tile
+        w:
+            wait  3, 1
+            vadd.i16.i16 0x600, 0x300, 0x400, 64
+            done  0x10
+            halt
+        """,
+    }
+    for xy in TILES:
+        if xy == (0, 0):
+            continue
+        i = TILES.index(xy)
+        src = 0x200 if xy == (last, 0) else 0x280
+        programs[xy] = f"""
+            wait  {0 if xy == (last, 0) else 1}, 1
+            vadd.i16.i16 0x500, {src:#x}, 0x400, 64
+            wait  3, 1
+            send  {0x300 if i == 1 else 0x700 + 0x80 * i:#x}, 0x500, 128, (0, 0), 2
+            done  {0x20 + i}
+            halt
+        """
+    await tb.run("send_wait_multicast", programs, images)
