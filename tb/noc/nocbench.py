@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 import cocotb
 from cocotb.clock import Clock
 from cocotb.simtime import get_sim_time
-from cocotb.triggers import ClockCycles, ReadOnly, RisingEdge
+from cocotb.triggers import ClockCycles, ReadOnly, RisingEdge, SimTimeoutError, with_timeout
 from cocotb_bus.scoreboard import Scoreboard
 
 from chipotle.hw.noc import (
@@ -419,9 +419,18 @@ class NocTestbench:
         """Wait until every queued packet is delivered (or dropped); the watchdog.
 
         Fails the test with :meth:`stuck_report` when nothing moves for ``stall_cycles``
-        cycles, or when ``timeout_cycles`` pass in all.
+        cycles, or when ``timeout_cycles`` pass in all (``with_timeout``).
         """
-        t0 = t_change = cycle()
+        try:
+            await with_timeout(self._drain(stall_cycles), timeout_cycles * CLK_NS, "ns")
+        except SimTimeoutError:
+            raise AssertionError(f"watchdog: not drained after {timeout_cycles} cycles; "
+                                 + self.stuck_report()) from None
+        # Let a few more cycles pass so that stray flits would show.
+        await ClockCycles(self.dut.clk, 20)
+
+    async def _drain(self, stall_cycles: int) -> None:
+        t_change = cycle()
         last = self._progress()
         while self.outstanding():
             await ClockCycles(self.dut.clk, 20)
@@ -433,12 +442,6 @@ class NocTestbench:
                 raise AssertionError(
                     f"watchdog: nothing moved for {stall_cycles} cycles (cycle {now}); "
                     + self.stuck_report())
-            if now - t0 >= timeout_cycles:
-                raise AssertionError(
-                    f"watchdog: not drained after {timeout_cycles} cycles; "
-                    + self.stuck_report())
-        # Let a few more cycles pass so that stray flits would show.
-        await ClockCycles(self.dut.clk, 20)
 
     @property
     def n_dropped(self) -> int:

@@ -192,3 +192,16 @@ def test_mesh_2x3(cfg):
         got = [Packet.from_flits(f, cfg).head.addr for _, f in received[d]]
         assert sorted(got) == sorted(addrs), d
     assert total == 1 and per_router == [0, 0, 0, 0, 0, 1]
+
+
+def test_mesh_8x8_elaborates():
+    """The largest mesh the issue asks for elaborates with the default coordinates.
+
+    (16 x 16 needs ``coord_width=5``; ``NocConfig.check_mesh`` says so.)
+    """
+    from amaranth.hdl import Fragment
+
+    Fragment.get(Mesh(8, 8), None)
+    with pytest.raises(ValueError, match="from 1 to 15 with coord_width=4"):
+        CFG.check_mesh(16, 16)        # what Mesh(16, 16) raises
+    NocConfig(coord_width=5).check_mesh(16, 16)
