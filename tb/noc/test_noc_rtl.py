@@ -21,7 +21,7 @@ def _scale(sim: str, verilator: float, icarus: float) -> float:
 
 def test_router(sim):
     """Every router test on one router, (1, 1) of a 3 x 3 mesh."""
-    run(sim, router_verilog(), "cocotb_router", testcase=ROUTER_TESTS,
+    run(sim, router_verilog(), "cocotb_noc_router", testcase=ROUTER_TESTS,
         env={"NOC_SCALE": _scale(sim, 1.0, 0.4)})
 
 
@@ -41,6 +41,6 @@ MESHES = {
 def test_mesh(sim, size):
     """Traffic tests on a mesh: delivery exactly once, intact, in order; drops counted."""
     tests, n_verilator, n_icarus = MESHES[size]
-    run(sim, mesh_verilog(*size), "cocotb_mesh", testcase=tests,
+    run(sim, mesh_verilog(*size), "cocotb_noc_mesh", testcase=tests,
         env={"MESH_W": size[0], "MESH_H": size[1],
              "NOC_PACKETS": int(_scale(sim, n_verilator, n_icarus))})
