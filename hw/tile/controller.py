@@ -403,12 +403,12 @@ class Controller(wiring.Component):
         # ---- perf strobes -----------------------------------------------------------------------
         m.d.comb += self.stall_sram.eq(self.bus.en & ~self.bus.ready)
 
-        # ---- status -------------------------------------------------------------------------------
+        # ---- status ------------------------------------------------------------------------
         st = Signal(ControllerState)
         m.d.comb += [self.status.state.eq(st), self.status.error.eq(error),
                      self.status.pc.eq(pc[:16])]
 
-        with m.FSM(name="fsm") as fsm:
+        with m.FSM(name="fsm"):
             def accept_start():
                 m.d.comb += self.i_start.ready.eq(1)
                 with m.If(self.i_start.valid):
@@ -507,7 +507,8 @@ class Controller(wiring.Component):
                 with m.Elif((op == Opcode.SEND) | (op == Opcode.DONE)):
                     m.d.comb += [
                         self.o_net.valid.eq(1),
-                        self.o_net.payload.op.eq(Mux(op == Opcode.SEND, NetOp.SEND, NetOp.DONE)),
+                        self.o_net.payload.op.eq(Mux(op == Opcode.SEND, NetOp.SEND,
+                                                     NetOp.DONE)),
                         self.o_net.payload.src.eq(a_val),
                         self.o_net.payload.dst.eq(d_val),
                         self.o_net.payload.length.eq(n_val),

@@ -225,9 +225,9 @@ def _matrix_cases():
 
 @cocotb.test()
 async def matrix(dut):
-    """MATMUL / MATQK / MATRAW: extremes, K = 1, K = 172, K = k_max, K % W != 0, M = 1, M = max."""
+    """MATMUL / MATQK / MATRAW: extremes, K = 1, 172, k_max, K % W != 0, M = 1 and M = max."""
     tb = await _bench(dut)
-    for i, (op, m, n, k, td, fx, fw) in enumerate(_matrix_cases()):
+    for op, m, n, k, td, fx, fw in _matrix_cases():
         prog, image = _matrix_case(tb, op, m, n, k, td, fx, fw, small_codes=op == "matqk")
         res = await tb.check_program(f"{op}.{td} M={m} N={n} K={k} {fx}/{fw}", prog, image,
                                      expect=ErrorCode.NONE)
@@ -270,7 +270,7 @@ def _error_cases():
         ("matmul.i16 0x80, 0x0, 0x100, 0x0, 0, 8, 1", ErrorCode.SHAPE),
         ("matmul.i16 0x80, 0x0, 0x100, 0x2, 2, 8, 1", ErrorCode.ALIGN),      # table alignment
         (f"matmul.i16 0x80, 0x0, 0x100, {top - 4:#x}, 2, 8, 1", ErrorCode.SRAM_RANGE),
-        (f"matmul.i16 0x81, 0x0, 0x100, 0x0, 2, 8, 1", ErrorCode.ALIGN),     # Y alignment
+        ("matmul.i16 0x81, 0x0, 0x100, 0x0, 2, 8, 1", ErrorCode.ALIGN),     # Y alignment
         (f"matmul.i16 {top - 6:#x}, 0x0, 0x100, 0x0, 4, 8, 1", ErrorCode.SRAM_RANGE),
         (f"matraw.i32 0x80, 0x0, {top - W:#x}, 2, 8, 1", ErrorCode.SRAM_RANGE),
         (f"matqk.i32 0x80, {top - 2 * W:#x}, 0x100, 0x0, 2, {W + 1}, 1", ErrorCode.SRAM_RANGE),
@@ -286,7 +286,8 @@ def _error_cases():
         ([_loop(2, CFG.imem_words + 1), NOP], ErrorCode.IMEM_RANGE),
         ([NOP, _loop(0, CFG.imem_words), NOP], ErrorCode.IMEM_RANGE),       # skip to the end
         # a dynamic exponent larger than the static shift: requant_dyn refuses it
-        ("li r1, 0x001f0200\nst 0x400, r1\nli r2, 1\nst 0x0, r2\nmatmul.i16 0x800, 0x400, 0x100, 0x0, 1, 8, 1",
+        ("li r1, 0x001f0200\nst 0x400, r1\nli r2, 1\nst 0x0, r2\n"
+         "matmul.i16 0x800, 0x400, 0x100, 0x0, 1, 8, 1",
          ErrorCode.ARITH),
         ("li r1, 0x7fff\nst 0x400, r1\nst 0x500, r1\nli r2, 0x1f\nst 0x0, r2\n"
          "matqk.i32 0x800, 0x400, 0x500, 0x0, 1, 8, 1", ErrorCode.ARITH),    # |acc mu| >= 2**46

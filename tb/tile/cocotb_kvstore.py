@@ -2,10 +2,10 @@
 
 K and V vectors are written into a scratch area through the host port and appended with
 ``APPEND``; the model (``tilemodel.KvModel``) keeps the cache and applies the expected
-writes to a byte-exact SRAM shadow.  ``STREAM_K`` runs the scores on the matrix unit; its
-results are scoreboarded against numpy (``q @ K[:pos+1].T``); the V rows are read back
-where the vector unit's ``wsum`` reads them.  Refused commands must set the right error code and leave the whole
-SRAM equal to the shadow.
+writes to a byte-exact SRAM shadow.  ``STREAM_K`` runs the scores on the matrix unit;
+its results are scoreboarded against numpy (``q @ K[:pos+1].T``); the V rows are read back
+where the vector unit's ``wsum`` reads them.  Refused commands must set the right error
+code and leave the whole SRAM equal to the shadow.
 
 Environment: ``TILE_CONFIG``, ``SEED``.
 """

@@ -25,8 +25,13 @@ from chipotle.golden import GoldenModel, quantize
 from chipotle.hw.tile.controller import ControllerState, PerfIndex
 from chipotle.isa import assemble
 from chipotle.isa.core import ErrorCode
-from chipotle.isa.programs import LayerLayout, layer_program, place_layer, read_layer_trace, \
-    write_step_input
+from chipotle.isa.programs import (
+    LayerLayout,
+    layer_program,
+    place_layer,
+    read_layer_trace,
+    write_step_input,
+)
 from chipotle.isasim import IsaSim, TileState
 from chipotle.model import load_checkpoint
 from chipotle.paths import default_model_dir

@@ -91,8 +91,9 @@ class MeshBench:
             n = min(step, addr + count - a)
             before = len(self.packets)
             self.send((reg_read if space_reg else sram_read)(xy, a, n, a & 0xFFFF, NOC))
-            await self.until(lambda: any(p.head.type == PacketType.READ_RESP
-                                         for p in self.packets[before:]), 20000, "read response")
+            await self.until(lambda b=before: any(p.head.type == PacketType.READ_RESP
+                                                  for p in self.packets[b:]), 20000,
+                             "read response")
             resp = [p for p in self.packets[before:] if p.head.type == PacketType.READ_RESP][0]
             self.packets.remove(resp)
             assert (resp.head.src_x, resp.head.src_y) == xy and len(resp.payload) == n, resp

@@ -36,7 +36,8 @@ from chipotle.isa import assemble
 from chipotle.isa.core import ErrorCode
 from chipotle.isasim import DeadlockError, IsaSim, TileState
 
-__all__ = ["CORE_CONFIGS", "SIM_CORE_CONFIGS", "LAYER_CONFIG", "MESH_CONFIGS", "NetModel", "CoreBench"]
+__all__ = ["CORE_CONFIGS", "SIM_CORE_CONFIGS", "LAYER_CONFIG", "MESH_CONFIGS", "NetModel",
+           "CoreBench"]
 
 CLOCK_NS = 10
 
@@ -61,7 +62,7 @@ MESH_CONFIGS = {
                           kv=None, imem_words=64, n_counters=4, lanes=2, mesh_width=2,
                           mesh_height=1),
 }
-SIM_CORE_CONFIGS = {"verilator": ("core", "core_small"), "icarus": ("core_small",)}
+SIM_CORE_CONFIGS = {"verilator": ("core",), "icarus": ("core_small",)}
 
 _STATE_OF = {TileState.HALTED: ControllerState.HALTED, TileState.ERROR: ControllerState.ERROR,
              TileState.WAITING: ControllerState.WAITING, TileState.IDLE: ControllerState.IDLE,
@@ -124,8 +125,7 @@ class NetModel:
             self.done_codes.append(int(cmd.code))
             return ErrorCode.NONE
         src, dst, n, c = int(cmd.src), int(cmd.dst), int(cmd.length), int(cmd.counter)
-        r = cmd.rect
-        x0, x1, y0, y1 = int(r.x0), int(r.x1), int(r.y0), int(r.y1)
+        x1, y1 = int(cmd.rect.x1), int(cmd.rect.y1)
         if c >= cfg.n_counters:
             return ErrorCode.COUNTER
         if x1 >= cfg.mesh_width or y1 >= cfg.mesh_height:
@@ -282,7 +282,6 @@ class CoreBench:
         an error test.  `bumps` are counter increments made by the host before the start.
         Returns a dict of measurements (RTL and estimated cycles).
         """
-        cfg = self.cfg
         words = assemble(program) if isinstance(program, str) else [int(w) for w in program]
         if image is None:
             image = self.image()
@@ -308,7 +307,7 @@ class CoreBench:
         for c in bumps:
             self.net.counters[c] += 1
         await self.start_at(pc)
-        cycles = await self.wait_stopped(max_cycles)
+        await self.wait_stopped(max_cycles)
         state, error, rtl_pc = self.status()
         got = await self.read_sram()
         self._rtl_image = got.copy()

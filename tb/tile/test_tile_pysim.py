@@ -251,7 +251,6 @@ def test_kv_append_cycles_pysim():
     """An APPEND takes 1 + 2*kw + 2*vw cycles (docs/tile.md)."""
     dut = TileDatapath(CFG)
     L = CFG.kv
-    W = L.word_bytes
     expected = 1 + 2 * L.k_row_words + 2 * L.v_row_words
 
     async def bench(ctx):
