@@ -56,7 +56,7 @@ iverilog:
 	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq iverilog; }
 
 test: venv
-	$(PY) -m pytest -n $(JOBS) $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(JOBS) --durations=15 $(PYTEST_ARGS)
 
 sim: venv
 	@echo "make sim: the RTL backend does not generate text yet (issue 5); running the '$(BACKEND)' backend"
