@@ -10,13 +10,13 @@ them safely.  Generated files go to ``build/`` at the top of the checkout (or
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import os
 import sys
 import xml.etree.ElementTree as ET
 from collections.abc import Mapping, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -54,7 +54,32 @@ def generate_verilog(component, name: str) -> str:
     return verilog.convert(component, name=name, emit_src=False)
 
 
-@contextmanager
+@contextlib.contextmanager
+def _environ(**values: str):
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _with_icarus_dump(verilog: str, toplevel: str, path: Path) -> str:
+    """Return ``verilog`` with a Verilog-2005 ``$dumpvars`` block in module ``toplevel``.
+
+    The dump format is FST, chosen by the ``-fst`` argument the runner gives ``vvp``.
+    """
+    start = verilog.index(f"module {toplevel}(")
+    end = verilog.index("endmodule", start)
+    block = f'  initial begin\n    $dumpfile("{path}");\n    $dumpvars(0, {toplevel});\n  end\n'
+    return verilog[:end] + block + verilog[end:]
+
+
+@contextlib.contextmanager
 def _locked(path: Path):
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w") as fd:
@@ -74,7 +99,8 @@ class CocotbRun:
     sim : str
         "verilator" or "icarus".
     results_xml : Path
-        The JUnit results file cocotb wrote.
+        The JUnit results file cocotb wrote (in the build folder, beside any waveform:
+        ``dump.vcd`` under Verilator, ``<toplevel>.fst`` under Icarus).
     passed, failed : list of str
         Names of the cocotb tests that passed and failed.
     failures : dict of str to str
@@ -83,6 +109,12 @@ class CocotbRun:
 
     sim: str
     results_xml: Path
+
+    @property
+    def build_dir(self) -> Path:
+        """The build folder of this run (cached Verilog, simulator build, waveforms)."""
+        return self.results_xml.parent
+
     passed: list[str] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
     failures: dict[str, str] = field(default_factory=dict)
@@ -127,6 +159,7 @@ def run_cocotb(
     waves: bool | None = None,
     seed: int | None = None,
     check: bool = True,
+    cxx_opt: str = "-O0",
 ) -> CocotbRun:
     """Build (cached) and run cocotb tests of a Verilog design.
 
@@ -153,6 +186,10 @@ def run_cocotb(
         cocotb random seed.
     check : bool
         Raise ``AssertionError`` if any cocotb test failed or none ran.
+    cxx_opt : str
+        Verilator only: C++ optimisation of the model (see
+        :func:`chipotle.sim.toolchain.verilator_environment`); ``-O0`` builds fastest,
+        ``-O2`` simulates fastest.
 
     Returns
     -------
@@ -169,25 +206,31 @@ def run_cocotb(
     if waves is None:
         waves = os.environ.get("WAVES", "0") not in ("", "0", "false", "no")
     if sim == "verilator":
-        toolchain.apply_verilator_environment()
+        session = toolchain.verilator_session(cxx_opt=cxx_opt)
         build_args = toolchain.verilator_build_args()
         if waves:
-            build_args = build_args + ["--trace-fst", "--trace-structs"]
+            build_args = build_args + ["--trace-structs"]   # the runner adds --trace (VCD)
     else:
+        # The runner's build() would add cocotb's own (SystemVerilog) dump module whenever
+        # $WAVES is set; ours replaces it.
+        session = _environ(WAVES="0")
         build_args = toolchain.icarus_build_args()
+        cxx_opt = ""
 
-    key = hashlib.sha256(
-        "\0".join([sim, toplevel, verilog, " ".join(build_args), str(bool(waves))]).encode()
-    ).hexdigest()[:16]
+    key = "\0".join([sim, toplevel, verilog, " ".join(build_args), str(bool(waves)), cxx_opt])
+    key = hashlib.sha256(key.encode()).hexdigest()[:16]
     build_dir = build_root() / sim / f"{toplevel}-{key}"
     src = build_dir / f"{toplevel}.v"
     stamp = build_dir / "built.ok"
 
     runner = get_runner(sim)
-    with _locked(build_root() / sim / f"{toplevel}-{key}.lock"):
+    with _locked(build_root() / sim / f"{toplevel}-{key}.lock"), session:
         cached = stamp.exists()
         if not cached:
             build_dir.mkdir(parents=True, exist_ok=True)
+            if sim == "icarus" and waves:
+                # cocotb's own dump module is SystemVerilog, which -g2005 rejects.
+                verilog = _with_icarus_dump(verilog, toplevel, build_dir / f"{toplevel}.fst")
             src.write_text(verilog)
         else:
             # The runner's build() also records the configuration that test() reads; on
@@ -198,14 +241,15 @@ def run_cocotb(
             hdl_toplevel=toplevel,
             build_args=build_args,
             build_dir=build_dir,
-            waves=bool(waves),
+            waves=bool(waves) and sim == "verilator",
             timescale=("1ns", "1ps"),
             always=True,
         )
         stamp.write_text("ok\n")
 
     # Each run gets its own results file so parallel workers do not collide.
-    tag = f"{os.getpid()}-{hashlib.sha256(repr((test_module, testcase, sorted((extra_env or {}).items()))).encode()).hexdigest()[:8]}"
+    what = repr((test_module, testcase, sorted((extra_env or {}).items())))
+    tag = f"{os.getpid()}-{hashlib.sha256(what.encode()).hexdigest()[:8]}"
     results = build_dir / f"results-{tag}.xml"
     env = {"PYTHONPATH": os.pathsep.join([str(test_dir or "."), *sys.path])}
     env.update(extra_env or {})

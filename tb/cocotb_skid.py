@@ -15,6 +15,9 @@ from tbcommon.stream import StreamDriver, StreamMonitor, StreamSink
 
 
 async def _reset(dut):
+    dut.i__valid.value = 0
+    dut.i__payload.value = 0
+    dut.o__ready.value = 0
     dut.rst.value = 1
     await ClockCycles(dut.clk, 2)
     dut.rst.value = 0

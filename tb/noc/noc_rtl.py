@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
-import os
-from contextlib import contextmanager
 from pathlib import Path
 
 import amaranth
@@ -60,34 +58,9 @@ def mesh_verilog(width: int, height: int, cfg=None) -> tuple[str, str]:
     return _cached(top, lambda: noc.Mesh(width, height, cfg), width, height, cfg), top
 
 
-@contextmanager
-def _quick_cxx():
-    """Compile Verilator's C++ quickly while the context lasts.
-
-    ``-Os`` (Verilator's default) makes the 4 x 4 mesh take 5.5 CPU-minutes to compile,
-    ``-O0`` 1.5, and the Verilator runtime library (compiled again for every design) about
-    three times less; these benches spend their time in the Python testbench, not in the
-    model.  The toolchain blanks ``VK_PCH_I_*``, so the two precompiled headers make builds
-    are never used: ``CFG_CXXFLAGS_PCH=-E`` turns them into a cheap preprocessing pass
-    (about 10 CPU-seconds saved per design).  The make variables ride on ``MAKEFLAGS`` like
-    the toolchain's own fixes.
-    """
-    saved = os.environ.get("MAKEFLAGS")
-    quick = "OPT_FAST=-O0 OPT_SLOW=-O0 OPT_GLOBAL=-O0 CFG_CXXFLAGS_PCH=-E"
-    os.environ["MAKEFLAGS"] = f"{saved or ''} {quick}".strip()
-    try:
-        yield
-    finally:
-        if saved is None:
-            os.environ.pop("MAKEFLAGS", None)
-        else:
-            os.environ["MAKEFLAGS"] = saved
-
-
 def run(sim: str, design: tuple[str, str], test_module: str, *, testcase=None, env=None):
     """Run cocotb tests of ``design`` from this folder; raise on any failure."""
     verilog, top = design
-    with _quick_cxx():
-        return run_cocotb(sim=sim, verilog=verilog, toplevel=top, test_module=test_module,
-                          test_dir=TB_DIR, testcase=testcase,
-                          extra_env={k: str(v) for k, v in (env or {}).items()})
+    return run_cocotb(sim=sim, verilog=verilog, toplevel=top, test_module=test_module,
+                      test_dir=TB_DIR, testcase=testcase,
+                      extra_env={k: str(v) for k, v in (env or {}).items()})

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import functools
 import json
-import os
-from contextlib import contextmanager
 from pathlib import Path
 
 from cocotb_vector_env import CONFIGS, VectorTop
@@ -37,33 +35,15 @@ def _verilog(config: str) -> str:
     return generate_verilog(VectorTop(CONFIGS[config]), name="vector_top")
 
 
-@contextmanager
-def _quick_cxx():
-    """Compile Verilator's C++ at ``-O0`` while the context lasts (as ``tb/noc`` does).
-
-    The bench spends its time in Python, not in the model; ``-O0`` halves the build.
-    """
-    saved = os.environ.get("MAKEFLAGS")
-    os.environ["MAKEFLAGS"] = ((saved or "") + " OPT_FAST=-O0 OPT_SLOW=-O0").strip()
-    try:
-        yield
-    finally:
-        if saved is None:
-            os.environ.pop("MAKEFLAGS", None)
-        else:
-            os.environ["MAKEFLAGS"] = saved
-
-
 def test_vector_rtl(sim):
     for config, scale in PLAN[sim]:
         out = build_root() / "reports" / f"vector-timing-{sim}-{config}.json"
         out.parent.mkdir(parents=True, exist_ok=True)
         out.unlink(missing_ok=True)
-        with _quick_cxx():
-            run = run_cocotb(sim=sim, verilog=_verilog(config), toplevel="vector_top",
-                             test_module="cocotb_vector", test_dir=TB,
-                             extra_env={"VEC_CONFIG": config, "VEC_SCALE": str(scale),
-                                        "BACKDOOR": "1", "TIMING_JSON": str(out)})
+        run = run_cocotb(sim=sim, verilog=_verilog(config), toplevel="vector_top",
+                         test_module="cocotb_vector", test_dir=TB,
+                         extra_env={"VEC_CONFIG": config, "VEC_SCALE": str(scale),
+                                    "BACKDOOR": "1", "TIMING_JSON": str(out)})
         # elementwise is parametrised 2 x 2
         assert len(run.passed) == len(TESTS) + 3, run.passed
         report = json.loads(out.read_text())
