@@ -205,3 +205,31 @@ def test_mesh_8x8_elaborates():
     with pytest.raises(ValueError, match="from 1 to 15 with coord_width=4"):
         CFG.check_mesh(16, 16)        # what Mesh(16, 16) raises
     NocConfig(coord_width=5).check_mesh(16, 16)
+
+
+def test_mesh_1x1():
+    """The smallest mesh: host <-> tile, tile to itself, a 1x1 multicast, a drop counted."""
+    mesh = Mesh(1, 1, CFG)
+    outs = {(0, 0): mesh.o_local[0], HOST: mesh.o_host}
+    pkts = {
+        mesh.i_host: [build_packet(PacketType.SRAM_WRITE, src=HOST, dst=(0, 0), addr=1,
+                                   payload=[1], cfg=CFG),
+                      build_packet(PacketType.SRAM_WRITE, src=HOST, rect=(0, 0, 0, 0), addr=2,
+                                   payload=[2], cfg=CFG)],
+        mesh.i_local[0]: [build_packet(PacketType.SRAM_WRITE, src=(0, 0), dst=HOST, addr=3,
+                                       payload=[3, 4], cfg=CFG),
+                          build_packet(PacketType.SRAM_WRITE, src=(0, 0), dst=(0, 0), addr=4,
+                                       payload=[], cfg=CFG),
+                          Packet(Head(PacketType.SRAM_WRITE, 1, 0, length=1), (0,))],
+    }
+    inputs = {port: [p.flits(CFG) for p in ps] for port, ps in pkts.items()}
+
+    async def errors(ctx):
+        await ctx.tick()
+        return ctx.get(mesh.errors)
+
+    received, dropped = simulate(mesh, inputs, outs, cycles=60, after=errors)
+    addrs = {k: sorted(Packet.from_flits(f, CFG).head.addr for _, f in v)
+             for k, v in received.items()}
+    assert addrs == {(0, 0): [1, 2, 4], HOST: [3]}
+    assert dropped == 1
