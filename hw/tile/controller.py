@@ -136,7 +136,11 @@ _FIELD_BITS = {"d.reg": 4, "d.off": 17, "a.reg": 4, "a.off": 17, "b.reg": 4, "b.
 
 
 def _legal(ins, op):
-    """Return the legality condition of `ins` assuming its opcode is `op` (from `SPECS`)."""
+    """Return the legality condition of `ins` assuming its opcode is `op` (from `SPECS`).
+
+    Sets are walked in code order so that the generated Verilog (and the build cache key)
+    does not depend on Python's string-hash seed.
+    """
     spec = SPECS[op]
     fields = {"d.reg": ins.d.reg, "d.off": ins.d.off, "a.reg": ins.a.reg, "a.off": ins.a.off,
               "b.reg": ins.b.reg, "b.off": ins.b.off, "n.reg": ins.n.reg, "n.imm": ins.n.imm,
@@ -151,11 +155,11 @@ def _legal(ins, op):
     if spec.td is None:
         ok &= td == 0
     else:
-        ok &= Cat(*(td == t.value for t in spec.td)).any()
+        ok &= Cat(*(td == t.value for t in sorted(spec.td, key=lambda t: t.value))).any()
     if spec.ts is None:
         ok &= ts == 0
     elif spec.ts != "m":
-        ok &= Cat(*(ts == t.value for t in spec.ts)).any()
+        ok &= Cat(*(ts == t.value for t in sorted(spec.ts, key=lambda t: t.value))).any()
     if op in _MATRIX_OPS:
         ok &= ins.imm != 0
     if op == Opcode.ROPE:
