@@ -43,16 +43,17 @@ CLOCK_NS = 10
 
 #: Bench configurations of ``TileCore`` (no KV store: the ISA does not use it).
 CORE_CONFIGS = {
-    # product-size matrix unit (K up to 512), 64 KiB SRAM: also the layer bench's
-    "core": TileConfig(sram_bytes=65536, word_bytes=8, n_banks=2, max_m=4, k_max=512,
+    # product-size matrix unit (K up to 512); 16 KiB of SRAM keeps the whole-SRAM
+    # read-back after every program short
+    "core": TileConfig(sram_bytes=16384, word_bytes=8, n_banks=2, max_m=4, k_max=512,
                        kv=None, imem_words=256),
     # the other parameter values: W = 16, M = 2, V = 4, 4 banks, small SRAM (Icarus)
     "core_small": TileConfig(sram_bytes=8192, word_bytes=16, n_banks=4, max_m=2, k_max=176,
                               kv=None, imem_words=128, n_counters=4, loop_depth=3, lanes=4),
 }
 #: A stories260K layer on one tile (``chipotle.isa.programs``, ``max_pos`` 16: 59,528 bytes).
-#: Same as "core", so that both benches share one Verilator build.
-LAYER_CONFIG = CORE_CONFIGS["core"]
+LAYER_CONFIG = TileConfig(sram_bytes=65536, word_bytes=8, n_banks=2, max_m=4, k_max=512,
+                          kv=None, imem_words=128, lanes=8)
 #: Meshes of whole tiles for the multi-tile bench (small tiles: V = 2, M = 2, K <= 64).
 MESH_CONFIGS = {
     "mesh2x2": TileConfig(sram_bytes=4096, word_bytes=8, n_banks=2, max_m=2, k_max=64,

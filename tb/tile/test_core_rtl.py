@@ -1,6 +1,6 @@
 """Regression: the tile core (controller, matrix unit, write-back) against the ISA simulator.
 
-Verilator runs the product-size configuration ("core": 64 KiB, W = 8, M = 4, k_max = 512)
+Verilator runs the product-size configuration ("core": 16 KiB, W = 8, M = 4, k_max = 512)
 and a small one with the other parameter values ("core_small": W = 16, M = 2, V = 4,
 8 KiB); Icarus the small one only
 (``tbcore.SIM_CORE_CONFIGS``).  Measured cycles land in
@@ -48,8 +48,7 @@ def test_layer_rtl(sim, model_paths):
     out = build_root() / "reports" / "tile-layer-cycles-verilator.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.unlink(missing_ok=True)
-    assert LAYER_CONFIG == CORE_CONFIGS["core"]     # one build for both benches
-    verilog = _verilog("core")
+    verilog = generate_verilog(TileCore(LAYER_CONFIG), name="tile_core")
     run = run_cocotb(sim=sim, verilog=verilog, toplevel="tile_core",
                      test_module="cocotb_layer", test_dir=TB,
                      extra_env={"CYCLES_JSON": str(out), "POSITIONS": "4",
