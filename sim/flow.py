@@ -211,9 +211,7 @@ def run_cocotb(
         if waves:
             build_args = build_args + ["--trace-structs"]   # the runner adds --trace (VCD)
     else:
-        # The runner's build() would add cocotb's own (SystemVerilog) dump module whenever
-        # $WAVES is set; ours replaces it.
-        session = _environ(WAVES="0")
+        session = contextlib.nullcontext()
         build_args = toolchain.icarus_build_args()
         cxx_opt = ""
 
@@ -224,7 +222,12 @@ def run_cocotb(
     stamp = build_dir / "built.ok"
 
     runner = get_runner(sim)
-    with _locked(build_root() / sim / f"{toplevel}-{key}.lock"), session:
+    # cocotb's runner lets $WAVES override its `waves` argument; pin $WAVES to what this
+    # run wants.  Icarus builds without the runner's waves, whose dump module is
+    # SystemVerilog (which -g2005 rejects); _with_icarus_dump adds a Verilog-2005 one.
+    build_waves = "1" if waves and sim == "verilator" else "0"
+    with _locked(build_root() / sim / f"{toplevel}-{key}.lock"), session, \
+            _environ(WAVES=build_waves):
         cached = stamp.exists()
         if not cached:
             build_dir.mkdir(parents=True, exist_ok=True)
@@ -254,18 +257,19 @@ def run_cocotb(
     env = {"PYTHONPATH": os.pathsep.join([str(test_dir or "."), *sys.path])}
     env.update(extra_env or {})
     try:
-        runner.test(
-            hdl_toplevel=toplevel,
-            test_module=test_module,
-            test_dir=build_dir,
-            build_dir=build_dir,
-            testcase=testcase,
-            extra_env=env,
-            waves=bool(waves),
-            seed=seed,
-            results_xml=str(results),
-            timescale=("1ns", "1ps") if sim == "verilator" else None,
-        )
+        with _environ(WAVES="1" if waves else "0"):
+            runner.test(
+                hdl_toplevel=toplevel,
+                test_module=test_module,
+                test_dir=build_dir,
+                build_dir=build_dir,
+                testcase=testcase,
+                extra_env=env,
+                waves=bool(waves),
+                seed=seed,
+                results_xml=str(results),
+                timescale=("1ns", "1ps") if sim == "verilator" else None,
+            )
     except SystemExit:
         # Under pytest the runner exits on a failed cocotb test; report the failures from
         # the results file instead, with their messages.
