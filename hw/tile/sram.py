@@ -31,7 +31,19 @@ __all__ = ["ADDR_WIDTH", "SramReadSignature", "SramSignature", "Sram", "SramArbi
 ADDR_WIDTH = 16
 
 
-class SramReadSignature(wiring.Signature):
+class _WordSignature(wiring.Signature):
+    """A port signature parametrised by its word width (equal when the widths are)."""
+
+    @property
+    def word_bytes(self):
+        """Word width in bytes."""
+        return self._word_bytes
+
+    def __eq__(self, other):
+        return type(self) is type(other) and self.word_bytes == other.word_bytes
+
+
+class SramReadSignature(_WordSignature):
     """Initiator side of a read-only SRAM port.
 
     A read is requested by holding ``en`` high for one cycle with ``addr``; it is never
@@ -66,19 +78,11 @@ class SramReadSignature(wiring.Signature):
             "error": In(1),
         })
 
-    @property
-    def word_bytes(self):
-        """Word width in bytes."""
-        return self._word_bytes
-
-    def __eq__(self, other):
-        return type(self) is type(other) and self.word_bytes == other.word_bytes
-
     def __repr__(self):
         return f"SramReadSignature(word_bytes={self.word_bytes})"
 
 
-class SramSignature(wiring.Signature):
+class SramSignature(_WordSignature):
     """Initiator side of a read/write SRAM port with a grant handshake.
 
     The initiator holds ``en`` (and ``we``, ``addr``, ``wmask``, ``wdata``) until a cycle
@@ -128,14 +132,6 @@ class SramSignature(wiring.Signature):
             "rdata": In(8 * word_bytes),
             "error": In(1),
         })
-
-    @property
-    def word_bytes(self):
-        """Word width in bytes."""
-        return self._word_bytes
-
-    def __eq__(self, other):
-        return type(self) is type(other) and self.word_bytes == other.word_bytes
 
     def __repr__(self):
         return f"SramSignature(word_bytes={self.word_bytes})"

@@ -193,6 +193,17 @@ def _sample(items, frac=SCALE, keep=()):
 _SRC = [Dtype.I8, Dtype.I16, Dtype.I32, Dtype.U8, Dtype.U16]
 
 
+def _edit_source(case, dtype, edit, suffix):
+    """Return ``case`` with its source operand (its first SRAM write) edited in place by
+    ``edit(x)`` (``x``: the operand as a writable ``dtype`` array), its name extended."""
+    addr, raw = case.writes[0]
+    x = np.frombuffer(raw, dtype).copy()
+    edit(x)
+    case.writes[0] = (addr, x.tobytes())
+    case.name += suffix
+    return case
+
+
 @cocotb.test(timeout_time=TIMEOUT_US, timeout_unit="us")
 async def tables_missing_then_load(dut):
     """Table-needing ops before any TABLE fail with TABLE; bad TABLE commands; loads."""
@@ -306,13 +317,10 @@ async def rmsnorm(dut):
               s.rmsnorm(13, shift=-5), s.rmsnorm(9, shift=200), s.rmsnorm(1),
               s.rmsnorm(64, eps=(1 << 62)), s.rmsnorm(10, eps=-(1 << 40))]
     cases.append(_in_place(s.rmsnorm(172)))
-    out = s.rmsnorm(64)
-    x = np.frombuffer(out.writes[0][1], np.int16).copy()
-    x[:] = x // 64
-    x[17] = -32768
-    out.writes[0] = (out.writes[0][0], x.tobytes())
-    out.name += " outlier"
-    cases.append(out)
+    def outlier(x):
+        x[:] = x // 64
+        x[17] = -32768
+    cases.append(_edit_source(s.rmsnorm(64), np.int16, outlier, " outlier"))
     await tb.run_all(_sample(cases, keep=range(0, len(cases), 2)))
     await tb.stop()
 
@@ -331,11 +339,9 @@ async def dynq(dut):
     cases += [s.dynq(172, Dtype.I32, outlier=True), s.dynq(64, Dtype.I16, outlier=True),
               s.dynq(1, Dtype.I32, "min"), s.dynq(V - 1, Dtype.I16, "zero")]
     for k in range(1, 31):   # every leading-one position of an i32 max-abs
-        c = s.dynq(V + 1, Dtype.I32)
-        x = np.frombuffer(c.writes[0][1], "<i4").copy() >> (31 - k)
-        c.writes[0] = (c.writes[0][0], x.tobytes())
-        c.name += f" b={k}"
-        cases.append(c)
+        def shift(x, k=k):
+            x >>= 31 - k
+        cases.append(_edit_source(s.dynq(V + 1, Dtype.I32), "<i4", shift, f" b={k}"))
     await tb.run_all(_sample(cases, keep=range(0, len(cases), 3)))
     await tb.stop()
 
@@ -352,12 +358,9 @@ async def softmax(dut):
         cases += [s.softmax(n, spread=[300, 4000, 40000][k % 3]), s.softmax(n, "equal")]
     cases += [s.softmax(172, "extreme"), s.softmax(V, "extreme"), s.softmax(64, "zero"),
               s.softmax(172, "min"), s.softmax(1)]
-    out = s.softmax(64, spread=100)
-    x = np.frombuffer(out.writes[0][1], "<i4").copy()
-    x[40] = 2**31 - 1
-    out.writes[0] = (out.writes[0][0], x.tobytes())
-    out.name += " outlier"
-    cases.append(out)
+    def outlier(x):
+        x[40] = 2**31 - 1
+    cases.append(_edit_source(s.softmax(64, spread=100), "<i4", outlier, " outlier"))
     await tb.run_all(_sample(cases, keep=range(0, len(cases), 2)))
     await tb.stop()
 
