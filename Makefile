@@ -59,7 +59,7 @@ test: venv
 	$(PY) -m pytest -n $(JOBS) --durations=15 $(PYTEST_ARGS)
 
 sim: venv
-	@echo "make sim: the RTL backend does not generate text yet (issue 5); running the '$(BACKEND)' backend"
+	@echo "make sim: the RTL backend does not generate text yet (issue 5); running the '$(BACKEND)' backend (BACKEND=reference|golden)"
 	$(VENV)/bin/chipotle generate --backend $(BACKEND) --prompt "$(PROMPT)" --steps $(STEPS) \
 	  --temperature $(TEMPERATURE) $(if $(MODEL_DIR),--model $(MODEL_DIR)/stories260K.bin --tokenizer $(MODEL_DIR)/tok512.bin,)
 
