@@ -1,0 +1,212 @@
+"""The one configuration object of a chip: mesh size and tile parameters.
+
+`ChipConfig` is shared by the gateware (`chipotle.hw.chip.Chip`), the compiler
+(`chipotle.compiler`), the driver (`chipotle.driver`), the ISA-level simulator
+(`chipotle.isasim`) and the testbenches, so that every one of them sees the parameters the
+RTL was elaborated with.  It builds the per-tile views: `tile_config` (gateware,
+``chipotle.hw.tile.TileConfig``), `isa_config` (ISA, ``chipotle.isa.IsaConfig``) and `noc`
+(network, ``chipotle.hw.noc.NocConfig``).
+
+Members
+-------
+ChipConfig
+    The dataclass.
+CONFIGS
+    Named configurations (``default``, ``small``) used by ``make sim``, the benchmarks and
+    the regression.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields, replace
+
+__all__ = ["ChipConfig", "CONFIGS"]
+
+
+@dataclass(frozen=True)
+class ChipConfig:
+    """Parameters of a chip: a ``mesh_width`` x ``mesh_height`` mesh of identical tiles.
+
+    Attributes
+    ----------
+    mesh_width, mesh_height : int
+        Tiles per row and per column (default 4 x 4).  The host link enters the mesh at the
+        west port of tile (0, 0) (``docs/noc.md``).
+    sram_bytes : int
+        SRAM per tile, bytes (default 128 KiB: the reach of the ISA's 17-bit immediate
+        offsets).
+    word_bytes : int
+        W: bytes per SRAM word, per matrix-unit weight word and per flit payload (default 8).
+    n_banks : int
+        SRAM banks per tile (default 2).
+    max_m : int
+        M: activation rows of the matrix unit (default 4): prompt tokens per prefill batch.
+    lanes : int
+        V: vector-unit lanes (default 8).
+    k_max : int
+        Largest K (inner dimension) of the matrix unit (default 512).
+    imem_words : int
+        Instruction memory per tile, instructions of 128 bits (default 1024).
+    n_counters : int
+        Counters (semaphores) per tile (default 16).
+    loop_depth : int
+        Hardware loop stack depth (default 4).
+    noc_fifo_depth : int
+        Router input FIFO depth, flits (default 16).
+    mcast_max_flits : int
+        Longest multicast packet, head included (default 8).
+
+    Raises
+    ------
+    ValueError
+        From ``__post_init__`` if a field is out of range (through ``IsaConfig`` and the
+        mesh limits: 1 .. 15 columns, 1 .. 16 rows).
+    """
+
+    mesh_width: int = 4
+    mesh_height: int = 4
+    sram_bytes: int = 128 * 1024
+    word_bytes: int = 8
+    n_banks: int = 2
+    max_m: int = 4
+    lanes: int = 8
+    k_max: int = 512
+    imem_words: int = 1024
+    n_counters: int = 16
+    loop_depth: int = 4
+    noc_fifo_depth: int = 16
+    mcast_max_flits: int = 8
+
+    def __post_init__(self):
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
+                raise ValueError(f"ChipConfig.{f.name} must be a positive integer, not {v!r}")
+        if not 1 <= self.mesh_width <= 15 or not 1 <= self.mesh_height <= 16:
+            raise ValueError(f"the mesh must be 1..15 x 1..16 tiles (the host link takes the "
+                             f"last column address), not {self.mesh_width} x "
+                             f"{self.mesh_height}")
+        if self.word_bytes < 8:
+            raise ValueError(f"word_bytes must be at least 8 (the vector unit reads 8-byte "
+                             f"words), not {self.word_bytes}")
+        if self.sram_bytes % (self.word_bytes * self.n_banks):
+            raise ValueError(f"sram_bytes ({self.sram_bytes}) must be a multiple of "
+                             f"word_bytes x n_banks ({self.word_bytes * self.n_banks})")
+        self.isa_config()  # the ISA's own checks
+
+    # -- derived views ------------------------------------------------------------------------
+
+    @property
+    def n_tiles(self) -> int:
+        """Tiles in the mesh."""
+        return self.mesh_width * self.mesh_height
+
+    @property
+    def tiles(self) -> list[tuple[int, int]]:
+        """Tile coordinates ``(x, y)``, row-major (the order of ``Chip.status``)."""
+        return [(x, y) for y in range(self.mesh_height) for x in range(self.mesh_width)]
+
+    @property
+    def sram_words(self) -> int:
+        """SRAM words per tile."""
+        return self.sram_bytes // self.word_bytes
+
+    def isa_config(self):
+        """Return the ``chipotle.isa.IsaConfig`` of one tile."""
+        from .isa.core import IsaConfig
+        return IsaConfig(sram_bytes=self.sram_bytes, word_bytes=self.word_bytes,
+                         max_m=self.max_m, lanes=self.lanes, k_max=self.k_max,
+                         imem_words=self.imem_words, n_counters=self.n_counters,
+                         loop_depth=self.loop_depth, mcast_max_flits=self.mcast_max_flits,
+                         max_packet_flits=255)
+
+    def tile_config(self):
+        """Return the gateware's ``chipotle.hw.tile.TileConfig`` of one tile (no KV store)."""
+        from .hw.tile.datapath import TileConfig
+        return TileConfig(sram_bytes=self.sram_bytes, word_bytes=self.word_bytes,
+                          n_banks=self.n_banks, max_m=self.max_m, k_max=self.k_max, kv=None,
+                          imem_words=self.imem_words, n_counters=self.n_counters,
+                          loop_depth=self.loop_depth, lanes=self.lanes,
+                          mesh_width=self.mesh_width, mesh_height=self.mesh_height,
+                          noc_fifo_depth=self.noc_fifo_depth,
+                          mcast_max_flits=self.mcast_max_flits)
+
+    @property
+    def noc(self):
+        """The network parameters (``chipotle.hw.noc.NocConfig``)."""
+        return self.tile_config().noc
+
+    # -- bandwidth figures (for the roofline) ---------------------------------------------------
+
+    @property
+    def sram_read_bytes_per_cycle(self) -> int:
+        """Peak SRAM read bandwidth of the mesh, bytes per cycle: one word per tile per cycle
+        on the matrix unit's read port (``docs/tile.md``)."""
+        return self.n_tiles * self.word_bytes
+
+    @property
+    def peak_macs_per_cycle(self) -> int:
+        """Peak int8 MACs per cycle of the mesh: W x M per tile."""
+        return self.n_tiles * self.word_bytes * self.max_m
+
+    # -- text forms -----------------------------------------------------------------------------
+
+    def replace(self, **changes) -> ChipConfig:
+        """Return a copy with `changes` applied (validated)."""
+        return replace(self, **changes)
+
+    def as_dict(self) -> dict:
+        """Return the fields as a dict."""
+        return asdict(self)
+
+    def __str__(self) -> str:
+        return (f"{self.mesh_width}x{self.mesh_height} tiles, {self.sram_bytes // 1024} KiB "
+                f"SRAM/tile, W={self.word_bytes}, M={self.max_m}, V={self.lanes}")
+
+    @classmethod
+    def from_string(cls, text: str, base: ChipConfig | None = None) -> ChipConfig:
+        """Parse ``"name"`` or ``"name,key=value,..."`` or ``"key=value,..."``.
+
+        ``name`` is a key of `CONFIGS`; keys are field names, plus ``mesh=WxH`` and
+        ``sram_kib=N``.  Used by ``make sim CONFIG=...`` and ``chipotle generate --config``.
+
+        Raises
+        ------
+        ValueError
+            Naming the unknown configuration or key, or the malformed value.
+        """
+        cfg = base or CONFIGS["default"]
+        changes = {}
+        for part in filter(None, (p.strip() for p in text.split(","))):
+            if "=" not in part:
+                if part not in CONFIGS:
+                    raise ValueError(f"unknown configuration {part!r}; known: "
+                                     f"{', '.join(CONFIGS)}")
+                cfg = CONFIGS[part]
+                continue
+            key, value = (s.strip() for s in part.split("=", 1))
+            try:
+                if key == "mesh":
+                    w, h = value.lower().split("x")
+                    changes.update(mesh_width=int(w), mesh_height=int(h))
+                elif key == "sram_kib":
+                    changes["sram_bytes"] = int(value) * 1024
+                elif key in {f.name for f in fields(cls)}:
+                    changes[key] = int(value, 0)
+                else:
+                    raise ValueError(f"unknown configuration key {key!r}; known: mesh, "
+                                     f"sram_kib, {', '.join(f.name for f in fields(cls))}")
+            except ValueError as e:
+                if "unknown configuration key" in str(e):
+                    raise
+                raise ValueError(f"bad value {value!r} for {key!r} in {text!r}") from None
+        return cfg.replace(**changes)
+
+
+#: Named configurations.  ``default`` is the 4 x 4 product configuration of ``make sim``;
+#: ``small`` a 2 x 2 mesh with small tiles for the regression under Icarus.
+CONFIGS = {
+    "default": ChipConfig(),
+    "small": ChipConfig(mesh_width=2, mesh_height=2, sram_bytes=32 * 1024, lanes=2,
+                        imem_words=512, k_max=512),
+}
