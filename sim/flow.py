@@ -22,7 +22,8 @@ from pathlib import Path
 
 from . import toolchain
 
-__all__ = ["SIMULATORS", "CocotbRun", "build_root", "generate_verilog", "run_cocotb"]
+__all__ = ["SIMULATORS", "CocotbRun", "build_root", "generate_verilog", "generate_verilog_cached",
+           "source_digest", "run_cocotb"]
 
 SIMULATORS = ("verilator", "icarus")
 
@@ -52,6 +53,58 @@ def generate_verilog(component, name: str) -> str:
     from amaranth.back import verilog
 
     return verilog.convert(component, name=name, emit_src=False)
+
+
+def source_digest() -> str:
+    """Return a SHA-256 over the sources that determine generated Verilog.
+
+    Covers every ``*.py`` of ``chipotle.hw`` (``hw/``), ``chipotle.isa`` (``sw/isa/``, whose
+    instruction layout the controller imports), ``sw/config.py`` and the Amaranth version.
+    """
+    import amaranth
+
+    here = Path(__file__).resolve().parent.parent
+    h = hashlib.sha256(f"amaranth {amaranth.__version__}\n".encode())
+    files = sorted([*(here / "hw").rglob("*.py"), *(here / "sw" / "isa").rglob("*.py"),
+                    here / "sw" / "config.py"])
+    for f in files:
+        h.update(str(f.relative_to(here)).encode() + b"\0" + f.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def generate_verilog_cached(factory, name: str, key: str, *, progress=None) -> str:
+    """Return the Verilog of ``factory()``, generated once per `key` and source version.
+
+    Generating a large design (the 4 x 4 `Chip`: about two minutes) is the slow part of a
+    warm run, so the text is kept in ``build/verilog/<name>-<hash>.v``, where the hash
+    covers `key` (e.g. the configuration's ``repr``) and `source_digest`.  Parallel
+    callers share the file through a lock.
+
+    Parameters
+    ----------
+    factory : callable returning amaranth.lib.wiring.Component
+        Called only on a cache miss.
+    name : str
+        Top-level module name.
+    key : str
+        Everything besides the sources that changes the design (its parameters).
+    progress : callable of str, optional
+        Told when a (slow) generation starts and ends.
+    """
+    digest = hashlib.sha256(f"{name}\0{key}\0{source_digest()}".encode()).hexdigest()[:16]
+    path = build_root() / "verilog" / f"{name}-{digest}.v"
+    with _locked(path.with_suffix(".lock")):
+        if path.exists():
+            return path.read_text()
+        if progress:
+            progress(f"generating Verilog for {name} (cached in {path})")
+        text = generate_verilog(factory(), name=name)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(text)
+        tmp.replace(path)
+        if progress:
+            progress(f"generated {len(text) // 1024} KiB of Verilog")
+        return text
 
 
 @contextlib.contextmanager
