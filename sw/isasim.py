@@ -50,6 +50,7 @@ from .isa.core import (
     send_flits,
     signed_imm,
 )
+from .isa.kv import KvLayout
 
 __all__ = ["IsaSim", "Tile", "Perf", "DoneEvent", "DeadlockError", "TileState",
            "weighted_sum"]
@@ -187,6 +188,9 @@ class Tile:
     error_message : str
         What went wrong, for people.
     perf : Perf
+    kv_layout : KvLayout or None
+        The KV layout the host set (the tile's KV registers; ``None``: never set).  Kept by
+        `reset`, like the SRAM.
     """
 
     def __init__(self, sim: IsaSim, x: int, y: int):
@@ -196,7 +200,17 @@ class Tile:
         self.sram = np.zeros(c.sram_bytes, np.uint8)
         self.imem = [0] * c.imem_words
         self._decoded: dict = {}
+        self.kv_layout: KvLayout | None = None
         self.reset()
+
+    @property
+    def kv_capacity(self) -> int:
+        """Positions per (layer, KV head) the tile reports (its ``KV_CAPACITY`` register).
+
+        ``kv_layout.max_pos`` when a layout is set and lies inside the SRAM, else 0.
+        """
+        L = self.kv_layout
+        return 0 if L is None else L.capacity_in(self.sram.size // self._sim.config.word_bytes)
 
     def reset(self) -> None:
         """Clear registers, counters, tables, loop stack, error flag and performance counters.
@@ -407,6 +421,34 @@ class IsaSim:
             t.reset()
         if xy is None:
             self.events.clear()
+
+    def set_kv_layout(self, xy, layout: KvLayout | None) -> None:
+        """Set a tile's KV layout, as the host does by writing its KV registers.
+
+        Parameters
+        ----------
+        xy : tuple of int
+        layout : KvLayout or None
+            Word addresses, ``word_bytes`` equal to the tile's W, with ``k_header`` (the K
+            rows are records); ``None`` clears it (capacity 0, every ``kvapp`` refused).  A
+            layout reaching past the SRAM is accepted and gives capacity 0, as on the tile.
+
+        Raises
+        ------
+        TypeError
+            If `layout` is not a `KvLayout` or None.
+        ValueError
+            If its ``word_bytes`` is not the tile's or it has no K header word.
+        """
+        t = self.tile(xy)
+        if layout is not None:
+            if not isinstance(layout, KvLayout):
+                raise TypeError(f"`layout` must be a KvLayout or None, not {layout!r}")
+            if layout.word_bytes != self.config.word_bytes:
+                raise ValueError(f"`layout.word_bytes` must be the tile's W = "
+                                 f"{self.config.word_bytes}, not {layout.word_bytes}")
+            layout.registers()          # raises without a K header
+        t.kv_layout = layout
 
     def bump_counter(self, xy, counter: int, k: int = 1) -> None:
         """Add `k` to a tile's counter, as a host write with a counter bump does."""
@@ -643,6 +685,32 @@ class IsaSim:
         self._charge(t, i, n, "dma_cycles")
         return t.pc + 1
 
+    def _kvapp(self, t, i):
+        cfg = self.config
+        W = cfg.word_bytes
+        L = t.kv_layout
+        hs = L.head_size if L is not None else 0        # the KV_HEAD_SIZE register
+        kw, vw = 1 + -(-hs // W), -(-hs // W)           # K record (header + data), V row
+        slot, k_src, v_src, pos = t._val(i.d), t._val(i.a), t._val(i.b), t._len(i.n)
+        t._span(k_src, kw * W, W, "KVAPP K record")
+        t._span(v_src, vw * W, W, "KVAPP V row")
+        layer, head = slot >> 8, slot & 0xFF
+        if (L is None or slot >> 16 or layer >= L.n_layers or head >= L.n_kv_heads
+                or pos >= t.kv_capacity):
+            raise _Fault(ErrorCode.KV_RANGE,
+                         f"KVAPP of (layer {layer}, head {head}) at position {pos} is outside "
+                         f"the KV layout ({'none set' if L is None else L}, capacity "
+                         f"{t.kv_capacity})")
+        last = hs - (vw - 1) * W                        # bytes of a row's last word
+        # word by word, K then V, increasing addresses: the KV store's order
+        for src, dst, words in ((k_src, W * L.k_row(layer, head, pos), kw),
+                                (v_src, W * L.v_row(layer, head, pos), vw)):
+            for j in range(words):
+                n = last if j == words - 1 else W
+                t.sram[dst + j * W:dst + j * W + n] = t.sram[src + j * W:src + j * W + n]
+        self._charge(t, i, kw + vw, "dma_cycles")
+        return t.pc + 1
+
     # vector unit
 
     def _vector(self, t: Tile, i: Instr):
@@ -782,5 +850,5 @@ _HANDLERS = {
     Opcode.LI: IsaSim._li, Opcode.ADD: IsaSim._add, Opcode.SUB: IsaSim._sub,
     Opcode.MUL: IsaSim._mul, Opcode.LD: IsaSim._ld, Opcode.ST: IsaSim._st,
     Opcode.LOOP: IsaSim._loop, Opcode.WAIT: IsaSim._wait_op, Opcode.SEND: IsaSim._send,
-    Opcode.TABLE: IsaSim._table_op, Opcode.COPY: IsaSim._copy,
+    Opcode.TABLE: IsaSim._table_op, Opcode.COPY: IsaSim._copy, Opcode.KVAPP: IsaSim._kvapp,
 }

@@ -17,14 +17,14 @@ controller, tile
 
 from .controller import Controller
 from .datapath import TileConfig, TileDatapath
-from .kvstore import KvCommand, KvError, KvLayout, KvOp, KvStore
+from .kvstore import KvCommand, KvError, KvLayout, KvOp, KvParams, KvStore
 from .matrix import ACC_WIDTH, K_LIMIT, MatrixCommand, MatrixError, MatrixUnit, matrix_result_layout
 from .sram import ADDR_WIDTH, Sram, SramArbiter, SramReadSignature, SramSignature
 from .tile import Tile, TileCore
 
 __all__ = [
     "ACC_WIDTH", "ADDR_WIDTH", "K_LIMIT",
-    "KvCommand", "KvError", "KvLayout", "KvOp", "KvStore",
+    "KvCommand", "KvError", "KvLayout", "KvOp", "KvParams", "KvStore",
     "MatrixCommand", "MatrixError", "MatrixUnit", "matrix_result_layout",
     "Sram", "SramArbiter", "SramReadSignature", "SramSignature",
     "TileConfig", "TileDatapath", "Controller", "TileCore", "Tile",

@@ -20,7 +20,7 @@ from amaranth import *  # house style (STYLE.md)
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out, connect, flipped
 
-from .kvstore import KvCommand, KvError, KvLayout, KvStore
+from .kvstore import KvCommand, KvError, KvLayout, KvParams, KvStore
 from .matrix import MatrixCommand, MatrixError, MatrixUnit, matrix_result_layout
 from .sram import Sram, SramArbiter, SramSignature
 
@@ -177,7 +177,9 @@ class TileDatapath(wiring.Component):
         m.submodules.arbiter = arb = SramArbiter(2, word_bytes=c.word_bytes)
         m.submodules.matrix = mx = MatrixUnit(word_bytes=c.word_bytes, max_m=c.max_m,
                                               k_max=c.k_max)
-        m.submodules.kvstore = kv = KvStore(c.kv, sram_depth=c.sram_words)
+        m.submodules.kvstore = kv = KvStore(word_bytes=c.word_bytes, sram_depth=c.sram_words,
+                                            k_header=c.kv.k_header)
+        m.d.comb += kv.layout.eq(KvParams.from_layout(c.kv))
 
         connect(m, mx.bus, sram.r)
         connect(m, arb.o, sram.rw)

@@ -13,13 +13,18 @@ them (``docs/isa.md`` section 9):
   ``v_row(layer, head, 0)`` with a stride of ``v_row_words`` words: the store only has to
   append them.
 
-``docs/tile.md`` has the map; :class:`KvLayout` computes it in Python (the compiler,
-the host and the testbenches use it; the gateware takes its constants from it).
+``docs/tile.md`` has the map; :class:`KvLayout` (defined in ``chipotle.isa.kv`` and
+re-exported here) computes it in Python for the compiler, the host, the ISA simulator and
+the testbenches.  The gateware takes the map at run time from the five values of
+:class:`KvParams` (the tile's host-written KV registers), so one bitstream serves any
+placement.
 
 Members
 -------
 KvLayout
     The address map (Python).
+KvParams
+    The run-time layout, as the KV store's ``layout`` port takes it.
 KvOp, KvCommand, KvError
     Command format and error codes.
 KvStore
@@ -28,141 +33,54 @@ KvStore
 
 # ruff: noqa: F403, F405  (names come from `from amaranth import *`)
 
-from dataclasses import dataclass
-
 from amaranth import *  # house style (STYLE.md)
 from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from amaranth.utils import exact_log2
+
+from chipotle.isa.kv import KvLayout
+
 from .matrix import MatrixCommand
 from .sram import ADDR_WIDTH, SramSignature
 
-__all__ = ["KvLayout", "KvOp", "KvAppendArgs", "KvStreamArgs", "KvArgs", "KvCommand",
+__all__ = ["KvLayout", "KvParams", "KvOp", "KvAppendArgs", "KvStreamArgs", "KvArgs", "KvCommand",
            "KvError", "KvStore"]
 
 
-@dataclass(frozen=True)
-class KvLayout:
-    """Address map of the KV cache share held by one tile (word addresses).
+class KvParams(data.Struct):
+    """The KV layout as the gateware takes it at run time (66 bits): the tile's KV registers.
 
-    Block ``i = layer * n_kv_heads + head`` starts at ``base + i * block_words`` and holds
+    The fields are those of :class:`KvLayout` (``KvLayout.registers()`` gives their values);
+    ``word_bytes`` and ``k_header`` are elaboration parameters of the store.  Any value is
+    allowed: a layout with a zero field, or reaching past the SRAM, has capacity 0.
 
-    * K: ``max_pos`` rows of ``k_row_words`` words: with ``k_header``, first one header word
-      (the row's scale code, ``docs/numerics.md``: K is quantised per position and head),
-      then ``k_data_words = ceil(head_size / W)`` data words; K[p, d] is byte ``d % W`` of
-      word ``k_data(layer, head, p) + d // W``;
-    * then V: ``max_pos`` rows of ``v_row_words = ceil(head_size / W)`` words; V[p, d] is
-      byte ``d % W`` of word ``v_row(layer, head, p) + d // W``.
-
-    Bytes past ``head_size`` in a K or V row are padding: the store never writes them and
-    the matrix and vector units never read them as data.  A K row with a header has the
-    layout of the ISA's records (a header word, then the padded int8 data).
-
-    Parameters
-    ----------
-    n_layers, n_kv_heads : int
-        Layers, and KV heads per layer, held by this tile.
-    head_size : int
-        Elements of a K or V vector.
-    max_pos : int
-        Positions held: the capacity.
-    base : int
+    Members
+    -------
+    base : ``unsigned(16)``
         Word address of the first block.
-    word_bytes : int
-        W, bytes per SRAM word.
-    k_header : bool
-        Each K row starts with one header word (copied by ``APPEND``, skipped by
-        ``STREAM_K``).
+    n_layers, n_kv_heads : ``unsigned(9)``
+        Layers and KV heads held (0 .. 256).
+    head_size : ``unsigned(16)``
+        Elements of a K or V vector.
+    max_pos : ``unsigned(16)``
+        Positions per (layer, head).
     """
 
-    n_layers: int
-    n_kv_heads: int
-    head_size: int
-    max_pos: int
-    base: int = 0
-    word_bytes: int = 8
-    k_header: bool = False
+    base: unsigned(ADDR_WIDTH)
+    n_layers: unsigned(9)
+    n_kv_heads: unsigned(9)
+    head_size: unsigned(16)
+    max_pos: unsigned(16)
 
-    def __post_init__(self):
-        for name in ("n_layers", "n_kv_heads", "head_size", "max_pos", "word_bytes"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value <= 0:
-                raise ValueError(f"{name} must be a positive integer, not {value!r}")
-        if not isinstance(self.base, int) or self.base < 0:
-            raise ValueError(f"base must be a non-negative integer, not {self.base!r}")
-        if self.n_layers > 256 or self.n_kv_heads > 256:
-            raise ValueError("n_layers and n_kv_heads must be at most 256 (8-bit fields)")
-        if self.max_pos > 2 ** 16 - 1 or self.head_size > 2 ** 16 - 1:
-            raise ValueError("max_pos and head_size must be below 2**16 (16-bit fields)")
-        if self.end > 2 ** ADDR_WIDTH:
-            raise ValueError(f"the KV store ends at word {self.end}, past 2**{ADDR_WIDTH}")
-
-    @property
-    def capacity(self):
-        """Positions each (layer, head) can hold (``max_pos``)."""
-        return self.max_pos
-
-    @property
-    def k_data_words(self):
-        """Data words per K row, ``ceil(head_size / W)``."""
-        return -(-self.head_size // self.word_bytes)
-
-    @property
-    def k_header_words(self):
-        """Header words per K row (1 with ``k_header``, else 0)."""
-        return int(bool(self.k_header))
-
-    @property
-    def k_row_words(self):
-        """Words per K row, header included."""
-        return self.k_header_words + self.k_data_words
-
-    @property
-    def v_row_words(self):
-        """Words per V row, ``ceil(head_size / W)``."""
-        return -(-self.head_size // self.word_bytes)
-
-    @property
-    def k_block_words(self):
-        """Words of the K part of a block."""
-        return self.max_pos * self.k_row_words
-
-    @property
-    def block_words(self):
-        """Words per (layer, head) block."""
-        return self.k_block_words + self.max_pos * self.v_row_words
-
-    @property
-    def size_words(self):
-        """Words used by the whole store."""
-        return self.n_layers * self.n_kv_heads * self.block_words
-
-    @property
-    def end(self):
-        """First word address after the store."""
-        return self.base + self.size_words
-
-    def block(self, layer, head):
-        """Return the word address of the block of ``(layer, head)``."""
-        self._check(layer, head)
-        return self.base + (layer * self.n_kv_heads + head) * self.block_words
-
-    def k_row(self, layer, head, pos):
-        """Return the word address of K row ``pos`` of ``(layer, head)`` (its header, if any)."""
-        return self.block(layer, head) + pos * self.k_row_words
-
-    def k_data(self, layer, head, pos):
-        """Return the word address of element 0 of K row ``pos`` of ``(layer, head)``."""
-        return self.k_row(layer, head, pos) + self.k_header_words
-
-    def v_row(self, layer, head, pos):
-        """Return the word address of V row ``pos`` of ``(layer, head)``."""
-        return self.block(layer, head) + self.k_block_words + pos * self.v_row_words
-
-    def _check(self, layer, head):
-        if not (0 <= layer < self.n_layers and 0 <= head < self.n_kv_heads):
-            raise ValueError(f"(layer, head) must be within ({self.n_layers}, "
-                             f"{self.n_kv_heads}), not ({layer}, {head})")
+    @staticmethod
+    def from_layout(layout):
+        """Return the constant :class:`KvParams` value of a :class:`KvLayout`."""
+        if not isinstance(layout, KvLayout):
+            raise TypeError(f"layout must be a KvLayout, not {layout!r}")
+        return KvParams.const({"base": layout.base, "n_layers": layout.n_layers,
+                               "n_kv_heads": layout.n_kv_heads,
+                               "head_size": layout.head_size, "max_pos": layout.max_pos})
 
 
 class KvOp(enum.Enum, shape=unsigned(2)):
@@ -282,13 +200,22 @@ class KvError(enum.Enum, shape=unsigned(3)):
     SRAM = 5
 
 
+
 class KvStore(wiring.Component):
     """The tile's KV cache share: appends into SRAM and KV matrix commands.
 
-    ``APPEND`` reads the K row (``layout.k_row_words`` words: the header word if any, then
-    the data) and the V vector from SRAM through ``bus`` and writes them to position
-    ``pos``: both as whole words, the last one of each byte-masked to ``head_size``.  It
-    takes ``2 * k_row_words + 2 * v_row_words`` granted bus cycles plus the command cycle.
+    The address map is the run-time ``layout`` (:class:`KvParams`; in a tile, the host's KV
+    registers).  Its derived sizes (row words, block words, the end of the map and the
+    capacity) are computed in two registered stages whenever it changes; commands are
+    accepted only once they have settled (three cycles after the last change), so a
+    command never sees a half-updated map.  The **capacity** is ``max_pos`` when every
+    field is non-zero and the map ends inside the SRAM, else 0: an append can then never
+    write outside the map nor outside the SRAM.
+
+    ``APPEND`` reads the K row (``k_row_words`` words: the header word if any, then the
+    data) and the V vector from SRAM through ``bus`` and writes them to position ``pos``:
+    both as whole words, the last one of each byte-masked to ``head_size``.  It takes
+    ``2 * k_row_words + 2 * v_row_words`` granted bus cycles plus the command cycle.
     ``STREAM_K`` takes one cycle to compute the addresses and then offers one
     :class:`MatrixCommand` on ``o_mcmd``; a later command waits until it is taken, and an
     ``APPEND`` completes all its writes before the next command is accepted, so a following
@@ -299,13 +226,17 @@ class KvStore(wiring.Component):
 
     Parameters
     ----------
-    layout : KvLayout
-        The address map (its ``word_bytes`` is the SRAM's).
+    word_bytes : int
+        W, bytes per SRAM word (a power of two).
     sram_depth : int
-        Words in the SRAM; the store must fit below it.
+        Words in the SRAM (at most ``2**16``); the map must end at or below it.
+    k_header : bool
+        Each K row starts with one header word (the ISA's records; default True).
 
     Members
     -------
+    layout : ``In(KvParams)``
+        The address map; hold it steady while commands run.
     i_cmd : ``In(stream.Signature(KvCommand))``
         Commands.
     o_mcmd : ``Out(stream.Signature(MatrixCommand))``
@@ -313,7 +244,10 @@ class KvStore(wiring.Component):
     bus : ``Out(SramSignature(word_bytes=W))``
         Read/write SRAM port (shared through an arbiter).
     capacity : ``Out(16)``
-        Positions per (layer, head), constant: ``layout.capacity`` (the Python-side value).
+        Positions per (layer, head): ``max_pos``, or 0 for a map that is empty or does not
+        fit the SRAM.
+    k_row_words, v_row_words : ``Out(16)``
+        Words per K row (header included) and per V row of the current map.
     busy : ``Out(1)``
         A command is being executed.
     error : ``Out(1)``
@@ -322,41 +256,90 @@ class KvStore(wiring.Component):
         The first error since reset.
     """
 
-    def __init__(self, layout, *, sram_depth):
-        if not isinstance(layout, KvLayout):
-            raise TypeError(f"layout must be a KvLayout, not {layout!r}")
-        if layout.end > sram_depth:
-            raise ValueError(f"the KV store (words {layout.base}..{layout.end - 1}) must fit "
-                             f"in the SRAM of {sram_depth} words")
-        self._layout = layout
+    def __init__(self, *, word_bytes=8, sram_depth=4096, k_header=True):
+        exact_log2(word_bytes)
+        if not isinstance(sram_depth, int) or not 1 <= sram_depth <= 2 ** ADDR_WIDTH:
+            raise ValueError(f"sram_depth must be an integer in [1, {2 ** ADDR_WIDTH}], "
+                             f"not {sram_depth!r}")
+        self._word_bytes = word_bytes
         self._sram_depth = sram_depth
+        self._k_header = bool(k_header)
         super().__init__({
+            "layout": In(KvParams),
             "i_cmd": In(stream.Signature(KvCommand)),
             "o_mcmd": Out(stream.Signature(MatrixCommand)),
-            "bus": Out(SramSignature(word_bytes=layout.word_bytes)),
+            "bus": Out(SramSignature(word_bytes=word_bytes)),
             "capacity": Out(16),
+            "k_row_words": Out(16),
+            "v_row_words": Out(16),
             "busy": Out(1),
             "error": Out(1),
             "error_code": Out(KvError),
         })
 
     @property
-    def layout(self):
-        """The address map."""
-        return self._layout
+    def word_bytes(self):
+        """W."""
+        return self._word_bytes
+
+    @property
+    def sram_depth(self):
+        """SRAM words."""
+        return self._sram_depth
+
+    @property
+    def k_header(self):
+        """Whether K rows carry a header word."""
+        return self._k_header
 
     def elaborate(self, platform):
         m = Module()
-        L = self._layout
-        W = L.word_bytes
-        kw = L.k_row_words        # words copied per K row (header included)
-        kh = L.k_header_words
-        vw = L.v_row_words
-        hs = L.head_size
+        W = self._word_bytes
+        wb = exact_log2(W)
+        depth = self._sram_depth
+        kh = int(self._k_header)
+        L = self.layout
         cmd = self.i_cmd.payload
         bus = self.bus
 
-        m.d.comb += self.capacity.eq(L.capacity)
+        # ---- the map's derived sizes: stage 1 (row and block sizes), stage 2 (end, capacity)
+        dw_c = (L.head_size + W - 1) >> wb                  # ceil(head_size / W)
+        kw = Signal(16)                                      # words per K row
+        vw = Signal(16)                                      # words per V row
+        last_mask = Signal(W)                                # byte mask of a row's last word
+        k_block = Signal(32)                                 # words of a block's K part
+        block_words = Signal(32)
+        n_blocks = Signal(18)
+        nonzero = Signal()
+        m.d.sync += [
+            kw.eq(dw_c + kh),
+            vw.eq(dw_c),
+            # head_size - (ceil(head_size / W) - 1) * W = ((head_size - 1) mod W) + 1 bytes
+            last_mask.eq((C(1, W + 1) << ((L.head_size - 1)[:wb] + 1)) - 1),
+            k_block.eq(L.max_pos * (dw_c + kh)),
+            block_words.eq(L.max_pos * (2 * dw_c + kh)),
+            n_blocks.eq(L.n_layers * L.n_kv_heads),
+            nonzero.eq((L.head_size != 0) & (L.max_pos != 0) & (L.n_layers != 0)
+                       & (L.n_kv_heads != 0)),
+        ]
+        end = Signal(51)
+        capacity = Signal(16)
+        m.d.sync += end.eq(L.base + n_blocks * block_words)
+        m.d.comb += capacity.eq(Mux(nonzero & (end <= depth), L.max_pos, 0))
+        capacity_r = Signal(16)
+        m.d.sync += capacity_r.eq(capacity)
+        # Commands wait until both stages reflect the current map.
+        prev = Signal(KvParams)
+        age = Signal(range(4))
+        m.d.sync += prev.eq(L)
+        with m.If(prev.as_value() != L.as_value()):
+            m.d.sync += age.eq(0)
+        with m.Elif(age != 3):
+            m.d.sync += age.eq(age + 1)
+        settled = Signal()
+        m.d.comb += settled.eq((age == 3) & (prev.as_value() == L.as_value()))
+        m.d.comb += [self.capacity.eq(capacity_r), self.k_row_words.eq(kw),
+                     self.v_row_words.eq(vw)]
 
         def fail(code):
             with m.If(~self.error):
@@ -366,19 +349,19 @@ class KvStore(wiring.Component):
             fail(KvError.SRAM)
 
         # Address generation for the command being offered (combinational, registered on
-        # acceptance).
+        # acceptance); only used once the checks passed, when every address is below depth.
         block = Signal(ADDR_WIDTH)
-        m.d.comb += block.eq(L.base + (cmd.layer * L.n_kv_heads + cmd.head) * L.block_words)
+        m.d.comb += block.eq(L.base + (cmd.layer * L.n_kv_heads + cmd.head) * block_words)
         k_rows = Signal(ADDR_WIDTH)
         v_rows = Signal(ADDR_WIDTH)
-        m.d.comb += [k_rows.eq(block), v_rows.eq(block + L.k_block_words)]
+        m.d.comb += [k_rows.eq(block), v_rows.eq(block + k_block)]
 
         # APPEND state.
         k_src = Signal(ADDR_WIDTH)
         k_dst = Signal(ADDR_WIDTH)
         v_src = Signal(ADDR_WIDTH)
         v_dst = Signal(ADDR_WIDTH)
-        i = Signal(range(max(kw, vw) + 1))
+        i = Signal(16)
         word = Signal(8 * W)
         buf = Signal(8 * W)
         pending = Signal()
@@ -386,24 +369,22 @@ class KvStore(wiring.Component):
         with m.If(pending):
             m.d.sync += buf.eq(bus.rdata)
         m.d.comb += word.eq(Mux(pending, bus.rdata, buf))
-
-        k_last_bytes = hs - (L.k_data_words - 1) * W     # also the last V word's
         full = (1 << W) - 1
 
         with m.FSM(name="fsm") as fsm:
             with m.State("Idle"):
-                m.d.comb += self.i_cmd.ready.eq(1)
-                with m.If(self.i_cmd.valid):
+                m.d.comb += self.i_cmd.ready.eq(settled)
+                with m.If(self.i_cmd.valid & settled):
                     is_append = cmd.op == KvOp.APPEND
                     with m.If((cmd.op != KvOp.APPEND) & (cmd.op != KvOp.STREAM_K)):
                         fail(KvError.BAD_OP)
                     with m.Elif((cmd.layer >= L.n_layers) | (cmd.head >= L.n_kv_heads)):
                         fail(KvError.BAD_HEAD)
-                    with m.Elif(cmd.pos >= L.capacity):
+                    with m.Elif(cmd.pos >= capacity_r):
                         fail(KvError.POS_RANGE)
                     with m.Elif(is_append & (
-                            (cmd.args.append.k_src + kw > self._sram_depth)
-                            | (cmd.args.append.v_src + vw > self._sram_depth))):
+                            (cmd.args.append.k_src + kw > depth)
+                            | (cmd.args.append.v_src + vw > depth))):
                         fail(KvError.SRC_RANGE)
                     with m.Elif(is_append):
                         m.d.sync += [
@@ -427,7 +408,7 @@ class KvStore(wiring.Component):
                             mc.w_base.eq(k_rows + kh),
                             mc.w_stride.eq(kw),
                             mc.n.eq(cmd.pos + 1),
-                            mc.k.eq(hs),
+                            mc.k.eq(L.head_size),
                         ]
                         m.next = "Emit"
 
@@ -448,7 +429,7 @@ class KvStore(wiring.Component):
                     bus.we.eq(1),
                     bus.addr.eq(k_dst + i),
                     bus.wdata.eq(word),
-                    bus.wmask.eq(Mux(last, (1 << k_last_bytes) - 1, full)),
+                    bus.wmask.eq(Mux(last, last_mask, full)),
                 ]
                 with m.If(bus.ready):
                     m.d.sync += i.eq(i + 1)
@@ -469,7 +450,7 @@ class KvStore(wiring.Component):
                     bus.we.eq(1),
                     bus.addr.eq(v_dst + i),
                     bus.wdata.eq(word),
-                    bus.wmask.eq(Mux(last, (1 << k_last_bytes) - 1, full)),
+                    bus.wmask.eq(Mux(last, last_mask, full)),
                 ]
                 with m.If(bus.ready):
                     m.d.sync += i.eq(i + 1)

@@ -69,6 +69,7 @@ class Opcode(enum.Enum, shape=unsigned(6)):
     SEND = 12
     TABLE = 13
     COPY = 14
+    KVAPP = 15
 
     VADD = 16
     VSUB = 17
@@ -187,6 +188,9 @@ class ErrorCode(enum.Enum, shape=unsigned(4)):
         shift) or an operand exceeded the rounding rule's range.
     COUNTER
         A counter number is not below the tile's number of counters.
+    KV_RANGE
+        A ``KVAPP`` names a (layer, KV head) outside the tile's KV layout, or a position not
+        below its capacity (0 when the host has not set a layout that fits the SRAM).
     """
 
     NONE = 0
@@ -200,6 +204,7 @@ class ErrorCode(enum.Enum, shape=unsigned(4)):
     ROUTE = 8
     ARITH = 9
     COUNTER = 10
+    KV_RANGE = 11
 
 
 # -- the instruction word -----------------------------------------------------------------------
@@ -419,6 +424,7 @@ SPECS: dict[Opcode, OpSpec] = {
     Opcode.SEND: _s("send", "D A N RECT CNT"),
     Opcode.TABLE: _s("table", "TAB A"),
     Opcode.COPY: _s("copy", "D A N"),
+    Opcode.KVAPP: _s("kvapp", "D A B N"),
     Opcode.VADD: _s("vadd", "D A B N", ALL_DTYPES, SRC_DTYPES),
     Opcode.VSUB: _s("vsub", "D A B N", ALL_DTYPES, SRC_DTYPES),
     Opcode.VMUL: _s("vmul", "D A B N", ALL_DTYPES, SRC_DTYPES),
@@ -733,7 +739,8 @@ def instr_cycles(instr: Instr, config: IsaConfig, n: int = 0) -> int:
     config : IsaConfig
         W, M, V and the `CostModel`.
     n : int
-        The instruction's resolved length operand (elements, bytes, positions or iterations).
+        The instruction's resolved length operand (elements, bytes, positions or iterations);
+        for ``KVAPP`` the words it appends (K record and V row).
 
     Returns
     -------
@@ -752,6 +759,8 @@ def instr_cycles(instr: Instr, config: IsaConfig, n: int = 0) -> int:
         return c.issue + c.load_latency
     if op == Opcode.COPY:
         return c.issue + -(-n // W) + 2 if n else c.issue
+    if op == Opcode.KVAPP:       # n: words appended (K record + V row), each read and written
+        return c.issue + 2 * n
     if op == Opcode.SEND:
         x0, x1, y0, y1 = rect_decode(instr.imm)
         return c.issue + send_flits(n, (x0, y0) != (x1, y1), config)

@@ -170,6 +170,8 @@ def test_kv_append_and_stream_pysim():
 
     async def bench(ctx):
         h = Host(ctx, dut)
+        for _ in range(4):           # the derived sizes of the map settle after reset
+            await ctx.tick()
         assert ctx.get(dut.kv_capacity) == L.max_pos
         for pos in range(4):
             for layer, head in [(0, 1), (1, 0)]:
