@@ -21,10 +21,12 @@ from ..golden.quantize import QuantizedModel
 from .core import C_BITS, OFF_BITS, IsaConfig, TableId
 
 __all__ = ["LayerLayout", "layer_program", "place_layer", "write_step_input",
-           "read_layer_trace", "requant_table"]
+           "read_layer_trace", "requant_table", "padded_rows", "vector_table",
+           "VECTOR_TABLES"]
 
 _MATRICES = ("wq", "wk", "wv", "wo", "w1", "w3", "w2")
-_TABLES = {TableId.RSQRT: "rsqrt_table", TableId.EXP2: "exp2_table",
+#: Vector-unit table -> the `QuantizedModel` attribute holding its entries.
+VECTOR_TABLES = _TABLES = {TableId.RSQRT: "rsqrt_table", TableId.EXP2: "exp2_table",
            TableId.RECIP: "recip_table", TableId.DYNQ: "dynquant_table",
            TableId.SIGMOID: "sigmoid_table"}
 
@@ -136,6 +138,35 @@ def requant_table(m: np.ndarray, s: np.ndarray) -> np.ndarray:
     if m.min() < 0 or m.max() > 0xFFFF or s.min() < 0 or s.max() > 0xFFFF:
         raise ValueError("multipliers and shifts must fit uint16")
     return np.stack([m, s], axis=-1).reshape(-1).astype("<u2")
+
+
+def padded_rows(w: np.ndarray, isa: IsaConfig) -> np.ndarray:
+    """Return an int8 matrix ``(N, K)`` as stored in SRAM: rows padded with zeros to words.
+
+    Returns
+    -------
+    numpy.ndarray
+        int8, shape ``(N, pad(K))``.
+    """
+    w = np.asarray(w)
+    out = np.zeros((w.shape[0], isa.pad(w.shape[1])), np.int8)
+    out[:, :w.shape[1]] = w
+    return out
+
+
+def vector_table(qm: QuantizedModel, tid: TableId) -> np.ndarray:
+    """Return vector-unit table `tid` of `qm` as stored in SRAM (uint16 entries).
+
+    Raises
+    ------
+    ValueError
+        If an entry does not fit uint16.
+    """
+    attr = _TABLES[tid]
+    tab = np.asarray(getattr(qm, attr))
+    if tab.min() < 0 or tab.max() > 0xFFFF:
+        raise ValueError(f"table {attr} does not fit uint16")
+    return tab.astype("<u2")
 
 
 def layer_program(lay: LayerLayout, layer: int) -> str:
@@ -260,16 +291,10 @@ def place_layer(sim, xy, lay: LayerLayout, layer: int) -> None:
     c = qm.config
     for w in _MATRICES:
         lin = getattr(ly, w)
-        N, K = lin.w.shape
-        padded = np.zeros((N, isa.pad(K)), np.int8)
-        padded[:, :K] = lin.w
-        sim.write(xy, lay[w], padded)
+        sim.write(xy, lay[w], padded_rows(lin.w, isa))
         sim.write(xy, lay[f"{w}_ms"], requant_table(lin.m, lin.s))
-    for tid, attr in _TABLES.items():
-        tab = np.asarray(getattr(qm, attr))
-        if tab.min() < 0 or tab.max() > 0xFFFF:
-            raise ValueError(f"table {attr} does not fit uint16")
-        sim.write(xy, lay[f"tab_{tid.name.lower()}"], tab.astype("<u2"))
+    for tid in _TABLES:
+        sim.write(xy, lay[f"tab_{tid.name.lower()}"], vector_table(qm, tid))
     sim.write(xy, lay["eps_att"], np.array([ly.att_norm.eps], "<i8"))
     sim.write(xy, lay["eps_ffn"], np.array([ly.ffn_norm.eps], "<i8"))
     sim.write(xy, lay["att_ms"], requant_table([ly.att_m], [ly.att_s]))

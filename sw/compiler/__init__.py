@@ -1,0 +1,26 @@
+"""The compiler: a llama2 model placed on the mesh, and the tile programs that run it.
+
+`compile_model` quantises a checkpoint (or takes a golden `QuantizedModel`), cuts it into
+pipeline stages (embedding, per layer attention and feed-forward, classifier split by
+vocabulary rows, an on-chip argmax), places them along a snake path through the mesh, lays
+out every tile's SRAM (weights, tables, RoPE, KV cache, buffers) and emits each tile's
+program, with one entry per prefill batch size ``m = 1 .. M``.  `CompiledModel.step` gives
+the host's actions for one step.  ``docs/architecture.md`` describes the placement and the
+programs; ``python -m chipotle.compiler`` prints the memory map and the cycle estimates.
+
+Members
+-------
+compile_model, CompiledModel, StepPlan, FitError
+    The interface the driver codes against.
+SMALL_MODEL_DIMS, small_model
+    The synthetic model of the regression on ``CONFIGS["small"]``.
+run_step_isasim
+    Run one step's plan on a `chipotle.isasim.IsaSim` (tests and the benchmark).
+"""
+
+from .compiled import CompiledModel, StepPlan, compile_model
+from .placement import FitError
+from .run import SMALL_MODEL_DIMS, load_isasim, run_step_isasim, small_model
+
+__all__ = ["compile_model", "CompiledModel", "StepPlan", "FitError", "SMALL_MODEL_DIMS",
+           "small_model", "run_step_isasim", "load_isasim"]

@@ -1,0 +1,342 @@
+"""Code generation: the per-tile programs of a placed model, as assembly text.
+
+Every tile's program holds one *variant* per batch size ``m = 1 .. M`` (the matrix
+instructions carry M as a static field): the entry ``m<m>_tab`` loads the tile's vector-unit
+tables and falls through into ``m<m>``, which runs the tile's stages in order and halts.
+Each stage waits for its input rows (a counter bumped by the previous stage's SEND), computes,
+and SENDs its output rows to the next stage (a SEND to itself when the next stage is on the
+same tile).  ``docs/architecture.md`` walks through the stages.
+"""
+
+from __future__ import annotations
+
+from ..golden import numerics as nx
+from ..golden.quantize import QuantizedModel
+from ..isa.core import OFF_BITS, IsaConfig
+from .placement import REDUCE_COUNTER, STEP_BLOCK, Placement, TileLayout
+
+__all__ = ["Emitter", "tile_program", "DONE_CODE"]
+
+#: Code of the doorbell (``done``) the reduction tile rings when a step's token is ready.
+DONE_CODE = 1
+
+_SCRATCH = ("r13", "r14", "r15")   # far addresses (beyond the 17-bit offsets)
+
+
+class Emitter:
+    """Collects assembly lines; address operands beyond the 17-bit offsets go through
+    scratch registers (``li`` / ``add`` before the instruction)."""
+
+    def __init__(self):
+        self.lines: list[str] = []
+        self._n = 0
+
+    def label(self, base: str) -> str:
+        """Return a fresh label name."""
+        self._n += 1
+        return f"{base}_{self._n}"
+
+    def put_label(self, name: str) -> None:
+        """Place label `name` before the next instruction."""
+        self.lines.append(f"{name}:")
+
+    def comment(self, text: str) -> None:
+        """Add a comment line."""
+        self.lines.append(f"; {text}")
+
+    def __call__(self, mnemonic: str, *ops) -> None:
+        """Emit one instruction.  An operand is an int or str (as is) or a tuple
+        ``(address, register)`` / ``(address,)``: an address operand."""
+        pre, scratch, out = [], list(_SCRATCH), []
+        for op in ops:
+            if isinstance(op, tuple):
+                addr, reg = (op[0], op[1]) if len(op) > 1 else (op[0], 0)
+                if addr < 1 << OFF_BITS:
+                    out.append(f"r{reg}+{addr:#x}" if reg else f"{addr:#x}")
+                else:
+                    s = scratch.pop(0)
+                    pre.append(f"    li    {s}, {addr:#x}")
+                    if reg:
+                        pre.append(f"    add   {s}, {s}, r{reg}")
+                    out.append(s)
+            else:
+                out.append(str(op))
+        self.lines += pre
+        self.lines.append(f"    {mnemonic:<15} {', '.join(out)}".rstrip())
+
+    def loop(self, count, body) -> None:
+        """Emit a hardware loop of `count` iterations around `body()` (a callable)."""
+        end = self.label("L")
+        self("loop", count, end)
+        body()
+        self.put_label(end)
+
+    def text(self) -> str:
+        """Return the program text."""
+        return "\n".join(self.lines) + "\n"
+
+
+def _rect(r) -> str:
+    x0, x1, y0, y1 = r
+    return f"({x0}:{x1}, {y0}:{y1})"
+
+
+class _Ctx:
+    """What a stage's code needs: model, tile parameters, placement, this tile's layout."""
+
+    def __init__(self, qm, isa, pl, lay, context):
+        self.qm, self.c, self.isa, self.pl, self.lay, self.context = (
+            qm, qm.config, isa, pl, lay, context)
+
+    def a(self, stage, what, reg=0, plus=0):
+        """Address operand of region ``stage.what`` (+ `plus`), optionally + a register."""
+        return (self.lay[f"{stage.name}.{what}"] + plus, reg)
+
+    def counter(self, xy, stage) -> int:
+        """The counter that `stage` (on tile `xy`) waits on for its input."""
+        return self.pl.tiles[xy].stages.index(stage)
+
+    def reduce_counter(self) -> int:
+        return self.isa.n_counters + REDUCE_COUNTER if REDUCE_COUNTER < 0 else REDUCE_COUNTER
+
+
+def _norm_rows(e, k, st, n, norm, x, xn, xq, stride_x, stride_q):
+    """rmsnorm + dynq of `n` rows: x (int16 rows) -> xn -> records xq."""
+    dim = k.c.dim
+    e("add", "r6", k.a(st, x), 0)
+    e("add", "r7", k.a(st, xn), 0)
+    e("add", "r8", k.a(st, xq), 0)
+
+    def body():
+        e("rmsnorm.i16.i16", "r7", "r6", k.a(st, "g"), dim, k.lay[f"{st.name}.eps"], norm.shift)
+        e("dynq.i8.i16", "r8", "r7", dim)
+        e("add", "r6", f"r6+{stride_x}", 0)
+        e("add", "r7", f"r7+{stride_x}", 0)
+        e("add", "r8", f"r8+{stride_q}", 0)
+    e.loop(n, body)
+
+
+def _send_next(e, k, idx, src, nbytes):
+    """SEND `nbytes` at `src` to the input of the stage after pipeline stage `idx`."""
+    pl = k.pl
+    if idx + 1 < len(pl.pipeline):
+        nxt, xy = pl.pipeline[idx + 1]
+        dst = pl.tiles[xy][f"{nxt.name}.x"]
+        e("send", (dst,), src, nbytes, _rect((xy[0], xy[0], xy[1], xy[1])),
+          k.counter(xy, nxt))
+    else:                                   # multicast to the classifier rectangle
+        xy0 = pl.classifier[0]
+        cst = pl.tiles[xy0].stages[-1]
+        dst = pl.tiles[xy0][f"{cst.name}.x"]
+        e("send", (dst,), src, nbytes, _rect(pl.rect), k.counter(xy0, cst))
+
+
+def _emb(e, k, st, m, idx):
+    c, isa = k.c, k.isa
+    xs = isa.pad(2 * c.dim)
+    e.comment(f"embedding of {m} token(s): x = requant(E8[tok], m[tok], s[tok])")
+    e("add", "r6", (k.lay[STEP_BLOCK] + 8,), 0)
+    e("add", "r7", k.a(st, "x"), 0)
+
+    def body():
+        e("ld", "r8", "r6")
+        e("mul", "r9", "r8", isa.pad(c.dim))
+        e("mul", "r10", "r8", 4)
+        e("reqm.i16.i8", "r7", k.a(st, "e", 9), k.a(st, "ems", 10), c.dim)
+        e("add", "r6", "r6+4", 0)
+        e("add", "r7", f"r7+{xs}", 0)
+    e.loop(m, body)
+    _send_next(e, k, idx, k.a(st, "x"), m * xs)
+
+
+def _att(e, k, st, m, idx):
+    c, isa, qm = k.c, k.isa, k.qm
+    ly = qm.layers[st.layer]
+    dim, kvd, hs, H, KV = c.dim, c.kv_dim, c.head_size, c.n_heads, c.n_kv_heads
+    pad, rec = isa.pad, isa.record_bytes
+    xs, ks, vs, krec = pad(2 * dim), pad(2 * kvd), pad(kvd), rec(hs)
+    kblock = k.context * krec
+    last = idx + 1 == len(k.pl.pipeline) - 1        # the next (last) stage takes one row
+    e.comment(f"layer {st.layer} attention, {m} row(s)")
+    e("wait", k.counter(k.lay.xy, st), 1)
+    e("ld", "r1", (k.lay[STEP_BLOCK],))
+    _norm_rows(e, k, st, m, ly.att_norm, "x", "xn", "xq", xs, rec(dim))
+    ms = k.lay[f"{st.name}.wq_ms"], k.lay[f"{st.name}.wk_ms"], k.lay[f"{st.name}.wv_ms"]
+    e(f"matmul.i16", k.a(st, "q16"), k.a(st, "xq"), k.a(st, "wq"), ms[0], dim, dim, m)
+    e(f"matmul.i16", k.a(st, "k16"), k.a(st, "xq"), k.a(st, "wk"), ms[1], kvd, dim, m)
+    e("mul", "r5", "r1", vs)
+    e(f"matmul.i8", k.a(st, "vcache", 5), k.a(st, "xq"), k.a(st, "wv"), ms[2], kvd, dim, m)
+    e.comment("RoPE; q per head into query records, k per head into the K cache")
+    e("mul", "r3", "r1", 2 * hs)
+    e("mul", "r4", "r1", krec)
+    e("add", "r6", k.a(st, "q16"), 0)
+    e("add", "r7", k.a(st, "k16"), 0)
+    e("add", "r8", k.a(st, "qrec"), 0)
+
+    def rows():
+        e("rope.i16.i16", "r6", "r6", k.a(st, "rope", 3), dim, hs, nx.ROPE_FRAC_BITS)
+        e("rope.i16.i16", "r7", "r7", k.a(st, "rope", 3), kvd, hs, nx.ROPE_FRAC_BITS)
+        e("add", "r9", "r6", 0)
+
+        def qh():
+            e("dynq.i8.i16", "r8", "r9", hs)
+            e("add", "r9", f"r9+{2 * hs}", 0)
+            e("add", "r8", f"r8+{krec}", 0)
+        e.loop(H, qh)
+        e("add", "r9", "r7", 0)
+        e("add", "r10", k.a(st, "kcache", 4), 0)
+
+        def kh():
+            e("dynq.i8.i16", "r10", "r9", hs)
+            e("add", "r9", f"r9+{2 * hs}", 0)
+            e("add", "r10", f"r10+{kblock}", 0)
+        e.loop(KV, kh)
+        e("add", "r3", f"r3+{2 * hs}", 0)
+        e("add", "r4", f"r4+{krec}", 0)
+        e("add", "r6", f"r6+{xs}", 0)
+        e("add", "r7", f"r7+{ks}", 0)
+    e.loop(m, rows)
+    e.comment("per row (causal: row i attends to 0 .. pos + i) and query head: "
+              "scores, softmax, weighted sum of V")
+    e("add", "r2", "r1+1", 0)
+    e("add", "r6", k.a(st, "qrec"), 0)
+    e("add", "r10", k.a(st, "acc"), 0)
+    att_ms = k.lay[f"{st.name}.att_ms"]
+
+    def arow():
+        e("add", "r8", k.a(st, "kcache"), 0)
+        e("add", "r11", k.a(st, "vcache"), 0)
+
+        def kvh():
+            def qh():
+                e("matqk.i32", k.a(st, "t"), "r6", "r8", att_ms, "r2", hs, 1)
+                e("softmax.u16.i32", k.a(st, "p"), k.a(st, "t"), "r2")
+                e("wsum.i32.u16", "r10", k.a(st, "p"), "r11", "r2", hs, vs)
+                e("add", "r6", f"r6+{krec}", 0)
+                e("add", "r10", f"r10+{4 * hs}", 0)
+            e.loop(c.kv_mul, qh)
+            e("add", "r8", f"r8+{kblock}", 0)
+            e("add", "r11", f"r11+{hs}", 0)
+        e.loop(KV, kvh)
+        e("add", "r2", "r2+1", 0)
+    e.loop(m, arow)
+    e.comment("output projection and residual")
+    e("add", "r6", k.a(st, "acc"), 0)
+    e("add", "r7", k.a(st, "arec"), 0)
+
+    def orow():
+        e("dynq.i8.i32", "r7", "r6", dim)
+        e("add", "r6", f"r6+{4 * dim}", 0)
+        e("add", "r7", f"r7+{rec(dim)}", 0)
+    e.loop(m, orow)
+    e("matmul.i16", k.a(st, "yo"), k.a(st, "arec"), k.a(st, "wo"),
+      k.lay[f"{st.name}.wo_ms"], dim, dim, m)
+    e("vadd.i16.i16", k.a(st, "xa"), k.a(st, "x"), k.a(st, "yo"), m * xs // 2)
+    if last:
+        _send_next(e, k, idx, k.a(st, "xa", 0, (m - 1) * xs), xs)
+    else:
+        _send_next(e, k, idx, k.a(st, "xa"), m * xs)
+
+
+def _ffn(e, k, st, m, idx):
+    c, isa, qm = k.c, k.isa, k.qm
+    ly = qm.layers[st.layer]
+    dim, hid = c.dim, c.hidden_dim
+    pad, rec = isa.pad, isa.record_bytes
+    xs, hsz = pad(2 * dim), pad(2 * hid)
+    if idx == len(k.pl.pipeline) - 1:
+        m = 1                         # only the last row reaches the classifier
+    e.comment(f"layer {st.layer} feed-forward (SwiGLU), {m} row(s)")
+    e("wait", k.counter(k.lay.xy, st), 1)
+    _norm_rows(e, k, st, m, ly.ffn_norm, "x", "xn", "xq", xs, rec(dim))
+    ms = {w: k.lay[f"{st.name}.{w}_ms"] for w in ("w1", "w3", "w2")}
+    e("matmul.i16", k.a(st, "h1"), k.a(st, "xq"), k.a(st, "w1"), ms["w1"], hid, dim, m)
+    e("matmul.i16", k.a(st, "h3"), k.a(st, "xq"), k.a(st, "w3"), ms["w3"], hid, dim, m)
+    e("silu.i16.i16", k.a(st, "silu"), k.a(st, "h1"), m * hsz // 2, ly.hidden_frac_bits)
+    e("vmul.i32.i16", k.a(st, "gate"), k.a(st, "silu"), k.a(st, "h3"), m * hsz // 2)
+    e("add", "r6", k.a(st, "gate"), 0)
+    e("add", "r7", k.a(st, "grec"), 0)
+
+    def grow():
+        e("dynq.i8.i32", "r7", "r6", hid)
+        e("add", "r6", f"r6+{2 * hsz}", 0)
+        e("add", "r7", f"r7+{rec(hid)}", 0)
+    e.loop(m, grow)
+    e("matmul.i16", k.a(st, "y2"), k.a(st, "grec"), k.a(st, "w2"), ms["w2"], dim, hid, m)
+    e("vadd.i16.i16", k.a(st, "xo"), k.a(st, "x"), k.a(st, "y2"), m * xs // 2)
+    if idx == len(k.pl.pipeline) - 1:
+        _send_next(e, k, idx, k.a(st, "xo"), xs)
+    else:
+        _send_next(e, k, idx, k.a(st, "xo"), m * xs)
+
+
+def _cls(e, k, st):
+    c, isa, qm = k.c, k.isa, k.qm
+    W, dim = isa.word_bytes, c.dim
+    first, n, _ = st.rows
+    pl = k.pl
+    j = pl.classifier.index(k.lay.xy)
+    e.comment(f"final norm, classifier rows {first} .. {first + n - 1}, local argmax")
+    e("wait", k.counter(k.lay.xy, st), 1)
+    e("rmsnorm.i16.i16", k.a(st, "xn"), k.a(st, "x"), k.a(st, "g"), dim,
+      k.lay[f"{st.name}.eps"], qm.final_norm.shift)
+    e("dynq.i8.i16", k.a(st, "xq"), k.a(st, "xn"), dim)
+    e("matmul.i32", k.a(st, "logits"), k.a(st, "xq"), k.a(st, "w"), k.lay[f"{st.name}.ms"],
+      n, dim, 1)
+    e("argmax.i32.i32", k.a(st, "loc"), k.a(st, "logits"), n)
+    e("ld", "r6", k.a(st, "loc"))
+    e("mul", "r7", "r6", 4)
+    e("ld", "r8", k.a(st, "logits", 7))
+    e("st", k.a(st, "slot"), "r8")
+    e("st", k.a(st, "slot", 0, 4), f"r6+{first}")
+    red = pl.tiles[pl.reducer]
+    e("send", (red["red.slots"] + j * W,), k.a(st, "slot"), W,
+      _rect((pl.reducer[0], pl.reducer[0], pl.reducer[1], pl.reducer[1])), k.reduce_counter())
+
+
+def _reduce(e, k):
+    lay, W, C = k.lay, k.isa.word_bytes, k.lay.reduce
+    e.comment(f"argmax over the {C} local maxima (ties: the first, lowest vocabulary row)")
+    e("wait", k.reduce_counter(), C)
+    e("add", "r6", (lay["red.slots"],), 0)
+    e("add", "r7", (lay["red.vals"],), 0)
+
+    def body():
+        e("copy", "r7", "r6", 4)
+        e("add", "r6", f"r6+{W}", 0)
+        e("add", "r7", "r7+4", 0)
+    e.loop(C, body)
+    e("argmax.i32.i32", (lay["red.j"],), (lay["red.vals"],), C)
+    e("ld", "r6", (lay["red.j"],))
+    e("mul", "r7", "r6", W)
+    e("ld", "r8", (lay["red.slots"] + 4, 7))
+    e("st", (lay["red.token"],), "r8")
+    e("done", DONE_CODE)
+
+
+def tile_program(qm: QuantizedModel, isa: IsaConfig, pl: Placement, lay: TileLayout,
+                 context: int) -> str:
+    """Return the assembly text of one tile: a variant per batch size ``m = 1 .. M``.
+
+    Labels ``m<m>_tab`` (load the tables, then run) and ``m<m>`` (run) are the entries.
+    """
+    k = _Ctx(qm, isa, pl, lay, context)
+    e = Emitter()
+    index = {id(s): i for i, (s, _) in enumerate(pl.pipeline)}
+    for m in range(1, isa.max_m + 1):
+        e.put_label(f"m{m}_tab")
+        for t in lay.tables:
+            e("table", t.name.lower(), (lay[f"tab.{t.name.lower()}"],))
+        e.put_label(f"m{m}")
+        for st in lay.stages:
+            if st.kind == "cls":
+                _cls(e, k, st)
+            else:
+                i = next(i for i, (s, xy) in enumerate(pl.pipeline)
+                         if s == st and xy == lay.xy)
+                {"emb": _emb, "att": _att, "ffn": _ffn}[st.kind](e, k, st, m, i)
+        if lay.reduce:
+            _reduce(e, k)
+        e("halt")
+    del index
+    return e.text()

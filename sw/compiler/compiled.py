@@ -1,0 +1,349 @@
+"""`compile_model`: a llama2 model placed on the mesh, its SRAM images and tile programs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..config import ChipConfig
+from ..golden.quantize import QuantizedModel, quantize
+from ..isa.asm import assemble
+from ..isa.core import TableId
+from ..isa.programs import padded_rows, requant_table, vector_table
+from ..model import Checkpoint, ModelConfig
+from .codegen import DONE_CODE, tile_program
+from .placement import STEP_BLOCK, FitError, Placement, place
+
+__all__ = ["CompiledModel", "StepPlan", "compile_model"]
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    """What the host does for one step (prefill batch or decode).
+
+    Attributes
+    ----------
+    writes : list of ((x, y), int, bytes)
+        Host SRAM writes before the starts: the step block (position, rows, token ids), the
+        same bytes at the same address of every tile (one multicast will do).
+    starts : list of ((x, y), int)
+        ``(tile, pc)`` of every tile to start.
+    done : ((x, y), int)
+        ``(tile, code)`` of the doorbell that ends the step; every tile is halted and every
+        counter is zero once it has been rung.
+    token_at : ((x, y), int)
+        Where the int32 argmax token id of the step's last row is, after the step.
+    logits_at : list of ((x, y), int, int, int)
+        ``(tile, byte address, first vocabulary row, rows)``: the int32 logits of the step's
+        last row, with ``LOGIT_FRAC_BITS`` fractional bits.
+    """
+
+    writes: list
+    starts: list
+    done: tuple
+    token_at: tuple
+    logits_at: list
+
+
+@dataclass
+class CompiledModel:
+    """A model placed on a chip configuration: SRAM images and per-tile programs.
+
+    Attributes
+    ----------
+    config : ChipConfig
+    qm : QuantizedModel
+    model : ModelConfig
+    context : int
+        Positions the KV caches hold.
+    images : dict of (x, y) to list of (int, bytes)
+        Everything to load once per tile: weights, requantisation tables, gains, epsilons,
+        vector-unit tables, RoPE tables, and zeros for the KV caches and buffers.
+    programs : dict of (x, y) to list of int
+        128-bit instruction words per tile.
+    entries : dict of (x, y) to dict of str to int
+        Entry PCs per tile: ``m<m>`` and ``m<m>_tab`` (load the tables first).
+    placement : Placement
+    sources : dict of (x, y) to str
+        The assembly text of each program.
+    """
+
+    config: ChipConfig
+    qm: QuantizedModel
+    model: ModelConfig
+    context: int
+    images: dict
+    programs: dict
+    entries: dict
+    placement: Placement
+    sources: dict
+
+    # -- the host's view ----------------------------------------------------------------------
+
+    def step(self, tokens, pos: int, load_tables: bool | None = None) -> StepPlan:
+        """Return the host actions of a step of ``m = len(tokens)`` tokens at ``pos ..``.
+
+        Parameters
+        ----------
+        tokens : sequence of int
+            The step's token ids (1 .. M of them).
+        pos : int
+            Position of ``tokens[0]``; positions ``0 .. pos - 1`` must have been run.
+        load_tables : bool, optional
+            Start the tiles at the entries that first load the vector-unit tables (needed
+            after a load or a reset).  Default: at ``pos == 0``, the first step of every
+            sequence.
+
+        Returns
+        -------
+        StepPlan
+
+        Raises
+        ------
+        ValueError
+            If ``m`` is not in ``1 .. M``, a token is outside the vocabulary, or
+            ``pos + m`` exceeds the context.
+        """
+        toks = [int(t) for t in tokens]
+        m, M = len(toks), self.config.max_m
+        if not 1 <= m <= M:
+            raise ValueError(f"a step takes 1 .. {M} tokens (M), not {m}")
+        V = self.model.vocab_size
+        bad = [t for t in toks if not 0 <= t < V]
+        if bad:
+            raise ValueError(f"token {bad[0]} is outside the vocabulary [0, {V})")
+        if not isinstance(pos, (int, np.integer)) or pos < 0 or pos + m > self.context:
+            raise ValueError(f"positions {pos} .. {pos + m - 1} exceed the context of "
+                             f"{self.context} positions")
+        if load_tables is None:
+            load_tables = pos == 0
+        block = np.zeros(self.placement.tiles[self.placement.reducer]
+                         .regions[STEP_BLOCK].size, np.uint8)
+        block[:8 + 4 * m] = np.array([pos, m, *toks], "<u4").view(np.uint8)
+        data = block.tobytes()
+        pl = self.placement
+        entry = f"m{m}_tab" if load_tables else f"m{m}"
+        red = pl.tiles[pl.reducer]
+        return StepPlan(
+            writes=[(xy, lay[STEP_BLOCK], data) for xy, lay in pl.tiles.items()],
+            starts=[(xy, self.entries[xy][entry]) for xy in pl.tiles],
+            done=(pl.reducer, DONE_CODE),
+            token_at=(pl.reducer, red["red.token"]),
+            logits_at=[(xy, pl.tiles[xy]["cls.logits"], pl.tiles[xy].stages[-1].rows[0],
+                        pl.tiles[xy].stages[-1].rows[1]) for xy in pl.classifier])
+
+    def weight_bytes_per_token(self) -> int:
+        """Return the int8 weight bytes a decode step must read: every layer matrix and the
+        classifier (rows padded to words, as stored) and one embedding row."""
+        c, pad = self.model, self.config.isa_config().pad
+        dim, hid, kvd = c.dim, c.hidden_dim, c.kv_dim
+        layer = (2 * dim + 2 * kvd) * pad(dim) + 2 * hid * pad(dim) + dim * pad(hid)
+        return c.n_layers * layer + c.vocab_size * pad(dim) + pad(dim)
+
+    def kv_bytes(self, pos: int) -> int:
+        """Return the K and V bytes a decode step at `pos` must read: positions
+        ``0 .. pos`` of every layer, K as records (header word and data), V rows."""
+        c, isa = self.model, self.config.isa_config()
+        T = pos + 1
+        return c.n_layers * T * (c.n_kv_heads * isa.record_bytes(c.head_size)
+                                 + isa.pad(c.kv_dim))
+
+    def memory_map(self) -> str:
+        """Return every tile's stages and SRAM regions (address, bytes, name) as text."""
+        cfg, pl = self.config, self.placement
+        out = [f"{self.model_name()} on {cfg}, context {self.context}",
+               f"pipeline (snake order): " + " -> ".join(
+                   f"{s.name}@{xy[0]},{xy[1]}" for s, xy in pl.pipeline)
+               + f" -> cls@({pl.rect[0]}:{pl.rect[1]}, {pl.rect[2]}:{pl.rect[3]})"
+               f" -> argmax@{pl.reducer[0]},{pl.reducer[1]}"]
+        for xy, lay in pl.tiles.items():
+            names = [s.name if s.kind != "cls" else
+                     f"cls[{s.rows[0]}:{s.rows[0] + s.rows[1]}]" for s in lay.stages]
+            if lay.reduce:
+                names.append("argmax")
+            out.append(f"\ntile ({xy[0]}, {xy[1]}): {' + '.join(names)}; "
+                       f"{lay.size:,} of {cfg.sram_bytes:,} bytes, "
+                       f"{len(self.programs[xy])} of {cfg.imem_words} instructions")
+            out.append("  address    bytes  region")
+            out += [f"  {r.addr:#07x} {r.size:8,d}  {r.name}" for r in lay.regions.values()]
+        idle = [xy for xy in cfg.tiles if xy not in pl.tiles]
+        if idle:
+            out.append("\nidle tiles: " + ", ".join(f"({x}, {y})" for x, y in idle))
+        return "\n".join(out)
+
+    def model_name(self) -> str:
+        """Return a short description of the model's shape."""
+        c = self.model
+        return (f"model dim {c.dim}, hidden {c.hidden_dim}, {c.n_layers} layers, "
+                f"{c.n_heads}/{c.n_kv_heads} heads, vocab {c.vocab_size}")
+
+
+def _images(qm: QuantizedModel, isa, pl: Placement, context: int) -> dict:
+    """Return the load-once SRAM contents of every placed tile."""
+    out = {}
+    for xy, lay in pl.tiles.items():
+        data = {}
+        for tid in TableId:
+            if f"tab.{tid.name.lower()}" in lay.regions:
+                data[f"tab.{tid.name.lower()}"] = vector_table(qm, tid)
+        for st in lay.stages:
+            p = st.name + "."
+            if st.kind == "emb":
+                data[p + "e"] = padded_rows(qm.embedding.w, isa)
+                data[p + "ems"] = requant_table(qm.embedding.m, qm.embedding.s)
+            elif st.kind in ("att", "ffn"):
+                ly = qm.layers[st.layer]
+                norm = ly.att_norm if st.kind == "att" else ly.ffn_norm
+                data[p + "eps"] = np.array([norm.eps], "<i8")
+                data[p + "g"] = norm.gain.astype("<i2")
+                mats = ("wq", "wk", "wv", "wo") if st.kind == "att" else ("w1", "w3", "w2")
+                for w in mats:
+                    lin = getattr(ly, w)
+                    data[p + w] = padded_rows(lin.w, isa)
+                    data[p + w + "_ms"] = requant_table(lin.m, lin.s)
+                if st.kind == "att":
+                    data[p + "att_ms"] = requant_table([ly.att_m], [ly.att_s])
+                    data[p + "rope"] = np.concatenate(
+                        [qm.rope_cos[:context], qm.rope_sin[:context]], axis=1).astype("<i2")
+            else:                       # classifier rows first .. first + n - 1
+                first, n, _ = st.rows
+                cl = qm.classifier
+                data[p + "eps"] = np.array([qm.final_norm.eps], "<i8")
+                data[p + "g"] = qm.final_norm.gain.astype("<i2")
+                data[p + "w"] = padded_rows(cl.w[first:first + n], isa)
+                data[p + "ms"] = requant_table(cl.m[first:first + n], cl.s[first:first + n])
+        chunks = []
+        for name, r in lay.regions.items():
+            raw = np.zeros(isa.pad(r.size), np.uint8)
+            if name in data:
+                b = np.ascontiguousarray(data[name]).view(np.uint8).reshape(-1)
+                if b.size > r.size:
+                    raise AssertionError(f"{name}: {b.size} bytes in a {r.size}-byte region")
+                raw[:b.size] = b
+            chunks.append((r.addr, raw.tobytes()))
+        # merge into one contiguous image (regions are adjacent)
+        blob = bytearray(lay.size)
+        for addr, b in chunks:
+            blob[addr:addr + len(b)] = b
+        out[xy] = [(0, bytes(blob))]
+    return out
+
+
+def _check_source(source):
+    if isinstance(source, QuantizedModel):
+        return source
+    if isinstance(source, Checkpoint):
+        return quantize(source)
+    raise TypeError(f"`source` must be a Checkpoint or a QuantizedModel, not "
+                    f"{type(source).__name__}")
+
+
+def _compile(qm: QuantizedModel, config: ChipConfig, context: int) -> CompiledModel:
+    isa = config.isa_config()
+    c = qm.config
+    for name, k in (("dim", c.dim), ("hidden_dim", c.hidden_dim)):
+        if k > isa.k_max:
+            raise FitError(f"the model's {name} {k} exceeds the matrix unit's k_max "
+                           f"{isa.k_max}: use k_max={k}")
+    pl = place(qm, isa, config.mesh_width, config.mesh_height, context)
+    programs, entries, sources = {}, {}, {}
+    for xy, lay in pl.tiles.items():
+        if not lay.c_limit_ok():
+            raise FitError(f"tile {xy}: static data addressed through the 17-bit `c` "
+                           f"immediate lies beyond 128 KiB")
+        text = tile_program(qm, isa, pl, lay, context)
+        sym: dict = {}
+        words = assemble(text, symbols_out=sym)
+        if len(words) > config.imem_words:
+            raise FitError(f"the program of tile {xy} ({' + '.join(s.name for s in lay.stages)}"
+                           f") needs {len(words)} instructions, but the instruction memory "
+                           f"holds {config.imem_words}: use imem_words="
+                           f"{-(-len(words) // 128) * 128}")
+        programs[xy], sources[xy] = words, text
+        entries[xy] = {k: v for k, v in sym.items() if k.startswith("m") and k[1:2].isdigit()}
+    return CompiledModel(config, qm, c, context, _images(qm, isa, pl, context), programs,
+                         entries, pl, sources)
+
+
+def _fits(qm, config, context) -> bool:
+    """Whether the placement succeeds (programs are not generated)."""
+    c, isa = qm.config, config.isa_config()
+    if max(c.dim, c.hidden_dim) > isa.k_max:
+        return False
+    try:
+        place(qm, isa, config.mesh_width, config.mesh_height, context)
+        return True
+    except FitError:
+        return False
+
+
+def _suggest(qm: QuantizedModel, config: ChipConfig, context: int) -> str:
+    """Return configurations that fit: a shorter context, more SRAM, a bigger mesh."""
+    tips = []
+    lo, hi = 0, context - 1                  # largest context that fits (monotone)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if _fits(qm, config, mid):
+            lo = mid
+        else:
+            hi = mid - 1
+    if lo >= 1 and _fits(qm, config, lo):
+        tips.append(f"--context {lo}")
+    unit = max(1, config.word_bytes * config.n_banks // 1024) * 1024
+    lo, hi = config.sram_bytes // unit + 1, 64 * 1024 * 1024 // unit   # smallest SRAM
+    if _fits(qm, config.replace(sram_bytes=hi * unit), context):
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if _fits(qm, config.replace(sram_bytes=mid * unit), context):
+                hi = mid
+            else:
+                lo = mid + 1
+        tips.append(f"sram_kib={lo * unit // 1024}")
+    for side in range(2, 16):
+        w, h = max(side, config.mesh_width), max(side, config.mesh_height)
+        if (w, h) == (config.mesh_width, config.mesh_height):
+            continue
+        if _fits(qm, config.replace(mesh_width=w, mesh_height=h), context):
+            tips.append(f"a {w}x{h} mesh")
+            break
+    return " or ".join(tips) if tips else "no nearby configuration fits"
+
+
+def compile_model(source, config: ChipConfig, context: int | None = None) -> CompiledModel:
+    """Place a llama2 model on the mesh and emit its tile programs.
+
+    Parameters
+    ----------
+    source : chipotle.model.Checkpoint or QuantizedModel
+        A checkpoint is quantised with `chipotle.golden.quantize` (default calibration).
+    config : ChipConfig
+    context : int, optional
+        Positions of the KV caches (default: the model's ``seq_len``).
+
+    Returns
+    -------
+    CompiledModel
+
+    Raises
+    ------
+    FitError
+        If `context` exceeds ``seq_len``, or the model does not fit the configuration: the
+        message names what does not fit and configurations that would.
+    TypeError
+        If `source` is neither a checkpoint nor a quantised model.
+    """
+    qm = _check_source(source)
+    c = qm.config
+    if context is None:
+        context = c.seq_len
+    if not isinstance(context, (int, np.integer)) or context < 1:
+        raise FitError(f"`context` must be a positive integer, not {context!r}")
+    if context > c.seq_len:
+        raise FitError(f"context {context} exceeds the model's seq_len {c.seq_len} (its RoPE "
+                       f"table and training length): use --context {c.seq_len} or less")
+    try:
+        return _compile(qm, config, int(context))
+    except FitError as e:
+        raise FitError(f"{e}; a configuration that fits: "
+                       f"{_suggest(qm, config, int(context))}") from None
