@@ -5,7 +5,8 @@ It follows ``docs/tile.md`` ("Network interface"), not the gateware.
 Members
 -------
 Host packets: sram_write, sram_read, reg_read, control, counter_add, imem_write, start, reset
-    Build the packets a host sends to a tile.
+    Build the packets a host sends to a tile (re-exported from ``chipotle.driver.hostlink``,
+    the host's one definition of them).
 TileRef
     What one tile's network interface holds (SRAM words, counters, error flags,
     instruction memory, starts) and how it answers a packet.
@@ -17,6 +18,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from chipotle.driver.hostlink import (  # noqa: F401  (re-exported for the benches)
+    control,
+    counter_add,
+    imem_write,
+    read_request_word,
+    reg_read,
+    reset,
+    sram_read,
+    sram_write,
+    start,
+)
 from chipotle.hw.noc import HOST, Head, NocConfig, Packet, PacketType
 from chipotle.hw.tile.netif import COUNTER_BASE, IMEM_BASE, NetError, NetifConfig, Reg
 from chipotle.isa import ErrorCode
@@ -28,57 +40,6 @@ __all__ = ["sram_write", "sram_read", "reg_read", "control", "counter_add", "ime
 def _uni(ptype, dst, addr, payload, cfg: NocConfig, src=HOST) -> Packet:
     head = Head.unicast(ptype, dst, src, addr=addr, length=len(payload), cfg=cfg)
     return Packet(head, tuple(payload))
-
-
-def sram_write(dst, addr: int, words, cfg: NocConfig) -> Packet:
-    """Return a host write of ``words`` at word ``addr`` of tile ``dst``."""
-    return _uni(PacketType.SRAM_WRITE, dst, addr, list(words), cfg)
-
-
-def read_request_word(count: int, resp_addr: int, space: int, cfg: NocConfig) -> int:
-    """Return the payload word of an ``SRAM_READ`` (``read_request_layout``)."""
-    lw = cfg.length_width
-    return count | space << lw | resp_addr << (lw + 1)
-
-
-def sram_read(dst, addr: int, count: int, resp_addr: int, cfg: NocConfig) -> Packet:
-    """Return a host read of ``count`` SRAM words from word ``addr`` of tile ``dst``."""
-    return _uni(PacketType.SRAM_READ, dst, addr, [read_request_word(count, resp_addr, 0, cfg)],
-                cfg)
-
-
-def reg_read(dst, reg: int, count: int, resp_addr: int, cfg: NocConfig) -> Packet:
-    """Return a host read of ``count`` registers from ``reg`` of tile ``dst``."""
-    return _uni(PacketType.SRAM_READ, dst, reg, [read_request_word(count, resp_addr, 1, cfg)],
-                cfg)
-
-
-def control(dst, reg: int, words, cfg: NocConfig) -> Packet:
-    """Return a host write of ``words`` to registers ``reg``, ``reg + 1``, ... of ``dst``."""
-    return _uni(PacketType.CONTROL, dst, reg, list(words), cfg)
-
-
-def counter_add(dst, counter: int, inc: int, cfg: NocConfig) -> Packet:
-    """Return a host write adding ``inc`` to counter ``counter`` of ``dst``."""
-    return control(dst, COUNTER_BASE + counter, [inc], cfg)
-
-
-def start(dst, pc: int, cfg: NocConfig) -> Packet:
-    """Return a host write of the start register."""
-    return control(dst, Reg.START, [pc], cfg)
-
-
-def reset(dst, bits: int, cfg: NocConfig) -> Packet:
-    """Return a host write of the reset register."""
-    return control(dst, Reg.RESET, [bits], cfg)
-
-
-def imem_write(dst, index: int, instrs, cfg: NocConfig) -> Packet:
-    """Return a host write of 128-bit ``instrs`` at instruction ``index`` of ``dst``."""
-    pw = cfg.payload_width
-    per = -(-128 // pw)
-    words = [(ins >> (pw * k)) & ((1 << pw) - 1) for ins in instrs for k in range(per)]
-    return control(dst, IMEM_BASE + index, words, cfg)
 
 
 def send_packets(ni: NetifConfig, src_xy, cmd: dict) -> list[Packet]:

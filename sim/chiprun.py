@@ -1,0 +1,165 @@
+"""Run a job (a generation, or teacher-forced steps) on the RTL of a `Chip` under cocotb.
+
+`run_rtl` generates the ``Chip`` Verilog of a configuration (cached on disk by
+`chipotle.sim.flow.generate_verilog_cached`, keyed by the configuration and a digest of the
+hardware sources), builds it with Verilator or Icarus (cached by `run_cocotb`), and runs the
+cocotb module `chipotle.sim.cocotb_chip`, which builds a ``Driver`` over an ``RtlBackend``
+and runs the job.  The job goes to the simulator as a pickle file named by ``$CHIPOTLE_JOB``
+and the result comes back as a pickle file named by ``$CHIPOTLE_RESULT``.  Tokens are
+streamed to standard output as they arrive when the job asks for it.  ``WAVES=1`` dumps
+waveforms (see `run_cocotb`).
+
+Members
+-------
+chip_verilog
+    The cached Verilog of ``Chip(config)``.
+Job
+    What to run.
+run_rtl
+    Build and run; return the result dict.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .flow import SIMULATORS, generate_verilog_cached, run_cocotb
+
+__all__ = ["chip_verilog", "Job", "run_rtl", "TOPLEVEL"]
+
+#: Name of the generated top-level Verilog module.
+TOPLEVEL = "chip"
+
+
+def chip_verilog(config, progress: Callable[[str], None] | None = None) -> str:
+    """Return the Verilog of ``chipotle.hw.chip.Chip(config)`` (generated once, then cached).
+
+    Parameters
+    ----------
+    config : chipotle.config.ChipConfig
+    progress : callable of str, optional
+        Told when a generation starts and ends (the 4 x 4 default takes minutes).
+    """
+    from chipotle.hw.chip import Chip
+
+    return generate_verilog_cached(lambda: Chip(config), TOPLEVEL, repr(config),
+                                   progress=progress)
+
+
+@dataclass
+class Job:
+    """A job for `run_rtl` (pickled for the simulator process).
+
+    Attributes
+    ----------
+    config : dict
+        ``ChipConfig.as_dict()`` of the chip.
+    model : path or object
+        A llama2.c checkpoint path, or an object ``compile_model`` takes (``Checkpoint``,
+        ``QuantizedModel``).
+    tokenizer : path, optional
+        For the text (and the streamed story).
+    context : int, optional
+        Positions to compile for (``compile_model``'s ``context``).
+    kind : str
+        ``"generate"``: `Driver.generate` from ``prompt_tokens``; ``"steps"``: run the
+        ``(tokens, pos)`` pairs of ``step_list`` and return each step's token and logits.
+    prompt_tokens : list of int
+        BOS included.
+    steps : int or None
+        Tokens to sample (``"generate"``).
+    temperature, topp, seed
+        Sampling (``"generate"``).
+    read_logits : bool
+        Read the logits back at every step (``"generate"``; always for ``"steps"``).
+    step_list : list of (list of int, int)
+        For ``"steps"``.
+    stream : bool
+        Print each token's text to standard output as it arrives.
+    skip_zero : bool
+        Load without the all-zero words (the RTL's SRAM is zero after configuration).
+    perf : bool
+        Read the performance counters around each step.
+    """
+
+    config: dict
+    model: Any
+    tokenizer: Any = None
+    context: int | None = None
+    kind: str = "generate"
+    prompt_tokens: list = field(default_factory=lambda: [1])
+    steps: int | None = 256
+    temperature: float = 0.0
+    topp: float = 0.9
+    seed: int | None = None
+    read_logits: bool = False
+    step_list: list = field(default_factory=list)
+    stream: bool = False
+    skip_zero: bool = True
+    perf: bool = True
+
+
+def run_rtl(job: Job, *, sim: str = "verilator", cxx_opt: str = "-O2", waves: bool | None = None,
+            progress: Callable[[str], None] | None = None) -> dict:
+    """Build the chip of ``job.config`` and run ``job`` on it; return the result.
+
+    Parameters
+    ----------
+    job : Job
+    sim : {"verilator", "icarus"}
+    cxx_opt : str
+        Verilator's C++ optimisation (``-O2`` simulates fastest; the regression uses
+        ``-O0``, which builds fastest).
+    waves : bool, optional
+        Dump waveforms; default ``$WAVES``.
+    progress : callable of str, optional
+        Told about the slow phases (Verilog generation, the simulator build).
+
+    Returns
+    -------
+    dict
+        Written by `chipotle.sim.cocotb_chip` (see there): ``tokens``, ``text``,
+        ``stop_reason``, ``steps`` (per-step ``cycles``, ``perf``, ``token``, ``logits``),
+        ``ttft_cycles``, ``decode_cycles_per_token``, ``load_cycles``, ``load_seconds``,
+        ``load_bytes``, ``sim_cycles``, ``sim_seconds``, ``cycles_per_second``, plus
+        ``build_seconds`` added here.
+
+    Raises
+    ------
+    ValueError
+        If ``sim`` is not a known simulator.
+    AssertionError
+        If the cocotb run failed (with its message).
+    """
+    from chipotle.config import ChipConfig
+
+    if sim not in SIMULATORS:
+        raise ValueError(f"`sim` must be one of {', '.join(SIMULATORS)}, not {sim!r}")
+    config = ChipConfig(**job.config)
+    t0 = time.perf_counter()
+    verilog = chip_verilog(config, progress)
+    with tempfile.TemporaryDirectory(prefix="chipotle-job-") as tmp:
+        job_path, result_path = Path(tmp) / "job.pkl", Path(tmp) / "result.pkl"
+        job_path.write_bytes(pickle.dumps(asdict(job)))
+        if progress:
+            progress(f"building and running the {config} chip under {sim}")
+        env = {"CHIPOTLE_JOB": str(job_path), "CHIPOTLE_RESULT": str(result_path),
+               "COCOTB_LOG_LEVEL": os.environ.get("COCOTB_LOG_LEVEL", "WARNING")}
+        run = run_cocotb(sim=sim, verilog=verilog, toplevel=TOPLEVEL,
+                         test_module="chipotle.sim.cocotb_chip", extra_env=env, waves=waves,
+                         cxx_opt=cxx_opt, check=False)
+        if not result_path.exists():
+            run.raise_on_failure()
+            raise AssertionError(f"the cocotb run wrote no result ({run.results_xml})")
+        result = pickle.loads(result_path.read_bytes())
+        run.raise_on_failure()
+    result["wall_seconds"] = time.perf_counter() - t0
+    result["build_dir"] = str(run.build_dir)
+    return result

@@ -1,0 +1,356 @@
+"""The backend protocol of the driver, its errors, and the ISA-simulator backend.
+
+A backend is what the `Driver` talks to: a chip of one `ChipConfig`, reached through the
+operations a host link offers (SRAM writes and reads, instruction-memory writes, starts,
+doorbells, register reads).  Every operation is a coroutine, so that the RTL backend
+(`chipotle.driver.rtl.RtlBackend`, inside a cocotb test) and the ISA-simulator backend
+(`IsaSimBackend`, plain Python) share one driver.
+
+Members
+-------
+Backend
+    The protocol.
+TileStatus
+    A tile's decoded ``STATUS`` word.
+PERF_NAMES, CONTROLLER_PERF, INTERFACE_PERF
+    Names of the performance counters `Backend.read_perf` returns.
+DriverError, DoorbellTimeout, TileFault
+    What goes wrong, with the tile, its error code and its PC.
+IsaSimBackend
+    The backend over `chipotle.isasim.IsaSim`.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+from chipotle.config import ChipConfig
+from chipotle.hw.tile.controller import PerfIndex
+from chipotle.isa import ErrorCode
+from chipotle.isasim import DeadlockError, IsaSim, TileState
+
+__all__ = [
+    "Backend", "TileStatus", "PERF_NAMES", "CONTROLLER_PERF", "INTERFACE_PERF",
+    "DriverError", "DoorbellTimeout", "TileFault", "IsaSimBackend", "decode_status",
+]
+
+#: Controller performance counters: ``PerfIndex`` names of ``chipotle.hw.tile.controller``,
+#: lower case, in register order (``PERF_BASE + k``).
+CONTROLLER_PERF = tuple(p.name.lower() for p in PerfIndex)
+#: Network-interface performance registers ``FLITS_SENT`` .. ``COMMANDS`` (``Reg`` 0x08 ..
+#: 0x0D), lower case with the prefix ``ni_`` (the interface's ``NET_STALLS`` is not the
+#: controller's).
+INTERFACE_PERF = ("ni_flits_sent", "ni_flits_received", "ni_words_written", "ni_words_read",
+                  "ni_net_stalls", "ni_commands")
+#: Every name `Backend.read_perf` may return (the RTL returns all of them).
+PERF_NAMES = CONTROLLER_PERF + INTERFACE_PERF
+
+# isasim `Perf` field -> counter name, where isasim has an equivalent (estimates).
+_ISASIM_PERF = {"cycles": "cycles", "instructions": "instructions",
+                "vector_busy": "vector_cycles", "wait_stalls": "wait_cycles",
+                "matrix_cycles": "matrix_cycles", "ni_flits_sent": "flits_sent"}
+
+
+@dataclass(frozen=True)
+class TileStatus:
+    """A tile's controller status (the ``STATUS`` register, ``controller.Status``).
+
+    Attributes
+    ----------
+    state : str
+        A ``chipotle.isasim.TileState`` value: ``"idle"``, ``"running"``, ``"waiting"``,
+        ``"halted"`` or ``"error"``.
+    error : ErrorCode
+        The first error since reset (``ErrorCode.NONE`` when clear).
+    pc : int
+        The PC; in state ``"error"`` the PC of the faulting instruction.
+    """
+
+    state: str
+    error: ErrorCode
+    pc: int
+
+    def describe(self) -> str:
+        """Return e.g. ``"error SRAM_RANGE at pc 12"``."""
+        if self.state == TileState.ERROR:
+            return f"error {self.error.name} at pc {self.pc}"
+        return f"{self.state} at pc {self.pc}"
+
+
+_STATES = (TileState.IDLE, TileState.RUNNING, TileState.WAITING, TileState.HALTED,
+           TileState.ERROR)
+
+
+def decode_status(word: int) -> TileStatus:
+    """Return the `TileStatus` of a ``STATUS`` register word.
+
+    Layout (``chipotle.hw.tile.controller.Status``): state in bits 0-2 (``ControllerState``:
+    0 idle, 1 running, 2 waiting, 3 halted, 4 error), error code in bits 4-7, PC in 16-31.
+
+    Raises
+    ------
+    ValueError
+        If the state or error code is not a defined one.
+    """
+    state = word & 7
+    if state >= len(_STATES):
+        raise ValueError(f"STATUS word {word:#010x} holds the undefined state {state}")
+    return TileStatus(_STATES[state], ErrorCode(word >> 4 & 15), word >> 16 & 0xFFFF)
+
+
+class DriverError(RuntimeError):
+    """Something went wrong on the chip (base of the driver's errors)."""
+
+
+class TileFault(DriverError):
+    """A tile stopped in its ERROR state.
+
+    Attributes
+    ----------
+    tile : (int, int)
+    error : ErrorCode
+    pc : int
+    """
+
+    def __init__(self, tile, error: ErrorCode, pc: int, detail: str = ""):
+        self.tile, self.error, self.pc = tuple(tile), ErrorCode(error), pc
+        msg = f"tile ({tile[0]},{tile[1]}) stopped with error {self.error.name} at pc {pc}"
+        super().__init__(msg + (f": {detail}" if detail else ""))
+
+
+class DoorbellTimeout(DriverError):
+    """No doorbell arrived within the allowed cycles.
+
+    Attributes
+    ----------
+    cycles : int
+        The timeout, in cycles.
+    statuses : dict
+        ``(x, y) -> TileStatus`` of every tile when it expired (may be empty).
+    """
+
+    def __init__(self, cycles: int, statuses: dict | None = None, detail: str = ""):
+        self.cycles = cycles
+        self.statuses = dict(statuses or {})
+        parts = [f"({x},{y}) {s.describe()}" for (x, y), s in self.statuses.items()]
+        msg = f"no doorbell within {cycles} cycles"
+        if detail:
+            msg += f" ({detail})"
+        if parts:
+            msg += "; tiles: " + ", ".join(parts)
+        super().__init__(msg)
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """What the driver needs from a chip (the host link's operations, as coroutines).
+
+    Addresses are byte addresses of a tile's SRAM; ``xy`` is a tile ``(x, y)``.
+
+    Attributes
+    ----------
+    config : ChipConfig
+    cycle : int
+        Current cycle: RTL clock cycles since reset, or the ISA simulator's estimate.
+    """
+
+    config: ChipConfig
+
+    @property
+    def cycle(self) -> int: ...
+
+    async def reset(self) -> None:
+        """Reset every tile (controller, counters, error flags, performance counters)."""
+
+    async def write_sram(self, xy, addr: int, data: bytes) -> None:
+        """Write ``data`` at byte ``addr`` of tile ``xy``'s SRAM."""
+
+    async def read_sram(self, xy, addr: int, nbytes: int) -> bytes:
+        """Return ``nbytes`` bytes from byte ``addr`` of tile ``xy``'s SRAM."""
+
+    async def write_imem(self, xy, words, at: int = 0) -> None:
+        """Write 128-bit instruction ``words`` into tile ``xy``'s instruction memory."""
+
+    async def start(self, xy, pc: int) -> None:
+        """Start tile ``xy``'s controller at ``pc``."""
+
+    async def wait_done(self, timeout_cycles: int) -> tuple[tuple[int, int], int]:
+        """Return ``(xy, code)`` of the next doorbell; raise `DoorbellTimeout` or
+        `TileFault`."""
+
+    async def read_perf(self, xy) -> dict[str, int]:
+        """Return tile ``xy``'s performance counters by name (see `PERF_NAMES`)."""
+
+    async def status(self, xy) -> TileStatus:
+        """Return tile ``xy``'s controller status."""
+
+
+def _check_xy(config: ChipConfig, xy) -> tuple[int, int]:
+    xy = tuple(xy)
+    if len(xy) != 2 or not (0 <= xy[0] < config.mesh_width and 0 <= xy[1] < config.mesh_height):
+        raise ValueError(f"tile {xy} is not in the {config.mesh_width} x {config.mesh_height} "
+                         "mesh")
+    return xy
+
+
+def _check_range(config: ChipConfig, addr: int, nbytes: int, what: str) -> None:
+    if addr < 0 or nbytes < 0 or addr + nbytes > config.sram_bytes:
+        raise ValueError(f"{what} of {nbytes} bytes at {addr:#x} leaves the SRAM "
+                         f"({config.sram_bytes} bytes)")
+
+
+class IsaSimBackend:
+    """The backend over `chipotle.isasim.IsaSim` (instant host link, estimated cycles).
+
+    Tiles run when the driver waits for a doorbell: `wait_done` runs the simulator until
+    every started tile halts, stops on an error or blocks, then hands out the doorbells in
+    the order executed.  ``cycle`` advances by the tiles' estimated cycles (the largest
+    advance of any tile between two waits).
+
+    Parameters
+    ----------
+    config : ChipConfig
+
+    Attributes
+    ----------
+    sim : chipotle.isasim.IsaSim
+        The simulator (tests inspect it).
+    """
+
+    def __init__(self, config: ChipConfig):
+        self.config = config
+        self.sim = IsaSim(config.mesh_width, config.mesh_height, config.isa_config())
+        self._events: deque = deque()
+        self._seen = 0
+        self._cycle = 0
+        self._mark = {t.xy: 0 for t in self.sim.tiles}
+
+    @property
+    def cycle(self) -> int:
+        """Estimated cycles since construction."""
+        return self._cycle
+
+    async def reset(self) -> None:
+        """Reset every tile (`IsaSim.reset`); SRAM and instruction memory are kept."""
+        self.sim.reset()
+        self._events.clear()
+        self._seen = 0
+        self._mark = {t.xy: 0 for t in self.sim.tiles}
+
+    async def write_sram(self, xy, addr: int, data: bytes) -> None:
+        """Write ``data`` at byte ``addr`` of tile ``xy``'s SRAM.
+
+        Raises
+        ------
+        ValueError
+            If the tile is not in the mesh or the range leaves the SRAM.
+        """
+        xy = _check_xy(self.config, xy)
+        data = bytes(data)
+        _check_range(self.config, addr, len(data), "SRAM write")
+        self.sim.write(xy, addr, np.frombuffer(data, np.uint8))
+
+    async def read_sram(self, xy, addr: int, nbytes: int) -> bytes:
+        """Return ``nbytes`` bytes from byte ``addr`` of tile ``xy``'s SRAM.
+
+        Raises
+        ------
+        ValueError
+            If the tile is not in the mesh or the range leaves the SRAM.
+        """
+        xy = _check_xy(self.config, xy)
+        _check_range(self.config, addr, nbytes, "SRAM read")
+        return self.sim.read(xy, addr, nbytes).tobytes()
+
+    async def write_imem(self, xy, words, at: int = 0) -> None:
+        """Write instruction ``words`` from instruction ``at`` on.
+
+        Raises
+        ------
+        ValueError
+            If the program does not fit the instruction memory.
+        """
+        self.sim.load_program(_check_xy(self.config, xy), [int(w) for w in words], at)
+
+    async def start(self, xy, pc: int) -> None:
+        """Start tile ``xy`` at ``pc`` (it runs in `wait_done`).
+
+        Raises
+        ------
+        ValueError
+            If the tile's error flag is set or ``pc`` is out of range.
+        """
+        self.sim.start(_check_xy(self.config, xy), pc)
+
+    def _advance(self) -> None:
+        # The step's estimated length: the largest advance of any tile since the last mark.
+        adv = max(t.perf.cycles - self._mark[t.xy] for t in self.sim.tiles)
+        self._cycle += max(adv, 0)
+        self._mark = {t.xy: t.perf.cycles for t in self.sim.tiles}
+
+    def _fault(self):
+        for t in self.sim.tiles:
+            if t.state == TileState.ERROR:
+                return TileFault(t.xy, t.error, t.error_pc or 0, t.error_message)
+        return None
+
+    async def wait_done(self, timeout_cycles: int) -> tuple[tuple[int, int], int]:
+        """Run the tiles and return ``(xy, code)`` of the next doorbell.
+
+        Raises
+        ------
+        TileFault
+            If a tile stopped on an error before ringing.
+        DoorbellTimeout
+            If no doorbell comes: the tiles halted or deadlocked without one, or the
+            doorbell came more than ``timeout_cycles`` estimated cycles after the wait began.
+        """
+        if not self._events:
+            base = dict(self._mark)
+            detail = ""
+            try:
+                self.sim.run()
+            except DeadlockError as e:
+                detail = str(e)
+            except RuntimeError as e:   # max_instructions: an endless program
+                detail = str(e)
+            new = self.sim.events[self._seen:]
+            self._seen = len(self.sim.events)
+            for ev in new:
+                self._events.append((ev, ev.cycle - base[ev.tile]))
+            self._advance()
+            if not self._events:
+                fault = self._fault()
+                if fault is not None:
+                    raise fault
+                statuses = {t.xy: self._status(t) for t in self.sim.tiles}
+                raise DoorbellTimeout(timeout_cycles, statuses,
+                                      detail or "every tile stopped without ringing")
+        ev, after = self._events.popleft()
+        if after > timeout_cycles:
+            raise DoorbellTimeout(timeout_cycles, {t.xy: self._status(t) for t in self.sim.tiles},
+                                  f"tile {ev.tile} rang {ev.code:#x} only after {after} "
+                                  "estimated cycles")
+        return tuple(ev.tile), int(ev.code)
+
+    @staticmethod
+    def _status(t) -> TileStatus:
+        pc = t.error_pc if t.state == TileState.ERROR and t.error_pc is not None else t.pc
+        return TileStatus(t.state, ErrorCode(t.error), pc)
+
+    async def status(self, xy) -> TileStatus:
+        """Return tile ``xy``'s status."""
+        return self._status(self.sim.tile(_check_xy(self.config, xy)))
+
+    async def read_perf(self, xy) -> dict[str, int]:
+        """Return the counters isasim estimates, under the RTL's names (32-bit wrapping).
+
+        Only ``cycles``, ``instructions``, ``vector_busy``, ``wait_stalls``,
+        ``matrix_cycles`` and ``ni_flits_sent``.
+        """
+        p = self.sim.tile(_check_xy(self.config, xy)).perf
+        return {name: getattr(p, field) & 0xFFFFFFFF for name, field in _ISASIM_PERF.items()}

@@ -1,0 +1,399 @@
+"""The driver: load a compiled model onto a chip and run prefill and decode steps on it.
+
+`Driver` is written against the `Backend` protocol only, so the same host code runs on the
+ISA simulator and on the RTL under cocotb.  A step follows the compiler's `StepPlan`: host
+SRAM writes (the tokens), starts, then the doorbell that ends the step; then the on-chip
+argmax token and, when asked, the int32 logits are read back.
+
+`Driver.generate` is ``chipotle.generate.generate`` (llama2.c's loop, the same stop rules,
+`StopReason`, `Step` events and `Sampler`) with one difference the hardware needs: the prompt
+is prefilled in batches of up to M tokens (the compiler's ``step`` with ``m`` rows) rather
+than one position at a time, so the loop cannot be shared as is.  Greedy decoding
+(``temperature == 0``) takes the chip's argmax; otherwise the logits are read back,
+dequantised (``GoldenModel.logit_frac_bits``) and sampled with `chipotle.sampling.Sampler`
+exactly as the golden backend does.
+
+Members
+-------
+Driver
+    The driver.
+StepResult, GenerateResult
+    What a step and a generation return (tokens, cycles, performance counters).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..generate import PromptTooLongError, Step, StopReason
+from ..golden import GoldenModel
+from ..sampling import Sampler
+from ..tokenizer import BOS, EOS
+from .backend import Backend, DoorbellTimeout, TileFault
+
+__all__ = ["Driver", "StepResult", "GenerateResult"]
+
+_MASK32 = 0xFFFFFFFF
+
+
+@dataclass
+class StepResult:
+    """The outcome of one step (``m`` consecutive positions).
+
+    Attributes
+    ----------
+    tokens : tuple of int
+        The tokens fed.
+    pos : int
+        Position of the first one.
+    token : int
+        The chip's argmax token after the last row.
+    logits : numpy.ndarray or None
+        int32, shape ``(vocab_size,)``: the last row's logits, when read back.
+    cycles : int
+        Cycles from the first start to the doorbell (RTL clock cycles; isasim estimate).
+    perf : dict of str to int
+        Performance counters summed over tiles (increments during the step).
+    perf_per_tile : dict
+        ``(x, y) -> {name: increment}``.
+    """
+
+    tokens: tuple[int, ...]
+    pos: int
+    token: int
+    logits: np.ndarray | None
+    cycles: int
+    perf: dict = field(default_factory=dict)
+    perf_per_tile: dict = field(default_factory=dict)
+
+
+@dataclass
+class GenerateResult:
+    """The outcome of `Driver.generate`.
+
+    Attributes
+    ----------
+    tokens : tuple of int
+        The whole sequence: prompt (as given) and generated tokens.
+    text : str
+        Decoded text of the sequence after the first token ("" without a tokenizer).
+    stop_reason : StopReason
+        ``STEPS``, ``BOS_EOS`` or ``CONTEXT``.
+    prompt_tokens, generated : int
+        Number of prompt tokens and of sampled tokens (a stopping BOS/EOS not counted).
+    steps : list of StepResult
+        Every step run: prefill batches first, then one per decoded position.
+    prefill_steps : int
+        How many of `steps` are prefill batches.
+    seconds : float
+        Wall time.
+    """
+
+    tokens: tuple[int, ...]
+    text: str
+    stop_reason: StopReason
+    prompt_tokens: int
+    generated: int
+    steps: list
+    prefill_steps: int
+    seconds: float
+
+    @property
+    def ttft_cycles(self) -> int:
+        """Time to first token: cycles of the prefill steps."""
+        return sum(s.cycles for s in self.steps[:self.prefill_steps])
+
+    @property
+    def decode_cycles(self) -> list[int]:
+        """Cycles of each decode step."""
+        return [s.cycles for s in self.steps[self.prefill_steps:]]
+
+    @property
+    def decode_cycles_per_token(self) -> float:
+        """Mean cycles of a decode step (0 if none ran)."""
+        d = self.decode_cycles
+        return sum(d) / len(d) if d else 0.0
+
+    def perf_sum(self, which: str = "all") -> dict:
+        """Return counters summed over steps: ``"prefill"``, ``"decode"`` or ``"all"``."""
+        sel = {"prefill": self.steps[:self.prefill_steps],
+               "decode": self.steps[self.prefill_steps:], "all": self.steps}[which]
+        out: dict = {}
+        for s in sel:
+            for k, v in s.perf.items():
+                out[k] = out.get(k, 0) + v
+        return out
+
+
+class Driver:
+    """Run a compiled model on a backend.
+
+    Parameters
+    ----------
+    compiled : chipotle.compiler.CompiledModel
+        Images, programs and the step plans, for ``backend.config``.
+    backend : Backend
+        `IsaSimBackend` or ``RtlBackend``.
+    tokenizer : chipotle.tokenizer.Tokenizer, optional
+        For the text of `generate`.
+    perf : bool
+        Read every tile's performance counters around each step (default True; costs two
+        register reads per tile and step on the RTL).
+    timeout_cycles : int
+        Longest a step may take before it is declared hung (default 5,000,000).
+
+    Raises
+    ------
+    ValueError
+        If the compiled model's configuration is not the backend's.
+    """
+
+    def __init__(self, compiled, backend: Backend, tokenizer=None, *, perf: bool = True,
+                 timeout_cycles: int = 5_000_000):
+        if compiled.config != backend.config:
+            raise ValueError(f"the model was compiled for {compiled.config}, the backend is "
+                             f"{backend.config}")
+        self.compiled = compiled
+        self.backend = backend
+        self.tokenizer = tokenizer
+        self.perf = perf
+        self.timeout_cycles = timeout_cycles
+        self.loaded = False
+
+    @property
+    def config(self):
+        """The chip configuration."""
+        return self.backend.config
+
+    # -- loading ---------------------------------------------------------------------------------
+
+    def load_bytes(self) -> int:
+        """Return the bytes `load` sends: images plus programs (16 bytes an instruction)."""
+        img = sum(len(d) for parts in self.compiled.images.values() for _, d in parts)
+        return img + 16 * sum(len(p) for p in self.compiled.programs.values())
+
+    async def load(self, progress: Callable[[int, int], None] | None = None, *,
+                   skip_zero: bool = False) -> None:
+        """Reset the tiles and write every image and program through the host link.
+
+        Parameters
+        ----------
+        progress : callable, optional
+            Called as ``progress(done_bytes, total_bytes)`` after each piece.
+        skip_zero : bool
+            Leave out all-zero words (only right when the SRAMs are known to be zero, as
+            after the RTL's configuration); ignored by backends without it.
+        """
+        total, done = self.load_bytes(), 0
+        await self.backend.reset()
+        kw = {"skip_zero": True} if skip_zero and _takes_skip_zero(self.backend) else {}
+        for xy, parts in self.compiled.images.items():
+            for addr, data in parts:
+                await self.backend.write_sram(xy, addr, data, **kw)
+                done += len(data)
+                if progress:
+                    progress(done, total)
+        for xy, words in self.compiled.programs.items():
+            await self.backend.write_imem(xy, words)
+            done += 16 * len(words)
+            if progress:
+                progress(done, total)
+        self.loaded = True
+
+    # -- one step --------------------------------------------------------------------------------
+
+    async def _perf_all(self) -> dict:
+        return {xy: await self.backend.read_perf(xy) for xy in self.config.tiles}
+
+    async def _diagnose(self, timeout: DoorbellTimeout):
+        for xy in self.config.tiles:
+            s = await self.backend.status(xy)
+            if s.state == "error":
+                return TileFault(xy, s.error, s.pc, "found after " + str(timeout))
+        return timeout
+
+    async def step(self, tokens: Sequence[int], pos: int, *, logits: bool = False
+                   ) -> StepResult:
+        """Run ``len(tokens)`` consecutive positions from ``pos`` (1 .. M tokens).
+
+        Parameters
+        ----------
+        tokens : sequence of int
+        pos : int
+        logits : bool
+            Read the last row's int32 logits back.
+
+        Returns
+        -------
+        StepResult
+
+        Raises
+        ------
+        RuntimeError
+            If `load` has not run.
+        TileFault
+            If a tile stopped on an error (names the tile, the error code and the PC).
+        DoorbellTimeout
+            If the step's doorbell did not come within ``timeout_cycles``.
+        """
+        if not self.loaded:
+            raise RuntimeError("load() the model before running steps")
+        tokens = tuple(int(t) for t in tokens)
+        plan = self.compiled.step(list(tokens), pos)
+        be = self.backend
+        before = await self._perf_all() if self.perf else {}
+        for xy, addr, data in plan.writes:
+            await be.write_sram(xy, addr, data)
+        c0 = be.cycle
+        for xy, pc in plan.starts:
+            await be.start(xy, pc)
+        want = (tuple(plan.done[0]), int(plan.done[1]))
+        while True:
+            try:
+                got = await be.wait_done(self.timeout_cycles)
+            except DoorbellTimeout as e:
+                raise await self._diagnose(e) from e
+            if (tuple(got[0]), got[1]) == want:
+                break
+        cycles = be.cycle - c0
+        txy, taddr = plan.token_at
+        token = int(np.frombuffer(await be.read_sram(txy, taddr, 4), "<i4")[0])
+        out = None
+        if logits:
+            vocab = self.compiled.model.vocab_size
+            out = np.zeros(vocab, np.int32)
+            for xy, addr, first, n in plan.logits_at:
+                out[first:first + n] = np.frombuffer(await be.read_sram(xy, addr, 4 * n), "<i4")
+        per_tile, total = {}, {}
+        if self.perf:
+            after = await self._perf_all()
+            for xy in self.config.tiles:
+                d = {k: (v - before[xy].get(k, 0)) & _MASK32 for k, v in after[xy].items()}
+                per_tile[xy] = d
+                for k, v in d.items():
+                    total[k] = total.get(k, 0) + v
+        return StepResult(tokens, pos, token, out, cycles, total, per_tile)
+
+    # -- generation ------------------------------------------------------------------------------
+
+    async def generate(self, prompt_tokens: Sequence[int], steps: int | None = 256, *,
+                       temperature: float = 0.0, topp: float = 0.9, seed: int | None = None,
+                       on_token: Callable[[Step], None] | None = None,
+                       on_step: Callable[[StepResult], None] | None = None,
+                       read_logits: bool = False) -> GenerateResult:
+        """Prefill ``prompt_tokens`` in batches of up to M, then decode.
+
+        Parameters
+        ----------
+        prompt_tokens : sequence of int
+            The prompt, BOS included (``chipotle.generate.encode_prompt``); not empty.
+        steps : int or None
+            Largest number of tokens to sample; ``None`` or 0: until BOS/EOS or the context
+            ends.
+        temperature, topp, seed
+            As ``chipotle.sampling.Sampler``; ``temperature == 0`` takes the chip's argmax.
+        on_token : callable, optional
+            Called with a ``chipotle.generate.Step`` for every token added (prompt tokens
+            after the first, forced, then sampled ones), as they come.
+        on_step : callable, optional
+            Called with each `StepResult`.
+        read_logits : bool
+            Read the logits back at every step even when greedy (for checks).
+
+        Returns
+        -------
+        GenerateResult
+
+        Raises
+        ------
+        ValueError
+            If the prompt is empty or ``steps`` negative.
+        PromptTooLongError
+            If the prompt does not fit the compiled context.
+        TileFault, DoorbellTimeout
+            From `step`.
+        """
+        ids = [int(t) for t in prompt_tokens]
+        if not ids:
+            raise ValueError("`prompt_tokens` must hold at least one token (BOS)")
+        if steps is not None and steps < 0:
+            raise ValueError(f"`steps` must be a non-negative integer, not {steps}")
+        context = int(self.compiled.context)
+        if len(ids) > context:
+            raise PromptTooLongError(f"the prompt is {len(ids)} tokens, longer than the "
+                                     f"compiled context of {context} positions")
+        vocab = self.compiled.model.vocab_size
+        sampler = Sampler(vocab, temperature, topp, seed)
+        greedy = temperature == 0
+        limit = steps or None
+        decoder = self.tokenizer.stream_decoder() if self.tokenizer else None
+        text: list[str] = []
+        results: list[StepResult] = []
+        t_start = time.perf_counter()
+
+        def emit(pos, prev, tok, forced):
+            piece = decoder.feed(prev, tok) if decoder else ""
+            text.append(piece)
+            if on_token:
+                on_token(Step(pos, prev, tok, forced, piece))
+
+        async def run(toks, pos):
+            r = await self.step(toks, pos, logits=read_logits or not greedy)
+            results.append(r)
+            if on_step:
+                on_step(r)
+            return r
+
+        n_prompt, m = len(ids), self.config.max_m
+        pos = 0
+        while pos < n_prompt:
+            batch = ids[pos:pos + m]
+            res = await run(batch, pos)
+            for k in range(len(batch)):
+                if pos + k + 1 < n_prompt:
+                    emit(pos + k, ids[pos + k], ids[pos + k + 1], True)
+            pos += len(batch)
+        n_prefill = len(results)
+        pos = n_prompt - 1             # `res` holds the logits of this position
+        generated = 0
+        while True:
+            if greedy:
+                nxt = res.token
+            else:
+                nxt = sampler.sample(_dequantize(res.logits))
+            if nxt in (BOS, EOS):
+                reason = StopReason.BOS_EOS
+                break
+            generated += 1
+            emit(pos, ids[-1], nxt, False)
+            ids.append(nxt)
+            pos += 1
+            if limit is not None and generated >= limit:
+                reason = StopReason.STEPS
+                break
+            if pos >= context:
+                reason = StopReason.CONTEXT
+                break
+            res = await run([nxt], pos)
+        if decoder:
+            text.append(decoder.flush())
+        return GenerateResult(tuple(ids), "".join(text), reason, n_prompt, generated, results,
+                              n_prefill, time.perf_counter() - t_start)
+
+
+def _dequantize(logits: np.ndarray) -> np.ndarray:
+    """Return int32 logits as float32 real values (``GoldenModel.logit_frac_bits``)."""
+    return (np.asarray(logits, np.float64) / (1 << GoldenModel.logit_frac_bits)
+            ).astype(np.float32)
+
+
+def _takes_skip_zero(backend) -> bool:
+    import inspect
+    try:
+        return "skip_zero" in inspect.signature(backend.write_sram).parameters
+    except (TypeError, ValueError):
+        return False

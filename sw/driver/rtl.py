@@ -1,0 +1,331 @@
+"""The RTL backend: a `chipotle.hw.chip.Chip` under cocotb, driven through its host link.
+
+Use it inside a cocotb test (Verilator or Icarus) whose toplevel is a ``Chip``
+(``chipotle.sim.cocotb_chip`` is one)::
+
+    backend = RtlBackend(dut, config)
+    await backend.power_on()          # clock, reset, host-link monitor
+    driver = Driver(compiled, backend)
+
+The host link is a pair of Amaranth streams (``i_host`` / ``o_host``, flattened to
+``i_host__valid`` / ``__ready`` / ``__payload``).  Packets go in flit by flit (``valid``
+held until ``ready``, the stream transfer rule); the host always accepts (``o_host__ready``
+is tied high).  The monitor of ``o_host`` sleeps on the rising edge of ``o_host__valid``
+and runs per cycle only while flits arrive, and a wait for a doorbell sleeps on the
+doorbell event with a coarse timer (to look at the tiles' ``status`` ports for an ERROR
+state), so the chip computes with no Python work per cycle.
+
+Members
+-------
+RtlBackend
+    The backend.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+import cocotb
+from cocotb.clock import Clock
+from cocotb.simtime import get_sim_time
+from cocotb.triggers import Event, First, Lock, ReadOnly, RisingEdge, Timer
+
+from chipotle.config import ChipConfig
+from chipotle.hw.noc.packet import Packet
+from chipotle.hw.tile.controller import N_PERF
+from chipotle.hw.tile.netif import PERF_BASE, Reg
+
+from . import hostlink as hl
+from .backend import (
+    CONTROLLER_PERF,
+    INTERFACE_PERF,
+    DoorbellTimeout,
+    TileFault,
+    TileStatus,
+    _check_range,
+    _check_xy,
+    decode_status,
+)
+
+__all__ = ["RtlBackend"]
+
+_TAG_BITS = 16
+
+
+class RtlBackend:
+    """The backend over a ``Chip`` simulated under cocotb.
+
+    Parameters
+    ----------
+    dut : cocotb handle
+        The ``Chip`` toplevel (ports ``clk``, ``rst``, ``i_host__*``, ``o_host__*``,
+        ``status__<i>``).
+    config : ChipConfig
+        The configuration the ``Chip`` was elaborated with.
+    clock_ns : int
+        Clock period in ns (default 10).
+    poll_cycles : int
+        While waiting for a doorbell, look at the ``status`` ports every this many cycles
+        for a tile in the ERROR state (default 2048).
+    max_reads : int
+        Reads kept outstanding per tile (default 2, the interface's read queue).
+
+    Attributes
+    ----------
+    flits_in, flits_out : int
+        Flits sent to and received from the chip.
+    """
+
+    def __init__(self, dut, config: ChipConfig, *, clock_ns: int = 10, poll_cycles: int = 2048,
+                 max_reads: int = 2):
+        self.dut = dut
+        self.config = config
+        self.noc = config.noc
+        self.clock_ns = clock_ns
+        self.poll_cycles = poll_cycles
+        self.max_reads = max_reads
+        self.flits_in = self.flits_out = 0
+        self._t0 = 0
+        self._bells: deque = deque()
+        self._bell = Event()
+        self._responses: dict = {}
+        self._resp_event: dict = {}
+        self._tag = 0
+        self._lock = Lock()
+        self._monitor = None
+        self._last_bit = 1 << self.noc.flit_layout["last"].offset
+        self._status_ports = [getattr(dut, f"status__{i}") for i in range(config.n_tiles)]
+
+    # -- bring-up --------------------------------------------------------------------------------
+
+    async def power_on(self, reset_cycles: int = 4) -> None:
+        """Start the clock, hold ``rst`` for ``reset_cycles`` cycles, start the monitor."""
+        dut = self.dut
+        cocotb.start_soon(Clock(dut.clk, self.clock_ns, unit="ns").start())
+        dut.i_host__valid.value = 0
+        dut.i_host__payload.value = 0
+        dut.o_host__ready.value = 1
+        dut.rst.value = 1
+        for _ in range(reset_cycles):
+            await RisingEdge(dut.clk)
+        dut.rst.value = 0
+        await RisingEdge(dut.clk)
+        self._t0 = self._now()
+        if self._monitor is None:
+            self._monitor = cocotb.start_soon(self._receive())
+
+    def _now(self) -> int:
+        return int(get_sim_time(unit="ns")) // self.clock_ns
+
+    @property
+    def cycle(self) -> int:
+        """Clock cycles since the end of `power_on`'s reset."""
+        return self._now() - self._t0
+
+    # -- host link -----------------------------------------------------------------------------
+
+    async def send(self, packets) -> None:
+        """Put ``packets`` (``Packet`` objects) on ``i_host``, flit by flit, in order."""
+        dut = self.dut
+        valid, ready, payload = dut.i_host__valid, dut.i_host__ready, dut.i_host__payload
+        clk = RisingEdge(dut.clk)
+        ro = ReadOnly()
+        async with self._lock:
+            for pkt in packets:
+                for flit in pkt.flits(self.noc):
+                    payload.value = flit
+                    valid.value = 1
+                    while True:
+                        await ro
+                        taken = ready.value == 1
+                        await clk
+                        if taken:
+                            break
+                    self.flits_in += 1
+            valid.value = 0
+
+    async def _receive(self) -> None:
+        """Monitor ``o_host``: reassemble packets, file doorbells and read responses."""
+        dut = self.dut
+        valid, payload = dut.o_host__valid, dut.o_host__payload
+        clk, ro, rise = RisingEdge(dut.clk), ReadOnly(), RisingEdge(dut.o_host__valid)
+        flits = []
+        while True:
+            await ro
+            if valid.value != 1:
+                await rise
+                await ro
+            flit = int(payload.value)
+            flits.append(flit)
+            self.flits_out += 1
+            if flit & self._last_bit:
+                self._file(hl.parse(Packet.from_flits(flits, self.noc)))
+                flits = []
+            await clk   # ready is tied high: the flit moves at this edge
+
+    def _file(self, msg) -> None:
+        if isinstance(msg, hl.Doorbell):
+            self._bells.append((msg.tile, msg.code))
+            self._bell.set()
+            return
+        self._responses[msg.tag] = msg
+        ev = self._resp_event.pop(msg.tag, None)
+        if ev is not None:
+            ev.set()
+
+    def _next_tag(self) -> int:
+        self._tag = (self._tag + 1) % (1 << _TAG_BITS)
+        return self._tag
+
+    async def _reads(self, xy, requests, space: int) -> list[list[int]]:
+        """Issue ``(addr, count)`` reads of one tile, at most `max_reads` outstanding."""
+        xy = _check_xy(self.config, xy)
+        build = hl.reg_read if space else hl.sram_read
+        out, pending = [], deque()
+
+        async def collect():
+            tag, ev, count, addr = pending.popleft()
+            await ev.wait()
+            resp = self._responses.pop(tag)
+            if resp.tile != xy or len(resp.words) != count:
+                raise RuntimeError(f"read of {count} words at {addr:#x} from tile {xy} was "
+                                   f"answered by {resp.tile} with {len(resp.words)} words")
+            out.append(list(resp.words))
+
+        for addr, count in requests:
+            if len(pending) >= self.max_reads:
+                await collect()
+            tag = self._next_tag()
+            ev = Event()
+            self._resp_event[tag] = ev
+            pending.append((tag, ev, count, addr))
+            await self.send([build(xy, addr, count, tag, self.noc)])
+        while pending:
+            await collect()
+        return out
+
+    async def read_registers(self, xy, reg: int, count: int) -> list[int]:
+        """Return ``count`` control registers of tile ``xy`` from register ``reg`` on."""
+        [words] = await self._reads(xy, [(reg, count)], 1)
+        return words
+
+    # -- Backend ---------------------------------------------------------------------------------
+
+    async def reset(self) -> None:
+        """Reset every tile: ``RESET`` = ``0b111`` (controller, counters, flags, counters).
+
+        SRAM and instruction memory are kept; doorbells not yet taken are dropped.
+        """
+        await self.send([hl.reset(xy, hl.RESET_ALL, self.noc) for xy in self.config.tiles])
+        # A register read behind the resets returns once they took effect.
+        for xy in self.config.tiles:
+            await self.read_registers(xy, Reg.ID, 1)
+        self._bells.clear()
+        self._bell.clear()
+
+    async def write_sram(self, xy, addr: int, data: bytes, *, skip_zero: bool = False) -> None:
+        """Write ``data`` at byte ``addr`` of tile ``xy`` (packets of up to 255 words).
+
+        Partial words at either end are read, merged and written back.  ``skip_zero``
+        leaves out all-zero words (for an SRAM known to be zero).
+
+        Raises
+        ------
+        ValueError
+            If the tile is not in the mesh or the range leaves the SRAM.
+        """
+        xy = _check_xy(self.config, xy)
+        data = bytes(data)
+        _check_range(self.config, addr, len(data), "SRAM write")
+        if not data:
+            return
+        w = self.config.word_bytes
+        lo, hi = addr - addr % w, -(-(addr + len(data)) // w) * w
+        if (lo, hi) != (addr, addr + len(data)):
+            old = bytearray(await self.read_sram(xy, lo, hi - lo))
+            old[addr - lo:addr - lo + len(data)] = data
+            data, addr = bytes(old), lo
+        await self.send(hl.sram_write_packets(xy, addr, data, self.noc, w, skip_zero=skip_zero))
+
+    async def read_sram(self, xy, addr: int, nbytes: int) -> bytes:
+        """Return ``nbytes`` bytes from byte ``addr`` of tile ``xy`` (reads of up to 255
+        words, two outstanding).
+
+        Raises
+        ------
+        ValueError
+            If the tile is not in the mesh or the range leaves the SRAM.
+        """
+        _check_range(self.config, addr, nbytes, "SRAM read")
+        if nbytes == 0:
+            return b""
+        w = self.config.word_bytes
+        chunks = list(hl.sram_read_chunks(addr, nbytes, w, self.noc.max_length))
+        words = [x for part in await self._reads(xy, chunks, 0) for x in part]
+        raw = hl.words_to_bytes(words, w)
+        off = addr % w
+        return raw[off:off + nbytes]
+
+    async def write_imem(self, xy, words, at: int = 0) -> None:
+        """Write instruction ``words`` from instruction ``at`` on.
+
+        Raises
+        ------
+        ValueError
+            If the program does not fit the instruction memory.
+        """
+        xy = _check_xy(self.config, xy)
+        words = [int(x) for x in words]
+        if at < 0 or at + len(words) > self.config.imem_words:
+            raise ValueError(f"a program of {len(words)} words at {at} does not fit the "
+                             f"instruction memory ({self.config.imem_words} words)")
+        await self.send(hl.imem_write_packets(xy, words, self.noc, at))
+
+    async def start(self, xy, pc: int) -> None:
+        """Write tile ``xy``'s ``START`` register."""
+        await self.send([hl.start(_check_xy(self.config, xy), pc, self.noc)])
+
+    def _port_fault(self):
+        for i, port in enumerate(self._status_ports):
+            v = port.value
+            if not v.is_resolvable:
+                continue
+            s = decode_status(int(v))
+            if s.state == "error":
+                return TileFault(self.config.tiles[i], s.error, s.pc)
+        return None
+
+    async def wait_done(self, timeout_cycles: int) -> tuple[tuple[int, int], int]:
+        """Return ``(xy, code)`` of the next doorbell.
+
+        Raises
+        ------
+        TileFault
+            If a tile's status port shows the ERROR state while waiting.
+        DoorbellTimeout
+            If none arrives within ``timeout_cycles`` cycles (with every tile's status).
+        """
+        deadline = self.cycle + timeout_cycles
+        while not self._bells:
+            fault = self._port_fault()
+            if fault is not None:
+                raise fault
+            left = deadline - self.cycle
+            if left <= 0:
+                statuses = {xy: await self.status(xy) for xy in self.config.tiles}
+                raise DoorbellTimeout(timeout_cycles, statuses)
+            self._bell.clear()
+            await First(self._bell.wait(),
+                        Timer(min(left, self.poll_cycles) * self.clock_ns, unit="ns"))
+        return self._bells.popleft()
+
+    async def status(self, xy) -> TileStatus:
+        """Return tile ``xy``'s ``STATUS`` register, decoded."""
+        [word] = await self.read_registers(xy, Reg.STATUS, 1)
+        return decode_status(word)
+
+    async def read_perf(self, xy) -> dict[str, int]:
+        """Return every counter of `PERF_NAMES` (the controller's and the interface's)."""
+        ctrl, ni = [x for x in await self._reads(
+            xy, [(PERF_BASE, N_PERF), (Reg.FLITS_SENT, len(INTERFACE_PERF))], 1)]
+        return dict(zip(CONTROLLER_PERF + INTERFACE_PERF, ctrl + ni, strict=True))

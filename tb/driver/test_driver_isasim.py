@@ -1,0 +1,140 @@
+"""The driver and `IsaSimBackend` on the toy two-tile model (``toy.py``); error paths."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+from toy import VOCAB, ToyCompiled, next_token, scenario
+
+from chipotle.config import CONFIGS
+from chipotle.driver import (
+    CONTROLLER_PERF,
+    INTERFACE_PERF,
+    DoorbellTimeout,
+    Driver,
+    IsaSimBackend,
+    TileFault,
+)
+from chipotle.generate import PromptTooLongError, StopReason
+from chipotle.hw.tile.controller import PerfIndex
+from chipotle.hw.tile.netif import Reg
+from chipotle.isa import ErrorCode
+from chipotle.sampling import Sampler
+
+SMALL = CONFIGS["small"]
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def test_perf_names_follow_the_register_map():
+    assert CONTROLLER_PERF[:2] == ("cycles", "instructions") and len(CONTROLLER_PERF) == len(
+        PerfIndex)
+    assert INTERFACE_PERF == tuple("ni_" + Reg(r).name.lower()
+                                   for r in range(Reg.FLITS_SENT, Reg.COMMANDS + 1))
+
+
+def test_scenario_on_isasim():
+    out = run(scenario(IsaSimBackend(SMALL)))
+    toks, reason, generated, prefill, nsteps = out["generate"]
+    assert toks == out["expected_tokens"]
+    assert reason is StopReason.STEPS and generated == 3
+    assert prefill == 2 and nsteps == 4          # 5 prompt tokens in batches of M = 4
+    token, logits, names = out["step"]
+    assert token == next_token(3, 0) and logits == out["logits"]
+    assert "cycles" in names and "ni_flits_sent" in names
+    # the unaligned write landed at 0x203 and nowhere else
+    assert out["statuses"][(0, 0)].state == "halted"
+    assert out["idle_status"].state == "idle"
+    assert all(c > 0 for c in out["cycles"])
+    # (0,0) runs 8 instructions and its halt per step; 3 flits + 3 flits are sent per step
+    assert out["perf_instructions"] == [9] * 4
+    assert out["perf_flits"] == [2 * 4] * 4
+
+
+def test_unaligned_write_merges():
+    be = IsaSimBackend(SMALL)
+    base = np.arange(64, dtype=np.uint8).tobytes()
+    run(be.write_sram((1, 0), 0x1f8, base))
+    run(be.write_sram((1, 0), 0x203, b"\xff" * 5))
+    got = run(be.read_sram((1, 0), 0x1f8, 64))
+    want = bytearray(base)
+    want[0x203 - 0x1f8:0x208 - 0x1f8] = b"\xff" * 5
+    assert got == bytes(want)
+
+
+def test_sampling_reads_logits_like_the_golden_loop():
+    be = IsaSimBackend(SMALL)
+    toy = ToyCompiled(SMALL)
+    drv = Driver(toy, be)
+    run(drv.load())
+    g = run(drv.generate([1, 3], steps=4, temperature=0.8, topp=0.9, seed=42))
+    # The toy's logits are static, so the tokens are the sampler's draws from them.
+    s = Sampler(VOCAB, 0.8, 0.9, 42)
+    real = (toy.logits.astype(np.float64) / 65536).astype(np.float32)
+    want, reason = [], StopReason.STEPS
+    for _ in range(4):
+        t = s.sample(real)
+        if t in (1, 2):
+            reason = StopReason.BOS_EOS
+            break
+        want.append(t)
+    assert list(g.tokens[2:]) == want and g.stop_reason is reason
+    assert all(st.logits is not None for st in g.steps)
+
+
+def test_context_stop_and_prompt_too_long():
+    be = IsaSimBackend(SMALL)
+    drv = Driver(ToyCompiled(SMALL, context=6), be)
+    run(drv.load())
+    g = run(drv.generate([5, 6, 7], steps=None))
+    assert g.stop_reason is StopReason.CONTEXT and len(g.tokens) == 7
+    with pytest.raises(PromptTooLongError, match="longer than the compiled context of 6"):
+        run(drv.generate(list(range(3, 10))))
+
+
+def test_step_before_load_is_refused():
+    drv = Driver(ToyCompiled(SMALL), IsaSimBackend(SMALL))
+    with pytest.raises(RuntimeError, match="load"):
+        run(drv.step([1], 0))
+
+
+def test_config_mismatch_is_refused():
+    with pytest.raises(ValueError, match="compiled for"):
+        Driver(ToyCompiled(SMALL), IsaSimBackend(SMALL.replace(mesh_width=3)))
+
+
+def test_tile_fault_names_tile_code_and_pc():
+    drv = Driver(ToyCompiled(SMALL, "fault"), IsaSimBackend(SMALL))
+    run(drv.load())
+    with pytest.raises(TileFault, match=r"tile \(1,1\) stopped with error SRAM_RANGE at pc 1") \
+            as e:
+        run(drv.step([3], 0))
+    assert (e.value.tile, e.value.error, e.value.pc) == ((1, 1), ErrorCode.SRAM_RANGE, 1)
+
+
+@pytest.mark.parametrize("variant", ["silent", "deadlock"])
+def test_missing_doorbell_times_out(variant):
+    drv = Driver(ToyCompiled(SMALL, variant), IsaSimBackend(SMALL))
+    run(drv.load())
+    with pytest.raises(DoorbellTimeout, match="no doorbell") as e:
+        run(drv.step([3], 0))
+    assert set(e.value.statuses) == set(SMALL.tiles)
+
+
+def test_slow_doorbell_times_out():
+    drv = Driver(ToyCompiled(SMALL), IsaSimBackend(SMALL), timeout_cycles=3)
+    run(drv.load())
+    with pytest.raises(DoorbellTimeout, match="within 3 cycles"):
+        run(drv.step([3], 0))
+
+
+def test_backend_refuses_bad_ranges():
+    be = IsaSimBackend(SMALL)
+    with pytest.raises(ValueError, match="leaves the SRAM"):
+        run(be.write_sram((0, 0), SMALL.sram_bytes - 4, bytes(8)))
+    with pytest.raises(ValueError, match="not in the 2 x 2 mesh"):
+        run(be.read_sram((2, 0), 0, 8))
