@@ -5,8 +5,9 @@ with the one definition of the instruction format (``chipotle.isa.Instruction``)
 against the operand rules (``chipotle.isa.SPECS``: the legality logic is generated from
 them), resolves operand addresses (``r[reg] + off``), executes the control and scalar
 instructions itself and dispatches the others: matrix instructions to the matrix unit and
-its write-back stage, vector instructions and ``TABLE`` to the vector unit, ``SEND`` /
-``DONE`` to the network interface, ``WAIT`` to the network interface's counters.
+its write-back stage, vector instructions and ``TABLE`` to the vector unit, ``KVAPP`` to the
+KV store, ``SEND`` / ``DONE`` to the network interface, ``WAIT`` to the network interface's
+counters.
 
 Issue policy (``docs/tile.md``, "Controller"): **in order, one instruction at a time**.  A
 scalar or control instruction retires in one cycle, the next one is fetched in the same
@@ -48,6 +49,7 @@ from chipotle.isa.core import (
     TableId,
 )
 
+from .kvstore import KvCommand, KvError, KvOp
 from .matrix import MatrixCommand, MatrixJob, MatrixOp
 from .netif import ImemWrite, NetCommand, NetCompletion, NetOp, WaitRequest
 from .sram import SramSignature
@@ -126,6 +128,8 @@ class PerfIndex(py_enum.IntEnum):
     BYTES_WRITTEN = 8
     #: Cycles a matrix instruction was in progress (issue to last write-back).
     MATRIX_CYCLES = 9
+    #: Cycles the KV store was busy (``KVAPP`` copying its K record and V row).
+    KV_CYCLES = 10
 
 
 N_PERF = len(PerfIndex)
@@ -222,6 +226,18 @@ class Controller(wiring.Component):
         Their completions (a refused ``SEND`` carries its ``ErrorCode``).
     o_wait : ``Out(stream.Signature(WaitRequest))``
         ``WAIT``: taken by the network interface when the counter suffices.
+    o_kv : ``Out(stream.Signature(KvCommand))``
+        ``KVAPP`` as a KV store ``APPEND`` (word addresses), once its operands passed the
+        alignment and range checks.
+    kv_busy, kv_error : ``In(1)``
+        The KV store is working; its sticky error flag (the instruction is finished when
+        ``kv_busy`` is low in the cycle after the command was taken).
+    kv_error_code : ``In(KvError)``
+        The KV store's first error (``BAD_HEAD`` and ``POS_RANGE`` stop the tile with
+        ``KV_RANGE``).
+    kv_k_words, kv_v_words : ``In(16)``
+        Words of a K record (header included) and of a V row in the current KV layout (the
+        source range checks of ``KVAPP``).
     retired : ``Out(1)``
         An instruction retired this cycle.
     stall_wait, stall_net, stall_sram, matrix_active : ``Out(1)``
@@ -250,6 +266,12 @@ class Controller(wiring.Component):
             "o_net": Out(stream.Signature(NetCommand)),
             "i_net_done": In(stream.Signature(NetCompletion)),
             "o_wait": Out(stream.Signature(WaitRequest)),
+            "o_kv": Out(stream.Signature(KvCommand)),
+            "kv_busy": In(1),
+            "kv_error": In(1),
+            "kv_error_code": In(KvError),
+            "kv_k_words": In(16),
+            "kv_v_words": In(16),
             "retired": Out(1),
             "stall_wait": Out(1),
             "stall_net": Out(1),
@@ -523,6 +545,32 @@ class Controller(wiring.Component):
                     ]
                     with m.If(self.o_net.ready):
                         m.next = "Net-Done"
+                with m.Elif(op == Opcode.KVAPP):
+                    # Source checks in the simulator's order (K record, then V row: alignment,
+                    # then range); the slot and position are the KV store's to check.
+                    with m.If(misaligned(a_val, W)):
+                        fail(ErrorCode.ALIGN)
+                    with m.Elif(past(a_val, self.kv_k_words << wb)):
+                        fail(ErrorCode.SRAM_RANGE)
+                    with m.Elif(misaligned(b_val, W)):
+                        fail(ErrorCode.ALIGN)
+                    with m.Elif(past(b_val, self.kv_v_words << wb)):
+                        fail(ErrorCode.SRAM_RANGE)
+                    with m.Elif(d_val[16:].any() | n_val[16:].any()):
+                        fail(ErrorCode.KV_RANGE)      # beyond the store's 16-bit fields
+                    with m.Else():
+                        kc = self.o_kv.payload
+                        m.d.comb += [
+                            self.o_kv.valid.eq(1),
+                            kc.op.eq(KvOp.APPEND),
+                            kc.layer.eq(d_val[8:16]),
+                            kc.head.eq(d_val[:8]),
+                            kc.pos.eq(n_val[:16]),
+                            kc.args.append.k_src.eq(a_val[wb:]),
+                            kc.args.append.v_src.eq(b_val[wb:]),
+                        ]
+                        with m.If(self.o_kv.ready):
+                            m.next = "Kv"
                 with m.Elif(op == Opcode.COPY):
                     with m.If(past(a_val, n_val)):
                         fail(ErrorCode.SRAM_RANGE)
@@ -622,6 +670,20 @@ class Controller(wiring.Component):
                 with m.If(self.i_net_done.valid):
                     with m.If(self.i_net_done.payload.error != ErrorCode.NONE):
                         fail(self.i_net_done.payload.error)
+                    with m.Else():
+                        do_retire(pc1)
+
+            with m.State("Kv"):
+                m.d.comb += st.eq(ControllerState.RUNNING)
+                with m.If(~self.kv_busy):
+                    with m.If(self.kv_error):
+                        with m.Switch(self.kv_error_code):
+                            with m.Case(KvError.BAD_HEAD, KvError.POS_RANGE):
+                                fail(ErrorCode.KV_RANGE)
+                            with m.Case(KvError.BAD_OP):
+                                fail(ErrorCode.ILLEGAL)
+                            with m.Default():       # SRC_RANGE, SRAM: checked above
+                                fail(ErrorCode.SRAM_RANGE)
                     with m.Else():
                         do_retire(pc1)
 

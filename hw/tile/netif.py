@@ -40,10 +40,11 @@ from amaranth.utils import ceil_log2, exact_log2
 from chipotle.isa.core import INSTR_BITS, ErrorCode
 
 from ..noc.packet import DEFAULT, NocConfig, PacketType
+from .kvstore import KvParams
 from .sram import ADDR_WIDTH, SramArbiter, SramSignature
 
 __all__ = [
-    "NetifConfig", "Reg", "COUNTER_BASE", "PERF_BASE", "IMEM_BASE", "NetError",
+    "NetifConfig", "Reg", "KV_REGS", "COUNTER_BASE", "PERF_BASE", "IMEM_BASE", "NetError",
     "NetOp", "Rect", "NetCommand", "NetCompletion", "WaitRequest", "ImemWrite",
     "read_request_layout", "NetworkInterface",
 ]
@@ -89,6 +90,26 @@ class Reg(py_enum.IntEnum):
     NET_STALLS = 0x0C
     #: R: commands (SEND and DONE) completed, refused ones included.
     COMMANDS = 0x0D
+    #: R/W: KV layout, word address of the first block (:class:`KvParams` ``base``, 16 bits).
+    #: The five KV layout registers drive ``kv_layout``; they are cleared only by a hard
+    #: reset (a host RESET keeps them, like the SRAM).
+    KV_BASE = 0x10
+    #: R/W: KV layout, layers held (9 bits).
+    KV_LAYERS = 0x11
+    #: R/W: KV layout, KV heads per layer held (9 bits).
+    KV_HEADS = 0x12
+    #: R/W: KV layout, elements per K or V vector (16 bits).
+    KV_HEAD_SIZE = 0x13
+    #: R/W: KV layout, positions per (layer, head) (16 bits).
+    KV_MAX_POS = 0x14
+    #: R: positions per (layer, head) the KV store accepts (``i_kv_capacity``): ``KV_MAX_POS``,
+    #: or 0 when a layout field is 0 or the map reaches past the SRAM.
+    KV_CAPACITY = 0x15
+
+
+#: The KV layout registers in :class:`KvParams` field order (``KvLayout.registers()``).
+KV_REGS = (Reg.KV_BASE, Reg.KV_LAYERS, Reg.KV_HEADS, Reg.KV_HEAD_SIZE, Reg.KV_MAX_POS)
+_KV_FIELDS = ("base", "n_layers", "n_kv_heads", "head_size", "max_pos")
 
 
 #: ``PERF_BASE + k`` reads ``i_perf[k]`` (the controller's performance counters).
@@ -382,6 +403,11 @@ class NetworkInterface(wiring.Component):
         The controller's performance counters (read at ``PERF_BASE + k``).
     i_noc_errors : ``In(noc.error_width)``
         The mesh's dropped-packet count (read as :attr:`Reg.NOC_ERRORS`).
+    kv_layout : ``Out(KvParams)``
+        The KV layout registers (:attr:`Reg.KV_BASE` .. :attr:`Reg.KV_MAX_POS`), to the KV
+        store.
+    i_kv_capacity : ``In(16)``
+        The KV store's capacity (read as :attr:`Reg.KV_CAPACITY`).
     counters : ``Out(counter_width).array(n_counters)``
         Counter values.
     errors : ``Out(8)``
@@ -406,6 +432,8 @@ class NetworkInterface(wiring.Component):
             "i_status": In(32),
             "i_perf": In(32).array(config.n_perf),
             "i_noc_errors": In(config.noc.error_width),
+            "kv_layout": Out(KvParams),
+            "i_kv_capacity": In(16),
             "counters": Out(config.counter_width).array(config.n_counters),
             "errors": Out(ERROR_BITS),
         })
@@ -597,6 +625,9 @@ class NetworkInterface(wiring.Component):
                                 bump_idx.eq(reg - COUNTER_BASE),
                                 bump_inc.eq(i_flit.data),
                             ]
+                        for kreg, fname in zip(KV_REGS, _KV_FIELDS, strict=True):
+                            with m.Elif(reg == kreg):
+                                m.d.sync += getattr(self.kv_layout, fname).eq(i_flit.data)
                         with m.Elif(~is_start):
                             m.d.comb += strobe("rx", NetError.BAD_REG).eq(1)
                     with m.If(i_flit.last):
@@ -874,6 +905,11 @@ class NetworkInterface(wiring.Component):
                 m.d.comb += reg_word.eq(self.errors)
             with m.Case(Reg.ERROR_COUNT):
                 m.d.comb += reg_word.eq(err_count)
+            for kreg, fname in zip(KV_REGS, _KV_FIELDS, strict=True):
+                with m.Case(kreg):
+                    m.d.comb += reg_word.eq(getattr(self.kv_layout, fname))
+            with m.Case(Reg.KV_CAPACITY):
+                m.d.comb += reg_word.eq(self.i_kv_capacity)
             for reg, sig in perf_regs.items():
                 with m.Case(reg):
                     m.d.comb += reg_word.eq(sig)

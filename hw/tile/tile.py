@@ -1,4 +1,5 @@
-"""The compute tile: SRAM, matrix unit with write-back, vector unit, controller, network interface.
+"""The compute tile: SRAM, matrix unit with write-back, vector unit, KV store, controller,
+network interface.
 
 ``docs/tile.md`` has the block diagram, the issue policy and the timing.
 
@@ -20,6 +21,7 @@ from amaranth.lib.wiring import In, Out, connect, flipped
 
 from .controller import N_PERF, Controller, PerfIndex, Status
 from .datapath import TileConfig
+from .kvstore import KvParams, KvStore
 from .matrix import MatrixUnit, MatrixWriteback
 from .netif import ImemWrite, NetCommand, NetCompletion, NetifConfig, NetworkInterface, WaitRequest
 from .sram import Sram, SramArbiter, SramSignature
@@ -29,17 +31,21 @@ __all__ = ["TileCore", "Tile"]
 
 
 class TileCore(wiring.Component):
-    """SRAM, matrix unit, matrix write-back, vector unit and controller of one tile.
+    """SRAM, matrix unit, matrix write-back, vector unit, KV store and controller of one tile.
 
     The SRAM's read port belongs to the matrix unit; its read/write port is shared
     round-robin (:class:`SramArbiter`) by ``sram`` (the network interface), the controller,
-    the matrix write-back stage and the vector unit (:class:`VectorUnit`, ``lanes`` wide;
-    it needs ``word_bytes >= 8``).  ``soft_reset`` resets the controller,
-    the units and the performance counters (not the SRAM nor the instruction memory).
+    the matrix write-back stage, the vector unit (:class:`VectorUnit`, ``lanes`` wide;
+    it needs ``word_bytes >= 8``) and the KV store (:class:`KvStore`, always present, K rows
+    with a header word: the ISA's records; ``KVAPP`` drives it).  ``soft_reset`` resets the
+    controller, the units and the performance counters (not the SRAM, the instruction
+    memory nor the KV layout, which is an input).
 
     Parameters
     ----------
     config : TileConfig
+        ``config.kv`` is not used: the KV layout is the ``kv_layout`` input (the host's
+        registers), so one elaboration serves any placement.
 
     Members
     -------
@@ -61,6 +67,10 @@ class TileCore(wiring.Component):
         Their completions.
     o_wait : ``Out(stream.Signature(WaitRequest))``
         ``WAIT`` requests.
+    kv_layout : ``In(KvParams)``
+        The KV layout (the network interface's KV registers).
+    kv_capacity : ``Out(16)``
+        The KV store's capacity in positions (0 when the layout is empty or does not fit).
     """
 
     def __init__(self, config=None):
@@ -76,6 +86,8 @@ class TileCore(wiring.Component):
             "o_net": Out(stream.Signature(NetCommand)),
             "i_net_done": In(stream.Signature(NetCompletion)),
             "o_wait": Out(stream.Signature(WaitRequest)),
+            "kv_layout": In(KvParams),
+            "kv_capacity": Out(16),
         })
 
     @property
@@ -90,7 +102,7 @@ class TileCore(wiring.Component):
         rst = self.soft_reset
         m.submodules.sram = sram = Sram(size_bytes=c.sram_bytes, word_bytes=W,
                                         n_banks=c.n_banks)
-        m.submodules.arbiter = arb = SramArbiter(4, word_bytes=W)
+        m.submodules.arbiter = arb = SramArbiter(5, word_bytes=W)
         mx = MatrixUnit(word_bytes=W, max_m=c.max_m, k_max=c.k_max)
         wb = MatrixWriteback(word_bytes=W, max_m=c.max_m)
         ctrl = Controller(sram_bytes=c.sram_bytes, word_bytes=W, max_m=c.max_m, k_max=c.k_max,
@@ -101,6 +113,8 @@ class TileCore(wiring.Component):
         m.submodules.matrix = ResetInserter(rst)(mx)
         m.submodules.writeback = ResetInserter(rst)(wb)
         m.submodules.controller = ResetInserter(rst)(ctrl)
+        kv = KvStore(word_bytes=W, sram_depth=c.sram_words, k_header=True)
+        m.submodules.kvstore = ResetInserter(rst)(kv)
 
         connect(m, mx.bus, sram.r)
         connect(m, arb.o, sram.rw)
@@ -126,13 +140,27 @@ class TileCore(wiring.Component):
         connect(m, vec.bus, arb.i[3])
         vec_busy = vec.busy
 
+        # KV store: APPEND from the controller (KVAPP); its STREAM_K output is not used by
+        # the ISA (matqk reads the K records), so o_mcmd stays unconnected (never offered).
+        connect(m, kv.bus, arb.i[4])
+        connect(m, ctrl.o_kv, kv.i_cmd)
+        m.d.comb += [
+            kv.layout.eq(self.kv_layout),
+            self.kv_capacity.eq(kv.capacity),
+            ctrl.kv_busy.eq(kv.busy),
+            ctrl.kv_error.eq(kv.error),
+            ctrl.kv_error_code.eq(kv.error_code),
+            ctrl.kv_k_words.eq(kv.k_row_words),
+            ctrl.kv_v_words.eq(kv.v_row_words),
+        ]
+
         # ---- performance counters ---------------------------------------------------------
         perf = [Signal(32, name=f"perf_{k.name.lower()}") for k in PerfIndex]
         running = ctrl.status.state.as_value().matches(1, 2)   # RUNNING, WAITING
         rw_read = arb.o.en & arb.o.ready & ~arb.o.we
         rw_write = arb.o.en & arb.o.ready & arb.o.we
         written = sum(Mux(rw_write, arb.o.wmask[b], 0) for b in range(W))
-        tile_stall = Cat(*(i.en & ~i.ready for i in (ctrl.bus, wb.bus, vec.bus))).any()
+        tile_stall = Cat(*(i.en & ~i.ready for i in (ctrl.bus, wb.bus, vec.bus, kv.bus))).any()
         inc = {
             PerfIndex.CYCLES: running,
             PerfIndex.INSTRUCTIONS: ctrl.retired,
@@ -144,6 +172,7 @@ class TileCore(wiring.Component):
             PerfIndex.BYTES_READ: Mux(mx.bus.en, W, 0) + Mux(rw_read, W, 0),
             PerfIndex.BYTES_WRITTEN: written,
             PerfIndex.MATRIX_CYCLES: ctrl.matrix_active,
+            PerfIndex.KV_CYCLES: kv.busy,
         }
         for k in PerfIndex:
             with m.If(rst):
@@ -211,6 +240,7 @@ class Tile(wiring.Component):
         connect(m, core.o_net, ni.i_cmd)
         connect(m, ni.o_cmd_done, core.i_net_done)
         connect(m, core.o_wait, ni.i_wait)
+        m.d.comb += [core.kv_layout.eq(ni.kv_layout), ni.i_kv_capacity.eq(core.kv_capacity)]
         m.d.comb += [
             core.soft_reset.eq(ni.o_reset),
             ni.i_status.eq(core.status),

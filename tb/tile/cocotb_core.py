@@ -20,6 +20,7 @@ from tbcore import CORE_CONFIGS, CoreBench
 
 from chipotle.isa import assemble
 from chipotle.isa.core import ErrorCode, Instr, Len, Opcode, encode
+from chipotle.isa.kv import KvLayout
 
 CFG = CORE_CONFIGS[os.environ.get("TILE_CONFIG", "core_small")]
 SEED = int(os.environ.get("SEED", "1"))
@@ -355,4 +356,90 @@ async def wait_send_done(dut):
         send  0x600, 0x100, {W}, (0, 0), 5  ; left un-waited: counter 5 holds 1
         halt
     """, bumps=(1, 1))
+    _dump(tb)
+
+
+def _kv_layout(*, max_pos=5, base=None):
+    """The bench's KV layout: 2 layers x 3 KV heads, head_size 12 (not a multiple of W),
+    in the last quarter of the SRAM (unless `base` says otherwise)."""
+    words = CFG.sram_words
+    return KvLayout(n_layers=2, n_kv_heads=3, head_size=12, max_pos=max_pos,
+                    base=words * 3 // 4 if base is None else base, word_bytes=W, k_header=True)
+
+
+@cocotb.test()
+async def kv_append(dut):
+    """KVAPP against the simulator: every (layer, head) at every position from register
+    operands, scattered appends, refusals (position at and past capacity, layer, head, slot
+    and position beyond 16 bits, source alignment and range, no layout, a layout past the
+    SRAM) writing nothing; the KV capacity port."""
+    tb = await _bench(dut)
+    L = _kv_layout()
+    await tb.set_kv_layout(L)
+    assert int(dut.kv_capacity.value) == L.max_pos
+    krec, vrow = W * L.k_row_words, W * L.v_row_words
+    await tb.check_program("kv every slot and position", f"""
+        .equ KSRC, 0x200
+        .equ VSRC, 0x800
+        li    r1, 0                         ; position
+        loop  {L.max_pos}, e_pos
+        li    r2, 0                         ; slot = layer << 8 | head
+        loop  {L.n_layers}, e_layer
+        loop  {L.n_kv_heads}, e_head
+        kvapp r2, r5+KSRC, r6+VSRC, r1
+        add   r2, r2+1, 0
+        add   r5, r5+{krec}, 0
+        add   r6, r6+{vrow}, 0
+    e_head:
+        add   r2, r2+{256 - L.n_kv_heads}, 0  ; next layer, head 0
+    e_layer:
+        add   r1, r1+1, 0
+    e_pos:
+        halt
+    """)
+    last = L.max_pos - 1
+    await tb.check_program("kv scattered", f"""
+        kvapp {1 << 8 | 2}, 0x100, 0x180, {last}
+        kvapp 0, {SIZE - krec:#x}, {SIZE - vrow:#x}, 0      ; sources at the SRAM end
+        kvapp {1 << 8}, 0x100, 0x100, 2                     ; K and V from one buffer
+        li    r3, {W * L.k_row(0, 1, 3):#x}                 ; a source inside the cache
+        kvapp 2, r3, r3, 1
+        kvapp {1 << 8 | 2}, 0x300, 0x380, {last}            ; overwrite
+        done  0x4b
+        halt
+    """)
+    cases = [
+        (f"kvapp 0, 0x100, 0x180, {L.max_pos}", ErrorCode.KV_RANGE),
+        (f"li r1, 0x10000\nkvapp 0, 0x100, 0x180, r1", ErrorCode.KV_RANGE),
+        (f"kvapp {L.n_layers << 8}, 0x100, 0x180, 0", ErrorCode.KV_RANGE),
+        (f"kvapp {L.n_kv_heads}, 0x100, 0x180, 0", ErrorCode.KV_RANGE),
+        ("li r1, 0x10000\nkvapp r1, 0x100, 0x180, 0", ErrorCode.KV_RANGE),
+        (f"kvapp 0, {0x100 + W // 2:#x}, 0x180, 0", ErrorCode.ALIGN),
+        (f"kvapp 0, 0x100, {0x180 + 4:#x}, 0", ErrorCode.ALIGN),
+        (f"kvapp 0, {SIZE - krec + W:#x}, 0x180, 0", ErrorCode.SRAM_RANGE),
+        (f"kvapp 0, 0x100, {SIZE - vrow + W:#x}, 0", ErrorCode.SRAM_RANGE),
+        (f"li r1, {2 ** 32 - W:#x}\nkvapp 0, 0x100, r1, 0", ErrorCode.SRAM_RANGE),
+        (f"kvapp 0, {0x100 + W // 2:#x}, 0x180, {L.max_pos}", ErrorCode.ALIGN),   # order
+        (f"kvapp {L.n_layers << 8}, {SIZE:#x}, 0x180, 0", ErrorCode.SRAM_RANGE),  # order
+    ]
+    for prog, code in cases:
+        # an accepted append first, so that the refused one follows real work
+        await tb.check_program(prog.splitlines()[-1],
+                               "kvapp 0, 0x200, 0x280, 1\n" + prog + "\nst 0x10, r1\nhalt",
+                               expect=code)
+    # no layout: capacity 0, every append refused; a layout reaching past the SRAM: the same
+    await tb.set_kv_layout(None)
+    assert int(dut.kv_capacity.value) == 0
+    await tb.check_program("kv no layout", "kvapp 0, 0x100, 0x180, 0\nhalt",
+                           expect=ErrorCode.KV_RANGE)
+    big = _kv_layout(max_pos=CFG.sram_words // (L.k_row_words + L.v_row_words) // 6 + 1,
+                     base=0)
+    await tb.set_kv_layout(big)
+    assert big.end > CFG.sram_words and int(dut.kv_capacity.value) == 0
+    await tb.check_program("kv layout past the SRAM", "kvapp 0, 0x100, 0x180, 0\nhalt",
+                           expect=ErrorCode.KV_RANGE)
+    # moved: the same program appends elsewhere
+    await tb.set_kv_layout(_kv_layout(base=CFG.sram_words // 2 + 3))
+    await tb.check_program("kv moved", f"kvapp {1 << 8 | 1}, 0x100, 0x180, 4\nhalt")
+    await tb.set_kv_layout(None)
     _dump(tb)

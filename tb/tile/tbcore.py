@@ -31,6 +31,7 @@ from tbtile import SramMaster
 
 from chipotle.hw.tile.controller import ControllerState, PerfIndex
 from chipotle.hw.tile.datapath import TileConfig
+from chipotle.hw.tile.kvstore import KvParams
 from chipotle.hw.tile.netif import NetCommand, NetOp
 from chipotle.isa import assemble
 from chipotle.isa.core import ErrorCode
@@ -41,7 +42,8 @@ __all__ = ["CORE_CONFIGS", "SIM_CORE_CONFIGS", "LAYER_CONFIG", "MESH_CONFIGS", "
 
 CLOCK_NS = 10
 
-#: Bench configurations of ``TileCore`` (no KV store: the ISA does not use it).
+#: Bench configurations of ``TileCore`` (``kv=None``: the tile's KV layout is set at run time,
+#: ``CoreBench.kv_layout``).
 CORE_CONFIGS = {
     # product-size matrix unit (K up to 512); 16 KiB of SRAM keeps the whole-SRAM
     # read-back after every program short
@@ -189,6 +191,10 @@ class CoreBench:
         dut.i_imem__valid.value = 0
         dut.i_start__valid.value = 0
         dut.soft_reset.value = 0
+        dut.kv_layout.value = 0
+        #: The KV layout the bench drives on ``kv_layout`` (the host's KV registers) and
+        #: gives the reference; None: all registers 0.
+        self.kv_layout = None
         self.log = dut._log
         self.results = []
         self.background = self.np_rng.integers(0, 256, cfg.sram_bytes, dtype=np.uint8)
@@ -250,6 +256,14 @@ class CoreBench:
         got = await self.sram.read(0, self.cfg.sram_words)
         return np.frombuffer(b"".join(w.to_bytes(W, "little") for w, _ in got), np.uint8)
 
+    async def set_kv_layout(self, layout):
+        """Drive ``kv_layout`` with `layout` (a ``KvLayout``, or None for all zeros) and wait
+        until the KV store's capacity has settled."""
+        self.kv_layout = layout
+        self.dut.kv_layout.value = 0 if layout is None else \
+            KvParams.from_layout(layout).as_bits()
+        await ClockCycles(self.dut.clk, 5)
+
     async def start_at(self, pc):
         dut = self.dut
         dut.i_start__payload.value = pc
@@ -287,6 +301,7 @@ class CoreBench:
         if image is None:
             image = self.image()
         ref = IsaSim(1, 1, self.isa)
+        ref.set_kv_layout((0, 0), self.kv_layout)
         ref.write((0, 0), 0, image)
         ref.load_program((0, 0), words)
         for c in bumps:
@@ -329,6 +344,9 @@ class CoreBench:
         ref_codes = [e.code for e in ref.events]
         if self.net.done_codes != ref_codes:
             msg.append(f"DONE codes {self.net.done_codes}, reference {ref_codes}")
+        capacity = int(self.dut.kv_capacity.value)
+        if capacity != rt.kv_capacity:
+            msg.append(f"KV capacity {capacity}, reference {rt.kv_capacity}")
         instr = self.perf(PerfIndex.INSTRUCTIONS)
         if instr != rt.perf.instructions:
             msg.append(f"{instr} instructions retired, reference {rt.perf.instructions}")
