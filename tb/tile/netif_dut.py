@@ -19,7 +19,7 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out, connect, flipped
 
 from chipotle.hw.noc import Mesh, NocConfig
-from chipotle.hw.tile import Sram
+from chipotle.hw.tile import KvParams, Sram
 from chipotle.hw.tile.netif import (
     ImemWrite,
     NetCommand,
@@ -72,11 +72,14 @@ class NetifUnit(wiring.Component):
             "o_imem": Out(stream.Signature(ImemWrite)),
             "counters": Out(cfg.counter_width).array(cfg.n_counters),
             "errors": Out(8),
+            "kv_layout": Out(KvParams),
+            "i_kv_capacity": In(16),
         })
 
     def elaborate(self, platform):
         m = Module()
         ni = _tile(m, "0", self._cfg, 0, self._banks)
+        m.d.comb += [self.kv_layout.eq(ni.kv_layout), ni.i_kv_capacity.eq(self.i_kv_capacity)]
         for name in ("i_noc", "i_cmd", "i_wait"):
             connect(m, flipped(getattr(self, name)), getattr(ni, name))
         for name in ("o_noc", "o_cmd_done", "o_start", "o_imem"):

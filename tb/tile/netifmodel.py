@@ -30,7 +30,8 @@ from chipotle.driver.hostlink import (  # noqa: F401  (re-exported for the bench
     start,
 )
 from chipotle.hw.noc import HOST, Head, NocConfig, Packet, PacketType
-from chipotle.hw.tile.netif import COUNTER_BASE, IMEM_BASE, NetError, NetifConfig, Reg
+from chipotle.hw.tile.kvstore import KvParams
+from chipotle.hw.tile.netif import COUNTER_BASE, IMEM_BASE, KV_REGS, NetError, NetifConfig, Reg
 from chipotle.isa import ErrorCode
 
 __all__ = ["sram_write", "sram_read", "reg_read", "control", "counter_add", "imem_write",
@@ -102,6 +103,8 @@ class TileRef:
     starts: list = field(default_factory=list)
     resets: int = 0
     extra: dict = field(default_factory=dict)     # values of registers the model cannot know
+    kv: list = field(default_factory=lambda: [0] * len(KV_REGS))   # KV layout registers
+    kv_capacity: int = 0                          # i_kv_capacity (the KV store's)
 
     def __post_init__(self):
         self.sram = [0] * self.ni.sram_words
@@ -131,6 +134,8 @@ class TileRef:
             Reg.STATUS: self.status,
             Reg.ERRORS: self.errors,
             Reg.ERROR_COUNT: self.error_count,
+            Reg.KV_CAPACITY: self.kv_capacity,
+            **dict(zip(KV_REGS, self.kv, strict=True)),
         }
         if reg in self.extra:
             return self.extra[reg]
@@ -204,6 +209,10 @@ class TileRef:
                         self.errors = self.error_count = 0
                 elif COUNTER_BASE <= reg < COUNTER_BASE + ni.n_counters:
                     self.bump(reg - COUNTER_BASE, v & ((1 << ni.counter_width) - 1))
+                elif reg in KV_REGS:
+                    k = KV_REGS.index(reg)
+                    width = list(KvParams.as_shape())[k][1].width
+                    self.kv[k] = v & ((1 << width) - 1)
                 else:
                     self.flag(NetError.BAD_REG)
             return []

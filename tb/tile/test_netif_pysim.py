@@ -226,3 +226,32 @@ def test_send_packetisation(rect):
     assert got[-1].head.type == PacketType.CONTROL and got[-1].head.addr == Reg.DOORBELL
     assert got[-1].payload == (0xBEEF,)
     assert (got[-1].head.x0, got[-1].head.y0) == NOC.host
+
+
+def test_kv_registers():
+    """KV layout registers: written by one CONTROL packet (values wider than a field are
+    truncated), driven on ``kv_layout``, read back with ``KV_CAPACITY`` (``i_kv_capacity``);
+    a write to ``KV_CAPACITY`` is refused (``BAD_REG``); a RESET keeps them."""
+    ref = TileRef(CFG, perf=[perf_value(0, k) for k in range(2)], status=status_value(0))
+    values = [0x1_2345, 0x3FF, 5, 0xABCDE, 300]        # base and layers and head_size overflow
+    pkts = [control(ME, Reg.KV_BASE, values, NOC), reset(ME, 0b001, NOC),
+            reg_read(ME, Reg.KV_BASE, 6, 0x50, NOC)]
+    ref.kv_capacity = 77
+    expect = [r for p in pkts for r in ref.receive(p)]
+    assert ref.kv == [0x2345, 0x1FF, 5, 0xBCDE, 300]
+
+    async def bench(ctx, dut, send, command, settle, got, rec, wait):
+        ctx.set(dut.i_kv_capacity, 77)
+        for p in pkts:
+            await send(ctx, p)
+        await settle(ctx, 100)
+        lay = ctx.get(dut.kv_layout)
+        assert [int(lay.base), int(lay.n_layers), int(lay.n_kv_heads), int(lay.head_size),
+                int(lay.max_pos)] == ref.kv
+        assert ctx.get(dut.errors) == 0
+        await send(ctx, control(ME, Reg.KV_CAPACITY, [1], NOC))
+        await settle(ctx, 3)
+        assert ctx.get(dut.errors) == NetError.BAD_REG
+
+    got = _run(bench)
+    assert got == expect
