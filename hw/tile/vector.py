@@ -125,6 +125,9 @@ class _Red(enum.Enum, shape=unsigned(2)):
 # Passes of a command: a prologue reading one parameter word, then up to three passes.
 _PRO, _P1, _P2, _P3 = 0, 1, 2, 3
 
+#: Result slots between the lanes and the SRAM write port (chunks of a writing pass in flight).
+_SLOTS = 2
+
 _DTYPES_SIGNED_BITS = {Dtype.I8: 8, Dtype.I16: 16, Dtype.I32: 32, Dtype.I64: 64}
 _DTYPES_UNSIGNED_BITS = {Dtype.U8: 8, Dtype.U16: 16, Dtype.U32: 32}
 
@@ -281,7 +284,6 @@ class VectorUnit(wiring.Component):
         mu = Signal(16)
         cyc = Signal(32)
         busflag = Signal()
-        wfinal = Signal()           # the write is a reduction's single result
 
         # -- per (op, pass) control ----------------------------------------------------------
         use_x = Signal()
@@ -379,16 +381,29 @@ class VectorUnit(wiring.Component):
         fx, ox, nx = span(ax, Mux(use_x, cnt << xk, 0))
         fy, oy, ny = span(ay, Mux(use_y, ycnt << yk, 0))
         fz, oz, nz = span(az, Mux(use_z, (cnt >> 1) << 1, 0))
+        # WSUM reads a word of p once per W / 2 positions: the word last read stays in
+        # bufs[1][0] (nothing else writes that buffer during WSUM).
+        pc_valid = Signal()
+        pc_addr = Signal(len(fy))
+        p_cached = (op == Opcode.WSUM) & pc_valid & (pc_addr == fy)
         nwx, nwy, nwz = (Signal(range(NW + 1), name=nm) for nm in ("nwx", "nwy", "nwz"))
-        m.d.comb += [nwx.eq(nx), nwy.eq(ny), nwz.eq(nz)]
+        m.d.comb += [nwx.eq(nx), nwy.eq(Mux(p_cached, 0, ny)), nwz.eq(nz)]
 
-        # -- read sequencer ------------------------------------------------------------------
+        # -- stream engine: read side ----------------------------------------------------------
+        # The geometry registers (i, ih, t, j0, ax, ay, az, ad) describe the chunk being read.
+        # Its words are issued one per granted cycle (x words, then y, then z); with the last
+        # one its extraction offsets and write geometry move to pm_*, land with the word
+        # (fm_*, `fire` the cycle after, when the buffers hold the whole chunk) and follow it
+        # down the lane pipeline (v[k], m_*[k]).  Reads of the next chunk go on meanwhile: a
+        # word issued after a chunk's last one lands at the end of that chunk's fire cycle at
+        # the earliest, so the buffers need no second copy.
         bufs = [[Signal(8 * W, name=f"buf{s}_{j}") for j in range(NW)] for s in "xyz"]
         rq = Signal(range(3 * NW + 1))
+        rd_done = Signal()          # every chunk of the pass has been issued
         pend = Signal()
         pend_sel = Signal(2)
         pend_j = Signal(range(NW))
-        r_issue = Signal()
+        pend_last = Signal()
         r_sel = Signal(2)
         r_j = Signal(range(3 * NW + 1))
         r_addr = Signal(ADDR_WIDTH + 1)
@@ -399,16 +414,35 @@ class VectorUnit(wiring.Component):
         with m.Else():
             m.d.comb += [r_sel.eq(2), r_j.eq(rq - nwx - nwy), r_addr.eq(fz + rq - nwx - nwy)]
         r_total = nwx + nwy + nwz
+        r_last = rq + 1 == r_total
 
-        m.d.sync += pend.eq(0)
+        def meta(prefix):
+            return (Signal(wb, name=f"{prefix}_ox"), Signal(wb, name=f"{prefix}_oy"),
+                    Signal(wb, name=f"{prefix}_oz"), Signal(range(V + 1), name=f"{prefix}_cnt"),
+                    Signal(32, name=f"{prefix}_i"), Signal(33, name=f"{prefix}_ad"))
+        pm = meta("pm")
+        fm = meta("fm")
+        fire = Signal()
+        vpipe = [Signal(name=f"v{k}") for k in range(1, 5)]
+        mpipe = [(Signal(range(V + 1), name=f"m{k}_cnt"), Signal(32, name=f"m{k}_i"),
+                  Signal(33, name=f"m{k}_ad")) for k in range(1, 5)]
+        m.d.sync += [pend.eq(0), fire.eq(pend & pend_last), vpipe[0].eq(fire)]
+        m.d.sync += [vpipe[k].eq(vpipe[k - 1]) for k in range(1, 4)]
+        m.d.sync += [a.eq(b) for a, b in zip(mpipe[0], fm[3:])]
+        for k in range(1, 4):
+            m.d.sync += [a.eq(b) for a, b in zip(mpipe[k], mpipe[k - 1])]
         with m.If(pend):
             with m.Switch(Cat(pend_j, pend_sel)):
-                for s in range(3):
+                for s_ in range(3):
                     for j in range(NW):
-                        with m.Case(j | (s << len(pend_j))):
-                            m.d.sync += bufs[s][j].eq(self.bus.rdata)
+                        with m.Case(j | (s_ << len(pend_j))):
+                            m.d.sync += bufs[s_][j].eq(self.bus.rdata)
+            with m.If(pend_last):
+                m.d.sync += [a.eq(b) for a, b in zip(fm, pm)]
         with m.If(self.bus.error):
             m.d.sync += busflag.eq(1)
+        v4 = vpipe[3]
+        m4_cnt, m4_i, m4_ad = mpipe[3]
 
         # -- element extraction ---------------------------------------------------------------
         def extract(words, off, k, sgn, count, prefix):
@@ -429,9 +463,9 @@ class VectorUnit(wiring.Component):
                 out.append(e)
             return sh, out
 
-        sh_x, xe = extract(bufs[0], ox, xk, xs, V, "xe")
-        _, ye = extract(bufs[1], oy, yk, ys, V, "ye")
-        _, ze = extract(bufs[2], oz, Const(1, 2), Const(1), V // 2, "ze")
+        sh_x, xe = extract(bufs[0], fm[0], xk, xs, V, "xe")
+        _, ye = extract(bufs[1], fm[1], yk, ys, V, "ye")
+        _, ze = extract(bufs[2], fm[2], Const(1, 2), Const(1), V // 2, "ze")
 
         # -- lanes ---------------------------------------------------------------------------
         # Saturation limits of td (shared by the lanes and the final reduction result).
@@ -550,10 +584,10 @@ class VectorUnit(wiring.Component):
             m.d.comb += v.eq(Mux((red == _Red.MAXABS) & (s4_q[lane] < 0), -s4_q[lane], s4_q[lane]))
             rvals.append(v)
         rsum = Signal(signed(48))
-        m.d.comb += rsum.eq(sum(Mux(cnt > lane, rvals[lane], 0) for lane in range(V)))
+        m.d.comb += rsum.eq(sum(Mux(m4_cnt > lane, rvals[lane], 0) for lane in range(V)))
         best, bidx = rvals[0], Const(0, range(V))
         for lane in range(1, V):
-            take = (cnt > lane) & (rvals[lane] > best)
+            take = (m4_cnt > lane) & (rvals[lane] > best)
             best = Mux(take, rvals[lane], best)
             bidx = Mux(take, lane, bidx)
         rbest = Signal(signed(41))
@@ -561,7 +595,11 @@ class VectorUnit(wiring.Component):
         m.d.comb += [rbest.eq(best), rbidx.eq(bidx)]
 
         # -- write packing --------------------------------------------------------------------
-        wcnt = Mux(wfinal, 1, cnt)
+        # A result is pushed into a slot: a chunk's lanes at v4 (wr, or tw: table entries),
+        # a WSUM column's accumulators, or a reduction's single result (wfinal).
+        wfinal = Signal()
+        wcnt = Mux(wfinal, 1, Mux(op == Opcode.WSUM, cnt, m4_cnt))
+        wad = Mux(wfinal, cmd.d, Mux(op == Opcode.WSUM, ad, m4_ad))
         final_v = Signal(64)
         m.d.comb += final_v.eq(saturate(Mux(op == Opcode.ARGMAX, accidx, acc)))
         lane_v = []
@@ -584,12 +622,109 @@ class VectorUnit(wiring.Component):
                                        for lane in range(V)))),
                     ]
         wbytes = wcnt << td_k
-        fd, od, nd = span(ad, wbytes)
+        fd, od, nd = span(wad, wbytes)
         wdat = Signal(8 * W * NWD)
         wmsk = Signal(W * NWD)
         m.d.comb += [wdat.eq(packed << (od << 3)), wmsk.eq(pmask << od)]
-        wq = Signal(range(NWD + 1))
-        tq = Signal(range(V + 1))
+
+        # -- result slots and the write side ---------------------------------------------------
+        # _SLOTS results wait for the SRAM port (or the table write port); writes have the
+        # port's priority over reads.  A writing pass (wr, tw) starts reading a chunk only
+        # while fewer than _SLOTS of its chunks are between first read and last write
+        # (credits), so the lanes, which never stall, always find a free slot.
+        NS = _SLOTS
+        SN = max(NWD, V)
+        sl_dat = [Signal(8 * W * NWD, name=f"sl{k}_dat") for k in range(NS)]
+        sl_msk = [Signal(W * NWD, name=f"sl{k}_msk") for k in range(NS)]
+        sl_addr = [Signal(33, name=f"sl{k}_addr") for k in range(NS)]
+        sl_n = [Signal(range(SN + 1), name=f"sl{k}_n") for k in range(NS)]
+        s_head = Signal(range(NS))
+        s_tail = Signal(range(NS))
+        s_count = Signal(range(NS + 1))
+        cred = Signal(range(NS + 1))
+        push = Signal()
+        pop = Signal()
+        credit_in = Signal()
+        with m.If(push):
+            with m.Switch(s_tail):
+                for k in range(NS):
+                    with m.Case(k):
+                        with m.If(tw):
+                            m.d.sync += [sl_dat[k].eq(Cat(*(v[:16] for v in s4_q))),
+                                         sl_addr[k].eq(m4_i), sl_n[k].eq(m4_cnt)]
+                        with m.Else():
+                            m.d.sync += [sl_dat[k].eq(wdat), sl_msk[k].eq(wmsk),
+                                         sl_addr[k].eq(fd), sl_n[k].eq(nd)]
+            m.d.sync += s_tail.eq(Mux(s_tail == NS - 1, 0, s_tail + 1))
+        with m.If(pop):
+            m.d.sync += s_head.eq(Mux(s_head == NS - 1, 0, s_head + 1))
+        m.d.sync += [s_count.eq(s_count + push - pop),
+                     cred.eq(cred + credit_in - (pop & (wr | tw)))]
+        h_dat = Array(sl_dat)[s_head]
+        h_msk = Array(sl_msk)[s_head]
+        h_addr = Array(sl_addr)[s_head]
+        h_n = Array(sl_n)[s_head]
+        wq = Signal(range(SN + 1))
+        w_go = (s_count != 0) & ~tw
+        w_last = wq + 1 == h_n
+        with m.If((s_count != 0) & tw):
+            for tid in TableId:
+                wp = tab_wp[tid]
+                m.d.comb += [wp.addr.eq(h_addr + wq), wp.data.eq(h_dat.word_select(wq, 16)),
+                             wp.en.eq(cmd.c == tid.value)]
+            m.d.sync += wq.eq(wq + 1)
+            with m.If(w_last):
+                m.d.sync += wq.eq(0)
+                m.d.comb += pop.eq(1)
+
+        def advance_r():
+            """Step the read side to the next chunk of the pass, or mark the pass read."""
+            with m.If(ps == _PRO):
+                m.d.sync += rd_done.eq(1)
+            with m.Elif(op == Opcode.WSUM):
+                with m.If(t + 1 == nn):
+                    m.d.sync += rd_done.eq(1)
+                with m.Else():
+                    m.d.sync += [t.eq(t + 1), ax.eq(ax + cmd.c), ay.eq(ay + 2)]
+            with m.Elif(i + cnt >= nn):
+                m.d.sync += rd_done.eq(1)
+            with m.Else():
+                m.d.sync += [i.eq(i + cnt), ax.eq(ax + (cnt << xk)),
+                             ay.eq(ay + (ycnt << yk)), az.eq(az + cnt),
+                             ad.eq(ad + (cnt << td_k))]
+                with m.If(op == Opcode.ROPE):
+                    with m.If(ih + cnt == cmd.imm):
+                        m.d.sync += [ih.eq(0), ay.eq(cmd.b), az.eq(cmd.b + cmd.imm)]
+                    with m.Else():
+                        m.d.sync += ih.eq(ih + cnt)
+
+        # -- the SRAM port: the write side first, else the read side ---------------------------
+        in_stream = Signal()
+        rd_want = Signal()
+        m.d.comb += rd_want.eq(in_stream & ~rd_done & ((rq != 0) | ~(wr | tw) | (cred < NS)))
+        with m.If(w_go):
+            m.d.comb += [
+                self.bus.en.eq(1), self.bus.we.eq(1), self.bus.addr.eq(h_addr + wq),
+                self.bus.wdata.eq(h_dat.word_select(wq, 8 * W)),
+                self.bus.wmask.eq(h_msk.word_select(wq, W)),
+            ]
+            with m.If(self.bus.ready):
+                m.d.sync += wq.eq(wq + 1)
+                with m.If(w_last):
+                    m.d.sync += wq.eq(0)
+                    m.d.comb += pop.eq(1)
+        with m.Elif(rd_want):
+            m.d.comb += [self.bus.en.eq(1), self.bus.addr.eq(r_addr)]
+            with m.If(self.bus.ready):
+                m.d.sync += [rq.eq(rq + 1), pend.eq(1), pend_sel.eq(r_sel), pend_j.eq(r_j),
+                             pend_last.eq(r_last)]
+                m.d.comb += credit_in.eq((rq == 0) & (wr | tw))
+                with m.If(r_sel == 1):
+                    m.d.sync += [pc_valid.eq(1), pc_addr.eq(fy)]
+                with m.If(r_last):
+                    m.d.sync += [rq.eq(0), pm[0].eq(ox), pm[1].eq(oy), pm[2].eq(oz),
+                                 pm[3].eq(cnt), pm[4].eq(i), pm[5].eq(ad)]
+                    advance_r()
 
         # -- checks --------------------------------------------------------------------------
         n = cmd.n
@@ -675,7 +810,7 @@ class VectorUnit(wiring.Component):
         def start_pass(p):
             """Set up the addresses and accumulators of pass ``p`` (sync statements)."""
             m.d.sync += [ps.eq(p), i.eq(0), ih.eq(0), t.eq(0), j0.eq(0), acc.eq(0),
-                         accidx.eq(0), first.eq(1), wfinal.eq(0),
+                         accidx.eq(0), first.eq(1), rd_done.eq(0), pc_valid.eq(0),
                          ay.eq(cmd.b), az.eq(cmd.b + cmd.imm), ad.eq(cmd.d)]
             m.d.sync += [w.eq(0) for w in wacc]
             if p == _PRO:
@@ -698,8 +833,7 @@ class VectorUnit(wiring.Component):
             with m.Switch(op):
                 with m.Case(Opcode.RSUM, Opcode.RSUMSQ, Opcode.RMAX, Opcode.RMAXABS,
                             Opcode.ARGMAX):
-                    m.d.sync += [wfinal.eq(1), ad.eq(cmd.d)]
-                    m.next = "Write"
+                    m.next = "Final"
                 with m.Case(Opcode.RMSNORM):
                     with m.If(ps == _P1):
                         m.next = "Rsqrt-Sum"
@@ -713,7 +847,7 @@ class VectorUnit(wiring.Component):
                 with m.Case(Opcode.SOFTMAX):
                     with m.If(ps == _P1):
                         start_pass(_P2)
-                        m.next = "Read"
+                        m.next = "Stream"
                     with m.Elif(ps == _P2):
                         m.next = "Recip-Index"
                     with m.Else():
@@ -723,27 +857,6 @@ class VectorUnit(wiring.Component):
                     finish()
                 with m.Default():
                     finish()
-
-        def advance():
-            """Step to the next chunk of the pass, or end it."""
-            with m.If(op == Opcode.WSUM):
-                with m.If(t + 1 == nn):
-                    m.next = "Write"
-                with m.Else():
-                    m.d.sync += [t.eq(t + 1), ax.eq(ax + cmd.c), ay.eq(ay + 2)]
-                    m.next = "Read"
-            with m.Elif(i + cnt >= nn):
-                end_of_pass()
-            with m.Else():
-                m.d.sync += [i.eq(i + cnt), ax.eq(ax + (cnt << xk)),
-                             ay.eq(ay + (ycnt << yk)), az.eq(az + cnt),
-                             ad.eq(ad + (cnt << td_k))]
-                with m.If(op == Opcode.ROPE):
-                    with m.If(ih + cnt == cmd.imm):
-                        m.d.sync += [ih.eq(0), ay.eq(cmd.b), az.eq(cmd.b + cmd.imm)]
-                    with m.Else():
-                        m.d.sync += ih.eq(ih + cnt)
-                m.next = "Read"
 
         # RMSNorm: ss = sum + eps; k = lod(ss) // 2; r = RSQRT[top 10 bits of ss - 256]
         ss_b = _lod(m, ss.as_unsigned(), "ss_lod")
@@ -768,7 +881,6 @@ class VectorUnit(wiring.Component):
         z_i = Signal(56)
         m.d.comb += z_i.eq(Mux(z_b >= 8, z_u >> (z_b - 8)[:6], z_u << (8 - z_b)[:4]))
         m.d.comb += rcp_rp.addr.eq(Mux(z_i < 256, 0, z_i - 256))
-        ccount = Signal(2)
         m.d.comb += self.busy.eq(1)
         with m.FSM():
             with m.State("Idle"):
@@ -812,83 +924,43 @@ class VectorUnit(wiring.Component):
                         start_pass(_PRO)
                     with m.Else():
                         start_pass(_P1)
-                    m.next = "Read"
+                    m.next = "Stream"
 
-            with m.State("Read"):
-                m.d.comb += r_issue.eq(rq < r_total)
-                m.d.comb += [self.bus.en.eq(r_issue), self.bus.addr.eq(r_addr)]
-                with m.If(r_issue & self.bus.ready):
-                    m.d.sync += [rq.eq(rq + 1), pend.eq(1), pend_sel.eq(r_sel),
-                                 pend_j.eq(r_j)]
-                with m.If(~r_issue):
-                    m.d.sync += [rq.eq(0), ccount.eq(0)]
-                    m.next = "Compute"
-
-            with m.State("Compute"):
-                m.d.sync += ccount.eq(ccount + 1)
-                with m.If(ccount == 3):
-                    m.next = "Sink"
-
-            with m.State("Sink"):
-                with m.If(ps == _PRO):
-                    with m.If(op == Opcode.REQM):
-                        s_raw = sh_x[16:32]
-                        m.d.sync += [mult.eq(sh_x[:16]), shamt.eq(Mux(s_raw > 62, 62, s_raw))]
-                    with m.Else():
-                        m.d.sync += eps.eq(sh_x[:64])
-                    start_pass(_P1)
-                    m.next = "Read"
-                with m.Else():
-                    with m.Switch(red):
-                        with m.Case(_Red.SUM):
-                            m.d.sync += acc.eq(acc + rsum)
-                        with m.Case(_Red.MAX, _Red.MAXABS):
-                            with m.If(first | (rbest > acc)):
-                                # (smax: softmax's maximum, used by its pass 2)
-                                m.d.sync += [acc.eq(rbest), accidx.eq(i + rbidx), smax.eq(rbest)]
-                    m.d.sync += first.eq(0)
-                    with m.If(op == Opcode.WSUM):
-                        m.d.sync += [w.eq(w + s4_q[lane][:32]) for lane, w in enumerate(wacc)]
-                    with m.If(wr):
-                        m.next = "Write"
-                    with m.Elif(tw):
-                        m.next = "Table-Write"
-                    with m.Else():
-                        advance()
-
-            with m.State("Write"):
-                m.d.comb += [
-                    self.bus.en.eq(1), self.bus.we.eq(1), self.bus.addr.eq(fd + wq),
-                    self.bus.wdata.eq(wdat.word_select(wq, 8 * W)),
-                    self.bus.wmask.eq(wmsk.word_select(wq, W)),
-                ]
-                with m.If(self.bus.ready):
-                    m.d.sync += wq.eq(wq + 1)
-                    with m.If(wq + 1 == nd):
-                        m.d.sync += wq.eq(0)
-                        with m.If(wfinal):
-                            finish()
-                        with m.Elif(op == Opcode.WSUM):
+            with m.State("Stream"):
+                m.d.comb += in_stream.eq(1)
+                drained = rd_done & ~pend & ~fire & ~Cat(*vpipe).any()
+                with m.If(drained):
+                    with m.If(ps == _PRO):
+                        with m.If(op == Opcode.REQM):
+                            s_raw = sh_x[16:32]
+                            m.d.sync += [mult.eq(sh_x[:16]),
+                                         shamt.eq(Mux(s_raw > 62, 62, s_raw))]
+                        with m.Else():
+                            m.d.sync += eps.eq(sh_x[:64])
+                        start_pass(_P1)
+                    with m.Elif(op == Opcode.WSUM):
+                        # a column chunk is summed: queue its write, start the next one
+                        with m.If(s_count < NS):
+                            m.d.comb += push.eq(1)
                             with m.If(j0 + cnt >= cmd.imm):
-                                finish()
+                                m.next = "Flush"
                             with m.Else():
                                 m.d.sync += [j0.eq(j0 + V), t.eq(0), ax.eq(cmd.b + j0 + V),
-                                             ay.eq(cmd.a), ad.eq(ad + (V << 2))]
+                                             ay.eq(cmd.a), ad.eq(ad + (V << 2)),
+                                             rd_done.eq(0), pc_valid.eq(0)]
                                 m.d.sync += [w.eq(0) for w in wacc]
-                                m.next = "Read"
-                        with m.Else():
-                            advance()
+                    with m.Elif(s_count == 0):
+                        end_of_pass()
 
-            with m.State("Table-Write"):
-                entry = Array(s4_q)[tq][:16]
-                for tid in TableId:
-                    wp = tab_wp[tid]
-                    m.d.comb += [wp.addr.eq(i + tq), wp.data.eq(entry),
-                                 wp.en.eq(cmd.c == tid.value)]
-                m.d.sync += tq.eq(tq + 1)
-                with m.If(tq + 1 == cnt):
-                    m.d.sync += tq.eq(0)
-                    advance()
+            with m.State("Final"):
+                m.d.comb += wfinal.eq(1)
+                with m.If(s_count < NS):
+                    m.d.comb += push.eq(1)
+                    m.next = "Flush"
+
+            with m.State("Flush"):
+                with m.If(s_count == 0):
+                    finish()
 
             with m.State("Rsqrt-Sum"):
                 m.d.sync += ss.eq(acc + eps)
@@ -909,7 +981,7 @@ class VectorUnit(wiring.Component):
                     m.d.sync += [mult.eq(Mux(ss == 0, 0, rsq_rp.data)),
                                  shamt.eq(Mux(stot > 62, 62, stot))]
                     start_pass(_P2)
-                    m.next = "Read"
+                    m.next = "Stream"
 
             with m.State("Dynq-Index"):
                 m.d.sync += [bexp.eq(a_b),
@@ -926,7 +998,7 @@ class VectorUnit(wiring.Component):
                 ]
                 with m.If(self.bus.ready):
                     start_pass(_P2)
-                    m.next = "Read"
+                    m.next = "Stream"
 
             with m.State("Recip-Index"):
                 m.d.sync += bexp.eq(z_b)
@@ -934,7 +1006,7 @@ class VectorUnit(wiring.Component):
             with m.State("Recip-Scale"):
                 m.d.sync += [mult.eq(rcp_rp.data), shamt.eq(Mux(bexp > 62, 62, bexp))]
                 start_pass(_P3)
-                m.next = "Read"
+                m.next = "Stream"
 
             with m.State("Done"):
                 m.d.comb += [self.o_done.valid.eq(1), self.o_done.payload.cycles.eq(cyc)]
@@ -944,6 +1016,21 @@ class VectorUnit(wiring.Component):
                     m.d.comb += self.o_done.payload.error.eq(err)
                 with m.If(self.o_done.ready):
                     m.next = "Idle"
+
+        # -- the sink: a chunk leaves the lanes ---------------------------------------------
+        with m.If(v4):
+            with m.Switch(red):
+                with m.Case(_Red.SUM):
+                    m.d.sync += acc.eq(acc + rsum)
+                with m.Case(_Red.MAX, _Red.MAXABS):
+                    with m.If(first | (rbest > acc)):
+                        # (smax: softmax's maximum, used by its pass 2)
+                        m.d.sync += [acc.eq(rbest), accidx.eq(m4_i + rbidx), smax.eq(rbest)]
+            m.d.sync += first.eq(0)
+            with m.If(op == Opcode.WSUM):
+                m.d.sync += [w.eq(w + s4_q[lane][:32]) for lane, w in enumerate(wacc)]
+            with m.If(wr | tw):
+                m.d.comb += push.eq(1)
 
         with m.If(self.busy & ~self.o_done.valid):
             m.d.sync += cyc.eq(cyc + 1)
