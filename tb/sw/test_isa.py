@@ -229,6 +229,13 @@ BAD = [
     ("table 7, 0", "table id 7 is reserved"),
     ("wait r1, 1", "a counter must be a constant"),
     (".frob 3", "unknown directive"),
+    ("kvapp 0, 0x100, 0x180", "takes 4 operand"),
+    ("kvapp 0, 0x100, 0x180, 0, 1", "takes 4 operand"),
+    ("kvapp.i8 0, 0x100, 0x180, 0", "type suffix"),
+    ("kvapp 0x20000, 0x100, 0x180, 0", "address offset must be in"),
+    ("kvapp 0, 0x100, 0x180, 65536", "length must be in"),
+    ("kvapp r1+r2, 0x100, 0x180, 0", "at most one register"),
+    ("kvapp 0, 0x100, 0x180, 2*r3", "a register can only be added"),
     (".equ r3, 4", "takes a name and a value"),
 ]
 

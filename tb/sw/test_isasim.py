@@ -15,6 +15,7 @@ import pytest
 from chipotle.golden import numerics as nx
 from chipotle.isa import Dtype, ErrorCode, IsaConfig, TableId, assemble, decode
 from chipotle.isa.core import TABLE_ENTRIES, instr_cycles
+from chipotle.isa.kv import KvLayout, kv_slot
 from chipotle.isasim import DeadlockError, IsaSim, TileState
 
 CFG = IsaConfig(sram_bytes=32768, word_bytes=8, max_m=4, lanes=8, k_max=512)
@@ -457,3 +458,117 @@ def test_error_pc_and_message():
     t = sim.tile((0, 0))
     assert t.error_pc == 2 and t.pc == 2 and "past the end of the SRAM" in t.error_message
 
+
+
+# -- KVAPP ----------------------------------------------------------------------------------
+
+KV = KvLayout(n_layers=2, n_kv_heads=3, head_size=12, max_pos=7, base=2500, word_bytes=W,
+              k_header=True)
+
+
+def _kv_sim(layout=KV, seed=11):
+    """A 1x1 mesh whose SRAM is random bytes (so that untouched bytes are visible)."""
+    sim = IsaSim(1, 1, CFG)
+    sim.write((0, 0), 0, np.random.default_rng(seed).integers(0, 256, CFG.sram_bytes,
+                                                              dtype=np.uint8))
+    sim.set_kv_layout((0, 0), layout)
+    return sim
+
+
+def _run_prog(sim, text):
+    sim.load_program((0, 0), text)
+    sim.start((0, 0))
+    sim.run()
+    return sim.tile((0, 0))
+
+
+def test_kvapp_places_records_and_rows_by_the_layout():
+    """Every (layer, head) at positions 0, 3 and max_pos - 1: the K record (header word and
+    head_size int8) at ``W * k_row``, the V row at ``W * v_row``; padding and every other
+    byte untouched."""
+    sim = _kv_sim()
+    before = sim.tile((0, 0)).sram.copy()
+    lines, expect = [], before.copy()
+    krec, vrow = W * KV.k_row_words, W * KV.v_row_words
+    k = 0
+    for pos in (0, 3, KV.max_pos - 1):
+        for layer in range(KV.n_layers):
+            for head in range(KV.n_kv_heads):
+                ks, vs = 0x100 + krec * k, 0x1000 + vrow * k
+                lines.append(f"kvapp {kv_slot(layer, head)}, {ks:#x}, {vs:#x}, {pos}")
+                kd, vd = W * KV.k_row(layer, head, pos), W * KV.v_row(layer, head, pos)
+                expect[kd:kd + W + KV.head_size] = before[ks:ks + W + KV.head_size]
+                expect[vd:vd + KV.head_size] = before[vs:vs + KV.head_size]
+                k += 1
+    t = _run_prog(sim, "\n".join(lines) + "\nhalt")
+    assert t.error == ErrorCode.NONE, t.error_message
+    np.testing.assert_array_equal(t.sram, expect)
+    # the records are what matqk reads: K rows at stride W + pad(head_size)
+    assert W * KV.k_row_words == CFG.record_bytes(KV.head_size)
+    assert t.perf.dma_cycles == k * instr_cycles(decode(assemble(lines[0])[0]), CFG,
+                                                 KV.k_row_words + KV.v_row_words)
+
+
+def test_kvapp_register_operands_and_capacity():
+    t = _run_prog(_kv_sim(), f"""
+        li r1, {kv_slot(1, 2)}
+        li r2, {KV.max_pos - 2}
+        kvapp r1, 0x100, 0x200, r2+1
+        halt
+    """)
+    assert t.error == ErrorCode.NONE and t.kv_capacity == KV.max_pos
+    kd = W * KV.k_row(1, 2, KV.max_pos - 1)
+    np.testing.assert_array_equal(t.sram[kd:kd + W + 12], t.sram[0x100:0x100 + W + 12])
+
+
+@pytest.mark.parametrize("program, code", [
+    (f"kvapp 0, 0x100, 0x200, {KV.max_pos}", ErrorCode.KV_RANGE),             # at capacity
+    ("li r1, 0xffffffff\nkvapp 0, 0x100, 0x200, r1", ErrorCode.KV_RANGE),
+    (f"kvapp {kv_slot(KV.n_layers, 0)}, 0x100, 0x200, 0", ErrorCode.KV_RANGE),
+    (f"kvapp {kv_slot(0, KV.n_kv_heads)}, 0x100, 0x200, 0", ErrorCode.KV_RANGE),
+    ("li r1, 0x10000\nkvapp r1, 0x100, 0x200, 0", ErrorCode.KV_RANGE),       # slot >= 2**16
+    ("kvapp 0, 0x104, 0x200, 0", ErrorCode.ALIGN),
+    ("kvapp 0, 0x100, 0x201, 0", ErrorCode.ALIGN),
+    (f"kvapp 0, {CFG.sram_bytes - 2 * W:#x}, 0x200, 0", ErrorCode.SRAM_RANGE),  # 3 words
+    (f"kvapp 0, 0x100, {CFG.sram_bytes - W:#x}, 0", ErrorCode.SRAM_RANGE),      # 2 words
+    ("li r1, 0xfffffff8\nkvapp 0, r1, 0x200, 0", ErrorCode.SRAM_RANGE),         # no wrap
+    # order: sources (K alignment, K range, V alignment, V range) before the KV checks
+    (f"kvapp 0, 0x104, 0x201, {KV.max_pos}", ErrorCode.ALIGN),
+    (f"kvapp {kv_slot(9, 9)}, 0x100, {CFG.sram_bytes:#x}, 0", ErrorCode.SRAM_RANGE),
+])
+def test_kvapp_refusals_write_nothing(program, code):
+    sim = _kv_sim()
+    before = sim.tile((0, 0)).sram.copy()
+    t = _run_prog(sim, "kvapp 0, 0x300, 0x380, 0\n" + program + "\nhalt")
+    assert t.state == TileState.ERROR and t.error == code, t.error_message
+    assert t.error_pc == len(program.splitlines())
+    kd, vd = W * KV.k_row(0, 0, 0), W * KV.v_row(0, 0, 0)
+    expect = before.copy()
+    expect[kd:kd + W + 12] = before[0x300:0x300 + W + 12]
+    expect[vd:vd + 12] = before[0x380:0x380 + 12]
+    np.testing.assert_array_equal(t.sram, expect)
+
+
+def test_kvapp_without_a_fitting_layout_is_refused():
+    for layout in (None, KvLayout(n_layers=4, n_kv_heads=4, head_size=64, max_pos=200,
+                                  base=0, word_bytes=W, k_header=True)):
+        sim = _kv_sim(layout)
+        before = sim.tile((0, 0)).sram.copy()
+        t = _run_prog(sim, "kvapp 0, 0x100, 0x200, 0\nhalt")
+        assert t.kv_capacity == 0 and t.error == ErrorCode.KV_RANGE
+        np.testing.assert_array_equal(t.sram, before)
+
+
+def test_kv_layout_is_host_state():
+    sim = _kv_sim()
+    sim.reset((0, 0))
+    assert sim.tile((0, 0)).kv_layout == KV           # kept by a reset, like the SRAM
+    with pytest.raises(ValueError, match="k_header"):
+        sim.set_kv_layout((0, 0), KvLayout(1, 1, 8, 4, word_bytes=W))
+    with pytest.raises(ValueError, match="word_bytes"):
+        sim.set_kv_layout((0, 0), KvLayout(1, 1, 8, 4, word_bytes=4, k_header=True))
+    with pytest.raises(TypeError, match="KvLayout"):
+        sim.set_kv_layout((0, 0), (1, 1, 8, 4))
+    with pytest.raises(ValueError, match="layer"):
+        kv_slot(256, 0)
+    assert kv_slot(3, 5) == 0x305

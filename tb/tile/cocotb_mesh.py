@@ -21,14 +21,15 @@ import cocotb
 import numpy as np
 from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, RisingEdge
-from netifmodel import imem_write, reg_read, sram_read, sram_write, start
+from netifmodel import control, imem_write, reg_read, sram_read, sram_write, start
 from tbcore import MESH_CONFIGS, decode_status
 
 from chipotle.hw.noc import PacketType
 from chipotle.hw.noc.packet import Packet
 from chipotle.hw.tile.controller import ControllerState
-from chipotle.hw.tile.netif import COUNTER_BASE, Reg
-from chipotle.isa import assemble
+from chipotle.hw.tile.netif import COUNTER_BASE, KV_REGS, Reg
+from chipotle.isa import ErrorCode, assemble
+from chipotle.isa.kv import KvLayout, kv_slot
 from chipotle.isasim import IsaSim, TileState
 from tbcommon.stream import StreamSink
 
@@ -104,10 +105,15 @@ class MeshBench:
         return [(p.head.src_x, p.head.src_y, p.payload[0]) for p in self.packets
                 if p.head.type == PacketType.CONTROL and p.head.addr == Reg.DOORBELL]
 
-    async def run(self, name, programs, images, max_cycles=200000):
-        """Run ``programs[xy]`` on ``images[xy]`` everywhere (RTL and isasim) and compare."""
+    async def run(self, name, programs, images, max_cycles=200000, kv_layouts=None):
+        """Run ``programs[xy]`` on ``images[xy]`` everywhere (RTL and isasim) and compare;
+        ``kv_layouts[xy]`` (a ``KvLayout``) is written to the tile's KV registers first.
+        Returns the reference simulator."""
         isa = CFG.isa_config()
         ref = IsaSim(CFG.mesh_width, CFG.mesh_height, isa)
+        for xy, layout in (kv_layouts or {}).items():
+            ref.set_kv_layout(xy, layout)
+            self.send(control(xy, KV_REGS[0], list(layout.registers()), NOC))
         words = {xy: assemble(programs[xy]) for xy in TILES}
         for xy in TILES:
             ref.write(xy, 0, images[xy])
@@ -158,6 +164,7 @@ class MeshBench:
             assert not diff.size, f"{name}: tile {xy} SRAM differs at {diff.size} bytes, " \
                                   f"first {[hex(a) for a in diff[:8]]}"
         self.dut._log.info("%s: ok, doorbells %s", name, got_bells)
+        return ref
 
 
 @cocotb.test()
@@ -200,3 +207,48 @@ async def send_wait_multicast(dut):
             halt
         """
     await tb.run("send_wait_multicast", programs, images)
+
+
+@cocotb.test()
+async def kv_registers_and_append(dut):
+    """The host sets a different KV layout in every tile through the host link (one reaching
+    past the SRAM: capacity 0), reads the registers and KV_CAPACITY back; the tiles append
+    K records and V rows with KVAPP; one tile's append at its capacity is refused
+    (KV_RANGE) and another's in the layout that does not fit, while the others finish:
+    every SRAM, status and doorbell as in the simulator."""
+    tb = MeshBench(dut, seed=SEED + 7)
+    await tb.start()
+    size = CFG.sram_bytes
+    lay = {
+        (0, 0): KvLayout(n_layers=1, n_kv_heads=2, head_size=8, max_pos=4, base=400,
+                         word_bytes=W, k_header=True),
+        (1, 0): KvLayout(n_layers=2, n_kv_heads=1, head_size=12, max_pos=3, base=300,
+                         word_bytes=W, k_header=True),
+        (0, 1): KvLayout(n_layers=1, n_kv_heads=3, head_size=20, max_pos=2, base=256,
+                         word_bytes=W, k_header=True),
+        (1, 1): KvLayout(n_layers=1, n_kv_heads=1, head_size=5, max_pos=6,
+                         base=CFG.sram_words - 12, word_bytes=W, k_header=True),
+    }
+    assert lay[(1, 1)].end > CFG.sram_words
+    images = {xy: tb.np_rng.integers(0, 256, size, dtype=np.uint8) for xy in TILES}
+    programs = {}
+    for xy, L in lay.items():
+        krec, vrow = W * L.k_row_words, W * L.v_row_words
+        body = "\n".join(
+            f"kvapp {kv_slot(layer, head)}, {0x100 + krec * k:#x}, {0x300 + vrow * k:#x}, {pos}"
+            for k, (layer, head, pos) in enumerate(
+                (layer, head, pos) for pos in range(L.max_pos)
+                for layer in range(L.n_layers) for head in range(L.n_kv_heads)))
+        programs[xy] = body + f"\ndone {0x30 + TILES.index(xy)}\nhalt"
+    # (1, 0): one more append at its capacity; (1, 1): its first append is refused
+    programs[(1, 0)] = programs[(1, 0)].replace(
+        "\ndone", f"\nkvapp {kv_slot(1, 0)}, 0x100, 0x300, {lay[(1, 0)].max_pos}\ndone")
+    ref = await tb.run("kv_registers_and_append", programs, images, kv_layouts=lay)
+    for xy, L in lay.items():
+        t = ref.tile(xy)
+        want_err = {(1, 0): ErrorCode.KV_RANGE, (1, 1): ErrorCode.KV_RANGE}.get(
+            xy, ErrorCode.NONE)
+        assert t.error == want_err, (xy, t.error)
+        got = await tb.read(xy, Reg.KV_BASE, len(KV_REGS) + 1, space_reg=True)
+        assert got == [*L.registers(), t.kv_capacity], (xy, got)
+        assert t.kv_capacity == (0 if xy == (1, 1) else L.max_pos)

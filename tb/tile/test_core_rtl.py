@@ -69,4 +69,4 @@ def test_mesh_rtl(sim):
     verilog = generate_verilog(TileMesh(MESH_CONFIGS["mesh2x2"]), name="tile_mesh")
     run = run_cocotb(sim=sim, verilog=verilog, toplevel="tile_mesh", test_module="cocotb_mesh",
                      test_dir=TB, extra_env={"MESH_CONFIG": "mesh2x2"})
-    assert len(run.passed) == 1, run.passed
+    assert len(run.passed) == 2, run.passed
