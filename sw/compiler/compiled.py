@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -278,6 +279,22 @@ def _fits(qm, config, context) -> bool:
         return False
 
 
+def _verified(qm, config, context) -> str | None:
+    """Compile for real; return "" if it fits, the extra ``imem_words=N`` it needs, or None."""
+    try:
+        _compile(qm, config, context)
+        return ""
+    except FitError as e:
+        m = re.search(r"use imem_words=(\d+)", str(e))
+        if m is None:
+            return None
+        try:
+            _compile(qm, config.replace(imem_words=int(m.group(1))), context)
+        except FitError:
+            return None
+        return f",imem_words={m.group(1)}"
+
+
 def _suggest(qm: QuantizedModel, config: ChipConfig, context: int) -> str:
     """Return configurations that fit: a shorter context, more SRAM, a bigger mesh."""
     tips = []
@@ -289,7 +306,9 @@ def _suggest(qm: QuantizedModel, config: ChipConfig, context: int) -> str:
         else:
             hi = mid - 1
     if lo >= 1 and _fits(qm, config, lo):
-        tips.append(f"--context {lo}")
+        extra = _verified(qm, config, lo)
+        if extra is not None:
+            tips.append(f"--context {lo}" + (f" with {extra[1:]}" if extra else ""))
     unit = max(1, config.word_bytes * config.n_banks // 1024) * 1024
     lo, hi = config.sram_bytes // unit + 1, 64 * 1024 * 1024 // unit   # smallest SRAM
     if _fits(qm, config.replace(sram_bytes=hi * unit), context):
@@ -299,15 +318,23 @@ def _suggest(qm: QuantizedModel, config: ChipConfig, context: int) -> str:
                 hi = mid
             else:
                 lo = mid + 1
-        tips.append(f"sram_kib={lo * unit // 1024}")
+        kib = lo * unit // 1024
+        extra = _verified(qm, config.replace(sram_bytes=kib * 1024), context)
+        if extra is not None:
+            tips.append(f"sram_kib={kib}{extra}")
     for side in range(2, 16):
         w, h = max(side, config.mesh_width), max(side, config.mesh_height)
         if (w, h) == (config.mesh_width, config.mesh_height):
             continue
-        if _fits(qm, config.replace(mesh_width=w, mesh_height=h), context):
-            tips.append(f"a {w}x{h} mesh")
-            break
-    return " or ".join(tips) if tips else "no nearby configuration fits"
+        cand = config.replace(mesh_width=w, mesh_height=h)
+        if _fits(qm, cand, context):
+            extra = _verified(qm, cand, context)
+            if extra is not None:
+                tips.append(f"mesh={w}x{h}{extra}")
+                break
+    if not tips:
+        return "none found nearby"
+    return " or ".join(tips) + " (--config keys)"
 
 
 def compile_model(source, config: ChipConfig, context: int | None = None) -> CompiledModel:

@@ -309,11 +309,10 @@ def place(qm: QuantizedModel, isa: IsaConfig, width: int, height: int, context: 
         return cache[key]
 
     pipe = _pipeline_stages(qm)
-    for s in pipe:                      # a stage alone on a tile must fit
-        need = layout((0, 0), [s]).size
-        if need > isa.sram_bytes:
-            raise FitError(f"{s.title} needs {need:,} bytes of SRAM at context {context}, "
-                           f"but a tile has {isa.sram_bytes:,}")
+    need, s = max((layout((0, 0), [s]).size, i) for i, s in enumerate(pipe))
+    if need > isa.sram_bytes:           # the largest stage alone on a tile must fit
+        raise FitError(f"{pipe[s].title} needs {need:,} bytes of SRAM at context {context}, "
+                       f"but a tile has {isa.sram_bytes:,}")
 
     def with_classifier(groups):
         """Place the classifier after `groups` on the free tiles; None if it does not fit."""

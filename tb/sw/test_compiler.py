@@ -1,0 +1,243 @@
+"""The compiler (`chipotle.compiler`) on the ISA simulator, bit for bit against GoldenModel.
+
+A compiled model runs prefill batches and decode steps in `chipotle.isasim`; every step's
+on-chip argmax token and the int32 logits of its last row must equal
+`GoldenModel.forward_batch` exactly, every tile must be halted and every counter zero after
+each step (`run_step_isasim` checks both, and that exactly one doorbell rang).  Also: prefill
+with every batch size gives the decode results, the placement's memory map is sound, and
+models that do not fit are refused with a message naming a configuration that does.
+"""
+
+import re
+
+import numpy as np
+import pytest
+
+from chipotle.compiler import (
+    SMALL_MODEL_DIMS,
+    FitError,
+    compile_model,
+    load_isasim,
+    run_step_isasim,
+    small_model,
+)
+from chipotle.config import CONFIGS, ChipConfig
+from chipotle.golden import GoldenModel, quantize
+from chipotle.model import load_checkpoint
+from chipotle.tokenizer import load_tokenizer
+
+
+@pytest.fixture(scope="module")
+def stories_qm(model_paths):
+    return quantize(load_checkpoint(model_paths[0]))
+
+
+@pytest.fixture(scope="module")
+def small_qm():
+    return small_model()
+
+
+@pytest.fixture(scope="module")
+def small_compiled(small_qm):
+    return compile_model(small_qm, CONFIGS["small"])
+
+
+def run_sequence(compiled, prompt, n_decode, batch):
+    """Prefill `prompt` in batches of `batch`, then greedy-decode `n_decode` tokens, checking
+    each step against the golden model; return the per-step (token, logits, cycles)."""
+    golden = GoldenModel(compiled.qm)
+    sim = load_isasim(compiled)
+    out, pos = [], 0
+    for i in range(0, len(prompt), batch):
+        toks = prompt[i:i + batch]
+        ref = golden.forward_batch(toks, pos)[-1]
+        r = run_step_isasim(sim, compiled, toks, pos)
+        np.testing.assert_array_equal(r.logits, ref, err_msg=f"prefill at {pos}")
+        assert r.token == int(np.argmax(ref)), pos
+        out.append((r.token, r.logits, r.cycles))
+        pos += len(toks)
+    tok = out[-1][0]
+    for _ in range(n_decode):
+        ref = golden.forward(tok, pos)
+        r = run_step_isasim(sim, compiled, [tok], pos)
+        np.testing.assert_array_equal(r.logits, ref, err_msg=f"decode at {pos}")
+        assert r.token == int(np.argmax(ref)), pos
+        out.append((r.token, r.logits, r.cycles))
+        tok, pos = r.token, pos + 1
+    return out
+
+
+@pytest.mark.model
+def test_stories260k_default_bit_exact(stories_qm, model_paths):
+    cfg = CONFIGS["default"]
+    compiled = compile_model(stories_qm, cfg)
+    assert compiled.context == stories_qm.config.seq_len == 512
+    # the mesh is used: every layer has its own attention and feed-forward tile
+    pipe_tiles = {xy for _, xy in compiled.placement.pipeline}
+    assert len(pipe_tiles) == 1 + 2 * stories_qm.config.n_layers
+    assert len(compiled.placement.classifier) > 1
+    prompt = load_tokenizer(model_paths[1]).encode("Once upon a time")
+    assert len(prompt) > cfg.max_m                   # at least two prefill batches
+    steps = run_sequence(compiled, prompt, 4, cfg.max_m)
+    assert len(steps) == -(-len(prompt) // cfg.max_m) + 4
+
+
+def test_small_model_on_small_config_bit_exact(small_compiled, small_qm):
+    cfg = CONFIGS["small"]
+    assert small_qm.config.n_layers == SMALL_MODEL_DIMS["n_layers"]
+    # several pipeline tiles, not one
+    assert len({xy for _, xy in small_compiled.placement.pipeline}) > 1
+    run_sequence(small_compiled, [1, 5, 9, 3, 30, 2, 7], 5, cfg.max_m)
+
+
+def test_prefill_batch_sizes_match_decode(small_compiled):
+    prompt = [1, 17, 40, 3, 22, 9, 63, 0, 11]
+    M = small_compiled.config.max_m
+    decode = run_sequence(small_compiled, prompt, 2, 1)
+    for m in range(2, M + 1):
+        got = run_sequence(small_compiled, prompt, 2, m)
+        # the last row of every batch: prompt position i*m + m - 1 (or the prompt's end)
+        ends = [min(i + m, len(prompt)) - 1 for i in range(0, len(prompt), m)]
+        ends += [len(prompt) + k for k in range(2)]
+        assert len(got) == len(ends)
+        for (tok, logits, _), p in zip(got, ends):
+            assert tok == decode[p][0]
+            np.testing.assert_array_equal(logits, decode[p][1])
+
+
+def test_prefill_batch_is_cheaper_than_decode_steps(small_compiled):
+    """M rows share each weight word: a batch of M costs less than M single steps."""
+    M = small_compiled.config.max_m
+    prompt = [1, 2, 3, 4, 5, 6, 7, 8][:2 * M]
+    one = sum(c for _, _, c in run_sequence(small_compiled, prompt, 0, 1))
+    batched = sum(c for _, _, c in run_sequence(small_compiled, prompt, 0, M))
+    assert batched < 0.6 * one
+
+
+def test_memory_map_is_sound(small_compiled):
+    for compiled in (small_compiled,):
+        sram = compiled.config.sram_bytes
+        W = compiled.config.word_bytes
+        for xy, lay in compiled.placement.tiles.items():
+            spans = sorted((r.addr, r.addr + r.size, r.name) for r in lay.regions.values())
+            for (a0, e0, n0), (a1, _, n1) in zip(spans, spans[1:]):
+                assert e0 <= a1, f"{xy}: {n0} overlaps {n1}"
+            assert all(a % W == 0 for a, _, _ in spans)
+            assert spans[0][0] >= 0 and spans[-1][1] <= sram
+            for addr, data in compiled.images[xy]:
+                assert addr + len(data) <= sram
+            assert len(compiled.programs[xy]) <= compiled.config.imem_words
+        text = compiled.memory_map()
+        for xy, lay in compiled.placement.tiles.items():
+            assert f"tile ({xy[0]}, {xy[1]})" in text
+            for name in lay.regions:
+                assert re.search(rf"\s{re.escape(name)}$", text, re.M), name
+
+
+@pytest.mark.model
+def test_memory_map_default_stories260k(stories_qm):
+    compiled = compile_model(stories_qm, CONFIGS["default"], context=512)
+    for xy, lay in compiled.placement.tiles.items():
+        spans = sorted((r.addr, r.addr + r.size) for r in lay.regions.values())
+        assert all(e0 <= a1 for (_, e0), (a1, _) in zip(spans, spans[1:]))
+        assert spans[-1][1] <= compiled.config.sram_bytes
+    kinds = {s.kind for lay in compiled.placement.tiles.values() for s in lay.stages}
+    assert kinds == {"emb", "att", "ffn", "cls"}
+    # the last feed-forward stage reaches the classifier tiles with one rectangle
+    x0, x1, y0, y1 = compiled.placement.rect
+    rect = {(x, y) for x in range(x0, x1 + 1) for y in range(y0, y1 + 1)}
+    assert rect == set(compiled.placement.classifier)
+
+
+def test_step_rejects_bad_input(small_compiled):
+    M, V = small_compiled.config.max_m, small_compiled.model.vocab_size
+    ctx = small_compiled.context
+    with pytest.raises(ValueError, match="tokens"):
+        small_compiled.step([], 0)
+    with pytest.raises(ValueError, match=f"1 .. {M}"):
+        small_compiled.step([1] * (M + 1), 0)
+    with pytest.raises(ValueError, match="vocabulary"):
+        small_compiled.step([V], 0)
+    with pytest.raises(ValueError, match="context"):
+        small_compiled.step([1, 2], ctx - 1)
+    plan = small_compiled.step([1, 2], ctx - 2)
+    assert {xy for xy, _ in plan.starts} == set(small_compiled.placement.tiles)
+    assert sum(n for *_, n in plan.logits_at) == V
+
+
+def test_fit_error_context_beyond_seq_len(small_qm):
+    with pytest.raises(FitError, match=r"context 33 exceeds the model's seq_len 32"):
+        compile_model(small_qm, CONFIGS["small"], context=33)
+    assert issubclass(FitError, ValueError)
+
+
+def _suggested(message, base):
+    """The configurations a FitError message suggests, as (config, context)."""
+    out = []
+    for m in re.finditer(r"--context (\d+)(?: with imem_words=(\d+))?"
+                         r"|((?:sram_kib|mesh)=[0-9x]+(?:,imem_words=\d+)?)", message):
+        if m.group(1):
+            cfg = base if not m.group(2) else base.replace(imem_words=int(m.group(2)))
+            out.append((cfg, int(m.group(1))))
+        else:
+            out.append((ChipConfig.from_string(m.group(3), base), None))
+    return out
+
+
+@pytest.mark.model
+def test_fit_error_stories260k_on_small(stories_qm):
+    small = CONFIGS["small"]
+    with pytest.raises(FitError) as e:
+        compile_model(stories_qm, small)
+    msg = str(e.value)
+    assert re.search(r"stage .*needs [\d,]+ bytes .* a tile has 32,768", msg), msg
+    tips = _suggested(msg, small)
+    assert tips, msg
+    for cfg, ctx in tips:                          # every suggestion does fit
+        compile_model(stories_qm, cfg, ctx)
+
+
+def test_fit_error_too_few_tiles(small_qm):
+    """Every stage fits a tile alone but not all of them fit 2 tiles."""
+    cfg = ChipConfig(mesh_width=2, mesh_height=1, sram_bytes=16 * 1024, lanes=2,
+                     imem_words=1024)
+    with pytest.raises(FitError) as e:
+        compile_model(small_qm, cfg)
+    msg = str(e.value)
+    assert re.search(r"needs \d+ tiles .* the mesh has 2", msg), msg
+    tips = _suggested(msg, cfg)
+    assert any(c.n_tiles > 2 for c, _ in tips), msg
+    for c, ctx in tips:
+        compile_model(small_qm, c, ctx)
+
+
+def test_fit_error_attention_context():
+    """An attention stage whose KV cache is too big for the tile: a shorter context fits."""
+    from chipotle.golden.quantize import calibration_sequences
+    from chipotle.model import ModelConfig, synthetic_checkpoint
+    ckpt = synthetic_checkpoint(ModelConfig(**{**SMALL_MODEL_DIMS, "n_layers": 1,
+                                               "seq_len": 256}), seed=2, scale=0.3)
+    qm = quantize(ckpt, calibration_sequences(ckpt, n=1, length=8))
+    cfg = CONFIGS["small"].replace(sram_bytes=20 * 1024)
+    with pytest.raises(FitError) as e:
+        compile_model(qm, cfg)
+    msg = str(e.value)
+    assert re.search(r"attention stage of layer 0 needs [\d,]+ bytes of SRAM at context 256, "
+                     r"but a tile has 20,480", msg), msg
+    tips = _suggested(msg, cfg)
+    assert any(ctx for _, ctx in tips), msg
+    for c, ctx in tips:
+        compiled = compile_model(qm, c, ctx)
+        assert compiled.context == (ctx or 256)
+        if ctx:                                    # the longest context that fits
+            with pytest.raises(FitError):
+                compile_model(qm, c, ctx + 1)
+
+
+def test_compile_from_checkpoint_and_bad_source():
+    from chipotle.model import ModelConfig, synthetic_checkpoint
+    ckpt = synthetic_checkpoint(ModelConfig(**{**SMALL_MODEL_DIMS, "n_layers": 1}), seed=3)
+    compiled = compile_model(ckpt, CONFIGS["small"], context=8)
+    run_sequence(compiled, [1, 2, 3], 1, 3)
+    with pytest.raises(TypeError, match="Checkpoint or a QuantizedModel"):
+        compile_model("model.bin", CONFIGS["small"])
