@@ -1,0 +1,129 @@
+"""``python -m chipotle.compiler``: print the memory map of stories260K (and cycle estimates).
+
+Options: ``--config NAME[,key=value...]`` (``chipotle.config.ChipConfig.from_string``),
+``--context N``, ``--model PATH`` (a llama2.c checkpoint; default stories260K),
+``--programs`` (also print every tile's assembly), ``--bench`` (run on the ISA simulator,
+bit-exact against the golden model, and print the estimated cycles of prefill and decode).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+import numpy as np
+
+_TEXT = ("Once upon a time, there was a little girl named Lily. She loved to play outside in "
+         "the park. One day, she saw a big, red ball. She wanted to play with it, but it was "
+         "too high. Lily asked her mom to help her. Her mom said, \"Let's try to get it "
+         "together.\" They jumped and jumped, and finally they got the ball. Lily was so happy "
+         "and said thank you to her mom. They played with the ball all day long.")
+
+
+def bench(compiled, prompt_tokens, out=sys.stdout) -> dict:
+    """Run prefill and decode on the ISA simulator; print and return the cycle figures.
+
+    Prefills ``prompt_tokens`` in batches of M, checking every step against the golden
+    model, then decodes (teacher-forced with the same token stream) at the positions up to
+    the end of the stream.  Returns ``{"prefill": [...], "decode": {pos: cycles}}``.
+    """
+    from ..golden import GoldenModel
+    from .run import load_isasim, run_step_isasim
+    cfg, c = compiled.config, compiled.model
+    M = cfg.max_m
+    golden = GoldenModel(compiled.qm)
+    sim = load_isasim(compiled)
+    figures = {"prefill": [], "decode": {}}
+
+    def step(toks, pos):
+        r = run_step_isasim(sim, compiled, toks, pos)
+        ref = golden.forward_batch(toks, pos)[-1]
+        if not np.array_equal(r.logits, ref):
+            raise SystemExit(f"step at {pos}: the logits differ from the golden model")
+        return r
+
+    n_pre = 64
+    pre = prompt_tokens[:n_pre]
+    cyc = macs = 0
+    for i in range(0, len(pre), M):
+        r = step(pre[i:i + M], i)
+        cyc += r.cycles
+        macs += r.perf["macs"]
+    util = macs / (cyc * cfg.word_bytes * cfg.max_m)
+    print(f"prefill of {len(pre)} tokens in batches of {M}: {cyc:,} cycles "
+          f"({cyc / len(pre):,.0f} per token); matrix-unit utilisation {100 * util:.1f}% of one "
+          f"tile's W x M = {cfg.word_bytes * cfg.max_m} MACs/cycle "
+          f"({100 * util / cfg.n_tiles:.1f}% of the mesh)", file=out)
+    figures["prefill"] = dict(tokens=len(pre), cycles=cyc, macs=macs, utilisation=util)
+    print(" pos   cycles  matrix-util  weight+KV bytes  roofline", file=out)
+    pos = len(pre)
+    want = sorted({p for p in (1, 64, 256, len(prompt_tokens) - 1)
+                   if p < min(len(prompt_tokens), compiled.context)})
+    # a fresh sequence for the decode figures at small positions
+    sim2 = load_isasim(compiled)
+    golden.reset()
+    pos = 0
+    for target in want:
+        while pos < target:                  # fill the cache up to `target` with prefill
+            n = min(M, target - pos)
+            run_step_isasim(sim2, compiled, prompt_tokens[pos:pos + n], pos)
+            golden.forward_batch(prompt_tokens[pos:pos + n], pos)
+            pos += n
+        r = run_step_isasim(sim2, compiled, [prompt_tokens[pos]], pos)
+        if not np.array_equal(r.logits, golden.forward(prompt_tokens[pos], pos)):
+            raise SystemExit(f"decode at {pos}: the logits differ from the golden model")
+        nbytes = compiled.weight_bytes_per_token() + compiled.kv_bytes(pos)
+        roof = nbytes / (cfg.sram_read_bytes_per_cycle * r.cycles)
+        mu = r.perf["macs"] / (r.cycles * cfg.word_bytes * cfg.max_m)
+        print(f"{pos:4d} {r.cycles:8,d}  {100 * mu:10.1f}% {nbytes:16,d}  {100 * roof:7.1f}%",
+              file=out)
+        figures["decode"][pos] = r.cycles
+        pos += 1
+    del c
+    return figures
+
+
+def main(argv=None) -> None:
+    """Print the memory map (and with ``--bench`` the cycle estimates) of a model."""
+    from ..config import ChipConfig
+    from ..golden import quantize
+    from ..model import load_checkpoint
+    from ..paths import default_model_dir
+    from . import FitError, compile_model
+
+    ap = argparse.ArgumentParser(prog="python -m chipotle.compiler",
+                                 description=main.__doc__.splitlines()[0])
+    ap.add_argument("--config", default="default")
+    ap.add_argument("--context", type=int, default=None)
+    ap.add_argument("--model", default=None)
+    ap.add_argument("--programs", action="store_true")
+    ap.add_argument("--bench", action="store_true")
+    args = ap.parse_args(argv)
+    cfg = ChipConfig.from_string(args.config)
+    path = args.model or default_model_dir() / "stories260K.bin"
+    t = time.time()
+    qm = quantize(load_checkpoint(path))
+    try:
+        compiled = compile_model(qm, cfg, args.context)
+    except FitError as e:
+        raise SystemExit(f"error: {e}") from None
+    print(compiled.memory_map())
+    print(f"\ncompiled in {time.time() - t:.1f} s; weight bytes per decode step "
+          f"{compiled.weight_bytes_per_token():,}")
+    if args.programs:
+        for xy, text in compiled.sources.items():
+            print(f"\n; ---- tile {xy} ----\n{text}")
+    if args.bench:
+        from ..tokenizer import load_tokenizer
+        tok = load_tokenizer(default_model_dir() / "tok512.bin")
+        ids = tok.encode(_TEXT)
+        while len(ids) < 260:
+            ids += tok.encode(_TEXT, bos=False)
+        print(f"\nISA-simulator estimates ({cfg}, command: python -m chipotle.compiler "
+              f"--config {args.config} --bench)")
+        bench(compiled, ids[:260])
+
+
+if __name__ == "__main__":
+    main()
