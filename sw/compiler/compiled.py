@@ -157,7 +157,7 @@ class CompiledModel:
                f"pipeline (snake order): " + " -> ".join(
                    f"{s.name}@{xy[0]},{xy[1]}" for s, xy in pl.pipeline)
                + f" -> cls@({pl.rect[0]}:{pl.rect[1]}, {pl.rect[2]}:{pl.rect[3]})"
-               f" -> argmax@{pl.reducer[0]},{pl.reducer[1]}"]
+               f" -> argmax@{pl.reducer[0]},{pl.reducer[1]}", self.mesh_diagram()]
         for xy, lay in pl.tiles.items():
             names = [s.name if s.kind != "cls" else
                      f"cls[{s.rows[0]}:{s.rows[0] + s.rows[1]}]" for s in lay.stages]
@@ -172,6 +172,40 @@ class CompiledModel:
         if idle:
             out.append("\nidle tiles: " + ", ".join(f"({x}, {y})" for x, y in idle))
         return "\n".join(out)
+
+    def mesh_diagram(self) -> str:
+        """Return the mesh as a grid of boxes: each tile's stages, SRAM used, and arrows of
+        the snake path (``>``, ``<``, ``v``) between consecutive pipeline tiles."""
+        cfg, pl = self.config, self.placement
+        cw = 14
+        labels = {}
+        for xy, lay in pl.tiles.items():
+            names = [s.name if s.kind != "cls" else f"cls[{s.rows[0]}:{s.rows[0] + s.rows[1]}]"
+                     for s in lay.stages]
+            labels[xy] = ("+".join(names), f"{lay.size / 1024:.1f}" + (" KiB" if not lay.reduce else "K")
+                          + (" +argmax" if lay.reduce else ""))
+        order = [xy for _, xy in pl.pipeline]
+        nxt = {a: b for a, b in zip(order, order[1:]) if a != b}
+        lines = []
+        for y in range(cfg.mesh_height):
+            top, mid, low, bot = [], [], [], []
+            for x in range(cfg.mesh_width):
+                a, b = labels.get((x, y), ("idle", ""))
+                arrow = " "
+                if nxt.get((x, y)) == (x + 1, y):
+                    arrow = ">"
+                elif nxt.get((x + 1, y)) == (x, y):
+                    arrow = "<"
+                top.append("+" + "-" * cw + "+ ")
+                mid.append("|" + a[:cw].center(cw) + "|" + arrow)
+                low.append("|" + b[:cw].center(cw) + "| ")
+                down = "v" if nxt.get((x, y)) == (x, y + 1) else " "
+                if order and (x, y) == order[-1] and pl.rect[2] > y:
+                    down = "v"                  # the multicast to the classifier rows
+                bot.append("+" + "-" * (cw // 2 - 1) + down * 2 + "-" * (cw - cw // 2 - 1) + "+ ")
+            lines += ["".join(top).rstrip(), "".join(mid).rstrip(), "".join(low).rstrip(),
+                      "".join(bot).rstrip()]
+        return "\n".join(lines)
 
     def model_name(self) -> str:
         """Return a short description of the model's shape."""

@@ -309,7 +309,8 @@ def place(qm: QuantizedModel, isa: IsaConfig, width: int, height: int, context: 
         return cache[key]
 
     pipe = _pipeline_stages(qm)
-    need, s = max((layout((0, 0), [s]).size, i) for i, s in enumerate(pipe))
+    need, s = max((layout((0, 0), [s]).size, -i) for i, s in enumerate(pipe))
+    s = -s                              # the first of the largest stages
     if need > isa.sram_bytes:           # the largest stage alone on a tile must fit
         raise FitError(f"{pipe[s].title} needs {need:,} bytes of SRAM at context {context}, "
                        f"but a tile has {isa.sram_bytes:,}")

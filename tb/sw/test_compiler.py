@@ -241,3 +241,16 @@ def test_compile_from_checkpoint_and_bad_source():
     run_sequence(compiled, [1, 2, 3], 1, 3)
     with pytest.raises(TypeError, match="Checkpoint or a QuantizedModel"):
         compile_model("model.bin", CONFIGS["small"])
+
+
+@pytest.mark.model
+def test_stories260k_packed_beyond_128k(stories_qm):
+    """2 x 2 tiles of 256 KiB: several stages per tile, regions beyond the 17-bit immediate
+    offsets (reached through base registers), the classifier on one tile."""
+    cfg = CONFIGS["small"].replace(sram_bytes=256 * 1024, imem_words=1024)
+    compiled = compile_model(stories_qm, cfg)
+    assert max(len(lay.stages) for lay in compiled.placement.tiles.values()) > 2
+    assert max(lay.size for lay in compiled.placement.tiles.values()) > 1 << 17
+    assert any(line.split()[0] == "li" for text in compiled.sources.values()
+               for line in text.splitlines() if line.strip())
+    run_sequence(compiled, [1, 403, 407, 261, 378], 2, cfg.max_m)
