@@ -40,7 +40,7 @@ from chipotle.isa.core import (
 
 from .sram import ADDR_WIDTH, SramSignature
 
-__all__ = ["VectorCommand", "VectorDone", "VectorUnit", "VECTOR_OPCODES"]
+__all__ = ["VectorCommand", "VectorDone", "VectorUnit", "VECTOR_OPCODES", "RESULT_SLOTS"]
 
 #: Opcodes the vector unit executes (everything else completes with ``ILLEGAL``).
 VECTOR_OPCODES = frozenset(
@@ -125,8 +125,9 @@ class _Red(enum.Enum, shape=unsigned(2)):
 # Passes of a command: a prologue reading one parameter word, then up to three passes.
 _PRO, _P1, _P2, _P3 = 0, 1, 2, 3
 
-#: Result slots between the lanes and the SRAM write port (chunks of a writing pass in flight).
-_SLOTS = 2
+#: Result slots between the lanes and the SRAM write port: chunks of a writing pass between
+#: their first read and their last write (``chipotle.isa.vector_cycles`` models the same).
+RESULT_SLOTS = 3
 
 _DTYPES_SIGNED_BITS = {Dtype.I8: 8, Dtype.I16: 16, Dtype.I32: 32, Dtype.I64: 64}
 _DTYPES_UNSIGNED_BITS = {Dtype.U8: 8, Dtype.U16: 16, Dtype.U32: 32}
@@ -632,7 +633,7 @@ class VectorUnit(wiring.Component):
         # port's priority over reads.  A writing pass (wr, tw) starts reading a chunk only
         # while fewer than _SLOTS of its chunks are between first read and last write
         # (credits), so the lanes, which never stall, always find a free slot.
-        NS = _SLOTS
+        NS = RESULT_SLOTS
         SN = max(NWD, V)
         sl_dat = [Signal(8 * W * NWD, name=f"sl{k}_dat") for k in range(NS)]
         sl_msk = [Signal(W * NWD, name=f"sl{k}_msk") for k in range(NS)]

@@ -26,7 +26,7 @@ __all__ = [
     "TABLE_ENTRIES", "DTYPE_INFO", "SRC_DTYPES", "ALL_DTYPES",
     "Addr", "Len", "Instr", "OpSpec", "SPECS", "IllegalInstruction",
     "encode", "decode", "rect_encode", "rect_decode", "signed_imm",
-    "CostModel", "IsaConfig", "instr_cycles", "send_flits",
+    "CostModel", "IsaConfig", "instr_cycles", "send_flits", "vector_cycles",
 ]
 
 #: Width of an instruction word in bits (and bytes).
@@ -725,6 +725,185 @@ def send_flits(nbytes: int, multicast: bool, config: IsaConfig) -> int:
     per = config.mcast_max_flits - 1 if multicast else config.max_packet_flits
     packets = -(-words // per)
     return words + packets + 2
+
+
+# -- the vector unit's schedule ------------------------------------------------------------------
+
+#: Cycles from the issue of a chunk's last source word to the cycle its result enters a slot
+#: (the word lands, the buffers fire into the lanes, four lane stages).
+_VEC_LAG = 6
+
+
+def _span(addr: int, nbytes: int, W: int) -> int:
+    """Return the number of W-byte words the byte range ``[addr, addr + nbytes)`` touches."""
+    return 0 if nbytes == 0 else (addr % W + nbytes + W - 1) // W
+
+
+def _vec_stream(chunks, slots: int, credited: bool, table: bool, state: dict,
+                wait_slots: bool = True) -> int:
+    """Return the cycles of one pass of the vector unit's stream engine.
+
+    ``chunks`` is a list of ``(read words, result words)`` in order; ``state["slots"]`` holds
+    the words of results still waiting to be written (carried between ``WSUM``'s column
+    chunks).  ``credited``: a writing pass (its chunks' results go to slots); ``table``:
+    the results go to the table RAM, not through the SRAM port.  The pass ends in the first
+    cycle in which every chunk has left the lanes and (``wait_slots``) no result waits.
+    """
+    q = state["slots"]
+    cyc = 0
+    k = rq = 0
+    cred = 0
+    done_at = None
+    pushes = {}
+    while True:
+        if k == len(chunks) and cyc >= done_at + _VEC_LAG + 1 and not (wait_slots and q):
+            return cyc + 1
+        port = pop = False
+        if q:
+            port = not table
+            q[0] -= 1
+            pop = q[0] == 0
+        credit_in = False
+        if not port and k < len(chunks) and (rq or not credited or cred < slots):
+            credit_in = credited and rq == 0
+            rq += 1
+            if rq == chunks[k][0]:
+                if credited:
+                    pushes[cyc + _VEC_LAG] = chunks[k][1]
+                rq = 0
+                k += 1
+                done_at = cyc
+        if pop:
+            q.pop(0)
+        if cyc in pushes:
+            q.append(pushes.pop(cyc))
+        cred += credit_in - (pop and credited)
+        cyc += 1
+
+
+def _vec_flush(state: dict, push: int | None = None) -> int:
+    """Return the cycles until the result slots are empty and one more (the finishing cycle)."""
+    q = state["slots"]
+    if push is not None:
+        q.append(push)
+    cyc = 1 if push is not None else 0      # the pushing cycle
+    while q:
+        q[0] -= 1
+        if q[0] == 0:
+            q.pop(0)
+        cyc += 1
+    return cyc + 1
+
+
+def vector_cycles(op: Opcode, td: Dtype, ts: Dtype, n: int, imm: int = 0, c: int = 0,
+                  a: int = 0, b: int = 0, d: int = 0, *, lanes: int = 8, word_bytes: int = 8,
+                  slots: int = 3) -> int:
+    """Return the cycles the vector unit of ``hw/tile/vector.py`` takes for one command.
+
+    The schedule of ``docs/tile.md`` ("Vector unit", "Timing") played cycle by cycle, with
+    every SRAM request granted at once and the completion taken at once: the figure the
+    unit reports in ``VectorDone.cycles`` for a command it executes (not for a refused one).
+
+    Parameters
+    ----------
+    op : Opcode
+        A vector-unit opcode (units 1 and 2) or ``TABLE``.
+    td, ts : Dtype
+        Destination and source types (ignored where the opcode fixes them).
+    n : int
+        Elements (positions for ``WSUM``), at least 1; ignored for ``TABLE``.
+    imm, c : int
+        The instruction's immediates (``WSUM`` width and row stride, ``ROPE`` head size,
+        ``TABLE`` id).
+    a, b, d : int
+        Byte addresses of the operands (their offsets within a word matter).
+    lanes, word_bytes : int
+        V and W.
+    slots : int
+        Result slots of the unit (``_SLOTS`` in ``hw/tile/vector.py``).
+
+    Returns
+    -------
+    int
+        Cycles from acceptance to the first cycle the completion is offered.
+
+    Raises
+    ------
+    ValueError
+        If ``op`` is not a vector-unit opcode or ``n`` is not positive.
+    """
+    V, W = lanes, word_bytes
+    if not (op.value >> 4 in (1, 2) or op == Opcode.TABLE):
+        raise ValueError(f"`op` must be a vector-unit opcode, not {op.name}")
+    if op != Opcode.TABLE and n < 1:
+        raise ValueError(f"`n` must be a positive integer, not {n}")
+    sk = DTYPE_INFO[ts].size
+    dk = DTYPE_INFO[td].size
+    state = {"slots": []}
+    total = 3 + (32 if op == Opcode.ROPE else 0)     # accept, checks (+ n mod head size)
+
+    def elems(count, xs, ys=None, ds=None, x0=a, y0=b, d0=d):
+        """Chunks of V elements: (read words, destination words) each."""
+        out = []
+        for i in range(0, count, V):
+            cnt = min(V, count - i)
+            r = _span(x0 + i * xs, cnt * xs, W)
+            if ys:
+                r += _span(y0 + i * ys, cnt * ys, W)
+            out.append((r, _span(d0 + i * ds, cnt * ds, W) if ds else 0))
+        return out
+
+    def stream(chunks, credited=False, table=False, wait_slots=True):
+        return _vec_stream(chunks, slots, credited, table, state, wait_slots)
+
+    if op in (Opcode.VADD, Opcode.VSUB, Opcode.VMUL):
+        total += stream(elems(n, sk, sk, dk), True)
+    elif op == Opcode.REQI:
+        total += stream(elems(n, sk, ds=dk), True)
+    elif op == Opcode.REQM:
+        total += stream([(_span(b, 4, W), 0)]) + stream(elems(n, sk, ds=dk), True)
+    elif op in (Opcode.RSUM, Opcode.RSUMSQ, Opcode.RMAX, Opcode.RMAXABS, Opcode.ARGMAX):
+        total += stream(elems(n, sk)) + _vec_flush(state, _span(d, dk, W))
+    elif op == Opcode.RMSNORM:
+        total += stream([(_span(c, 8, W), 0)]) + stream(elems(n, 2))
+        total += 3 + stream(elems(n, 2, 2, dk), True)
+    elif op == Opcode.DYNQ:
+        total += stream(elems(n, sk)) + 3 + stream(elems(n, sk, ds=dk, d0=d + W), True)
+    elif op == Opcode.SOFTMAX:
+        total += stream(elems(n, 4)) + stream(elems(n, 4, ds=dk), True)
+        total += 2 + stream(elems(n, 2, ds=dk, x0=d), True)
+    elif op == Opcode.ROPE:
+        chunks = []
+        for h in range(0, n, imm):
+            for j in range(0, imm, V):
+                cnt = min(V, imm - j)
+                r = (_span(a + 2 * (h + j), 2 * cnt, W) + _span(b + j, cnt // 2 * 2, W)
+                     + _span(b + imm + j, cnt // 2 * 2, W))
+                chunks.append((r, _span(d + dk * (h + j), dk * cnt, W)))
+        total += stream(chunks, True)
+    elif op == Opcode.SILU:
+        total += stream(elems(n, 2, ds=dk), True)
+    elif op == Opcode.WSUM:
+        for j in range(0, imm, V):
+            cnt = min(V, imm - j)
+            rows, cached = [], None
+            for t in range(n):
+                r = _span(b + t * c + j, cnt, W)
+                if (a + 2 * t) // W != cached:
+                    cached = (a + 2 * t) // W
+                    r += 1
+                rows.append((r, 0))
+            total += stream(rows, wait_slots=False)
+            wd = _span(d + 4 * j, 4 * cnt, W)
+            if j + V >= imm:
+                total += _vec_flush(state, wd) - 1
+            else:
+                state["slots"].append(wd)
+    else:   # TABLE
+        entries = TABLE_ENTRIES[TableId(c)]
+        total += stream([(_span(a + 2 * i, 2 * min(V, entries - i), W), min(V, entries - i))
+                         for i in range(0, entries, V)], True, table=True)
+    return total
 
 
 def instr_cycles(instr: Instr, config: IsaConfig, n: int = 0) -> int:

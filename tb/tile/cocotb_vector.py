@@ -26,7 +26,15 @@ import numpy as np
 from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, RisingEdge
 from cocotb_bus.scoreboard import Scoreboard
-from cocotb_vector_env import CONFIGS, Case, Stimulus, VectorRef, decode_done, encode_cmd
+from cocotb_vector_env import (
+    CONFIGS,
+    Case,
+    Stimulus,
+    VectorRef,
+    decode_done,
+    encode_cmd,
+    model_cycles,
+)
 from tbtile import SramMaster, wait_until
 
 from chipotle.isa.core import Dtype, ErrorCode, Opcode, TableId
@@ -154,7 +162,12 @@ class VectorBench:
         await wait_until(self.clk, lambda: len(self.mon.cycles) > seen, 200000,
                          f"completion of {case.name}")
         assert self.sb.errors == 0, f"{case.name}: completion code differs"
-        self.log.append((case.name, error, self.mon.cycles[-1]))
+        cycles = self.mon.cycles[-1]
+        if error == ErrorCode.NONE and not self.contention:
+            # every grant immediate (a stalled completion does not count): the model is exact
+            model = model_cycles(case.cmd, CFG)
+            assert cycles == model, f"{case.name}: {cycles} cycles, timing model {model}"
+        self.log.append((case.name, error, cycles))
         full = FULL_CHECK if full is None else full
         if full:
             await self.check_sram(what=case.name)
@@ -487,11 +500,13 @@ async def timing(dut):
             cmd = case.cmd
             await tb.run(case, full=False)
             rows.append({"name": case.name, "op": cmd["op"].name.lower(), "n": cmd["n"],
-                         "imm": cmd.get("imm", 0), "cycles": tb.log[-1][2]})
+                         "imm": cmd.get("imm", 0), "cycles": tb.log[-1][2],
+                         "model": model_cycles(cmd, CFG)})
     for tid in TableId:
         await tb.run(s.table_case(tid), full=False)
         rows.append({"name": f"table {tid.name.lower()}", "op": "table", "n": 0,
-                     "imm": 0, "cycles": tb.log[-1][2]})
+                     "imm": 0, "cycles": tb.log[-1][2],
+                     "model": model_cycles(s.table_case(tid).cmd, CFG)})
     out = os.environ.get("TIMING_JSON")
     if out:
         with open(out, "w") as f:

@@ -18,6 +18,8 @@ VectorRef
     SRAM image (the ISA simulator calls the golden primitives).
 encode_cmd, decode_done
     ``VectorCommand`` / ``VectorDone`` to and from integers (through the layouts).
+model_cycles
+    The cycles ``chipotle.isa.vector_cycles`` predicts for a command (no contention).
 Stimulus
     Random and extreme cases for every opcode, errors included.
 """
@@ -34,7 +36,7 @@ from amaranth.lib.wiring import In, Out, connect, flipped
 
 from chipotle.golden import numerics as nx
 from chipotle.hw.tile.sram import Sram, SramArbiter, SramSignature
-from chipotle.hw.tile.vector import VectorCommand, VectorDone, VectorUnit
+from chipotle.hw.tile.vector import RESULT_SLOTS, VectorCommand, VectorDone, VectorUnit
 from chipotle.isa.core import (
     DTYPE_INFO,
     SPECS,
@@ -47,11 +49,12 @@ from chipotle.isa.core import (
     Opcode,
     TableId,
     encode,
+    vector_cycles,
 )
 from chipotle.isasim import IsaSim
 
 __all__ = ["VectorBenchConfig", "CONFIGS", "VectorTop", "Case", "VectorRef", "encode_cmd",
-           "decode_done", "Stimulus", "TABLE_DATA"]
+           "decode_done", "model_cycles", "Stimulus", "TABLE_DATA"]
 
 
 @dataclass(frozen=True)
@@ -166,6 +169,19 @@ def decode_done(word: int) -> tuple[ErrorCode, int]:
     """Return ``(error, cycles)`` of a `VectorDone` word."""
     v = VectorDone.from_bits(word)
     return ErrorCode(v.error), int(v.cycles)
+
+
+def model_cycles(cmd: dict, cfg: VectorBenchConfig) -> int:
+    """Return the cycles the timing model predicts for ``cmd`` (every grant immediate).
+
+    The schedule of ``docs/tile.md`` ("Vector unit", "Timing") as played by
+    ``chipotle.isa.vector_cycles`` for this bench's V, W and the unit's result slots; only
+    meaningful for a command the unit executes (not a refused one).
+    """
+    return vector_cycles(cmd["op"], cmd.get("td", Dtype.I8), cmd.get("ts", Dtype.I8),
+                         cmd.get("n", 0), cmd.get("imm", 0), cmd.get("c", 0), cmd.get("a", 0),
+                         cmd.get("b", 0), cmd.get("d", 0), lanes=cfg.lanes,
+                         word_bytes=cfg.word_bytes, slots=RESULT_SLOTS)
 
 
 class VectorRef:

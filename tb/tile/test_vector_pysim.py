@@ -20,6 +20,7 @@ from cocotb_vector_env import (
     VectorTop,
     decode_done,
     encode_cmd,
+    model_cycles,
 )
 
 from chipotle.hw.tile.vector import VectorCommand, VectorUnit
@@ -82,6 +83,9 @@ def _run(cases, cfg=CFG, check_all=True):
             ctx.set(dut.o_done.ready, 0)
             expected = ref.execute(case.cmd)
             assert error == expected, f"{case.name}: error {error} != {expected}"
+            if error == ErrorCode.NONE:     # nothing contends: the timing model is exact
+                model = model_cycles(case.cmd, cfg)
+                assert cycles == model, f"{case.name}: {cycles} cycles, timing model {model}"
             if check_all:
                 got = await host_read(ctx, 0, cfg.words)
                 exp = words_of(0, cfg.words)
