@@ -207,14 +207,23 @@ def _att(e, k, st, m, idx):
         e("add", "r8", k.a(st, "kcache"), 0)
         e("add", "r11", k.a(st, "vcache"), 0)
 
+        g = c.kv_mul
+        if g > 1:                           # score rows of the group at stride pad(4 T)
+            e("mul", "r12", "r2", 4)
+            e("ld", "r12", k.a(st, "padt", 12))
+
         def kvh():
+            # the g query heads of a KV head read its K block in one matqk (M = g)
+            e("matqk.i32", k.a(st, "t"), "r6", "r8", att_ms, "r2", hs, g)
+            e("add", "r9", k.a(st, "t"), 0)
+
             def qh():
-                e("matqk.i32", k.a(st, "t"), "r6", "r8", att_ms, "r2", hs, 1)
-                e("softmax.u16.i32", k.a(st, "p"), k.a(st, "t"), "r2")
+                e("softmax.u16.i32", k.a(st, "p"), "r9", "r2")
                 e("wsum.i32.u16", "r10", k.a(st, "p"), "r11", "r2", hs, vs)
-                e("add", "r6", f"r6+{krec}", 0)
+                e("add", "r9", "r9", "r12")
                 e("add", "r10", f"r10+{4 * hs}", 0)
-            e.loop(c.kv_mul, qh)
+            e.loop(g, qh)
+            e("add", "r6", f"r6+{g * krec}", 0)
             e("add", "r8", f"r8+{kblock}", 0)
             e("add", "r11", f"r11+{hs}", 0)
         e.loop(KV, kvh)

@@ -239,6 +239,8 @@ def _images(qm: QuantizedModel, isa, pl: Placement, context: int) -> dict:
                     data[p + w + "_ms"] = requant_table(lin.m, lin.s)
                 if st.kind == "att":
                     data[p + "att_ms"] = requant_table([ly.att_m], [ly.att_s])
+                    data[p + "padt"] = np.array([isa.pad(4 * t) for t in range(context + 1)],
+                                                "<u4")
                     data[p + "rope"] = np.concatenate(
                         [qm.rope_cos[:context], qm.rope_sin[:context]], axis=1).astype("<i2")
             else:                       # classifier rows first .. first + n - 1
@@ -277,6 +279,9 @@ def _check_source(source):
 def _compile(qm: QuantizedModel, config: ChipConfig, context: int) -> CompiledModel:
     isa = config.isa_config()
     c = qm.config
+    if c.kv_mul > isa.max_m:
+        raise FitError(f"{c.kv_mul} query heads share a KV head but the matrix unit takes "
+                       f"{isa.max_m} rows (M): use max_m={c.kv_mul}")
     for name, k in (("dim", c.dim), ("hidden_dim", c.hidden_dim)):
         if k > isa.k_max:
             raise FitError(f"the model's {name} {k} exceeds the matrix unit's k_max "
