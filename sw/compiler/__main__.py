@@ -79,6 +79,10 @@ def bench(compiled, prompt_tokens, out=sys.stdout) -> dict:
         print(f"{pos:4d} {r.cycles:8,d}  {100 * mu:10.1f}% {nbytes:16,d}  {100 * roof:7.1f}%",
               file=out)
         figures["decode"][pos] = r.cycles
+        if pos == 64:
+            busy = ", ".join(f"{'+'.join(s.name for s in lay.stages)} {r.busy[xy]:,}"
+                             for xy, lay in compiled.placement.tiles.items())
+            print(f"      busy cycles per tile at 64: {busy}", file=out)
         pos += 1
     del c
     return figures

@@ -48,12 +48,15 @@ class StepResult:
         Estimated cycles from the start to the doorbell.
     perf : dict of str to int
         The tiles' performance counters summed over the step.
+    busy : dict of (x, y) to int
+        Cycles each tile spent executing (not waiting) in the step.
     """
 
     token: int
     logits: np.ndarray
     cycles: int
     perf: dict
+    busy: dict
 
 
 def load_isasim(compiled):
@@ -112,4 +115,7 @@ def run_step_isasim(sim, compiled, tokens, pos: int) -> StepResult:
     perf = {k: sum(vars(t.perf)[k] - before[t.xy][k] for t in sim.tiles)
             for k in before[sim.tiles[0].xy]}
     perf["cycles"] = events[0].cycle - t0
-    return StepResult(token, logits, events[0].cycle - t0, perf)
+    busy = {t.xy: (t.perf.cycles - before[t.xy]["cycles"])
+            - (t.perf.wait_cycles - before[t.xy]["wait_cycles"])
+            for t in sim.tiles if t.xy in compiled.programs}
+    return StepResult(token, logits, events[0].cycle - t0, perf, busy)
