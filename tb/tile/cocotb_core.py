@@ -421,6 +421,7 @@ async def kv_append(dut):
         (f"li r1, {2 ** 32 - W:#x}\nkvapp 0, 0x100, r1, 0", ErrorCode.SRAM_RANGE),
         (f"kvapp 0, {0x100 + W // 2:#x}, 0x180, {L.max_pos}", ErrorCode.ALIGN),   # order
         (f"kvapp {L.n_layers << 8}, {SIZE:#x}, 0x180, 0", ErrorCode.SRAM_RANGE),  # order
+        (f"kvapp {L.n_kv_heads}, 0x100, {SIZE:#x}, {L.max_pos}", ErrorCode.SRAM_RANGE),
     ]
     for prog, code in cases:
         # an accepted append first, so that the refused one follows real work
