@@ -36,7 +36,6 @@ KvStore
 from amaranth import *  # house style (STYLE.md)
 from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.wiring import In, Out
-
 from amaranth.utils import exact_log2
 
 from chipotle.isa.kv import KvLayout

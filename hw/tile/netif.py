@@ -639,7 +639,7 @@ class NetworkInterface(wiring.Component):
                 words = Cat(ibuf, i_flit.data) if fpi > 1 else i_flit.data
                 m.d.comb += [
                     self.o_imem.valid.eq(self.i_noc.valid & final),
-                    self.o_imem.payload.addr.eq((h_addr - IMEM_BASE + (rx_k >> fpi_bits))),
+                    self.o_imem.payload.addr.eq(h_addr - IMEM_BASE + (rx_k >> fpi_bits)),
                     self.o_imem.payload.data.eq(words[-INSTR_BITS:] if fpi > 1 and
                                                 fpi * noc.payload_width > INSTR_BITS
                                                 else words),

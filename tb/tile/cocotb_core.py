@@ -410,7 +410,7 @@ async def kv_append(dut):
     """)
     cases = [
         (f"kvapp 0, 0x100, 0x180, {L.max_pos}", ErrorCode.KV_RANGE),
-        (f"li r1, 0x10000\nkvapp 0, 0x100, 0x180, r1", ErrorCode.KV_RANGE),
+        ("li r1, 0x10000\nkvapp 0, 0x100, 0x180, r1", ErrorCode.KV_RANGE),
         (f"kvapp {L.n_layers << 8}, 0x100, 0x180, 0", ErrorCode.KV_RANGE),
         (f"kvapp {L.n_kv_heads}, 0x100, 0x180, 0", ErrorCode.KV_RANGE),
         ("li r1, 0x10000\nkvapp r1, 0x100, 0x180, 0", ErrorCode.KV_RANGE),
