@@ -429,9 +429,9 @@ class VectorUnit(wiring.Component):
                   Signal(33, name=f"m{k}_ad")) for k in range(1, 5)]
         m.d.sync += [pend.eq(0), fire.eq(pend & pend_last), vpipe[0].eq(fire)]
         m.d.sync += [vpipe[k].eq(vpipe[k - 1]) for k in range(1, 4)]
-        m.d.sync += [a.eq(b) for a, b in zip(mpipe[0], fm[3:])]
+        m.d.sync += [a.eq(b) for a, b in zip(mpipe[0], fm[3:], strict=True)]
         for k in range(1, 4):
-            m.d.sync += [a.eq(b) for a, b in zip(mpipe[k], mpipe[k - 1])]
+            m.d.sync += [a.eq(b) for a, b in zip(mpipe[k], mpipe[k - 1], strict=True)]
         with m.If(pend):
             with m.Switch(Cat(pend_j, pend_sel)):
                 for s_ in range(3):
@@ -439,7 +439,7 @@ class VectorUnit(wiring.Component):
                         with m.Case(j | (s_ << len(pend_j))):
                             m.d.sync += bufs[s_][j].eq(self.bus.rdata)
             with m.If(pend_last):
-                m.d.sync += [a.eq(b) for a, b in zip(fm, pm)]
+                m.d.sync += [a.eq(b) for a, b in zip(fm, pm, strict=True)]
         with m.If(self.bus.error):
             m.d.sync += busflag.eq(1)
         v4 = vpipe[3]

@@ -623,10 +623,9 @@ class CostModel:
     ----------
     issue : int
         Cycles to fetch, decode and issue any instruction.
-    vec_latency : int
-        Pipeline fill of one pass of the vector unit over a vector.
-    scalar : int
-        Scalar step between passes of a fused operation (leading-one detect, table read).
+    vec_slots : int
+        Result slots of the vector unit (``RESULT_SLOTS`` of ``hw/tile/vector.py``); the
+        vector unit's cycles are `vector_cycles`, its schedule played cycle by cycle.
     mat_latency : int
         Matrix unit pipeline (3) plus requantisation and write-back of the last result (2).
     load_latency : int
@@ -636,8 +635,7 @@ class CostModel:
     """
 
     issue: int = 1
-    vec_latency: int = 4
-    scalar: int = 4
+    vec_slots: int = 3
     mat_latency: int = 5
     load_latency: int = 1
     hop: int = 2
@@ -931,9 +929,6 @@ def instr_cycles(instr: Instr, config: IsaConfig, n: int = 0) -> int:
     op = instr.op
     unit = op.value >> 4
 
-    def passes(p, extra=0):
-        return c.issue + p * (-(-n // V) + c.vec_latency) + extra
-
     if op == Opcode.LD:
         return c.issue + c.load_latency
     if op == Opcode.COPY:
@@ -943,18 +938,13 @@ def instr_cycles(instr: Instr, config: IsaConfig, n: int = 0) -> int:
     if op == Opcode.SEND:
         x0, x1, y0, y1 = rect_decode(instr.imm)
         return c.issue + send_flits(n, (x0, y0) != (x1, y1), config)
-    if op == Opcode.TABLE:
-        return c.issue + -(-TABLE_ENTRIES[TableId(instr.c)] * 2 // W)
+    if op == Opcode.TABLE or unit in (1, 2):
+        # the vector unit's own schedule, operands assumed word-aligned (RMSNorm's epsilon
+        # address and WSUM's row stride are the `c` immediate)
+        return c.issue + vector_cycles(op, instr.td, instr.src, max(n, 1), instr.imm, instr.c,
+                                       lanes=V, word_bytes=W, slots=c.vec_slots)
     if unit == 0:
         return c.issue
-    if op in (Opcode.RMSNORM, Opcode.DYNQ):
-        return passes(2, c.scalar)
-    if op == Opcode.SOFTMAX:
-        return passes(3, c.scalar)
-    if op == Opcode.WSUM:
-        return c.issue + n * -(-instr.imm // V) + c.vec_latency
-    if unit == 1 or op in (Opcode.ROPE, Opcode.SILU):
-        return passes(1)
     # matrix unit: load M activation rows (with their header word), stream N weight rows
     kw = -(-instr.imm // W)
     hx = 0 if op == Opcode.MATRAW else 1

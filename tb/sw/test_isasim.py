@@ -14,7 +14,7 @@ import pytest
 
 from chipotle.golden import numerics as nx
 from chipotle.isa import Dtype, ErrorCode, IsaConfig, TableId, assemble, decode
-from chipotle.isa.core import TABLE_ENTRIES, instr_cycles
+from chipotle.isa.core import Instr, Opcode, instr_cycles
 from chipotle.isa.kv import KvLayout, kv_slot
 from chipotle.isasim import DeadlockError, IsaSim, TileState
 
@@ -262,7 +262,7 @@ def test_matmul_cost_and_perf():
     assert instr_cycles(instr, CFG, 13) == 1 + 4 * (kw + 1) + 13 * kw + 5
     assert t.perf.macs == 4 * 13 * 172
     assert t.perf.matrix_cycles == instr_cycles(instr, CFG, 13)
-    table_cycles = sum(1 + -(-TABLE_ENTRIES[tid] * 2 // W) for tid in TableId)
+    table_cycles = sum(instr_cycles(Instr(Opcode.TABLE, c=tid.value), CFG) for tid in TableId)
     assert t.perf.cycles == table_cycles + t.perf.matrix_cycles + 1     # + halt
 
 

@@ -136,7 +136,6 @@ def test_fused_pysim():
 
 
 def test_errors_pysim():
-    s = _stim(4)
     end = CFG.sram_bytes
     cases = [
         Case("table missing", {"op": Opcode.SILU, "td": Dtype.I16, "ts": Dtype.I16,
