@@ -150,11 +150,15 @@ class VectorUnit(wiring.Component):
     command writes nothing and completes with its ``ErrorCode``.  Otherwise it runs as one
     to three *passes* over its vector, micro-sequenced with scalar steps between them
     (leading-one detect, table look-up).  Each pass walks the vector in *chunks* of up to
-    ``lanes`` elements: read the chunk's source words (one SRAM word per granted cycle),
-    compute the lanes (4-stage pipeline), then write the chunk's destination words with
-    byte enables, or fold the lanes into a reduction.  Arithmetic is exactly the golden
-    model's (``docs/numerics.md``): the one rounding rule ``(x * m + 2**(s-1)) >> s`` with
-    saturation to ``td``, 64-bit reductions, first-index argmax.
+    ``lanes`` elements through a stream engine: the read side issues the chunks' source
+    words back to back (one SRAM word per granted cycle), each chunk fires into the 4-stage
+    lanes when its words have landed, and leaves them folded into a reduction or packed
+    into one of `RESULT_SLOTS` result slots, from which the write side writes the
+    destination words with byte enables, with priority over the reads.  Cycles:
+    ``chipotle.isa.vector_cycles`` (exact when every grant is immediate).  Arithmetic is
+    exactly the golden model's (``docs/numerics.md``): the one rounding rule
+    ``(x * m + 2**(s-1)) >> s`` with saturation to ``td``, 64-bit reductions, first-index
+    argmax.
 
     Lane datapath (per lane): a 17 x 17 signed multiplier (RMSNorm ``x * gain``, the second
     RoPE product), a 34 x 34 signed multiplier (``vmul`` is 32 x 32 into 64 bits; every
