@@ -1,7 +1,8 @@
 """``python -m chipotle.compiler``: print the memory map of stories260K (and cycle estimates).
 
 Options: ``--config NAME[,key=value...]`` (``chipotle.config.ChipConfig.from_string``),
-``--context N``, ``--model PATH`` (a llama2.c checkpoint; default stories260K),
+``--context N``, ``--model PATH`` (a llama2.c checkpoint; default stories260K; ``small``:
+the regression's synthetic model),
 ``--programs`` (also print every tile's assembly), ``--bench`` (run on the ISA simulator,
 bit-exact against the golden model, and print the estimated cycles of prefill and decode).
 """
@@ -100,14 +101,19 @@ def main(argv=None) -> None:
                                  description=main.__doc__.splitlines()[0])
     ap.add_argument("--config", default="default")
     ap.add_argument("--context", type=int, default=None)
-    ap.add_argument("--model", default=None)
+    ap.add_argument("--model", default=None,
+                    help="a llama2.c checkpoint, or `small` (SMALL_MODEL_DIMS, synthetic)")
     ap.add_argument("--programs", action="store_true")
     ap.add_argument("--bench", action="store_true")
     args = ap.parse_args(argv)
     cfg = ChipConfig.from_string(args.config)
     path = args.model or default_model_dir() / "stories260K.bin"
     t = time.time()
-    qm = quantize(load_checkpoint(path))
+    if args.model == "small":
+        from .run import small_model
+        qm = small_model()
+    else:
+        qm = quantize(load_checkpoint(path))
     try:
         compiled = compile_model(qm, cfg, args.context)
     except FitError as e:
@@ -118,7 +124,11 @@ def main(argv=None) -> None:
     if args.programs:
         for xy, text in compiled.sources.items():
             print(f"\n; ---- tile {xy} ----\n{text}")
-    if args.bench:
+    if args.bench and args.model == "small":
+        ids = [(7 * i + 1) % qm.config.vocab_size for i in range(qm.config.seq_len)]
+        print(f"\nISA-simulator estimates ({cfg})")
+        bench(compiled, ids)
+    elif args.bench:
         from ..tokenizer import load_tokenizer
         tok = load_tokenizer(default_model_dir() / "tok512.bin")
         ids = tok.encode(_TEXT)
