@@ -205,9 +205,9 @@ class KvStore(wiring.Component):
 
     The address map is the run-time ``layout`` (:class:`KvParams`; in a tile, the host's KV
     registers).  Its derived sizes (row words, block words, the end of the map and the
-    capacity) are computed in two registered stages whenever it changes; commands are
-    accepted only once they have settled (three cycles after the last change), so a
-    command never sees a half-updated map.  The **capacity** is ``max_pos`` when every
+    capacity) are computed in two registered stages that follow it (not reset: a reset
+    does not disturb them); commands are accepted only once they have settled (three
+    cycles after the last change), so a command never sees a half-updated map.  The **capacity** is ``max_pos`` when every
     field is non-zero and the map ends inside the SRAM, else 0: an append can then never
     write outside the map nor outside the SRAM.
 
@@ -303,13 +303,13 @@ class KvStore(wiring.Component):
 
         # ---- the map's derived sizes: stage 1 (row and block sizes), stage 2 (end, capacity)
         dw_c = (L.head_size + W - 1) >> wb                  # ceil(head_size / W)
-        kw = Signal(16)                                      # words per K row
-        vw = Signal(16)                                      # words per V row
-        last_mask = Signal(W)                                # byte mask of a row's last word
-        k_block = Signal(32)                                 # words of a block's K part
-        block_words = Signal(32)
-        n_blocks = Signal(18)
-        nonzero = Signal()
+        kw = Signal(16, reset_less=True)                    # words per K row
+        vw = Signal(16, reset_less=True)                    # words per V row
+        last_mask = Signal(W, reset_less=True)              # byte mask of a row's last word
+        k_block = Signal(32, reset_less=True)               # words of a block's K part
+        block_words = Signal(32, reset_less=True)
+        n_blocks = Signal(18, reset_less=True)
+        nonzero = Signal(reset_less=True)
         m.d.sync += [
             kw.eq(dw_c + kh),
             vw.eq(dw_c),
@@ -321,15 +321,16 @@ class KvStore(wiring.Component):
             nonzero.eq((L.head_size != 0) & (L.max_pos != 0) & (L.n_layers != 0)
                        & (L.n_kv_heads != 0)),
         ]
-        end = Signal(51)
+        end = Signal(51, reset_less=True)
         capacity = Signal(16)
         m.d.sync += end.eq(L.base + n_blocks * block_words)
         m.d.comb += capacity.eq(Mux(nonzero & (end <= depth), L.max_pos, 0))
-        capacity_r = Signal(16)
+        capacity_r = Signal(16, reset_less=True)
         m.d.sync += capacity_r.eq(capacity)
-        # Commands wait until both stages reflect the current map.
-        prev = Signal(KvParams)
-        age = Signal(range(4))
+        # Commands wait until both stages reflect the current map.  The stages are not reset
+        # (they follow the input), so a reset does not make the capacity read 0 for a while.
+        prev = Signal(KvParams, reset_less=True)
+        age = Signal(range(4), reset_less=True)
         m.d.sync += prev.eq(L)
         with m.If(prev.as_value() != L.as_value()):
             m.d.sync += age.eq(0)
