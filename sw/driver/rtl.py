@@ -131,6 +131,9 @@ class RtlBackend:
         clk = RisingEdge(dut.clk)
         ro = ReadOnly()
         async with self._lock:
+            # Callers may resume in a ReadOnly phase (woken by the monitor): writes start
+            # after a clock edge, where the stream rule wants them.
+            await clk
             for pkt in packets:
                 for flit in pkt.flits(self.noc):
                     payload.value = flit

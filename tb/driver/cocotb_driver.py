@@ -1,0 +1,66 @@
+"""cocotb bench: the driver's toy scenario (``toy.py``) on a ``Chip`` through `RtlBackend`,
+against the same scenario on `IsaSimBackend`.
+
+Environment: ``CHIP_CONFIG`` (a key of ``chipotle.config.CONFIGS``), ``RESULT`` (a file the
+bench writes the measured cycles to, for the pytest side to print).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import cocotb
+from toy import ToyCompiled, next_token, scenario
+
+from chipotle.config import CONFIGS
+from chipotle.driver import PERF_NAMES, Driver, IsaSimBackend, TileFault
+from chipotle.driver.rtl import RtlBackend
+from chipotle.isa import ErrorCode
+
+CONFIG = CONFIGS[os.environ.get("CHIP_CONFIG", "small")]
+
+
+@cocotb.test()
+async def toy_scenario(dut):
+    """Every finding of the scenario equals isasim's, except cycle counts."""
+    rtl = RtlBackend(dut, CONFIG)
+    await rtl.power_on()
+    got = await scenario(rtl)
+    want = await scenario(IsaSimBackend(CONFIG))
+    assert got["generate"][0] == got["expected_tokens"], got["generate"]
+    assert got["step"][0] == next_token(3, 0)
+    assert got["perf_names"] == sorted(PERF_NAMES), got["perf_names"]
+    # The interface's flit counters also count the answers to the host's own reads.
+    assert all(g >= w for g, w in zip(got["perf_flits"], want["perf_flits"], strict=True))
+    for key in ("unaligned", "long_read", "last_word", "step", "generate", "perf_instructions",
+                "sram"):
+        g, w = got[key], want[key]
+        if key == "step":    # isasim estimates a subset of the counters
+            g, w = g[:2], w[:2]
+        assert g == w, f"{key}: RTL {g!r}, isasim {w!r}"
+    for xy in CONFIG.tiles:
+        g, w = got["statuses"][xy], want["statuses"][xy]
+        assert (g.state, g.error) == (w.state, w.error), (xy, g, w)
+    assert got["idle_status"].state == "idle"
+    with open(os.environ["RESULT"], "w") as f:
+        json.dump({"rtl_cycles": got["cycles"], "isasim_cycles": want["cycles"]}, f)
+
+
+@cocotb.test()
+async def tile_fault(dut):
+    """A faulting tile is reported with its error code and PC (from the status port)."""
+    rtl = RtlBackend(dut, CONFIG)
+    await rtl.power_on()
+    drv = Driver(ToyCompiled(CONFIG, "fault"), rtl, timeout_cycles=100_000)
+    await drv.load()
+    t0 = rtl.cycle
+    try:
+        await drv.step([3], 0)
+    except TileFault as e:
+        assert (e.tile, e.error, e.pc) == ((1, 1), ErrorCode.SRAM_RANGE, 1), str(e)
+    else:
+        raise AssertionError("no TileFault")
+    assert rtl.cycle - t0 < 2 * rtl.poll_cycles + 1000   # found by polling, not the timeout
+    status = await rtl.status((1, 1))
+    assert (status.state, status.error, status.pc) == ("error", ErrorCode.SRAM_RANGE, 1)
