@@ -240,10 +240,19 @@ class Driver:
         DoorbellTimeout
             If the step's doorbell did not come within ``timeout_cycles``.
         """
+        tokens = tuple(int(t) for t in tokens)
+        return await self.run_plan(self.compiled.step(list(tokens), pos), tokens, pos,
+                                   logits=logits)
+
+    async def run_plan(self, plan, tokens: Sequence[int] = (), pos: int = 0, *,
+                       logits: bool = False) -> StepResult:
+        """Run one `StepPlan` (of the compiler's ``step``, ``prefill`` or ``plans``).
+
+        ``tokens`` and ``pos`` are only recorded in the result.  Raises as `step`.
+        """
         if not self.loaded:
             raise RuntimeError("load() the model before running steps")
         tokens = tuple(int(t) for t in tokens)
-        plan = self.compiled.step(list(tokens), pos)
         be = self.backend
         before = await self._perf_all() if self.perf else {}
         for xy, addr, data in plan.writes:
@@ -341,22 +350,22 @@ class Driver:
             if on_token:
                 on_token(Step(pos, prev, tok, forced, piece))
 
-        async def run(toks, pos):
-            r = await self.step(toks, pos, logits=read_logits or not greedy)
+        async def run(toks, pos, plan=None):
+            want = read_logits or not greedy
+            if plan is None:
+                r = await self.step(toks, pos, logits=want)
+            else:
+                r = await self.run_plan(plan, toks, pos, logits=want)
             results.append(r)
             if on_step:
                 on_step(r)
             return r
 
-        n_prompt, m = len(ids), self.config.max_m
-        pos = 0
-        while pos < n_prompt:
-            batch = ids[pos:pos + m]
-            res = await run(batch, pos)
-            for k in range(len(batch)):
-                if pos + k + 1 < n_prompt:
-                    emit(pos + k, ids[pos + k], ids[pos + k + 1], True)
-            pos += len(batch)
+        n_prompt = len(ids)
+        for toks, pos, plan in self._prefill_plans(ids):
+            res = await run(toks, pos, plan)
+        for p in range(n_prompt - 1):
+            emit(p, ids[p], ids[p + 1], True)
         n_prefill = len(results)
         pos = n_prompt - 1             # `res` holds the logits of this position
         generated = 0
@@ -383,6 +392,25 @@ class Driver:
             text.append(decoder.flush())
         return GenerateResult(tuple(ids), "".join(text), reason, n_prompt, generated, results,
                               n_prefill, time.perf_counter() - t_start)
+
+
+    def _prefill_plans(self, ids):
+        """Yield ``(tokens, pos, plan)`` covering the prompt from position 0.
+
+        With a compiler that pipelines several batches of M in one step (``plans``), its
+        plans; otherwise steps of up to M tokens (``plan`` None: run with `step`).
+        """
+        cm, M = self.compiled, self.config.max_m
+        if hasattr(cm, "plans") and hasattr(cm, "prefill_batches"):
+            B, i = cm.prefill_batches, 0
+            for plan in cm.plans(ids, 0):
+                n = min(B, (len(ids) - i) // M) * M if len(ids) - i >= M else len(ids) - i
+                yield ids[i:i + n], i, plan
+                i += n
+            assert i == len(ids)
+            return
+        for i in range(0, len(ids), M):
+            yield ids[i:i + M], i, None
 
 
 def _dequantize(logits: np.ndarray) -> np.ndarray:

@@ -1,0 +1,67 @@
+"""End to end: the compiler's small synthetic model on ``CONFIGS["small"]`` through the driver,
+tokens and logits equal to ``GoldenModel`` bit for bit at every step: on `IsaSimBackend` here,
+on the RTL (Verilator and Icarus, through ``chipotle.sim.chiprun``) in `test_e2e_rtl`."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+
+import numpy as np
+
+from chipotle.compiler import compile_model, small_model
+from chipotle.config import CONFIGS
+from chipotle.driver import Driver, IsaSimBackend
+from chipotle.generate import StopReason
+from chipotle.golden import GoldenModel
+
+SMALL = CONFIGS["small"]
+PROMPT = [1, 5, 9, 13, 17, 21]      # BOS and 5 tokens: one batch of M = 4, then 2 tokens
+DECODE = 3                          # decode steps after the first sampled token
+CONTEXT = 16
+
+
+@functools.cache
+def _model():
+    return small_model()
+
+
+def golden_run(qm, prompt, n_tokens):
+    """Return ``(tokens, logits per position)`` of greedy decoding on the golden model."""
+    g = GoldenModel(qm)
+    ids, logits = list(prompt), {}
+    for pos in range(len(prompt) + n_tokens - 1):
+        out = g.forward(ids[pos], pos)
+        logits[pos] = out
+        if pos >= len(prompt) - 1:
+            ids.append(int(np.argmax(out)))
+    return ids, logits
+
+
+def check_against_golden(steps, tokens, qm):
+    """Assert every step's token and logits equal the golden model's."""
+    want_ids, want_logits = golden_run(qm, PROMPT, DECODE + 1)
+    assert list(tokens) == want_ids, (tokens, want_ids)
+    assert len(steps) >= DECODE + 1
+    for s in steps:
+        last = s["pos"] + len(s["tokens"]) - 1
+        assert np.array_equal(s["logits"], want_logits[last]), f"logits differ at pos {last}"
+        assert s["token"] == int(np.argmax(want_logits[last])), f"token differs at pos {last}"
+        assert s["cycles"] > 0
+
+
+def test_e2e_isasim():
+    cm = compile_model(_model(), SMALL, context=CONTEXT)
+    drv = Driver(cm, IsaSimBackend(SMALL))
+
+    async def go():
+        await drv.load()
+        return await drv.generate(PROMPT, DECODE + 1, read_logits=True)
+
+    g = asyncio.run(go())
+    assert g.stop_reason is StopReason.STEPS and g.generated == DECODE + 1
+    steps = [{"pos": s.pos, "tokens": s.tokens, "logits": s.logits, "token": s.token,
+              "cycles": s.cycles} for s in g.steps]
+    check_against_golden(steps, g.tokens, _model())
+    assert g.prefill_steps == 2 and len(g.steps) == 2 + DECODE
+    assert g.ttft_cycles > 0 and g.decode_cycles_per_token > 0
