@@ -14,13 +14,14 @@ compile_model, CompiledModel, StepPlan, FitError
     The interface the driver codes against.
 SMALL_MODEL_DIMS, small_model
     The synthetic model of the regression on ``CONFIGS["small"]``.
-run_step_isasim
-    Run one step's plan on a `chipotle.isasim.IsaSim` (tests and the benchmark).
+load_isasim, run_step_isasim, run_plan_isasim
+    Load a compiled model into a `chipotle.isasim.IsaSim` and run one step's plan on it
+    (tests and the benchmark).
 """
 
 from .compiled import CompiledModel, StepPlan, compile_model
 from .placement import FitError
-from .run import SMALL_MODEL_DIMS, load_isasim, run_step_isasim, small_model
+from .run import SMALL_MODEL_DIMS, load_isasim, run_plan_isasim, run_step_isasim, small_model
 
 __all__ = ["compile_model", "CompiledModel", "StepPlan", "FitError", "SMALL_MODEL_DIMS",
-           "small_model", "run_step_isasim", "load_isasim"]
+           "small_model", "run_step_isasim", "run_plan_isasim", "load_isasim"]

@@ -13,7 +13,7 @@ from __future__ import annotations
 from ..golden import numerics as nx
 from ..golden.quantize import QuantizedModel
 from ..isa.core import OFF_BITS, IsaConfig
-from .placement import REDUCE_COUNTER, STEP_BLOCK, Placement, TileLayout
+from .placement import REDUCE_COUNTER, STEP_BLOCK, Placement, TileLayout, step_block_layout
 
 __all__ = ["Emitter", "tile_program", "DONE_CODE"]
 
@@ -100,10 +100,10 @@ class _Ctx:
         return self.isa.n_counters + REDUCE_COUNTER if REDUCE_COUNTER < 0 else REDUCE_COUNTER
 
 
-def _norm_rows(e, k, st, n, norm, x, xn, xq, stride_x, stride_q):
-    """rmsnorm + dynq of `n` rows: x (int16 rows) -> xn -> records xq."""
+def _norm_rows(e, k, st, n, norm, x, xn, xq, stride_x, stride_q, xreg=0):
+    """rmsnorm + dynq of `n` rows: x (int16 rows, + register `xreg`) -> xn -> records xq."""
     dim = k.c.dim
-    e("add", "r6", k.a(st, x), 0)
+    e("add", "r6", k.a(st, x, xreg), 0)
     e("add", "r7", k.a(st, xn), 0)
     e("add", "r8", k.a(st, xq), 0)
 
@@ -116,13 +116,14 @@ def _norm_rows(e, k, st, n, norm, x, xn, xq, stride_x, stride_q):
     e.loop(n, body)
 
 
-def _send_next(e, k, idx, src, nbytes):
-    """SEND `nbytes` at `src` to the input of the stage after pipeline stage `idx`."""
+def _send_next(e, k, idx, src, nbytes, slot_reg=0):
+    """SEND `nbytes` at `src` to the input of the stage after pipeline stage `idx`, at the
+    input slot offset held in register `slot_reg` (0: the first slot)."""
     pl = k.pl
     if idx + 1 < len(pl.pipeline):
         nxt, xy = pl.pipeline[idx + 1]
         dst = pl.tiles[xy][f"{nxt.name}.x"]
-        e("send", (dst,), src, nbytes, _rect((xy[0], xy[0], xy[1], xy[1])),
+        e("send", (dst, slot_reg), src, nbytes, _rect((xy[0], xy[0], xy[1], xy[1])),
           k.counter(xy, nxt))
     else:                                   # multicast to the classifier rectangle
         xy0 = pl.classifier[0]
@@ -131,25 +132,74 @@ def _send_next(e, k, idx, src, nbytes):
         e("send", (dst,), src, nbytes, _rect(pl.rect), k.counter(xy0, cst))
 
 
+def _sb(k, field):
+    """Address operand of a step-block field."""
+    return (k.lay[STEP_BLOCK] + step_block_layout(k.isa.max_m, k.pl.batches)[field],)
+
+
+def _batches(e, k, st, m, body):
+    """Run `body()` once per batch of the step (``nb`` from the step block).
+
+    The stage's ``state`` words hold, across the body (which may use every register):
+    ``+0`` the batch's first position, ``+4`` the byte offset of its input slot (``r5`` on
+    entry to `body`, reload with ``ld r5, state+4`` before use), ``+8`` the address of its
+    last-batch flag.  On entry to `body`, ``r1`` is the batch's first position.
+    """
+    xs = k.isa.pad(2 * k.c.dim)
+    e("ld", "r1", _sb(k, "pos"))
+    e("st", k.a(st, "state"), "r1")
+    e("st", k.a(st, "state", 0, 4), 0)
+    e("add", "r5", _sb(k, "flags"), 0)
+    e("st", k.a(st, "state", 0, 8), "r5")
+    e("ld", "r5", _sb(k, "nb"))
+
+    def loop_body():
+        e("wait", k.counter(k.lay.xy, st), 1)
+        e("ld", "r1", k.a(st, "state"))
+        e("ld", "r5", k.a(st, "state", 0, 4))
+        body()
+        e("ld", "r5", k.a(st, "state", 0, 4))
+        e("add", "r5", f"r5+{m * xs}", 0)
+        e("st", k.a(st, "state", 0, 4), "r5")
+        e("ld", "r1", k.a(st, "state"))
+        e("add", "r1", f"r1+{m}", 0)
+        e("st", k.a(st, "state"), "r1")
+        e("ld", "r5", k.a(st, "state", 0, 8))
+        e("add", "r5", "r5+4", 0)
+        e("st", k.a(st, "state", 0, 8), "r5")
+    e.loop("r5", loop_body)
+
+
 def _emb(e, k, st, m, idx):
     c, isa = k.c, k.isa
     xs = isa.pad(2 * c.dim)
-    e.comment(f"embedding of {m} token(s): x = requant(E8[tok], m[tok], s[tok])")
-    e("add", "r6", (k.lay[STEP_BLOCK] + 8,), 0)
-    e("add", "r7", k.a(st, "x"), 0)
+    e.comment(f"embedding, batches of {m} token(s): x = requant(E8[tok], m[tok], s[tok])")
+    e("add", "r6", _sb(k, "tokens"), 0)
+    e("add", "r11", 0, 0)                   # the next stage's input slot
+    e("ld", "r5", _sb(k, "nb"))
 
-    def body():
-        e("ld", "r8", "r6")
-        e("mul", "r9", "r8", isa.pad(c.dim))
-        e("mul", "r10", "r8", 4)
-        e("reqm.i16.i8", "r7", k.a(st, "e", 9), k.a(st, "ems", 10), c.dim)
-        e("add", "r6", "r6+4", 0)
-        e("add", "r7", f"r7+{xs}", 0)
-    e.loop(m, body)
-    _send_next(e, k, idx, k.a(st, "x"), m * xs)
+    def batch():
+        e("add", "r7", k.a(st, "x"), 0)
+
+        def body():
+            e("ld", "r8", "r6")
+            e("mul", "r9", "r8", isa.pad(c.dim))
+            e("mul", "r10", "r8", 4)
+            e("reqm.i16.i8", "r7", k.a(st, "e", 9), k.a(st, "ems", 10), c.dim)
+            e("add", "r6", "r6+4", 0)
+            e("add", "r7", f"r7+{xs}", 0)
+        e.loop(m, body)
+        _send_next(e, k, idx, k.a(st, "x"), m * xs, 11)
+        e("add", "r11", f"r11+{m * xs}", 0)
+    e.loop("r5", batch)
 
 
 def _att(e, k, st, m, idx):
+    e.comment(f"layer {st.layer} attention, batches of {m} row(s)")
+    _batches(e, k, st, m, lambda: _att_batch(e, k, st, m, idx))
+
+
+def _att_batch(e, k, st, m, idx):
     c, isa, qm = k.c, k.isa, k.qm
     ly = qm.layers[st.layer]
     dim, kvd, hs, H, KV = c.dim, c.kv_dim, c.head_size, c.n_heads, c.n_kv_heads
@@ -157,15 +207,12 @@ def _att(e, k, st, m, idx):
     xs, ks, vs, krec = pad(2 * dim), pad(2 * kvd), pad(kvd), rec(hs)
     kblock = k.context * krec
     last = idx + 1 == len(k.pl.pipeline) - 1        # the next (last) stage takes one row
-    e.comment(f"layer {st.layer} attention, {m} row(s)")
-    e("wait", k.counter(k.lay.xy, st), 1)
-    e("ld", "r1", (k.lay[STEP_BLOCK],))
-    _norm_rows(e, k, st, m, ly.att_norm, "x", "xn", "xq", xs, rec(dim))
+    _norm_rows(e, k, st, m, ly.att_norm, "x", "xn", "xq", xs, rec(dim), xreg=5)
     ms = k.lay[f"{st.name}.wq_ms"], k.lay[f"{st.name}.wk_ms"], k.lay[f"{st.name}.wv_ms"]
-    e(f"matmul.i16", k.a(st, "q16"), k.a(st, "xq"), k.a(st, "wq"), ms[0], dim, dim, m)
-    e(f"matmul.i16", k.a(st, "k16"), k.a(st, "xq"), k.a(st, "wk"), ms[1], kvd, dim, m)
+    e("matmul.i16", k.a(st, "q16"), k.a(st, "xq"), k.a(st, "wq"), ms[0], dim, dim, m)
+    e("matmul.i16", k.a(st, "k16"), k.a(st, "xq"), k.a(st, "wk"), ms[1], kvd, dim, m)
     e("mul", "r5", "r1", vs)
-    e(f"matmul.i8", k.a(st, "vcache", 5), k.a(st, "xq"), k.a(st, "wv"), ms[2], kvd, dim, m)
+    e("matmul.i8", k.a(st, "vcache", 5), k.a(st, "xq"), k.a(st, "wv"), ms[2], kvd, dim, m)
     e.comment("RoPE; q per head into query records, k per head into the K cache")
     e("mul", "r3", "r1", 2 * hs)
     e("mul", "r4", "r1", krec)
@@ -206,7 +253,6 @@ def _att(e, k, st, m, idx):
     def arow():
         e("add", "r8", k.a(st, "kcache"), 0)
         e("add", "r11", k.a(st, "vcache"), 0)
-
         g = c.kv_mul
         if g > 1:                           # score rows of the group at stride pad(4 T)
             e("mul", "r12", "r2", 4)
@@ -240,24 +286,35 @@ def _att(e, k, st, m, idx):
     e.loop(m, orow)
     e("matmul.i16", k.a(st, "yo"), k.a(st, "arec"), k.a(st, "wo"),
       k.lay[f"{st.name}.wo_ms"], dim, dim, m)
-    e("vadd.i16.i16", k.a(st, "xa"), k.a(st, "x"), k.a(st, "yo"), m * xs // 2)
-    if last:
-        _send_next(e, k, idx, k.a(st, "xa", 0, (m - 1) * xs), xs)
+    e("ld", "r5", k.a(st, "state", 0, 4))
+    e("vadd.i16.i16", k.a(st, "xa"), k.a(st, "x", 5), k.a(st, "yo"), m * xs // 2)
+    if last:                    # only the step's last row goes on: on its last batch
+        e("ld", "r6", k.a(st, "state", 0, 8))
+        e("ld", "r6", "r6")
+        e.loop("r6", lambda: _send_next(e, k, idx, k.a(st, "xa", 0, (m - 1) * xs), xs))
     else:
-        _send_next(e, k, idx, k.a(st, "xa"), m * xs)
+        _send_next(e, k, idx, k.a(st, "xa"), m * xs, 5)
 
 
 def _ffn(e, k, st, m, idx):
+    if idx == len(k.pl.pipeline) - 1:       # only the step's last row reaches the classifier
+        e.comment(f"layer {st.layer} feed-forward (SwiGLU) of the step's last row")
+        e("wait", k.counter(k.lay.xy, st), 1)
+        _ffn_batch(e, k, st, 1, idx)
+    else:
+        e.comment(f"layer {st.layer} feed-forward (SwiGLU), batches of {m} row(s)")
+        _batches(e, k, st, m, lambda: _ffn_batch(e, k, st, m, idx))
+
+
+def _ffn_batch(e, k, st, m, idx):
     c, isa, qm = k.c, k.isa, k.qm
     ly = qm.layers[st.layer]
     dim, hid = c.dim, c.hidden_dim
     pad, rec = isa.pad, isa.record_bytes
     xs, hsz = pad(2 * dim), pad(2 * hid)
-    if idx == len(k.pl.pipeline) - 1:
-        m = 1                         # only the last row reaches the classifier
-    e.comment(f"layer {st.layer} feed-forward (SwiGLU), {m} row(s)")
-    e("wait", k.counter(k.lay.xy, st), 1)
-    _norm_rows(e, k, st, m, ly.ffn_norm, "x", "xn", "xq", xs, rec(dim))
+    last = idx == len(k.pl.pipeline) - 1
+    xreg = 0 if last else 5
+    _norm_rows(e, k, st, m, ly.ffn_norm, "x", "xn", "xq", xs, rec(dim), xreg=xreg)
     ms = {w: k.lay[f"{st.name}.{w}_ms"] for w in ("w1", "w3", "w2")}
     e("matmul.i16", k.a(st, "h1"), k.a(st, "xq"), k.a(st, "w1"), ms["w1"], hid, dim, m)
     e("matmul.i16", k.a(st, "h3"), k.a(st, "xq"), k.a(st, "w3"), ms["w3"], hid, dim, m)
@@ -272,11 +329,13 @@ def _ffn(e, k, st, m, idx):
         e("add", "r7", f"r7+{rec(hid)}", 0)
     e.loop(m, grow)
     e("matmul.i16", k.a(st, "y2"), k.a(st, "grec"), k.a(st, "w2"), ms["w2"], dim, hid, m)
-    e("vadd.i16.i16", k.a(st, "xo"), k.a(st, "x"), k.a(st, "y2"), m * xs // 2)
-    if idx == len(k.pl.pipeline) - 1:
+    if not last:
+        e("ld", "r5", k.a(st, "state", 0, 4))
+    e("vadd.i16.i16", k.a(st, "xo"), k.a(st, "x", xreg), k.a(st, "y2"), m * xs // 2)
+    if last:
         _send_next(e, k, idx, k.a(st, "xo"), xs)
     else:
-        _send_next(e, k, idx, k.a(st, "xo"), m * xs)
+        _send_next(e, k, idx, k.a(st, "xo"), m * xs, 5)
 
 
 def _cls(e, k, st):

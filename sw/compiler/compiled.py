@@ -14,9 +14,12 @@ from ..isa.core import TableId
 from ..isa.programs import padded_rows, requant_table, vector_table
 from ..model import Checkpoint, ModelConfig
 from .codegen import DONE_CODE, tile_program
-from .placement import STEP_BLOCK, FitError, Placement, place
+from .placement import STEP_BLOCK, FitError, Placement, place, step_block_layout
 
-__all__ = ["CompiledModel", "StepPlan", "compile_model"]
+__all__ = ["CompiledModel", "StepPlan", "compile_model", "DEFAULT_PREFILL_BATCHES"]
+
+#: Prefill batches of M tokens one step may carry by default (fewer if they do not fit).
+DEFAULT_PREFILL_BATCHES = 16
 
 
 @dataclass(frozen=True)
@@ -82,6 +85,11 @@ class CompiledModel:
 
     # -- the host's view ----------------------------------------------------------------------
 
+    @property
+    def prefill_batches(self) -> int:
+        """Batches of M tokens one `prefill` step may carry."""
+        return self.placement.batches
+
     def step(self, tokens, pos: int, load_tables: bool | None = None) -> StepPlan:
         """Return the host actions of a step of ``m = len(tokens)`` tokens at ``pos ..``.
 
@@ -106,28 +114,81 @@ class CompiledModel:
             If ``m`` is not in ``1 .. M``, a token is outside the vocabulary, or
             ``pos + m`` exceeds the context.
         """
-        toks = [int(t) for t in tokens]
+        toks = self._check(tokens, pos)
         m, M = len(toks), self.config.max_m
         if not 1 <= m <= M:
             raise ValueError(f"a step takes 1 .. {M} tokens (M), not {m}")
+        return self._plan(toks, pos, m, 1, load_tables)
+
+    def prefill(self, tokens, pos: int, load_tables: bool | None = None) -> StepPlan:
+        """Return the host actions of a prefill step of several batches of M tokens.
+
+        The batches flow through the pipeline together (stage k works on batch b while
+        stage k + 1 works on batch b - 1); the results are those of the last token, as for
+        `step`, and identical to running the batches as separate steps.
+
+        Parameters
+        ----------
+        tokens : sequence of int
+            ``b * M`` token ids, ``1 <= b <=`` `prefill_batches`.
+        pos, load_tables
+            As for `step`.
+
+        Raises
+        ------
+        ValueError
+            If the number of tokens is not such a multiple of M, or as `step`.
+        """
+        toks = self._check(tokens, pos)
+        M, B = self.config.max_m, self.prefill_batches
+        if not toks or len(toks) % M or len(toks) > B * M:
+            raise ValueError(f"a prefill step takes a multiple of M = {M} tokens, at most "
+                             f"{B * M} ({B} batches), not {len(toks)}")
+        return self._plan(toks, pos, M, len(toks) // M, load_tables)
+
+    def plans(self, tokens, pos: int) -> list:
+        """Return the plans that run `tokens` from `pos`: `prefill` steps of as many whole
+        batches as fit, then a `step` with the remaining (fewer than M) tokens."""
+        toks = self._check(tokens, pos)
+        M, B = self.config.max_m, self.prefill_batches
+        out, i = [], 0
+        while len(toks) - i >= M:
+            n = min(B, (len(toks) - i) // M) * M
+            out.append(self.prefill(toks[i:i + n], pos + i, pos + i == 0))
+            i += n
+        if i < len(toks):
+            out.append(self.step(toks[i:], pos + i, pos + i == 0))
+        return out
+
+    def _check(self, tokens, pos):
+        toks = [int(t) for t in tokens]
+        if not toks:
+            raise ValueError("a step needs at least one token")
         V = self.model.vocab_size
         bad = [t for t in toks if not 0 <= t < V]
         if bad:
             raise ValueError(f"token {bad[0]} is outside the vocabulary [0, {V})")
-        if not isinstance(pos, (int, np.integer)) or pos < 0 or pos + m > self.context:
-            raise ValueError(f"positions {pos} .. {pos + m - 1} exceed the context of "
-                             f"{self.context} positions")
+        if (not isinstance(pos, (int, np.integer)) or pos < 0
+                or pos + len(toks) > self.context):
+            raise ValueError(f"positions {pos} .. {pos + len(toks) - 1} exceed the context "
+                             f"of {self.context} positions")
+        return toks
+
+    def _plan(self, toks, pos, m, nb, load_tables) -> StepPlan:
         if load_tables is None:
             load_tables = pos == 0
-        block = np.zeros(self.placement.tiles[self.placement.reducer]
-                         .regions[STEP_BLOCK].size, np.uint8)
-        block[:8 + 4 * m] = np.array([pos, m, *toks], "<u4").view(np.uint8)
-        data = block.tobytes()
         pl = self.placement
+        lay = step_block_layout(self.config.max_m, pl.batches)
+        block = np.zeros(pl.tiles[pl.reducer].regions[STEP_BLOCK].size, np.uint8)
+        words = block[:lay["size"]].view("<u4")
+        words[0], words[1], words[2] = pos, m, nb
+        words[lay["flags"] // 4 + nb - 1] = 1
+        words[lay["tokens"] // 4:lay["tokens"] // 4 + len(toks)] = toks
+        data = block.tobytes()
         entry = f"m{m}_tab" if load_tables else f"m{m}"
         red = pl.tiles[pl.reducer]
         return StepPlan(
-            writes=[(xy, lay[STEP_BLOCK], data) for xy, lay in pl.tiles.items()],
+            writes=[(xy, lay_[STEP_BLOCK], data) for xy, lay_ in pl.tiles.items()],
             starts=[(xy, self.entries[xy][entry]) for xy in pl.tiles],
             done=(pl.reducer, DONE_CODE),
             token_at=(pl.reducer, red["red.token"]),
@@ -276,9 +337,26 @@ def _check_source(source):
                     f"{type(source).__name__}")
 
 
-def _compile(qm: QuantizedModel, config: ChipConfig, context: int) -> CompiledModel:
+def _place(qm, isa, config, context, batches):
+    """Place with `batches` prefill batches, or (None) the most of 16, 8, .. 1 that fit."""
+    if batches is not None:
+        return place(qm, isa, config.mesh_width, config.mesh_height, context, batches)
+    most = min(DEFAULT_PREFILL_BATCHES, -(-context // isa.max_m))
+    for b in sorted({most, *(x for x in (8, 4, 2) if x < most)}, reverse=True):
+        try:
+            return place(qm, isa, config.mesh_width, config.mesh_height, context, b)
+        except FitError:
+            pass
+    return place(qm, isa, config.mesh_width, config.mesh_height, context, 1)
+
+
+def _compile(qm: QuantizedModel, config: ChipConfig, context: int,
+             batches: int | None = None) -> CompiledModel:
     isa = config.isa_config()
     c = qm.config
+    if config.loop_depth < 4:
+        raise FitError(f"the programs nest 4 hardware loops (batches, rows, KV heads, query "
+                       f"heads), but loop_depth is {config.loop_depth}: use loop_depth=4")
     if c.kv_mul > isa.max_m:
         raise FitError(f"{c.kv_mul} query heads share a KV head but the matrix unit takes "
                        f"{isa.max_m} rows (M): use max_m={c.kv_mul}")
@@ -286,7 +364,7 @@ def _compile(qm: QuantizedModel, config: ChipConfig, context: int) -> CompiledMo
         if k > isa.k_max:
             raise FitError(f"the model's {name} {k} exceeds the matrix unit's k_max "
                            f"{isa.k_max}: use k_max={k}")
-    pl = place(qm, isa, config.mesh_width, config.mesh_height, context)
+    pl = _place(qm, isa, config, context, batches)
     programs, entries, sources = {}, {}, {}
     for xy, lay in pl.tiles.items():
         if not lay.c_limit_ok():
@@ -295,13 +373,15 @@ def _compile(qm: QuantizedModel, config: ChipConfig, context: int) -> CompiledMo
         text = tile_program(qm, isa, pl, lay, context)
         sym: dict = {}
         words = assemble(text, symbols_out=sym)
-        if len(words) > config.imem_words:
-            raise FitError(f"the program of tile {xy} ({' + '.join(s.name for s in lay.stages)}"
-                           f") needs {len(words)} instructions, but the instruction memory "
-                           f"holds {config.imem_words}: use imem_words="
-                           f"{-(-len(words) // 128) * 128}")
         programs[xy], sources[xy] = words, text
         entries[xy] = {k: v for k, v in sym.items() if k.startswith("m") and k[1:2].isdigit()}
+    xy = max(programs, key=lambda t: len(programs[t]))
+    if len(programs[xy]) > config.imem_words:
+        n = len(programs[xy])
+        raise FitError(f"the program of tile {xy} ("
+                       f"{' + '.join(s.name for s in pl.tiles[xy].stages)}) needs {n} "
+                       f"instructions, but the instruction memory holds {config.imem_words}: "
+                       f"use imem_words={-(-n // 128) * 128}")
     return CompiledModel(config, qm, c, context, _images(qm, isa, pl, context), programs,
                          entries, pl, sources)
 
@@ -376,7 +456,8 @@ def _suggest(qm: QuantizedModel, config: ChipConfig, context: int) -> str:
     return " or ".join(tips) + " (--config keys)"
 
 
-def compile_model(source, config: ChipConfig, context: int | None = None) -> CompiledModel:
+def compile_model(source, config: ChipConfig, context: int | None = None,
+                  prefill_batches: int | None = None) -> CompiledModel:
     """Place a llama2 model on the mesh and emit its tile programs.
 
     Parameters
@@ -386,6 +467,10 @@ def compile_model(source, config: ChipConfig, context: int | None = None) -> Com
     config : ChipConfig
     context : int, optional
         Positions of the KV caches (default: the model's ``seq_len``).
+    prefill_batches : int, optional
+        Batches of M tokens one `CompiledModel.prefill` step may carry (each pipeline stage
+        has an input slot per batch).  Default: the most of 16, 8, 4, 2, 1 that fit (at most
+        ``context / M``).
 
     Returns
     -------
@@ -409,7 +494,11 @@ def compile_model(source, config: ChipConfig, context: int | None = None) -> Com
         raise FitError(f"context {context} exceeds the model's seq_len {c.seq_len} (its RoPE "
                        f"table and training length): use --context {c.seq_len} or less")
     try:
-        return _compile(qm, config, int(context))
+        if prefill_batches is not None and (not isinstance(prefill_batches, (int, np.integer))
+                                            or prefill_batches < 1):
+            raise FitError(f"`prefill_batches` must be a positive integer, not "
+                           f"{prefill_batches!r}")
+        return _compile(qm, config, int(context), prefill_batches)
     except FitError as e:
         raise FitError(f"{e}; a configuration that fits: "
                        f"{_suggest(qm, config, int(context))}") from None

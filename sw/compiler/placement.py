@@ -16,12 +16,23 @@ from ..golden.quantize import QuantizedModel
 from ..isa.core import C_BITS, IsaConfig, TableId
 
 __all__ = ["FitError", "Stage", "Region", "TileLayout", "Placement", "snake", "place",
-           "STEP_BLOCK", "REDUCE_COUNTER"]
+           "STEP_BLOCK", "REDUCE_COUNTER", "step_block_layout"]
 
 #: Name of the step block (position, rows, token ids), at address 0 of every tile.
 STEP_BLOCK = "step"
 #: Counter of the argmax reduction on the reduction tile: the last one.
 REDUCE_COUNTER = -1
+
+
+def step_block_layout(max_m: int, batches: int) -> dict:
+    """Return the byte offsets of the step block's fields and its size (unpadded).
+
+    ``pos`` (uint32, first position), ``m`` (rows per batch), ``nb`` (batches in the step),
+    ``flags`` (``batches`` uint32: 1 for the step's last batch, else 0), ``tokens``
+    (``batches * max_m`` uint32 token ids, batch after batch).
+    """
+    return dict(pos=0, m=4, nb=8, flags=12, tokens=12 + 4 * batches,
+                size=12 + 4 * batches + 4 * batches * max_m)
 
 _STAGE_TABLES = {
     "emb": (),
@@ -71,19 +82,26 @@ class Stage:
                 "att": f"the attention stage of layer {self.layer}",
                 "ffn": f"the feed-forward stage of layer {self.layer}"}[self.kind]
 
-    def requests(self, qm: QuantizedModel, isa: IsaConfig, context: int) -> list:
-        """Return the stage's regions as ``(name, bytes, kind)`` (names without prefix)."""
+    def requests(self, qm: QuantizedModel, isa: IsaConfig, context: int, batches: int = 1
+                 ) -> list:
+        """Return the stage's regions as ``(name, bytes, kind)`` (names without prefix).
+
+        `batches` is the number of prefill batches one step may carry: the input buffer of
+        an attention or feed-forward stage has a slot of M rows for each.
+        """
         c, M, W, pad, rec = qm.config, isa.max_m, isa.word_bytes, isa.pad, isa.record_bytes
         dim, hid, kvd, hs = c.dim, c.hidden_dim, c.kv_dim, c.head_size
         xs = pad(2 * dim)
+        B = batches
         if self.kind == "emb":
             return [("ems", 4 * c.vocab_size, "act"), ("x", M * xs, "act"),
                     ("e", c.vocab_size * pad(dim), "w")]
+        state = [("state", 3 * 4, "act")]           # position, input slot, flag pointer
         if self.kind == "att":
             krec = rec(hs)
             return [("eps", 8, "c"), ("att_ms", 4, "c"), ("wq_ms", 4 * dim, "c"),
                     ("wk_ms", 4 * kvd, "c"), ("wv_ms", 4 * kvd, "c"), ("wo_ms", 4 * dim, "c"),
-                    ("g", 2 * dim, "act"), ("x", M * xs, "act"), ("xn", M * xs, "act"),
+                    ("g", 2 * dim, "act"), ("x", B * M * xs, "act"), ("xn", M * xs, "act"),
                     ("xq", M * rec(dim), "act"), ("q16", M * xs, "act"),
                     ("k16", M * pad(2 * kvd), "act"), ("qrec", M * c.n_heads * krec, "act"),
                     ("t", c.kv_mul * pad(4 * context), "act"), ("p", 2 * context, "act"),
@@ -94,17 +112,17 @@ class Stage:
                     ("wv", kvd * pad(dim), "w"), ("wo", dim * pad(dim), "w"),
                     ("rope", context * 2 * hs, "kv"),
                     ("kcache", c.n_kv_heads * context * krec, "kv"),
-                    ("vcache", context * pad(kvd), "kv")]
+                    ("vcache", context * pad(kvd), "kv")] + state
         if self.kind == "ffn":
             hsz = pad(2 * hid)
             return [("eps", 8, "c"), ("w1_ms", 4 * hid, "c"), ("w3_ms", 4 * hid, "c"),
-                    ("w2_ms", 4 * dim, "c"), ("g", 2 * dim, "act"), ("x", M * xs, "act"),
+                    ("w2_ms", 4 * dim, "c"), ("g", 2 * dim, "act"), ("x", B * M * xs, "act"),
                     ("xn", M * xs, "act"), ("xq", M * rec(dim), "act"),
                     ("h1", M * hsz, "act"), ("h3", M * hsz, "act"), ("silu", M * hsz, "act"),
                     ("gate", M * 2 * hsz, "act"), ("grec", M * rec(hid), "act"),
                     ("y2", M * xs, "act"), ("xo", M * xs, "act"),
                     ("w1", hid * pad(dim), "w"), ("w3", hid * pad(dim), "w"),
-                    ("w2", dim * pad(hid), "w")]
+                    ("w2", dim * pad(hid), "w")] + state
         if self.kind == "cls":
             cap = self.rows[2]
             return [("eps", 8, "c"), ("ms", 4 * cap, "c"), ("g", 2 * dim, "act"),
@@ -147,16 +165,18 @@ class TileLayout:
     regions: dict = field(default_factory=dict)
     size: int = 0
 
-    def build(self, qm: QuantizedModel, isa: IsaConfig, context: int) -> TileLayout:
+    def build(self, qm: QuantizedModel, isa: IsaConfig, context: int, batches: int = 1
+              ) -> TileLayout:
         """Lay out the regions: step block, ``c`` data, tables, activations, weights, KV."""
         W = isa.word_bytes
-        req = [(STEP_BLOCK, isa.pad(8 + 4 * isa.max_m), "step")]
+        req = [(STEP_BLOCK, isa.pad(step_block_layout(isa.max_m, batches)["size"]), "step")]
         tabs = {t for s in self.stages for t in _STAGE_TABLES[s.kind]}
         from ..isa.core import TABLE_ENTRIES
         req += [(f"tab.{t.name.lower()}", 2 * TABLE_ENTRIES[t], "table")
                 for t in _TABLE_ORDER if t in tabs]
         for s in self.stages:
-            req += [(f"{s.name}.{n}", b, k) for n, b, k in s.requests(qm, isa, context)]
+            req += [(f"{s.name}.{n}", b, k)
+                    for n, b, k in s.requests(qm, isa, context, batches)]
         if self.reduce:
             C = self.reduce
             req += [("red.slots", C * W, "red"), ("red.vals", 4 * C, "red"),
@@ -200,6 +220,8 @@ class Placement:
         ``(x0, x1, y0, y1)`` of the classifier rectangle.
     reducer : (x, y)
         The tile reducing the local argmaxes and ringing the doorbell.
+    batches : int
+        Prefill batches of M rows one step may carry.
     """
 
     tiles: dict
@@ -207,6 +229,7 @@ class Placement:
     classifier: list
     rect: tuple
     reducer: tuple
+    batches: int = 1
 
 
 def snake(width: int, height: int) -> list:
@@ -280,8 +303,8 @@ def _partition(stages: list, n: int, size) -> list | None:
     return groups[::-1]
 
 
-def place(qm: QuantizedModel, isa: IsaConfig, width: int, height: int, context: int
-          ) -> Placement:
+def place(qm: QuantizedModel, isa: IsaConfig, width: int, height: int, context: int,
+          batches: int = 1) -> Placement:
     """Assign stages to tiles and lay out every tile (see the module docstring).
 
     Returns
@@ -298,7 +321,7 @@ def place(qm: QuantizedModel, isa: IsaConfig, width: int, height: int, context: 
     T = len(order)
 
     def layout(xy, stages, reduce=0):
-        return TileLayout(xy, list(stages), reduce).build(qm, isa, context)
+        return TileLayout(xy, list(stages), reduce).build(qm, isa, context, batches)
 
     cache: dict = {}
 
@@ -313,8 +336,9 @@ def place(qm: QuantizedModel, isa: IsaConfig, width: int, height: int, context: 
     need, s = max((layout((0, 0), [s]).size, -i) for i, s in enumerate(pipe))
     s = -s                              # the first of the largest stages
     if need > isa.sram_bytes:           # the largest stage alone on a tile must fit
-        raise FitError(f"{pipe[s].title} needs {need:,} bytes of SRAM at context {context}, "
-                       f"but a tile has {isa.sram_bytes:,}")
+        raise FitError(f"{pipe[s].title} needs {need:,} bytes of SRAM at context {context}"
+                       + (f" and {batches} prefill batches" if batches > 1 else "")
+                       + f", but a tile has {isa.sram_bytes:,}")
 
     def with_classifier(groups):
         """Place the classifier after `groups` on the free tiles; None if it does not fit."""
@@ -354,8 +378,8 @@ def place(qm: QuantizedModel, isa: IsaConfig, width: int, height: int, context: 
             found = groups, got
     if found is None:
         need = _tiles_needed(qm, isa, context)
-        raise FitError(f"the model needs {need} tiles of {isa.sram_bytes:,} bytes at context "
-                       f"{context} (embedding, {qm.config.n_layers} x (attention, "
+        raise FitError(f"the model needs at least {need} tiles of {isa.sram_bytes:,} bytes at "
+                       f"context {context} (embedding, {qm.config.n_layers} x (attention, "
                        f"feed-forward), classifier), but the mesh has {T}")
     groups, (ctiles, rect, red, clays) = found
     tiles, pipeline = {}, []
@@ -367,7 +391,7 @@ def place(qm: QuantizedModel, isa: IsaConfig, width: int, height: int, context: 
     if rect is None:
         rect = (red[0], red[0], red[1], red[1])
     tiles = {xy: tiles[xy] for xy in order if xy in tiles}
-    return Placement(tiles, pipeline, ctiles, rect, red)
+    return Placement(tiles, pipeline, ctiles, rect, red, batches)
 
 
 def _tiles_needed(qm: QuantizedModel, isa: IsaConfig, context: int) -> int:

@@ -14,7 +14,8 @@ import numpy as np
 
 from ..model import ModelConfig, synthetic_checkpoint
 
-__all__ = ["SMALL_MODEL_DIMS", "small_model", "load_isasim", "run_step_isasim", "StepResult"]
+__all__ = ["SMALL_MODEL_DIMS", "small_model", "load_isasim", "run_step_isasim",
+           "run_plan_isasim", "StepResult"]
 
 #: Shape of the synthetic model the regression runs on ``CONFIGS["small"]`` (2 x 2 tiles of
 #: 32 KiB): 2 layers, grouped-query attention 2:1, head size 8.
@@ -85,8 +86,13 @@ def run_step_isasim(sim, compiled, tokens, pos: int) -> StepResult:
         If a tile stops on an error, a tile is not halted or a counter is not zero after the
         step, or the doorbell is not the plan's.
     """
+    return run_plan_isasim(sim, compiled, compiled.step(tokens, pos))
+
+
+def run_plan_isasim(sim, compiled, plan) -> StepResult:
+    """Run one `StepPlan` (of `CompiledModel.step`, `prefill` or `plans`); see
+    `run_step_isasim`."""
     from ..isasim import TileState
-    plan = compiled.step(tokens, pos)
     for xy, addr, data in plan.writes:
         sim.write(xy, addr, data)
     t0 = max(t.perf.cycles for t in sim.tiles)

@@ -18,6 +18,7 @@ from chipotle.compiler import (
     FitError,
     compile_model,
     load_isasim,
+    run_plan_isasim,
     run_step_isasim,
     small_model,
 )
@@ -118,6 +119,59 @@ def test_prefill_batch_is_cheaper_than_decode_steps(small_compiled):
     assert sum(s[2] for s in batched) < sum(s[2] for s in one)
 
 
+def test_multi_batch_prefill_matches_golden(small_compiled, small_qm):
+    """`prefill` steps carry several batches of M through the pipeline at once: each step's
+    last row equals the golden model's, the KV caches are right for the decode that follows,
+    and it beats one step per batch."""
+    M, B = small_compiled.config.max_m, small_compiled.prefill_batches
+    assert B >= 2
+    prompt = [(5 * i + 3) % small_qm.config.vocab_size for i in range(2 * M + 3)]
+    golden = GoldenModel(small_qm)
+    sim = load_isasim(small_compiled)
+    plans = small_compiled.plans(prompt, 0)
+    assert len(plans) == 2                      # two batches in one step, then 3 tokens
+    cycles, pos = 0, 0
+    for plan, n in zip(plans, (2 * M, 3)):
+        ref = golden.forward_batch(prompt[pos:pos + n], pos)[-1]
+        r = run_plan_isasim(sim, small_compiled, plan)
+        np.testing.assert_array_equal(r.logits, ref)
+        assert r.token == int(np.argmax(ref))
+        cycles += r.cycles if n == 2 * M else 0
+        pos += n
+    tok = r.token
+    for _ in range(2):
+        ref = golden.forward(tok, pos)
+        r = run_step_isasim(sim, small_compiled, [tok], pos)
+        np.testing.assert_array_equal(r.logits, ref)
+        tok, pos = r.token, pos + 1
+    per_batch = sum(s[2] for s in run_sequence(small_compiled, prompt[:2 * M], 0, M))
+    assert cycles < per_batch
+    with pytest.raises(ValueError, match="multiple of M"):
+        small_compiled.prefill(prompt[:M + 1], 0)
+    with pytest.raises(ValueError, match="multiple of M|exceed the context"):
+        small_compiled.prefill([1] * ((B + 1) * M), 0)
+
+
+@pytest.mark.model
+def test_stories260k_prefill_64_tokens(stories_qm, model_paths):
+    compiled = compile_model(stories_qm, CONFIGS["default"])
+    M = compiled.config.max_m
+    assert compiled.prefill_batches * M >= 64
+    tok = load_tokenizer(model_paths[1])
+    prompt = (tok.encode("Once upon a time, there was a little girl named Lily. She loved to "
+                         "play outside in the park.") * 4)[:64 + 2]
+    golden = GoldenModel(stories_qm)
+    sim = load_isasim(compiled)
+    plans = compiled.plans(prompt, 0)
+    assert len(plans) == 2
+    r = run_plan_isasim(sim, compiled, plans[0])
+    np.testing.assert_array_equal(r.logits, golden.forward_batch(prompt[:64], 0)[-1])
+    r = run_plan_isasim(sim, compiled, plans[1])
+    ref = golden.forward_batch(prompt[64:], 64)[-1]
+    np.testing.assert_array_equal(r.logits, ref)
+    assert r.token == int(np.argmax(ref))
+
+
 def test_memory_map_is_sound(small_compiled):
     for compiled in (small_compiled,):
         sram = compiled.config.sram_bytes
@@ -156,7 +210,7 @@ def test_memory_map_default_stories260k(stories_qm):
 def test_step_rejects_bad_input(small_compiled):
     M, V = small_compiled.config.max_m, small_compiled.model.vocab_size
     ctx = small_compiled.context
-    with pytest.raises(ValueError, match="tokens"):
+    with pytest.raises(ValueError, match="at least one token"):
         small_compiled.step([], 0)
     with pytest.raises(ValueError, match=f"1 .. {M}"):
         small_compiled.step([1] * (M + 1), 0)
@@ -208,7 +262,7 @@ def test_fit_error_too_few_tiles(small_qm):
     with pytest.raises(FitError) as e:
         compile_model(small_qm, cfg)
     msg = str(e.value)
-    assert re.search(r"needs \d+ tiles .* the mesh has 2", msg), msg
+    assert re.search(r"needs at least \d+ tiles .* the mesh has 2", msg), msg
     tips = _suggested(msg, cfg)
     assert any(c.n_tiles > 2 for c, _ in tips), msg
     for c, ctx in tips:
