@@ -25,39 +25,43 @@ _TEXT = ("Once upon a time, there was a little girl named Lily. She loved to pla
 def bench(compiled, prompt_tokens, out=sys.stdout) -> dict:
     """Run prefill and decode on the ISA simulator; print and return the cycle figures.
 
-    Prefills ``prompt_tokens`` in batches of M, checking every step against the golden
-    model, then decodes (teacher-forced with the same token stream) at the positions up to
-    the end of the stream.  Returns ``{"prefill": [...], "decode": {pos: cycles}}``.
+    Prefills the first 64 of ``prompt_tokens`` one batch of M per step, then with batches
+    in flight (`CompiledModel.plans`), then decodes (teacher-forced with the same token
+    stream) at positions 1, 64, 256 and the end of the stream, checking the logits against
+    the golden model.  Returns ``{"prefill": [...], "decode": {pos: cycles}}``.
     """
     from ..golden import GoldenModel
     from .run import load_isasim, run_step_isasim
     cfg, c = compiled.config, compiled.model
     M = cfg.max_m
     golden = GoldenModel(compiled.qm)
-    sim = load_isasim(compiled)
     figures = {"prefill": [], "decode": {}}
-
-    def step(toks, pos):
-        r = run_step_isasim(sim, compiled, toks, pos)
-        ref = golden.forward_batch(toks, pos)[-1]
-        if not np.array_equal(r.logits, ref):
-            raise SystemExit(f"step at {pos}: the logits differ from the golden model")
-        return r
-
     n_pre = 64
     pre = prompt_tokens[:n_pre]
-    cyc = macs = 0
-    for i in range(0, len(pre), M):
-        r = step(pre[i:i + M], i)
-        cyc += r.cycles
-        macs += r.perf["macs"]
-    util = macs / (cyc * cfg.word_bytes * cfg.max_m)
-    print(f"prefill of {len(pre)} tokens in batches of {M}: {cyc:,} cycles "
-          f"({cyc / len(pre):,.0f} per token); matrix-unit utilisation {100 * util:.1f}% of one "
-          f"tile's W x M = {cfg.word_bytes * cfg.max_m} MACs/cycle "
-          f"({100 * util / cfg.n_tiles:.1f}% of the mesh)", file=out)
-    figures["prefill"] = dict(tokens=len(pre), cycles=cyc, macs=macs, utilisation=util)
-    print(" pos   cycles  matrix-util  weight+KV bytes  roofline", file=out)
+    from .run import run_plan_isasim
+    for how, plans in (("one step per batch", [compiled.step(pre[i:i + M], i)
+                                               for i in range(0, len(pre), M)]),
+                       ("batches in flight (CompiledModel.plans)", compiled.plans(pre, 0))):
+        sim = load_isasim(compiled)
+        golden.reset()
+        cyc = macs = mat = 0
+        for plan in plans:
+            r = run_plan_isasim(sim, compiled, plan)
+            cyc += r.cycles
+            macs += r.perf["macs"]
+            mat += r.perf["matrix_cycles"]
+        if not np.array_equal(r.logits, golden.forward_batch(pre, 0)[-1]):
+            raise SystemExit("prefill: the logits differ from the golden model")
+        util = macs / (cyc * cfg.peak_macs_per_cycle)
+        busy = mat / (cyc * cfg.n_tiles)
+        print(f"prefill of {len(pre)} tokens, {how}: {cyc:,} cycles ({cyc / len(pre):,.0f} "
+              f"per token); {len(plans)} step(s); MACs / mesh peak {100 * util:.1f}%; "
+              f"matrix units busy {100 * busy:.1f}% of tile-cycles", file=out)
+        figures["prefill"].append(dict(how=how, tokens=len(pre), cycles=cyc, macs=macs,
+                                       utilisation=util, busy=busy))
+    print("decode (MACs / mesh peak; weight and KV bytes / (mesh SRAM bandwidth x cycles)):",
+          file=out)
+    print(" pos   cycles  MACs/peak  weight+KV bytes  roofline", file=out)
     pos = len(pre)
     want = sorted({p for p in (1, 64, 256, len(prompt_tokens) - 1)
                    if p < min(len(prompt_tokens), compiled.context)})
@@ -76,8 +80,8 @@ def bench(compiled, prompt_tokens, out=sys.stdout) -> dict:
             raise SystemExit(f"decode at {pos}: the logits differ from the golden model")
         nbytes = compiled.weight_bytes_per_token() + compiled.kv_bytes(pos)
         roof = nbytes / (cfg.sram_read_bytes_per_cycle * r.cycles)
-        mu = r.perf["macs"] / (r.cycles * cfg.word_bytes * cfg.max_m)
-        print(f"{pos:4d} {r.cycles:8,d}  {100 * mu:10.1f}% {nbytes:16,d}  {100 * roof:7.1f}%",
+        mu = r.perf["macs"] / (r.cycles * cfg.peak_macs_per_cycle)
+        print(f"{pos:4d} {r.cycles:8,d}  {100 * mu:8.2f}% {nbytes:16,d}  {100 * roof:7.1f}%",
               file=out)
         figures["decode"][pos] = r.cycles
         if pos == 64:
