@@ -215,7 +215,7 @@ class CompiledModel:
         """Return every tile's stages and SRAM regions (address, bytes, name) as text."""
         cfg, pl = self.config, self.placement
         out = [f"{self.model_name()} on {cfg}, context {self.context}",
-               f"pipeline (snake order): " + " -> ".join(
+               "pipeline (snake order): " + " -> ".join(
                    f"{s.name}@{xy[0]},{xy[1]}" for s, xy in pl.pipeline)
                + f" -> cls@({pl.rect[0]}:{pl.rect[1]}, {pl.rect[2]}:{pl.rect[3]})"
                f" -> argmax@{pl.reducer[0]},{pl.reducer[1]}", self.mesh_diagram()]
@@ -243,10 +243,10 @@ class CompiledModel:
         for xy, lay in pl.tiles.items():
             names = [s.name if s.kind != "cls" else f"cls[{s.rows[0]}:{s.rows[0] + s.rows[1]}]"
                      for s in lay.stages]
-            labels[xy] = ("+".join(names), f"{lay.size / 1024:.1f}" + (" KiB" if not lay.reduce else "K")
-                          + (" +argmax" if lay.reduce else ""))
+            size = f"{lay.size / 1024:.1f}"
+            labels[xy] = ("+".join(names), size + (" KiB" if not lay.reduce else "K +argmax"))
         order = [xy for _, xy in pl.pipeline]
-        nxt = {a: b for a, b in zip(order, order[1:]) if a != b}
+        nxt = {a: b for a, b in zip(order, order[1:], strict=False) if a != b}
         lines = []
         for y in range(cfg.mesh_height):
             top, mid, low, bot = [], [], [], []

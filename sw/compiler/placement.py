@@ -351,7 +351,8 @@ def place(qm: QuantizedModel, isa: IsaConfig, width: int, height: int, context: 
             if len(cls) != len(tiles) and rect[2] != rect[3]:
                 continue            # a multi-row rectangle must be full
             red = tiles[0]
-            lays = [layout(t, [s], len(cls) if t == red else 0) for t, s in zip(tiles, cls)]
+            lays = [layout(t, [s], len(cls) if t == red else 0)
+                    for t, s in zip(tiles, cls, strict=True)]
             if all(lay.size <= isa.sram_bytes for lay in lays):
                 return tiles, rect, red, lays
         # share the last pipeline tile
@@ -383,7 +384,7 @@ def place(qm: QuantizedModel, isa: IsaConfig, width: int, height: int, context: 
                        f"feed-forward), classifier), but the mesh has {T}")
     groups, (ctiles, rect, red, clays) = found
     tiles, pipeline = {}, []
-    for g, xy in zip(groups, order):
+    for g, xy in zip(groups, order, strict=False):
         tiles[xy] = layout(xy, g)
         pipeline += [(s, xy) for s in g]
     for lay in clays:

@@ -101,7 +101,7 @@ def test_prefill_batch_sizes_match_decode(small_compiled):
         ends = [min(i + m, len(prompt)) - 1 for i in range(0, len(prompt), m)]
         ends += [len(prompt) + k for k in range(2)]
         assert len(got) == len(ends)
-        for (tok, logits, _, _), p in zip(got, ends):
+        for (tok, logits, _, _), p in zip(got, ends, strict=True):
             assert tok == decode[p][0]
             np.testing.assert_array_equal(logits, decode[p][1])
 
@@ -131,7 +131,7 @@ def test_multi_batch_prefill_matches_golden(small_compiled, small_qm):
     plans = small_compiled.plans(prompt, 0)
     assert len(plans) == 2                      # two batches in one step, then 3 tokens
     cycles, pos = 0, 0
-    for plan, n in zip(plans, (2 * M, 3)):
+    for plan, n in zip(plans, (2 * M, 3), strict=True):
         ref = golden.forward_batch(prompt[pos:pos + n], pos)[-1]
         r = run_plan_isasim(sim, small_compiled, plan)
         np.testing.assert_array_equal(r.logits, ref)
@@ -178,7 +178,7 @@ def test_memory_map_is_sound(small_compiled):
         W = compiled.config.word_bytes
         for xy, lay in compiled.placement.tiles.items():
             spans = sorted((r.addr, r.addr + r.size, r.name) for r in lay.regions.values())
-            for (a0, e0, n0), (a1, _, n1) in zip(spans, spans[1:]):
+            for (_, e0, n0), (a1, _, n1) in zip(spans, spans[1:], strict=False):
                 assert e0 <= a1, f"{xy}: {n0} overlaps {n1}"
             assert all(a % W == 0 for a, _, _ in spans)
             assert spans[0][0] >= 0 and spans[-1][1] <= sram
@@ -195,9 +195,9 @@ def test_memory_map_is_sound(small_compiled):
 @pytest.mark.model
 def test_memory_map_default_stories260k(stories_qm):
     compiled = compile_model(stories_qm, CONFIGS["default"], context=512)
-    for xy, lay in compiled.placement.tiles.items():
+    for lay in compiled.placement.tiles.values():
         spans = sorted((r.addr, r.addr + r.size) for r in lay.regions.values())
-        assert all(e0 <= a1 for (_, e0), (a1, _) in zip(spans, spans[1:]))
+        assert all(e0 <= a1 for (_, e0), (a1, _) in zip(spans, spans[1:], strict=False))
         assert spans[-1][1] <= compiled.config.sram_bytes
     kinds = {s.kind for lay in compiled.placement.tiles.values() for s in lay.stages}
     assert kinds == {"emb", "att", "ffn", "cls"}
