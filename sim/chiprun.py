@@ -26,7 +26,7 @@ import pickle
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -147,7 +147,8 @@ def run_rtl(job: Job, *, sim: str = "verilator", cxx_opt: str = "-O2", waves: bo
     verilog = chip_verilog(config, progress)
     with tempfile.TemporaryDirectory(prefix="chipotle-job-") as tmp:
         job_path, result_path = Path(tmp) / "job.pkl", Path(tmp) / "result.pkl"
-        job_path.write_bytes(pickle.dumps(asdict(job)))
+        # shallow: asdict would turn a QuantizedModel (a dataclass) into a dict
+        job_path.write_bytes(pickle.dumps({f.name: getattr(job, f.name) for f in fields(job)}))
         if progress:
             progress(f"building and running the {config} chip under {sim}")
         env = {"CHIPOTLE_JOB": str(job_path), "CHIPOTLE_RESULT": str(result_path),

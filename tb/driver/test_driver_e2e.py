@@ -65,3 +65,19 @@ def test_e2e_isasim():
     check_against_golden(steps, g.tokens, _model())
     assert g.prefill_steps == 2 and len(g.steps) == 2 + DECODE
     assert g.ttft_cycles > 0 and g.decode_cycles_per_token > 0
+
+
+def test_e2e_rtl(sim):
+    from chipotle.sim.chiprun import Job, run_rtl
+
+    job = Job(config=SMALL.as_dict(), model=_model(), context=CONTEXT, prompt_tokens=PROMPT,
+              steps=DECODE + 1, read_logits=True)
+    res = run_rtl(job, sim=sim, cxx_opt="-O0")
+    assert res["stop_reason"] == StopReason.STEPS.value and res["generated"] == DECODE + 1
+    check_against_golden(res["steps"], res["tokens"], _model())
+    assert res["prefill_steps"] == 2
+    # the RTL's counters: every name, and the matrix unit did work in every step
+    for s in res["steps"]:
+        assert s["perf"]["mac_cycles"] > 0 and s["perf"]["instructions"] > 0
+    print({k: res[k] for k in ("ttft_cycles", "decode_cycles_per_token", "load_cycles",
+                               "load_seconds", "cycles_per_second")})
