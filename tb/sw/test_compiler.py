@@ -312,3 +312,34 @@ def test_stories260k_packed_beyond_128k(stories_qm):
     assert any(line.split()[0] == "li" for text in compiled.sources.values()
                for line in text.splitlines() if line.strip())
     run_sequence(compiled, [1, 403, 407, 261, 378], 2, cfg.max_m)
+
+
+def test_argmax_tie_across_classifier_tiles(small_qm):
+    """Equal largest logits on two classifier tiles: the reduction takes the lower index (the
+    golden / numpy argmax), not the first tile to answer."""
+    import dataclasses
+
+    from chipotle.golden.quantize import QLinear
+    cfg = CONFIGS["small"].replace(mesh_width=4, mesh_height=3)
+    probe = compile_model(small_qm, cfg)
+    cls_rows = [lay.stages[-1].rows for xy, lay in probe.placement.tiles.items()
+                if xy in probe.placement.classifier]
+    assert len(cls_rows) >= 3
+    a, b = cls_rows[1][0] + 1, cls_rows[2][0] + 2          # on the second and third tile
+    cl = small_qm.classifier
+    golden = GoldenModel(small_qm)
+    trace = {}
+    golden.forward(1, 0, trace)
+    x8 = trace["final_norm"]                               # only its sign pattern matters
+    u = np.where(x8[:small_qm.config.dim] >= 0, 100, -100).astype(np.int8)
+    w = np.zeros_like(cl.w)
+    w[a] = w[b] = u
+    m, s = cl.m.copy(), cl.s.copy()
+    m[b], s[b] = m[a], s[a]
+    qm = dataclasses.replace(small_qm, classifier=QLinear(w, m, s, cl.scale))
+    compiled = compile_model(qm, cfg)
+    ref = GoldenModel(qm).forward(1, 0)
+    assert ref[a] == ref[b] == ref.max() > 0
+    r = run_step_isasim(load_isasim(compiled), compiled, [1], 0)
+    np.testing.assert_array_equal(r.logits, ref)
+    assert r.token == a
