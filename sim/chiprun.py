@@ -62,8 +62,8 @@ class Job:
     config : dict
         ``ChipConfig.as_dict()`` of the chip.
     model : path or object
-        A llama2.c checkpoint path, or an object ``compile_model`` takes (``Checkpoint``,
-        ``QuantizedModel``).
+        A llama2.c checkpoint path, an object ``compile_model`` takes (``Checkpoint``,
+        ``QuantizedModel``), or a ``CompiledModel`` (for ``config``) used as it is.
     tokenizer : path, optional
         For the text (and the streamed story).
     context : int, optional

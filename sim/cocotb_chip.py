@@ -33,6 +33,8 @@ def _compile(job, config):
     from chipotle.model import load_checkpoint
 
     model = job["model"]
+    if hasattr(model, "programs") and hasattr(model, "step"):    # compiled already
+        return model
     if isinstance(model, (str, Path)):
         model = load_checkpoint(Path(model))
     return compile_model(model, config, context=job.get("context"))
@@ -96,7 +98,7 @@ async def run_job(dut):
         if stream:
             out.write("\n")
             out.flush()
-        result.update(tokens=list(g.tokens), text=g.text, stop_reason=g.stop_reason.value,
+        result.update(seed=g.seed, tokens=list(g.tokens), text=g.text, stop_reason=g.stop_reason.value,
                       prompt_tokens=g.prompt_tokens, generated=g.generated,
                       steps=[_step_dict(s) for s in g.steps], prefill_steps=g.prefill_steps,
                       ttft_cycles=g.ttft_cycles,

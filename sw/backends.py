@@ -8,7 +8,16 @@ Built in:
     ``chipotle.golden.GoldenModel``, the bit-exact integer model of the hardware arithmetic.
     Imported only when chosen, so that the other backends work without it.
 
-Later backends (ISA simulator, RTL under cocotb, a board) add themselves with `register`.
+``isasim``
+    The compiled model (`chipotle.compiler`) on the ISA-level simulator through
+    `chipotle.driver`, one position per `forward` (the default chip configuration).
+``verilator``, ``icarus``
+    The compiled model on the RTL of `chipotle.hw.chip.Chip` under cocotb.  They run inside a
+    simulator process (`chipotle.sim.chiprun.run_rtl`), not as a `Model`: ``chipotle
+    generate`` runs every backend of `CHIP_BACKENDS` with the driver's own loop (prefill in
+    batches, on-chip argmax).
+
+Later backends (a board) add themselves with `register`.
 """
 
 from __future__ import annotations
@@ -20,7 +29,11 @@ from dataclasses import dataclass
 from .generate import Model
 from .model import Checkpoint
 
-__all__ = ["Backend", "BackendUnavailable", "register", "names", "get", "create"]
+__all__ = ["Backend", "BackendUnavailable", "register", "names", "get", "create",
+           "CHIP_BACKENDS", "ChipModel"]
+
+#: Backends that run the compiled model on a chip through `chipotle.driver`.
+CHIP_BACKENDS = ("isasim", "verilator", "icarus")
 
 
 class BackendUnavailable(RuntimeError):
@@ -114,3 +127,70 @@ def _golden(checkpoint: Checkpoint) -> Model:
 
 register("reference", "float32 forward pass, as llama2.c run.c", _reference)
 register("golden", "bit-exact integer model of the hardware arithmetic", _golden)
+
+
+class ChipModel:
+    """A compiled model on `chipotle.driver.IsaSimBackend`, as a `Model` (one position a step).
+
+    Parameters
+    ----------
+    checkpoint : Checkpoint or QuantizedModel
+    config : ChipConfig, optional
+        Default ``CONFIGS["default"]``.
+    context : int, optional
+        Positions to compile for (default: the compiler's).
+
+    Attributes
+    ----------
+    compiled : chipotle.compiler.CompiledModel
+    driver : chipotle.driver.Driver
+    config : ModelConfig
+        The model's, with ``seq_len`` the compiled context.
+    """
+
+    def __init__(self, checkpoint, config=None, context=None):
+        import asyncio
+        import dataclasses
+
+        from .compiler import compile_model
+        from .config import CONFIGS
+        from .driver import Driver, IsaSimBackend
+
+        chip = config or CONFIGS["default"]
+        self.compiled = compile_model(checkpoint, chip, context=context)
+        self.driver = Driver(self.compiled, IsaSimBackend(chip), perf=False)
+        self.config = dataclasses.replace(self.compiled.model, seq_len=self.compiled.context)
+        self._run = asyncio.run
+        self._run(self.driver.load())
+
+    def reset(self) -> None:
+        """Start a new sequence (position 0 reloads the tables; the KV cache is overwritten)."""
+
+    def forward(self, token: int, pos: int):
+        """Run one position on the chip and return its int32 logits ``(vocab_size,)``."""
+        return self._run(self.driver.step([token], pos, logits=True)).logits
+
+    def dequantize_logits(self, logits):
+        """Return the int32 logits as float32 real values."""
+        from .driver.driver import _dequantize
+        return _dequantize(logits)
+
+
+def _isasim(checkpoint: Checkpoint) -> Model:
+    _import_attr("chipotle.compiler", "compile_model", "the isasim backend (the compiler)")
+    return ChipModel(checkpoint)
+
+
+def _rtl(sim: str):
+    def factory(checkpoint: Checkpoint) -> Model:
+        raise BackendUnavailable(f"the {sim} backend runs inside a cocotb simulation; use "
+                                 f"`chipotle generate --backend {sim}` or "
+                                 "`chipotle.sim.chiprun.run_rtl`")
+    return factory
+
+
+register("isasim", "the compiled model on the ISA-level simulator (estimated cycles)", _isasim)
+register("verilator", "the compiled model on the chip's RTL under Verilator (cocotb)",
+         _rtl("verilator"))
+register("icarus", "the compiled model on the chip's RTL under Icarus Verilog (cocotb)",
+         _rtl("icarus"))

@@ -62,6 +62,15 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--seed", type=int, default=None, metavar="S",
                    help="xorshift seed (default or 0: the current time, as llama2.c; the seed "
                         "used is printed in the summary)")
+    g.add_argument("--config", default="default", metavar="CONFIG",
+                   help="chip configuration of the isasim, verilator and icarus backends: a "
+                        "name (default, small) and/or key=value,... (e.g. mesh=2x2,sram_kib=64) "
+                        "(default: %(default)s)")
+    g.add_argument("--context", type=int, default=None, metavar="N",
+                   help="positions to compile for (chip backends; default: the compiler's)")
+    g.add_argument("--clock-mhz", type=float, default=100.0, metavar="F",
+                   help="clock frequency for the tokens/s figure of the chip backends "
+                        "(default: %(default)s)")
     return parser
 
 
@@ -107,6 +116,8 @@ def _generate(args, out, err) -> int:
     except ValueError as e:
         raise UsageError(str(e).replace("`temperature`", "--temperature")
                          .replace("`topp`", "--topp").replace("`seed`", "--seed")) from None
+    if args.backend in backends.CHIP_BACKENDS:
+        return _generate_chip(args, checkpoint, tokenizer, model_path, tok_path, out, err)
     try:
         model = backends.create(args.backend, checkpoint)
     except backends.BackendUnavailable as e:
@@ -132,6 +143,104 @@ def _generate(args, out, err) -> int:
               f"tokens (BOS included), stopped by {stop}; {done.positions} positions in "
               f"{done.seconds:.3f} s wall, {done.tokens_per_second:.1f} tok/s; "
               f"temperature {args.temperature:g}, top-p {args.topp:g}, seed {sampler.seed}\n")
+    err.flush()
+    return 0
+
+
+def _chip_summary(args, g: dict, compiled, config) -> str:
+    """Return the figures of a chip run (``g`` as `chipotle.sim.cocotb_chip` writes it)."""
+    steps, npre = g["steps"], g["prefill_steps"]
+    dec = steps[npre:]
+    lines = [f"time to first token: {g['ttft_cycles']} cycles ({npre} prefill step(s), "
+             f"{g['prompt_tokens']} prompt tokens)"]
+    if dec:
+        lines.append(f"decode: {g['decode_cycles_per_token']:.0f} cycles per token "
+                     f"(positions {dec[0]['pos']} .. {dec[-1]['pos']})")
+
+    def util(sel):
+        cyc = sum(s["cycles"] for s in sel)
+        mac = sum(s["perf"].get("mac_cycles", 0) for s in sel)
+        if not cyc or not any("mac_cycles" in s["perf"] for s in sel):
+            return "n/a (no mac_cycles counter)"
+        return f"{100 * mac / (cyc * config.n_tiles):.1f}%"
+    lines.append(f"matrix-unit utilisation: prefill {util(steps[:npre])}, decode {util(dec)}")
+    if dec:
+        need = sum(compiled.weight_bytes_per_token() + compiled.kv_bytes(s["pos"]) for s in dec)
+        cyc = sum(s["cycles"] for s in dec)
+        ideal = need / config.sram_read_bytes_per_cycle
+        lines.append(f"decode roofline efficiency: {100 * ideal / cyc:.1f}% (weight + KV bytes "
+                     f"over {config.sram_read_bytes_per_cycle} B/cycle, over measured cycles)")
+        tps = args.clock_mhz * 1e6 / g["decode_cycles_per_token"]
+        lines.append(f"decode: {tps:,.0f} tokens/s at {args.clock_mhz:g} MHz")
+    if "cycles_per_second" in g:
+        lines.append(f"simulation: {g['cycles_per_second']:,.0f} cycles per wall second; "
+                     f"load {g['load_bytes']} bytes in {g['load_cycles']} cycles, "
+                     f"{g['load_seconds']:.1f} s")
+    return "\n".join(lines)
+
+
+def _generate_chip(args, checkpoint, tokenizer, model_path, tok_path, out, err) -> int:
+    """Run `generate` for a backend of `backends.CHIP_BACKENDS` through `chipotle.driver`."""
+    import asyncio
+
+    from .compiler import FitError, compile_model
+    from .config import ChipConfig
+    from .generate import encode_prompt
+
+    try:
+        config = ChipConfig.from_string(args.config)
+    except ValueError as e:
+        raise UsageError(f"--config: {e}") from None
+    err.write(f"[{args.backend}] compiling {model_path.name} for {config}\n")
+    err.flush()
+    try:
+        compiled = compile_model(checkpoint, config, context=args.context)
+    except (FitError, ValueError) as e:
+        raise UsageError(str(e)) from None
+    try:
+        ids = encode_prompt(tokenizer, args.prompt, compiled.context)
+    except PromptTooLongError as e:
+        raise UsageError(str(e)) from None
+    steps = args.steps or None
+    if args.backend == "isasim":
+        from .driver import Driver, IsaSimBackend
+        drv = Driver(compiled, IsaSimBackend(config), tokenizer)
+
+        def on_token(ev):
+            out.write(ev.text)
+            out.flush()
+
+        async def go():
+            await drv.load()
+            return await drv.generate(ids, steps, temperature=args.temperature,
+                                      topp=args.topp, seed=args.seed, on_token=on_token)
+        r = asyncio.run(go())
+        out.write("\n")
+        g = {"tokens": list(r.tokens), "stop_reason": r.stop_reason.value, "seed": r.seed,
+             "generated": r.generated, "prompt_tokens": r.prompt_tokens,
+             "prefill_steps": r.prefill_steps, "ttft_cycles": r.ttft_cycles,
+             "decode_cycles_per_token": r.decode_cycles_per_token,
+             "steps": [{"pos": s.pos, "cycles": s.cycles, "perf": s.perf} for s in r.steps]}
+        seconds = r.seconds
+    else:
+        from chipotle.sim.chiprun import Job, run_rtl
+
+        def progress(msg):
+            err.write(f"[{args.backend}] {msg}\n")
+            err.flush()
+        job = Job(config=config.as_dict(), model=compiled, tokenizer=str(tok_path),
+                  prompt_tokens=ids, steps=steps, temperature=args.temperature, topp=args.topp,
+                  seed=args.seed, stream=True)
+        g = run_rtl(job, sim=args.backend, progress=progress)
+        seconds = g["sim_seconds"]
+    out.flush()
+    stop = g["stop_reason"]
+    if stop == StopReason.STEPS.value:
+        stop += f" ({args.steps})"
+    err.write(f"[{args.backend}] {g['generated']} tokens generated, {g['prompt_tokens']} prompt "
+              f"tokens (BOS included), stopped by {stop}; {seconds:.1f} s wall; temperature "
+              f"{args.temperature:g}, top-p {args.topp:g}, seed {g['seed']}\n")
+    err.write(_chip_summary(args, g, compiled, config) + "\n")
     err.flush()
     return 0
 

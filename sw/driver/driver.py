@@ -91,6 +91,8 @@ class GenerateResult:
         How many of `steps` are prefill batches.
     seconds : float
         Wall time.
+    seed : int
+        The sampler's seed (the time-based one when none was given).
     """
 
     tokens: tuple[int, ...]
@@ -101,6 +103,7 @@ class GenerateResult:
     steps: list
     prefill_steps: int
     seconds: float
+    seed: int = 0
 
     @property
     def ttft_cycles(self) -> int:
@@ -391,7 +394,7 @@ class Driver:
         if decoder:
             text.append(decoder.flush())
         return GenerateResult(tuple(ids), "".join(text), reason, n_prompt, generated, results,
-                              n_prefill, time.perf_counter() - t_start)
+                              n_prefill, time.perf_counter() - t_start, sampler.seed)
 
 
     def _prefill_plans(self, ids):
