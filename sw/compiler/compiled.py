@@ -63,7 +63,9 @@ class CompiledModel:
         Positions the KV caches hold.
     images : dict of (x, y) to list of (int, bytes)
         Everything to load once per tile: weights, requantisation tables, gains, epsilons,
-        vector-unit tables, RoPE tables, and zeros for the KV caches and buffers.
+        vector-unit tables, RoPE tables, and zeros for the KV caches and buffers.  Chunks are
+        word-aligned runs of adjacent regions, those with data apart from those of zeros (a
+        host that knows the SRAM is zero may skip the all-zero chunks).
     programs : dict of (x, y) to list of int
         128-bit instruction words per tile.
     entries : dict of (x, y) to dict of str to int
@@ -320,11 +322,16 @@ def _images(qm: QuantizedModel, isa, pl: Placement, context: int) -> dict:
                     raise AssertionError(f"{name}: {b.size} bytes in a {r.size}-byte region")
                 raw[:b.size] = b
             chunks.append((r.addr, raw.tobytes()))
-        # merge into one contiguous image (regions are adjacent)
-        blob = bytearray(lay.size)
-        for addr, b in chunks:
-            blob[addr:addr + len(b)] = b
-        out[xy] = [(0, bytes(blob))]
+        # merge adjacent regions into runs that hold data and runs of zeros (KV caches,
+        # buffers), so that a host whose SRAM is known to be zero may skip the latter
+        runs: list = []
+        for addr, raw in chunks:
+            zero = not any(raw)
+            if runs and runs[-1][2] == zero and runs[-1][0] + len(runs[-1][1]) == addr:
+                runs[-1][1].extend(raw)
+            else:
+                runs.append([addr, bytearray(raw), zero])
+        out[xy] = [(addr, bytes(raw)) for addr, raw, _ in runs]
     return out
 
 
