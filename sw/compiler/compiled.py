@@ -41,6 +41,10 @@ class StepPlan:
     logits_at : list of ((x, y), int, int, int)
         ``(tile, byte address, first vocabulary row, rows)``: the int32 logits of the step's
         last row, with ``LOGIT_FRAC_BITS`` fractional bits.
+    tokens : tuple of int
+        The step's token ids.
+    pos : int
+        Position of ``tokens[0]``.
     """
 
     writes: list
@@ -48,6 +52,8 @@ class StepPlan:
     done: tuple
     token_at: tuple
     logits_at: list
+    tokens: tuple = ()
+    pos: int = 0
 
 
 @dataclass
@@ -195,7 +201,8 @@ class CompiledModel:
             done=(pl.reducer, DONE_CODE),
             token_at=(pl.reducer, red["red.token"]),
             logits_at=[(xy, pl.tiles[xy]["cls.logits"], pl.tiles[xy].stages[-1].rows[0],
-                        pl.tiles[xy].stages[-1].rows[1]) for xy in pl.classifier])
+                        pl.tiles[xy].stages[-1].rows[1]) for xy in pl.classifier],
+            tokens=tuple(toks), pos=int(pos))
 
     def weight_bytes_per_token(self) -> int:
         """Return the int8 weight bytes a decode step must read: every layer matrix and the

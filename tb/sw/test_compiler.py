@@ -130,6 +130,8 @@ def test_multi_batch_prefill_matches_golden(small_compiled, small_qm):
     sim = load_isasim(small_compiled)
     plans = small_compiled.plans(prompt, 0)
     assert len(plans) == 2                      # two batches in one step, then 3 tokens
+    assert [(p.pos, list(p.tokens)) for p in plans] == [(0, prompt[:2 * M]),
+                                                         (2 * M, prompt[2 * M:])]
     cycles, pos = 0, 0
     for plan, n in zip(plans, (2 * M, 3), strict=True):
         ref = golden.forward_batch(prompt[pos:pos + n], pos)[-1]
