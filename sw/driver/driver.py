@@ -166,6 +166,7 @@ class Driver:
         self.perf = perf
         self.timeout_cycles = timeout_cycles
         self.loaded = False
+        self._last_perf = None
 
     @property
     def config(self):
@@ -192,6 +193,7 @@ class Driver:
             after the RTL's configuration); ignored by backends without it.
         """
         total, done = self.load_bytes(), 0
+        self._last_perf = None
         await self.backend.reset()
         kw = {"skip_zero": True} if skip_zero and _takes_skip_zero(self.backend) else {}
         for xy, parts in self.compiled.images.items():
@@ -210,6 +212,9 @@ class Driver:
     # -- one step --------------------------------------------------------------------------------
 
     async def _perf_all(self) -> dict:
+        many = getattr(self.backend, "read_perf_many", None)
+        if many is not None:        # all tiles at once (the RTL backend pipelines the reads)
+            return await many(self.config.tiles)
         return {xy: await self.backend.read_perf(xy) for xy in self.config.tiles}
 
     async def _diagnose(self, timeout: DoorbellTimeout):
@@ -257,7 +262,11 @@ class Driver:
             raise RuntimeError("load() the model before running steps")
         tokens = tuple(int(t) for t in tokens)
         be = self.backend
-        before = await self._perf_all() if self.perf else {}
+        before = {}
+        if self.perf:
+            # the counters read after the previous step, if nothing ran since
+            before = self._last_perf or await self._perf_all()
+        self._last_perf = None
         for xy, addr, data in plan.writes:
             await be.write_sram(xy, addr, data)
         c0 = be.cycle
@@ -282,7 +291,7 @@ class Driver:
                 out[first:first + n] = np.frombuffer(await be.read_sram(xy, addr, 4 * n), "<i4")
         per_tile, total = {}, {}
         if self.perf:
-            after = await self._perf_all()
+            after = self._last_perf = await self._perf_all()
             for xy in self.config.tiles:
                 d = {k: (v - before[xy].get(k, 0)) & _MASK32 for k, v in after[xy].items()}
                 per_tile[xy] = d

@@ -327,6 +327,30 @@ class RtlBackend:
         [word] = await self.read_registers(xy, Reg.STATUS, 1)
         return decode_status(word)
 
+    async def read_perf_many(self, tiles) -> dict:
+        """Return `read_perf` of every tile of ``tiles``, the reads of all tiles in flight at
+        once (two per tile)."""
+        tiles = [_check_xy(self.config, xy) for xy in tiles]
+        waits, packets = [], []
+        for xy in tiles:
+            for reg, count in ((PERF_BASE, N_PERF), (Reg.FLITS_SENT, len(INTERFACE_PERF))):
+                tag = self._next_tag()
+                ev = Event()
+                self._resp_event[tag] = ev
+                waits.append((xy, tag, ev, count))
+                packets.append(hl.reg_read(xy, reg, count, tag, self.noc))
+        await self.send(packets)
+        words = {xy: [] for xy in tiles}
+        for xy, tag, ev, count in waits:
+            await ev.wait()
+            resp = self._responses.pop(tag)
+            if resp.tile != xy or len(resp.words) != count:
+                raise RuntimeError(f"register read of tile {xy} answered by {resp.tile} with "
+                                   f"{len(resp.words)} words, not {count}")
+            words[xy] += resp.words
+        return {xy: dict(zip(CONTROLLER_PERF + INTERFACE_PERF, w, strict=True))
+                for xy, w in words.items()}
+
     async def read_perf(self, xy) -> dict[str, int]:
         """Return every counter of `PERF_NAMES` (the controller's and the interface's)."""
         ctrl, ni = [x for x in await self._reads(
