@@ -258,18 +258,22 @@ def _att_batch(e, k, st, m, idx):
             e("mul", "r12", "r2", 4)
             e("ld", "r12", k.a(st, "padt", 12))
 
-        def kvh():
-            # the g query heads of a KV head read its K block in one matqk (M = g)
-            e("matqk.i32", k.a(st, "t"), "r6", "r8", att_ms, "r2", hs, g)
-            e("add", "r9", k.a(st, "t"), 0)
+        # the g query heads of a KV head read its K block together: matqk with M = gc (the
+        # largest divisor of g the matrix unit takes), g / gc times
+        gc = max(d for d in range(1, min(g, isa.max_m) + 1) if g % d == 0)
 
-            def qh():
-                e("softmax.u16.i32", k.a(st, "p"), "r9", "r2")
-                e("wsum.i32.u16", "r10", k.a(st, "p"), "r11", "r2", hs, vs)
-                e("add", "r9", "r9", "r12")
-                e("add", "r10", f"r10+{4 * hs}", 0)
-            e.loop(g, qh)
-            e("add", "r6", f"r6+{g * krec}", 0)
+        def kvh():
+            for _ in range(g // gc):
+                e("matqk.i32", k.a(st, "t"), "r6", "r8", att_ms, "r2", hs, gc)
+                e("add", "r9", k.a(st, "t"), 0)
+
+                def qh():
+                    e("softmax.u16.i32", k.a(st, "p"), "r9", "r2")
+                    e("wsum.i32.u16", "r10", k.a(st, "p"), "r11", "r2", hs, vs)
+                    e("add", "r9", "r9", "r12")
+                    e("add", "r10", f"r10+{4 * hs}", 0)
+                e.loop(gc, qh)
+                e("add", "r6", f"r6+{gc * krec}", 0)
             e("add", "r8", f"r8+{kblock}", 0)
             e("add", "r11", f"r11+{hs}", 0)
         e.loop(KV, kvh)

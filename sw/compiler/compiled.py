@@ -371,9 +371,6 @@ def _compile(qm: QuantizedModel, config: ChipConfig, context: int,
     if config.loop_depth < 4:
         raise FitError(f"the programs nest 4 hardware loops (batches, rows, KV heads, query "
                        f"heads), but loop_depth is {config.loop_depth}: use loop_depth=4")
-    if c.kv_mul > isa.max_m:
-        raise FitError(f"{c.kv_mul} query heads share a KV head but the matrix unit takes "
-                       f"{isa.max_m} rows (M): use max_m={c.kv_mul}")
     for name, k in (("dim", c.dim), ("hidden_dim", c.hidden_dim)):
         if k > isa.k_max:
             raise FitError(f"the model's {name} {k} exceeds the matrix unit's k_max "
@@ -431,7 +428,13 @@ def _verified(qm, config, context) -> str | None:
 def _suggest(qm: QuantizedModel, config: ChipConfig, context: int) -> str:
     """Return configurations that fit: a shorter context, more SRAM, a bigger mesh."""
     tips = []
-    lo, hi = 0, context - 1                  # largest context that fits (monotone)
+    if _fits(qm, config, context):           # the SRAM suffices: the programs are too long
+        extra = _verified(qm, config, context)
+        if extra:
+            tips.append(extra[1:])
+        lo = hi = 0
+    else:
+        lo, hi = 0, context - 1              # largest context that fits (monotone)
     while lo < hi:
         mid = (lo + hi + 1) // 2
         if _fits(qm, config, mid):
@@ -444,7 +447,7 @@ def _suggest(qm: QuantizedModel, config: ChipConfig, context: int) -> str:
             tips.append(f"--context {lo}" + (f" with {extra[1:]}" if extra else ""))
     unit = max(1, config.word_bytes * config.n_banks // 1024) * 1024
     lo, hi = config.sram_bytes // unit + 1, 64 * 1024 * 1024 // unit   # smallest SRAM
-    if _fits(qm, config.replace(sram_bytes=hi * unit), context):
+    if not tips and _fits(qm, config.replace(sram_bytes=hi * unit), context):
         while lo < hi:
             mid = (lo + hi) // 2
             if _fits(qm, config.replace(sram_bytes=mid * unit), context):

@@ -104,7 +104,7 @@ class Stage:
                     ("g", 2 * dim, "act"), ("x", B * M * xs, "act"), ("xn", M * xs, "act"),
                     ("xq", M * rec(dim), "act"), ("q16", M * xs, "act"),
                     ("k16", M * pad(2 * kvd), "act"), ("qrec", M * c.n_heads * krec, "act"),
-                    ("t", c.kv_mul * pad(4 * context), "act"), ("p", 2 * context, "act"),
+                    ("t", min(c.kv_mul, M) * pad(4 * context), "act"), ("p", 2 * context, "act"),
                     ("padt", 4 * (context + 1), "act"),
                     ("acc", M * 4 * dim, "act"), ("arec", M * rec(dim), "act"),
                     ("yo", M * xs, "act"), ("xa", M * xs, "act"),

@@ -345,3 +345,50 @@ def test_argmax_tie_across_classifier_tiles(small_qm):
     r = run_step_isasim(load_isasim(compiled), compiled, [1], 0)
     np.testing.assert_array_equal(r.logits, ref)
     assert r.token == a
+
+
+@pytest.fixture(scope="module")
+def odd_qm():
+    """dim 36 (6 heads of 12, 3 per KV head), hidden 90: rows not multiples of W."""
+    from chipotle.golden.quantize import calibration_sequences
+    from chipotle.model import ModelConfig, synthetic_checkpoint
+    ckpt = synthetic_checkpoint(ModelConfig(dim=36, hidden_dim=90, n_layers=2, n_heads=6,
+                                            n_kv_heads=2, vocab_size=50, seq_len=20),
+                                seed=11, scale=0.3)
+    return quantize(ckpt, calibration_sequences(ckpt, n=2, length=12))
+
+
+@pytest.mark.parametrize("cfg", [
+    ChipConfig(mesh_width=3, mesh_height=3, sram_bytes=32 * 1024, word_bytes=16, max_m=3,
+               lanes=4),
+    ChipConfig(mesh_width=2, mesh_height=3, sram_bytes=32 * 1024, max_m=2, lanes=2),
+    ChipConfig(mesh_width=1, mesh_height=1, sram_bytes=64 * 1024, imem_words=2048),
+], ids=["3x3-W16-M3", "2x3-M2", "1x1"])
+def test_odd_shapes_and_configurations(odd_qm, cfg):
+    """W = 16, M = 3 (all three query heads of a KV head in one matqk), M = 2 (below the
+    group of 3: one matqk per head), one tile running every stage."""
+    compiled = compile_model(odd_qm, cfg)
+    golden = GoldenModel(odd_qm)
+    sim = load_isasim(compiled)
+    prompt = [1, 7, 9, 22, 3, 49, 0, 5, 6, 8, 10]
+    for plan in compiled.plans(prompt, 0):
+        ref = golden.forward_batch(list(plan.tokens), plan.pos)[-1]
+        r = run_plan_isasim(sim, compiled, plan)
+        np.testing.assert_array_equal(r.logits, ref)
+        assert r.token == int(np.argmax(ref))
+    tok, pos = r.token, len(prompt)
+    for _ in range(3):
+        ref = golden.forward(tok, pos)
+        r = run_step_isasim(sim, compiled, [tok], pos)
+        np.testing.assert_array_equal(r.logits, ref)
+        tok, pos = r.token, pos + 1
+
+
+def test_fit_error_instruction_memory(odd_qm):
+    cfg = ChipConfig(mesh_width=1, mesh_height=1, sram_bytes=64 * 1024)
+    with pytest.raises(FitError, match=r"needs \d+ instructions, but the instruction memory "
+                                       r"holds 1024: use imem_words=\d+") as e:
+        compile_model(odd_qm, cfg)
+    tips = re.findall(r"imem_words=(\d+)", str(e.value).split("fits:")[1])
+    assert tips
+    compile_model(odd_qm, cfg.replace(imem_words=int(tips[0])))
