@@ -87,6 +87,9 @@ class Job:
         Load without the all-zero words (the RTL's SRAM is zero after configuration).
     perf : bool
         Read the performance counters around each step.
+    backdoor : bool
+        Load the SRAM images straight into the simulator's memories (the programs still go
+        through the host link).
     """
 
     config: dict
@@ -104,6 +107,7 @@ class Job:
     stream: bool = False
     skip_zero: bool = True
     perf: bool = True
+    backdoor: bool = False
 
 
 def run_rtl(job: Job, *, sim: str = "verilator", cxx_opt: str = "-O2", waves: bool | None = None,

@@ -75,7 +75,8 @@ async def run_job(dut):
             print(f"[load] {done}/{total} bytes", file=sys.__stderr__, flush=True)
 
     t0, c0 = time.perf_counter(), backend.cycle
-    await driver.load(progress=progress, skip_zero=job.get("skip_zero", True))
+    await driver.load(progress=progress, skip_zero=job.get("skip_zero", True),
+                      backdoor=job.get("backdoor", False))
     result = {"load_bytes": driver.load_bytes(), "load_cycles": backend.cycle - c0,
               "load_seconds": time.perf_counter() - t0}
 

@@ -71,6 +71,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--clock-mhz", type=float, default=100.0, metavar="F",
                    help="clock frequency for the tokens/s figure of the chip backends "
                         "(default: %(default)s)")
+    g.add_argument("--backdoor-load", action="store_true",
+                   help="verilator, icarus: write the SRAM images straight into the simulated "
+                        "memories instead of through the host link (faster)")
     return parser
 
 
@@ -230,7 +233,7 @@ def _generate_chip(args, checkpoint, tokenizer, model_path, tok_path, out, err) 
             err.flush()
         job = Job(config=config.as_dict(), model=compiled, tokenizer=str(tok_path),
                   prompt_tokens=ids, steps=steps, temperature=args.temperature, topp=args.topp,
-                  seed=args.seed, stream=True)
+                  seed=args.seed, stream=True, backdoor=args.backdoor_load)
         g = run_rtl(job, sim=args.backend, progress=progress)
         seconds = g["sim_seconds"]
     out.flush()

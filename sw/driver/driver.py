@@ -181,7 +181,7 @@ class Driver:
         return img + 16 * sum(len(p) for p in self.compiled.programs.values())
 
     async def load(self, progress: Callable[[int, int], None] | None = None, *,
-                   skip_zero: bool = False) -> None:
+                   skip_zero: bool = False, backdoor: bool = False) -> None:
         """Reset the tiles and write every image and program through the host link.
 
         Parameters
@@ -191,14 +191,28 @@ class Driver:
         skip_zero : bool
             Leave out all-zero words (only right when the SRAMs are known to be zero, as
             after the RTL's configuration); ignored by backends without it.
+        backdoor : bool
+            Write the SRAM images straight into the simulator's memories
+            (``backdoor_write_sram``, RTL backend) instead of through the host link; the
+            programs still go through the host link.
+
+        Raises
+        ------
+        ValueError
+            If ``backdoor`` is asked of a backend without one.
         """
         total, done = self.load_bytes(), 0
         self._last_perf = None
         await self.backend.reset()
-        kw = {"skip_zero": True} if skip_zero and _takes_skip_zero(self.backend) else {}
+        write = self.backend.write_sram
+        if backdoor:
+            write = getattr(self.backend, "backdoor_write_sram", None)
+            if write is None:
+                raise ValueError(f"{type(self.backend).__name__} has no back-door SRAM load")
+        kw = {"skip_zero": True} if skip_zero and _takes_skip_zero(write) else {}
         for xy, parts in self.compiled.images.items():
             for addr, data in parts:
-                await self.backend.write_sram(xy, addr, data, **kw)
+                await write(xy, addr, data, **kw)
                 done += len(data)
                 if progress:
                     progress(done, total)
@@ -431,9 +445,9 @@ def _dequantize(logits: np.ndarray) -> np.ndarray:
             ).astype(np.float32)
 
 
-def _takes_skip_zero(backend) -> bool:
+def _takes_skip_zero(write) -> bool:
     import inspect
     try:
-        return "skip_zero" in inspect.signature(backend.write_sram).parameters
+        return "skip_zero" in inspect.signature(write).parameters
     except (TypeError, ValueError):
         return False

@@ -212,6 +212,51 @@ class RtlBackend:
         [words] = await self._reads(xy, [(reg, count)], 1)
         return words
 
+    # -- back door (simulation only) -------------------------------------------------------------
+
+    def _banks(self, xy):
+        xy = _check_xy(self.config, xy)
+        sram = getattr(self.dut, f"tile_{xy[0]}_{xy[1]}").core.sram
+        return [getattr(sram, f"bank{b}") for b in range(self.config.n_banks)]
+
+    def backdoor_read_sram(self, xy, addr: int, nbytes: int) -> bytes:
+        """Return SRAM bytes read straight from the simulator's bank arrays (no cycles).
+
+        Word ``a`` lives in bank ``a % n_banks``, row ``a // n_banks`` (``hw/tile/sram.py``).
+        """
+        _check_range(self.config, addr, nbytes, "SRAM read")
+        w, nb = self.config.word_bytes, self.config.n_banks
+        banks = [b.value for b in self._banks(xy)]
+        lo, hi = addr // w, -(-(addr + nbytes) // w)
+        raw = hl.words_to_bytes([int(banks[a % nb][a // nb]) for a in range(lo, hi)], w)
+        return raw[addr % w:addr % w + nbytes]
+
+    async def backdoor_write_sram(self, xy, addr: int, data: bytes, *,
+                                  skip_zero: bool = False) -> None:
+        """Write SRAM bytes straight into the simulator's bank arrays (no cycles).
+
+        Partial words are merged with the array's contents.  ``skip_zero`` leaves out
+        all-zero words.  Only for simulation: the host link is the chip's only real way in.
+        """
+        data = bytes(data)
+        _check_range(self.config, addr, len(data), "SRAM write")
+        if not data:
+            return
+        w, nb = self.config.word_bytes, self.config.n_banks
+        lo, hi = addr - addr % w, -(-(addr + len(data)) // w) * w
+        if (lo, hi) != (addr, addr + len(data)):
+            old = bytearray(self.backdoor_read_sram(xy, lo, hi - lo))
+            old[addr - lo:addr - lo + len(data)] = data
+            data = bytes(old)
+        banks = self._banks(xy)
+        base = lo // w
+        await RisingEdge(self.dut.clk)      # not in a ReadOnly phase
+        for k, word in enumerate(hl.bytes_to_words(data, w)):
+            if skip_zero and not word:
+                continue
+            a = base + k
+            banks[a % nb][a // nb].value = word
+
     # -- Backend ---------------------------------------------------------------------------------
 
     async def reset(self) -> None:
