@@ -99,7 +99,8 @@ async def run_job(dut):
         if stream:
             out.write("\n")
             out.flush()
-        result.update(seed=g.seed, tokens=list(g.tokens), text=g.text, stop_reason=g.stop_reason.value,
+        result.update(seed=g.seed, tokens=list(g.tokens), text=g.text,
+                      stop_reason=g.stop_reason.value,
                       prompt_tokens=g.prompt_tokens, generated=g.generated,
                       steps=[_step_dict(s) for s in g.steps], prefill_steps=g.prefill_steps,
                       ttft_cycles=g.ttft_cycles,
