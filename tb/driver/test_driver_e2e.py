@@ -8,6 +8,7 @@ import asyncio
 import functools
 
 import numpy as np
+import pytest
 
 from chipotle.compiler import compile_model, small_model
 from chipotle.config import CONFIGS
@@ -67,6 +68,7 @@ def test_e2e_isasim():
     assert g.ttft_cycles > 0 and g.decode_cycles_per_token > 0
 
 
+@pytest.mark.rtl
 def test_e2e_rtl(sim):
     from chipotle.sim.chiprun import Job, run_rtl
 

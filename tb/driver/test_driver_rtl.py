@@ -6,12 +6,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from chipotle.config import CONFIGS
 from chipotle.sim import run_cocotb
 from chipotle.sim.chiprun import TOPLEVEL, chip_verilog
 from chipotle.sim.flow import build_root
 
 TB = Path(__file__).parent
+pytestmark = pytest.mark.rtl
 
 
 def test_driver_rtl(sim):
