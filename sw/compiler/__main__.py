@@ -32,7 +32,7 @@ def bench(compiled, prompt_tokens, out=sys.stdout) -> dict:
     """
     from ..golden import GoldenModel
     from .run import load_isasim, run_step_isasim
-    cfg, c = compiled.config, compiled.model
+    cfg = compiled.config
     M = cfg.max_m
     golden = GoldenModel(compiled.qm)
     figures = {"prefill": [], "decode": {}}
@@ -89,7 +89,6 @@ def bench(compiled, prompt_tokens, out=sys.stdout) -> dict:
                              for xy, lay in compiled.placement.tiles.items())
             print(f"      busy cycles per tile at 64: {busy}", file=out)
         pos += 1
-    del c
     return figures
 
 

@@ -394,7 +394,6 @@ def tile_program(qm: QuantizedModel, isa: IsaConfig, pl: Placement, lay: TileLay
     """
     k = _Ctx(qm, isa, pl, lay, context)
     e = Emitter()
-    index = {id(s): i for i, (s, _) in enumerate(pl.pipeline)}
     for m in range(1, isa.max_m + 1):
         e.put_label(f"m{m}_tab")
         for t in lay.tables:
@@ -410,5 +409,4 @@ def tile_program(qm: QuantizedModel, isa: IsaConfig, pl: Placement, lay: TileLay
         if lay.reduce:
             _reduce(e, k)
         e("halt")
-    del index
     return e.text()
