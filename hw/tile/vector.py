@@ -741,6 +741,7 @@ class VectorUnit(wiring.Component):
         prod = Signal(32 + C_BITS)
         modr = Signal(IMM_BITS + 1)
         modbit = Signal(range(32))
+        n_lod = _lod(m, cmd.n, "n_lod")     # the remainder starts at n's leading one
 
         def operand(addr, nbytes, align_k):
             """(misaligned, out of range) of an operand."""
@@ -896,7 +897,7 @@ class VectorUnit(wiring.Component):
                     m.next = "Check-Product"
 
             with m.State("Check-Product"):
-                m.d.sync += [prod.eq((n - 1) * cmd.c), modr.eq(0), modbit.eq(31),
+                m.d.sync += [prod.eq((n - 1) * cmd.c), modr.eq(0), modbit.eq(n_lod),
                              nn.eq(Mux(op == Opcode.TABLE, tab_entries, n))]
                 with m.If((op == Opcode.ROPE) & (n != 0)):
                     m.next = "Check-Modulo"
@@ -904,7 +905,8 @@ class VectorUnit(wiring.Component):
                     m.next = "Check"
 
             with m.State("Check-Modulo"):
-                # n mod head size, one bit per cycle (restoring remainder, no divider).
+                # n mod head size, one bit of n per cycle from its leading one (restoring
+                # remainder, no divider).
                 r2 = Cat(n.bit_select(modbit, 1), modr)
                 m.d.sync += [modr.eq(Mux(r2 >= cmd.imm, r2 - cmd.imm, r2)),
                              modbit.eq(modbit - 1)]

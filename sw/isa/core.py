@@ -838,7 +838,7 @@ def vector_cycles(op: Opcode, td: Dtype, ts: Dtype, n: int, imm: int = 0, c: int
     sk = DTYPE_INFO[ts].size
     dk = DTYPE_INFO[td].size
     state = {"slots": []}
-    total = 3 + (32 if op == Opcode.ROPE else 0)     # accept, checks (+ n mod head size)
+    total = 3 + (n.bit_length() if op == Opcode.ROPE else 0)   # accept, checks, n mod hs
 
     def elems(count, xs, ys=None, ds=None, x0=a, y0=b, d0=d):
         """Chunks of V elements: (read words, destination words) each."""
