@@ -5,11 +5,23 @@ Members
 Chip
     ``ChipConfig.mesh_width`` x ``mesh_height`` :class:`~chipotle.hw.tile.tile.Tile` on a
     :class:`~chipotle.hw.noc.Mesh`, the host link at the west port of tile (0, 0).
+TILE_MODULE
+    Name of the tile's Verilog module in `chip_verilog`.
+chip_verilog
+    The chip's Verilog with ONE tile module instantiated ``n_tiles`` times.
+
+Why `chip_verilog`: Amaranth emits every instance of a component as a module of its own, so
+a 4 x 4 chip generated directly is 16 copies of the tile (about two minutes to generate and
+a C++ model that takes Verilator an hour to compile).  The tiles differ only in their
+position, which `Tile` can take from ports (``x = y = None``); `chip_verilog` generates the
+tile once and the chip around it with ``Instance``, so simulators and synthesis compile the
+tile once.
 """
 
 # ruff: noqa: F403, F405  (names come from `from amaranth import *`)
 
 from amaranth import *  # house style (STYLE.md)
+from amaranth.hdl import Instance
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out, connect, flipped
 
@@ -19,7 +31,10 @@ from .noc import Mesh
 from .tile.controller import Status
 from .tile.tile import Tile
 
-__all__ = ["Chip"]
+__all__ = ["Chip", "TILE_MODULE", "chip_verilog"]
+
+#: Verilog module name of the tile in `chip_verilog`.
+TILE_MODULE = "chipotle_tile"
 
 
 class Chip(wiring.Component):
@@ -33,6 +48,11 @@ class Chip(wiring.Component):
     ----------
     config : ChipConfig, optional
         Default ``ChipConfig()`` (4 x 4 tiles).
+    tile_instances : bool, optional
+        False (default): the tiles are Amaranth submodules (one Verilog module per tile).
+        True: each tile is an ``Instance`` of the external module `TILE_MODULE` (a
+        ``Tile(config, x=None, y=None)``, position on its ``i_x`` / ``i_y`` ports); the
+        design is then complete only with that module's Verilog (`chip_verilog`).
 
     Members
     -------
@@ -45,8 +65,9 @@ class Chip(wiring.Component):
         reads the same word as register ``STATUS``).
     """
 
-    def __init__(self, config: ChipConfig | None = None):
+    def __init__(self, config: ChipConfig | None = None, *, tile_instances: bool = False):
         self._config = config = ChipConfig() if config is None else config
+        self._tile_instances = tile_instances
         self._tile_config = config.tile_config()
         flit = stream.Signature(self._tile_config.noc.flit_layout)
         super().__init__({
@@ -67,9 +88,43 @@ class Chip(wiring.Component):
         connect(m, flipped(self.i_host), mesh.i_host)
         connect(m, mesh.o_host, flipped(self.o_host))
         for i, (x, y) in enumerate(c.tiles):
+            if self._tile_instances:
+                into, outof = mesh.o_local[i], mesh.i_local[i]
+                m.submodules[f"tile_{x}_{y}"] = Instance(
+                    TILE_MODULE,
+                    i_clk=ClockSignal(), i_rst=ResetSignal(),
+                    i_i_noc__payload=into.payload.as_value(), i_i_noc__valid=into.valid,
+                    o_i_noc__ready=into.ready,
+                    o_o_noc__payload=outof.payload.as_value(), o_o_noc__valid=outof.valid,
+                    i_o_noc__ready=outof.ready,
+                    i_i_noc_errors=mesh.errors, i_i_x=C(x, 8), i_i_y=C(y, 8),
+                    o_status=self.status[i].as_value(), o_errors=Signal(8, name=f"errors_{i}"))
+                continue
             tile = Tile(tc, x=x, y=y)
             m.submodules[f"tile_{x}_{y}"] = tile
             connect(m, mesh.o_local[i], tile.i_noc)
             connect(m, tile.o_noc, mesh.i_local[i])
             m.d.comb += [tile.i_noc_errors.eq(mesh.errors), self.status[i].eq(tile.status)]
         return m
+
+
+def chip_verilog(config: ChipConfig | None = None, name: str = "chip") -> str:
+    """Return the Verilog of ``Chip(config)`` with the tile generated once.
+
+    The text holds the module `TILE_MODULE` (``Tile(config.tile_config(), x=None, y=None)``)
+    and the top module `name` (``Chip(config, tile_instances=True)``), which instantiates it
+    ``n_tiles`` times with constant positions.  Ports of `name` are those of `Chip`.
+
+    Parameters
+    ----------
+    config : ChipConfig, optional
+    name : str
+        Top-level module name.
+    """
+    from amaranth.back import verilog
+
+    config = ChipConfig() if config is None else config
+    tile = verilog.convert(Tile(config.tile_config(), x=None, y=None), name=TILE_MODULE,
+                           emit_src=False)
+    top = verilog.convert(Chip(config, tile_instances=True), name=name, emit_src=False)
+    return tile + "\n" + top

@@ -41,16 +41,20 @@ TOPLEVEL = "chip"
 def chip_verilog(config, progress: Callable[[str], None] | None = None) -> str:
     """Return the Verilog of ``chipotle.hw.chip.Chip(config)`` (generated once, then cached).
 
+    The tile is one module instantiated per position (``chipotle.hw.chip.chip_verilog``).
+
     Parameters
     ----------
     config : chipotle.config.ChipConfig
     progress : callable of str, optional
         Told when a generation starts and ends (the 4 x 4 default takes minutes).
     """
-    from chipotle.hw.chip import Chip
+    from chipotle.hw import chip
 
-    return generate_verilog_cached(lambda: Chip(config), TOPLEVEL, repr(config),
-                                   progress=progress)
+    # One tile module instantiated n_tiles times (chip.chip_verilog): generation and the
+    # Verilator build then cost one tile, not n_tiles.
+    return generate_verilog_cached(lambda: chip.chip_verilog(config, TOPLEVEL), TOPLEVEL,
+                                   f"tile instances {config!r}", progress=progress)
 
 
 @dataclass

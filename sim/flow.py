@@ -82,8 +82,9 @@ def generate_verilog_cached(factory, name: str, key: str, *, progress=None) -> s
 
     Parameters
     ----------
-    factory : callable returning amaranth.lib.wiring.Component
-        Called only on a cache miss.
+    factory : callable returning amaranth.lib.wiring.Component or str
+        Called only on a cache miss; a string is taken as the Verilog text itself (e.g.
+        from ``chipotle.hw.chip.chip_verilog``).
     name : str
         Top-level module name.
     key : str
@@ -98,7 +99,8 @@ def generate_verilog_cached(factory, name: str, key: str, *, progress=None) -> s
             return path.read_text()
         if progress:
             progress(f"generating Verilog for {name} (cached in {path})")
-        text = generate_verilog(factory(), name=name)
+        made = factory()
+        text = made if isinstance(made, str) else generate_verilog(made, name=name)
         tmp = path.with_suffix(".tmp")
         tmp.write_text(text)
         tmp.replace(path)

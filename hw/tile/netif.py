@@ -238,8 +238,10 @@ class NetifConfig:
 
     Attributes
     ----------
-    x, y : int
-        Position of the tile in the mesh (column, row).
+    x, y : int or None
+        Position of the tile in the mesh (column, row); both None: read from the ports
+        ``i_x`` / ``i_y`` instead (8 bits each), so that every tile of a mesh is the same
+        module (``chipotle.hw.chip.chip_verilog`` generates it once).
     width, height : int
         Size of the mesh (a SEND rectangle must lie inside it).
     noc : NocConfig
@@ -261,8 +263,8 @@ class NetifConfig:
         Depth of the transmit side's word buffer (at least 2: one word per cycle).
     """
 
-    x: int = 0
-    y: int = 0
+    x: int | None = 0
+    y: int | None = 0
     width: int = 1
     height: int = 1
     noc: NocConfig = field(default=DEFAULT)
@@ -277,7 +279,11 @@ class NetifConfig:
     def __post_init__(self):
         noc = self.noc
         noc.check_mesh(self.width, self.height)
-        if not (isinstance(self.x, int) and 0 <= self.x < self.width
+        if (self.x is None) != (self.y is None):
+            raise ValueError("`x` and `y` must both be integers, or both None (position "
+                             "from the `i_x` / `i_y` ports)")
+        if self.x is not None and not (
+                isinstance(self.x, int) and 0 <= self.x < self.width
                 and isinstance(self.y, int) and 0 <= self.y < self.height):
             raise ValueError(f"tile ({self.x}, {self.y}) must lie in the "
                              f"{self.width} x {self.height} mesh")
@@ -436,6 +442,7 @@ class NetworkInterface(wiring.Component):
             "i_kv_capacity": In(16),
             "counters": Out(config.counter_width).array(config.n_counters),
             "errors": Out(ERROR_BITS),
+            **({} if config.x is not None else {"i_x": In(8), "i_y": In(8)}),
         })
 
     @property
@@ -447,6 +454,10 @@ class NetworkInterface(wiring.Component):
         m = Module()
         cfg = self._config
         noc = cfg.noc
+        if cfg.x is None:
+            pos_x, pos_y = self.i_x, self.i_y
+        else:
+            pos_x, pos_y = C(cfg.x, 8), C(cfg.y, 8)
         depth = cfg.sram_words
         n_cnt = cfg.n_counters
         cmax = (1 << cfg.counter_width) - 1
@@ -724,7 +735,7 @@ class NetworkInterface(wiring.Component):
                 t_head.mcast.eq(mcast),
                 t_head.x0.eq(rect[0]), t_head.x1.eq(rect[1]),
                 t_head.y0.eq(rect[2]), t_head.y1.eq(rect[3]),
-                t_head.src_x.eq(cfg.x), t_head.src_y.eq(cfg.y),
+                t_head.src_x.eq(pos_x), t_head.src_y.eq(pos_y),
                 t_head.length.eq(length),
                 t_head.addr.eq(addr),
                 t_src.eq(src),
@@ -894,7 +905,8 @@ class NetworkInterface(wiring.Component):
         reg_word = Signal(32)
         bad_reg = Signal()
         with m.Switch(f_addr):
-            ident = cfg.x | cfg.y << 8 | cfg.width << 16 | cfg.height << 24
+            ident = Cat(pos_x.as_unsigned()[:8], pos_y.as_unsigned()[:8],
+                        C(cfg.width, 8), C(cfg.height, 8))
             with m.Case(Reg.ID):
                 m.d.comb += reg_word.eq(ident)
             with m.Case(Reg.STATUS):

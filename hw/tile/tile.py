@@ -190,8 +190,9 @@ class Tile(wiring.Component):
     ----------
     config : TileConfig
         The tile's parameters (the mesh size is ``config.mesh_width`` x ``mesh_height``).
-    x, y : int
-        Position of this tile in the mesh.
+    x, y : int or None
+        Position of this tile in the mesh; both None: from the ports ``i_x`` / ``i_y`` (8 bits
+        each), which makes every tile of a mesh the same module.
 
     Members
     -------
@@ -221,6 +222,7 @@ class Tile(wiring.Component):
             "i_noc_errors": In(config.noc.error_width),
             "status": Out(Status),
             "errors": Out(8),
+            **({} if x is not None else {"i_x": In(8), "i_y": In(8)}),
         })
 
     @property
@@ -248,6 +250,8 @@ class Tile(wiring.Component):
             self.status.eq(core.status),
             self.errors.eq(ni.errors),
         ]
+        if self._netif_config.x is None:
+            m.d.comb += [ni.i_x.eq(self.i_x), ni.i_y.eq(self.i_y)]
         for k in range(N_PERF):
             m.d.comb += ni.i_perf[k].eq(core.perf[k])
         return m
