@@ -52,3 +52,18 @@ def test_isasim_equals_golden(capsys, tiny, sampling):
 def test_bad_config_is_a_usage_error(capsys, tiny):
     code, _, err = run(capsys, "--backend", "isasim", "--config", "mesh=2x2,bogus=3", *tiny)
     assert code == 2 and "unknown configuration key 'bogus'" in err
+
+
+def test_chip_model_forward_equals_golden(tiny):
+    import numpy as np
+
+    from chipotle.config import CONFIGS
+    from chipotle.golden import GoldenModel
+    from chipotle.model import load_checkpoint
+
+    ckpt = load_checkpoint(tiny[1])
+    chip = backends.ChipModel(ckpt, CONFIGS["small"])
+    gold = GoldenModel(chip.compiled.qm)
+    for pos, tok in enumerate([1, 260, 261, 5]):
+        assert np.array_equal(chip.forward(tok, pos), gold.forward(tok, pos)), pos
+    assert chip.config.seq_len == chip.compiled.context
