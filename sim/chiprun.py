@@ -115,7 +115,7 @@ class Job:
 
 
 def run_rtl(job: Job, *, sim: str = "verilator", cxx_opt: str = "-O2", waves: bool | None = None,
-            progress: Callable[[str], None] | None = None) -> dict:
+            public: bool | None = None, progress: Callable[[str], None] | None = None) -> dict:
     """Build the chip of ``job.config`` and run ``job`` on it; return the result.
 
     Parameters
@@ -127,6 +127,9 @@ def run_rtl(job: Job, *, sim: str = "verilator", cxx_opt: str = "-O2", waves: bo
         ``-O0``, which builds fastest).
     waves : bool, optional
         Dump waveforms; default ``$WAVES``.
+    public : bool, optional
+        Verilator: expose every internal signal to cocotb (see `run_cocotb`; about 10 times
+        slower).  Default: only when ``job.backdoor`` needs the SRAM arrays.
     progress : callable of str, optional
         Told about the slow phases (Verilog generation, the simulator build).
 
@@ -163,7 +166,8 @@ def run_rtl(job: Job, *, sim: str = "verilator", cxx_opt: str = "-O2", waves: bo
                "COCOTB_LOG_LEVEL": os.environ.get("COCOTB_LOG_LEVEL", "WARNING")}
         run = run_cocotb(sim=sim, verilog=verilog, toplevel=TOPLEVEL,
                          test_module="chipotle.sim.cocotb_chip", extra_env=env, waves=waves,
-                         cxx_opt=cxx_opt, check=False)
+                         cxx_opt=cxx_opt, check=False,
+                         public=job.backdoor if public is None else public)
         if not result_path.exists():
             run.raise_on_failure()
             raise AssertionError(f"the cocotb run wrote no result ({run.results_xml})")

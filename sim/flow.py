@@ -215,6 +215,7 @@ def run_cocotb(
     seed: int | None = None,
     check: bool = True,
     cxx_opt: str = "-O0",
+    public: bool = True,
 ) -> CocotbRun:
     """Build (cached) and run cocotb tests of a Verilog design.
 
@@ -245,6 +246,12 @@ def run_cocotb(
         Verilator only: C++ optimisation of the model (see
         :func:`chipotle.sim.toolchain.verilator_environment`); ``-O0`` builds fastest,
         ``-O2`` simulates fastest.
+    public : bool
+        Verilator only: make every signal of the design visible to cocotb (the runner's
+        ``--public-flat-rw``, the default).  ``False`` exposes only the toplevel's ports
+        (``--no-public-flat-rw --public-depth 1``), which lets Verilator optimise the model:
+        about 10 times faster for the 2 x 2 ``Chip`` (7,100 against 550 cycles per second
+        with ``-O0``: a cocotb test awaiting one long ``Timer``, 2 loaded cores).
 
     Returns
     -------
@@ -263,6 +270,8 @@ def run_cocotb(
     if sim == "verilator":
         session = toolchain.verilator_session(cxx_opt=cxx_opt)
         build_args = toolchain.verilator_build_args()
+        if not public:
+            build_args = build_args + ["--no-public-flat-rw", "--public-depth", "1"]
         if waves:
             build_args = build_args + ["--trace-structs"]   # the runner adds --trace (VCD)
     else:

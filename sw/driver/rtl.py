@@ -216,8 +216,12 @@ class RtlBackend:
 
     def _banks(self, xy):
         xy = _check_xy(self.config, xy)
-        sram = getattr(self.dut, f"tile_{xy[0]}_{xy[1]}").core.sram
-        return [getattr(sram, f"bank{b}") for b in range(self.config.n_banks)]
+        try:
+            sram = getattr(self.dut, f"tile_{xy[0]}_{xy[1]}").core.sram
+            return [getattr(sram, f"bank{b}") for b in range(self.config.n_banks)]
+        except AttributeError:
+            raise RuntimeError("the back door needs the SRAM arrays, which this build does not "
+                               "expose (Verilator: build with run_cocotb(public=True))") from None
 
     def backdoor_read_sram(self, xy, addr: int, nbytes: int) -> bytes:
         """Return SRAM bytes read straight from the simulator's bank arrays (no cycles).
