@@ -2,9 +2,10 @@
 
 Options: ``--config NAME[,key=value...]`` (``chipotle.config.ChipConfig.from_string``),
 ``--context N``, ``--model PATH`` (a llama2.c checkpoint; default stories260K; ``small``:
-the regression's synthetic model),
-``--programs`` (also print every tile's assembly), ``--bench`` (run on the ISA simulator,
-bit-exact against the golden model, and print the estimated cycles of prefill and decode).
+the regression's synthetic model), ``--placement pipeline|tensor`` (`compile_model`'s
+placement), ``--programs`` (also print every tile's assembly), ``--bench`` (run on the ISA
+simulator, bit-exact against the golden model, and print the estimated cycles of prefill and
+decode).
 """
 
 from __future__ import annotations
@@ -85,11 +86,19 @@ def bench(compiled, prompt_tokens, out=sys.stdout) -> dict:
               file=out)
         figures["decode"][pos] = r.cycles
         if pos == 64:
-            busy = ", ".join(f"{'+'.join(s.name for s in lay.stages)} {r.busy[xy]:,}"
-                             for xy, lay in compiled.placement.tiles.items())
+            busy = ", ".join(f"{_tile_name(compiled, xy)} {r.busy[xy]:,}"
+                             for xy in compiled.placement.tiles)
             print(f"      busy cycles per tile at 64: {busy}", file=out)
         pos += 1
     return figures
+
+
+def _tile_name(compiled, xy) -> str:
+    """Return a short name of what tile `xy` computes."""
+    pl = compiled.placement
+    if pl.kind == "tensor":
+        return f"({xy[0]},{xy[1]})"
+    return "+".join(s.name for s in pl.tiles[xy].stages)
 
 
 def main(argv=None) -> None:
@@ -108,6 +117,8 @@ def main(argv=None) -> None:
                     help="a llama2.c checkpoint, or `small` (SMALL_MODEL_DIMS, synthetic)")
     ap.add_argument("--programs", action="store_true")
     ap.add_argument("--bench", action="store_true")
+    ap.add_argument("--placement", choices=("pipeline", "tensor"), default="pipeline",
+                    help="pipeline of stages, or every layer on every tile (tensor)")
     args = ap.parse_args(argv)
     cfg = ChipConfig.from_string(args.config)
     path = args.model or default_model_dir() / "stories260K.bin"
@@ -118,7 +129,7 @@ def main(argv=None) -> None:
     else:
         qm = quantize(load_checkpoint(path))
     try:
-        compiled = compile_model(qm, cfg, args.context)
+        compiled = compile_model(qm, cfg, args.context, placement=args.placement)
     except FitError as e:
         raise SystemExit(f"error: {e}") from None
     print(compiled.memory_map())
@@ -138,7 +149,7 @@ def main(argv=None) -> None:
         while len(ids) < 260:
             ids += tok.encode(_TEXT, bos=False)
         print(f"\nISA-simulator estimates ({cfg}, command: python -m chipotle.compiler "
-              f"--config {args.config} --bench)")
+              f"--config {args.config} --placement {args.placement} --bench)")
         bench(compiled, ids[:260])
 
 

@@ -223,14 +223,19 @@ class CompiledModel:
     def memory_map(self) -> str:
         """Return every tile's stages and SRAM regions (address, bytes, name) as text."""
         cfg, pl = self.config, self.placement
-        out = [f"{self.model_name()} on {cfg}, context {self.context}",
-               "pipeline (snake order): " + " -> ".join(
-                   f"{s.name}@{xy[0]},{xy[1]}" for s, xy in pl.pipeline)
-               + f" -> cls@({pl.rect[0]}:{pl.rect[1]}, {pl.rect[2]}:{pl.rect[3]})"
-               f" -> argmax@{pl.reducer[0]},{pl.reducer[1]}", self.mesh_diagram()]
+        if pl.kind == "tensor":
+            flow = ("tensor placement: every tile in every layer (att: KV heads; ffn: rows of "
+                    "wo, w1, w3, w2, embedding columns; cls: vocabulary rows)"
+                    f" -> argmax@{pl.reducer[0]},{pl.reducer[1]}")
+        else:
+            flow = ("pipeline (snake order): " + " -> ".join(
+                f"{s.name}@{xy[0]},{xy[1]}" for s, xy in pl.pipeline)
+                + f" -> cls@({pl.rect[0]}:{pl.rect[1]}, {pl.rect[2]}:{pl.rect[3]})"
+                f" -> argmax@{pl.reducer[0]},{pl.reducer[1]}")
+        out = [f"{self.model_name()} on {cfg}, context {self.context}", flow,
+               self.mesh_diagram()]
         for xy, lay in pl.tiles.items():
-            names = [s.name if s.kind != "cls" else
-                     f"cls[{s.rows[0]}:{s.rows[0] + s.rows[1]}]" for s in lay.stages]
+            names = _stage_names(pl, lay)
             if lay.reduce:
                 names.append("argmax")
             out.append(f"\ntile ({xy[0]}, {xy[1]}): {' + '.join(names)}; "
@@ -250,8 +255,7 @@ class CompiledModel:
         cw = 14
         labels = {}
         for xy, lay in pl.tiles.items():
-            names = [s.name if s.kind != "cls" else f"cls[{s.rows[0]}:{s.rows[0] + s.rows[1]}]"
-                     for s in lay.stages]
+            names = _stage_names(pl, lay)
             size = f"{lay.size / 1024:.1f}"
             labels[xy] = ("+".join(names), size + (" KiB" if not lay.reduce else "K +argmax"))
         order = [xy for _, xy in pl.pipeline]
@@ -282,6 +286,16 @@ class CompiledModel:
         c = self.model
         return (f"model dim {c.dim}, hidden {c.hidden_dim}, {c.n_layers} layers, "
                 f"{c.n_heads}/{c.n_kv_heads} heads, vocab {c.vocab_size}")
+
+
+def _stage_names(pl: Placement, lay) -> list:
+    """Return the names of what a tile computes (its stages; for the tensor placement
+    ``att`` on the attention tiles, ``ffn`` and its classifier rows)."""
+    names = [s.name if s.kind != "cls" else f"cls[{s.rows[0]}:{s.rows[0] + s.rows[1]}]"
+             for s in lay.stages]
+    if pl.kind == "tensor":
+        names = (["att"] if "rope" in lay.regions else []) + ["ffn"] + names
+    return names
 
 
 def _images(qm: QuantizedModel, isa, pl: Placement, context: int) -> dict:
@@ -320,26 +334,32 @@ def _images(qm: QuantizedModel, isa, pl: Placement, context: int) -> dict:
                 data[p + "g"] = qm.final_norm.gain.astype("<i2")
                 data[p + "w"] = padded_rows(cl.w[first:first + n], isa)
                 data[p + "ms"] = requant_table(cl.m[first:first + n], cl.s[first:first + n])
-        chunks = []
-        for name, r in lay.regions.items():
-            raw = np.zeros(isa.pad(r.size), np.uint8)
-            if name in data:
-                b = np.ascontiguousarray(data[name]).view(np.uint8).reshape(-1)
-                if b.size > r.size:
-                    raise AssertionError(f"{name}: {b.size} bytes in a {r.size}-byte region")
-                raw[:b.size] = b
-            chunks.append((r.addr, raw.tobytes()))
-        # merge adjacent regions into runs that hold data and runs of zeros (KV caches,
-        # buffers), so that a host whose SRAM is known to be zero may skip the latter
-        runs: list = []
-        for addr, raw in chunks:
-            zero = not any(raw)
-            if runs and runs[-1][2] == zero and runs[-1][0] + len(runs[-1][1]) == addr:
-                runs[-1][1].extend(raw)
-            else:
-                runs.append([addr, bytearray(raw), zero])
-        out[xy] = [(addr, bytes(raw)) for addr, raw, _ in runs]
+        out[xy] = _chunks(lay, data, isa)
     return out
+
+
+def _chunks(lay, data: dict, isa) -> list:
+    """Return a tile's image: `data` (region name to array) in its regions, zeros elsewhere,
+    as word-aligned runs of adjacent regions, those with data apart from those of zeros."""
+    chunks = []
+    for name, r in lay.regions.items():
+        raw = np.zeros(isa.pad(r.size), np.uint8)
+        if name in data:
+            b = np.ascontiguousarray(data[name]).view(np.uint8).reshape(-1)
+            if b.size > r.size:
+                raise AssertionError(f"{name}: {b.size} bytes in a {r.size}-byte region")
+            raw[:b.size] = b
+        chunks.append((r.addr, raw.tobytes()))
+    # merge adjacent regions into runs that hold data and runs of zeros (KV caches,
+    # buffers), so that a host whose SRAM is known to be zero may skip the latter
+    runs: list = []
+    for addr, raw in chunks:
+        zero = not any(raw)
+        if runs and runs[-1][2] == zero and runs[-1][0] + len(runs[-1][1]) == addr:
+            runs[-1][1].extend(raw)
+        else:
+            runs.append([addr, bytearray(raw), zero])
+    return [(addr, bytes(raw)) for addr, raw, _ in runs]
 
 
 def _check_source(source):
@@ -365,9 +385,11 @@ def _place(qm, isa, config, context, batches):
 
 
 def _compile(qm: QuantizedModel, config: ChipConfig, context: int,
-             batches: int | None = None) -> CompiledModel:
+             batches: int | None = None, placement: str = "pipeline") -> CompiledModel:
     isa = config.isa_config()
     c = qm.config
+    if placement == "tensor":
+        return _compile_tensor(qm, config, context, batches)
     if config.loop_depth < 4:
         raise FitError(f"the programs nest 4 hardware loops (batches, rows, KV heads, query "
                        f"heads), but loop_depth is {config.loop_depth}: use loop_depth=4")
@@ -395,6 +417,42 @@ def _compile(qm: QuantizedModel, config: ChipConfig, context: int,
                        f"use imem_words={-(-n // 128) * 128}")
     return CompiledModel(config, qm, c, context, _images(qm, isa, pl, context), programs,
                          entries, pl, sources)
+
+
+def _compile_tensor(qm: QuantizedModel, config: ChipConfig, context: int,
+                    batches: int | None) -> CompiledModel:
+    """`_compile` for ``placement="tensor"`` (`chipotle.compiler.tensor`)."""
+    from .tensor import place_tensor, tensor_images, tensor_program
+    isa = config.isa_config()
+    c = qm.config
+    if config.loop_depth < 4:
+        raise FitError(f"the programs nest 4 hardware loops (batches, rows, KV heads, query "
+                       f"heads), but loop_depth is {config.loop_depth}: use loop_depth=4")
+    if config.n_counters < 5:
+        raise FitError(f"the tensor placement uses 5 counters, but n_counters is "
+                       f"{config.n_counters}: use n_counters=5")
+    for name, k in (("dim", c.dim), ("hidden_dim", c.hidden_dim)):
+        if k > isa.k_max:
+            raise FitError(f"the model's {name} {k} exceeds the matrix unit's k_max "
+                           f"{isa.k_max}: use k_max={k}")
+    if batches is None:
+        batches = min(DEFAULT_PREFILL_BATCHES, -(-context // isa.max_m))
+    pl, roles = place_tensor(qm, isa, config.mesh_width, config.mesh_height, context, batches)
+    programs, entries, sources = {}, {}, {}
+    for xy, lay in pl.tiles.items():
+        text = tensor_program(qm, isa, pl, roles, lay, context)
+        sym: dict = {}
+        words = assemble(text, symbols_out=sym)
+        programs[xy], sources[xy] = words, text
+        entries[xy] = {k: v for k, v in sym.items() if k.startswith("m") and k[1:2].isdigit()}
+    longest = max(len(w) for w in programs.values())
+    if longest > config.imem_words:
+        raise FitError(f"the tensor placement's longest program needs {longest} "
+                       f"instructions, but the instruction memory holds {config.imem_words}: "
+                       f"use imem_words={-(-longest // 128) * 128}")
+    data = tensor_images(qm, isa, pl, roles, context)
+    images = {xy: _chunks(lay, data[xy], isa) for xy, lay in pl.tiles.items()}
+    return CompiledModel(config, qm, c, context, images, programs, entries, pl, sources)
 
 
 def _fits(qm, config, context) -> bool:
@@ -474,7 +532,8 @@ def _suggest(qm: QuantizedModel, config: ChipConfig, context: int) -> str:
 
 
 def compile_model(source, config: ChipConfig, context: int | None = None,
-                  prefill_batches: int | None = None) -> CompiledModel:
+                  prefill_batches: int | None = None, placement: str = "pipeline"
+                  ) -> CompiledModel:
     """Place a llama2 model on the mesh and emit its tile programs.
 
     Parameters
@@ -488,6 +547,10 @@ def compile_model(source, config: ChipConfig, context: int | None = None,
         Batches of M tokens one `CompiledModel.prefill` step may carry (each pipeline stage
         has an input slot per batch).  Default: the most of 16, 8, 4, 2, 1 that fit (at most
         ``context / M``).
+    placement : {"pipeline", "tensor"}
+        ``"pipeline"``: a pipeline of stages along a snake path (`chipotle.compiler.place`);
+        ``"tensor"``: every layer split over every tile (`chipotle.compiler.tensor`), the
+        batches of a step run one after the other.
 
     Returns
     -------
@@ -500,7 +563,11 @@ def compile_model(source, config: ChipConfig, context: int | None = None,
         message names what does not fit and configurations that would.
     TypeError
         If `source` is neither a checkpoint nor a quantised model.
+    ValueError
+        If `placement` is neither ``"pipeline"`` nor ``"tensor"``.
     """
+    if placement not in ("pipeline", "tensor"):
+        raise ValueError(f"`placement` must be \"pipeline\" or \"tensor\", not {placement!r}")
     qm = _check_source(source)
     c = qm.config
     if context is None:
@@ -515,7 +582,9 @@ def compile_model(source, config: ChipConfig, context: int | None = None,
                                             or prefill_batches < 1):
             raise FitError(f"`prefill_batches` must be a positive integer, not "
                            f"{prefill_batches!r}")
-        return _compile(qm, config, int(context), prefill_batches)
+        return _compile(qm, config, int(context), prefill_batches, placement)
     except FitError as e:
+        if placement == "tensor":
+            raise
         raise FitError(f"{e}; a configuration that fits: "
                        f"{_suggest(qm, config, int(context))}") from None

@@ -222,6 +222,9 @@ class Placement:
         The tile reducing the local argmaxes and ringing the doorbell.
     batches : int
         Prefill batches of M rows one step may carry.
+    kind : str
+        ``"pipeline"`` (this module's `place`) or ``"tensor"``
+        (`chipotle.compiler.tensor.place_tensor`: every tile in every layer, no pipeline).
     """
 
     tiles: dict
@@ -230,6 +233,7 @@ class Placement:
     rect: tuple
     reducer: tuple
     batches: int = 1
+    kind: str = "pipeline"
 
 
 def snake(width: int, height: int) -> list:

@@ -38,9 +38,12 @@ def small_qm():
     return small_model()
 
 
-@pytest.fixture(scope="module")
-def small_compiled(small_qm):
-    return compile_model(small_qm, CONFIGS["small"])
+PLACEMENTS = ["pipeline", "tensor"]
+
+
+@pytest.fixture(scope="module", params=PLACEMENTS)
+def small_compiled(small_qm, request):
+    return compile_model(small_qm, CONFIGS["small"], placement=request.param)
 
 
 def run_sequence(compiled, prompt, n_decode, batch):
@@ -69,13 +72,20 @@ def run_sequence(compiled, prompt, n_decode, batch):
 
 
 @pytest.mark.model
-def test_stories260k_default_bit_exact(stories_qm, model_paths):
+@pytest.mark.parametrize("placement", PLACEMENTS)
+def test_stories260k_default_bit_exact(stories_qm, model_paths, placement):
     cfg = CONFIGS["default"]
-    compiled = compile_model(stories_qm, cfg)
+    compiled = compile_model(stories_qm, cfg, placement=placement)
     assert compiled.context == stories_qm.config.seq_len == 512
-    # the mesh is used: every layer has its own attention and feed-forward tile
-    pipe_tiles = {xy for _, xy in compiled.placement.pipeline}
-    assert len(pipe_tiles) == 1 + 2 * stories_qm.config.n_layers
+    if placement == "pipeline":
+        # the mesh is used: every layer has its own attention and feed-forward tile
+        pipe_tiles = {xy for _, xy in compiled.placement.pipeline}
+        assert len(pipe_tiles) == 1 + 2 * stories_qm.config.n_layers
+    else:
+        # every tile holds a share of every layer; one attention tile per query head
+        assert set(compiled.placement.tiles) == set(cfg.tiles)
+        assert sum("rope" in lay.regions for lay in compiled.placement.tiles.values()) \
+            == stories_qm.config.n_heads
     assert len(compiled.placement.classifier) > 1
     prompt = load_tokenizer(model_paths[1]).encode("Once upon a time")
     assert len(prompt) > cfg.max_m                   # at least two prefill batches
@@ -86,8 +96,10 @@ def test_stories260k_default_bit_exact(stories_qm, model_paths):
 def test_small_model_on_small_config_bit_exact(small_compiled, small_qm):
     cfg = CONFIGS["small"]
     assert small_qm.config.n_layers == SMALL_MODEL_DIMS["n_layers"]
-    # several pipeline tiles, not one
-    assert len({xy for _, xy in small_compiled.placement.pipeline}) > 1
+    if small_compiled.placement.kind == "pipeline":      # several pipeline tiles, not one
+        assert len({xy for _, xy in small_compiled.placement.pipeline}) > 1
+    else:
+        assert len(small_compiled.placement.tiles) == cfg.n_tiles
     run_sequence(small_compiled, [1, 5, 9, 3, 30, 2, 7], 5, cfg.max_m)
 
 
@@ -155,8 +167,9 @@ def test_multi_batch_prefill_matches_golden(small_compiled, small_qm):
 
 
 @pytest.mark.model
-def test_stories260k_prefill_64_tokens(stories_qm, model_paths):
-    compiled = compile_model(stories_qm, CONFIGS["default"])
+@pytest.mark.parametrize("placement", PLACEMENTS)
+def test_stories260k_prefill_64_tokens(stories_qm, model_paths, placement):
+    compiled = compile_model(stories_qm, CONFIGS["default"], placement=placement)
     M = compiled.config.max_m
     assert compiled.prefill_batches * M >= 64
     tok = load_tokenizer(model_paths[1])
@@ -316,14 +329,15 @@ def test_stories260k_packed_beyond_128k(stories_qm):
     run_sequence(compiled, [1, 403, 407, 261, 378], 2, cfg.max_m)
 
 
-def test_argmax_tie_across_classifier_tiles(small_qm):
+@pytest.mark.parametrize("placement", PLACEMENTS)
+def test_argmax_tie_across_classifier_tiles(small_qm, placement):
     """Equal largest logits on two classifier tiles: the reduction takes the lower index (the
     golden / numpy argmax), not the first tile to answer."""
     import dataclasses
 
     from chipotle.golden.quantize import QLinear
     cfg = CONFIGS["small"].replace(mesh_width=4, mesh_height=3)
-    probe = compile_model(small_qm, cfg)
+    probe = compile_model(small_qm, cfg, placement=placement)
     cls_rows = [lay.stages[-1].rows for xy, lay in probe.placement.tiles.items()
                 if xy in probe.placement.classifier]
     assert len(cls_rows) >= 3
@@ -339,7 +353,7 @@ def test_argmax_tie_across_classifier_tiles(small_qm):
     m, s = cl.m.copy(), cl.s.copy()
     m[b], s[b] = m[a], s[a]
     qm = dataclasses.replace(small_qm, classifier=QLinear(w, m, s, cl.scale))
-    compiled = compile_model(qm, cfg)
+    compiled = compile_model(qm, cfg, placement=placement)
     ref = GoldenModel(qm).forward(1, 0)
     assert ref[a] == ref[b] == ref.max() > 0
     r = run_step_isasim(load_isasim(compiled), compiled, [1], 0)
@@ -364,10 +378,11 @@ def odd_qm():
     ChipConfig(mesh_width=2, mesh_height=3, sram_bytes=32 * 1024, max_m=2, lanes=2),
     ChipConfig(mesh_width=1, mesh_height=1, sram_bytes=64 * 1024, imem_words=2048),
 ], ids=["3x3-W16-M3", "2x3-M2", "1x1"])
-def test_odd_shapes_and_configurations(odd_qm, cfg):
+@pytest.mark.parametrize("placement", PLACEMENTS)
+def test_odd_shapes_and_configurations(odd_qm, cfg, placement):
     """W = 16, M = 3 (all three query heads of a KV head in one matqk), M = 2 (below the
     group of 3: one matqk per head), one tile running every stage."""
-    compiled = compile_model(odd_qm, cfg)
+    compiled = compile_model(odd_qm, cfg, placement=placement)
     golden = GoldenModel(odd_qm)
     sim = load_isasim(compiled)
     prompt = [1, 7, 9, 22, 3, 49, 0, 5, 6, 8, 10]
@@ -392,3 +407,56 @@ def test_fit_error_instruction_memory(odd_qm):
     tips = re.findall(r"imem_words=(\d+)", str(e.value).split("fits:")[1])
     assert tips
     compile_model(odd_qm, cfg.replace(imem_words=int(tips[0])))
+
+
+def test_tensor_gather_buffers_and_roles(small_qm):
+    """The tensor placement: the gathered vectors sit at the same address on every tile (a
+    multicast writes one address everywhere), the row slices cover ``dim`` and
+    ``hidden_dim`` exactly once, and the attention tiles cover every query head once."""
+    from chipotle.compiler.tensor import TensorRoles
+    cfg = CONFIGS["small"].replace(mesh_width=3, mesh_height=2)
+    compiled = compile_model(small_qm, cfg, placement="tensor")
+    pl = compiled.placement
+    assert pl.kind == "tensor" and not pl.pipeline
+    for name in ("g.x", "g.xa", "g.acc", "g.gate", "step"):
+        assert len({lay.regions[name].addr for lay in pl.tiles.values()}) == 1, name
+    roles = TensorRoles(small_qm, cfg.isa_config(), list(pl.tiles))
+    c = small_qm.config
+    for part, total in ((roles.o, c.dim), (roles.h, c.hidden_dim)):
+        spans = sorted(part.values())
+        assert spans[0][0] == 0 and spans[-1][1] == total
+        assert all(a[1] == b[0] for a, b in zip(spans, spans[1:], strict=False))
+    heads = sorted(roles.q.values())
+    assert heads[0][0] == 0 and heads[-1][1] == c.n_heads
+    assert all(a[1] == b[0] for a, b in zip(heads, heads[1:], strict=False))
+    for xy, (q0, q1) in roles.q.items():           # a tile's query heads read its KV heads
+        g0, g1 = roles.kv[xy]
+        assert g0 * c.kv_mul <= q0 < q1 <= g1 * c.kv_mul
+    run_sequence(compiled, [3, 1, 4, 1, 5, 9], 3, cfg.max_m)
+
+
+@pytest.mark.model
+def test_tensor_decode_faster_than_pipeline(stories_qm):
+    """Decode at position 8 of stories260K: every tile works in every layer, so the step is
+    several times shorter than the pipeline's, with the same logits."""
+    prompt = [1, 403, 407, 261, 378, 1049 % 512, 29, 7]
+    cycles, logits = {}, {}
+    for placement in PLACEMENTS:
+        compiled = compile_model(stories_qm, CONFIGS["default"], placement=placement)
+        sim = load_isasim(compiled)
+        for plan in compiled.plans(prompt, 0):
+            run_plan_isasim(sim, compiled, plan)
+        r = run_step_isasim(sim, compiled, [5], len(prompt))
+        cycles[placement], logits[placement] = r.cycles, r.logits
+    np.testing.assert_array_equal(logits["tensor"], logits["pipeline"])
+    assert cycles["tensor"] * 3 < cycles["pipeline"], cycles
+
+
+def test_tensor_refusals(small_qm):
+    with pytest.raises(ValueError, match="`placement` must be"):
+        compile_model(small_qm, CONFIGS["small"], placement="diagonal")
+    with pytest.raises(FitError, match=r"tile \(0, 0\) of the tensor placement .* needs "
+                                       r"[\d,]+ bytes of SRAM at context 32, but a tile has "
+                                       r"4,096"):
+        compile_model(small_qm, CONFIGS["small"].replace(sram_bytes=4096),
+                      placement="tensor")

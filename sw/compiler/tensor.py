@@ -1,0 +1,671 @@
+"""Tensor-parallel placement: every layer on every tile at once.
+
+The pipeline placement (`chipotle.compiler.placement`) gives each stage its own tile, so in a
+decode step one tile works at a time.  Here every tile takes part in every layer:
+
+* the residual ``x`` (int16, M rows) is **replicated**: every tile holds the whole vector in a
+  gather buffer at the same address on every tile, and every update of it is a gather (each
+  tile multicasts its slice to the whole mesh);
+* **attention** is split by KV heads: attention tile ``a`` owns KV heads ``g0 .. g1 - 1`` of
+  every layer (their ``wq`` ``wk`` ``wv`` rows, their K and V caches), normalises ``x``,
+  computes its heads' scores, softmax and weighted sums, and multicasts its slice of the
+  attention output (int32, before the dynamic quantisation) to every tile;
+* the **output projection** ``wo``, the feed-forward **down projection** ``w2``, the
+  **embedding** and the residual adds are split by output rows (``dim`` elements, a slice
+  per tile): each tile quantises the whole gathered vector (``dynq`` needs the whole vector's
+  maximum), multiplies by its rows, adds its slice of the residual and multicasts the slice;
+* ``w1`` / ``w3`` are split by hidden rows: each tile normalises the (replicated) residual,
+  computes its rows of ``h1``, ``h3``, SiLU and the gate (int32), and multicasts its slice of
+  the gate; ``w2`` then needs the whole gate (the golden model requantises ``w2``'s int32
+  accumulator once per output row, and the ISA has no instruction that requantises a
+  precomputed accumulator with a record's scale code, so ``w2`` is split by output rows and
+  not by its inner dimension);
+* the **classifier** is split by vocabulary rows over every tile, with the local argmaxes
+  reduced on tile (0, 0), as in the pipeline placement.
+
+Synchronisation: four counters, one per gathered vector (``x``, ``xa`` the residual after
+attention, ``acc`` the attention output, ``gate``).  Every tile sends its slice of ``x``,
+``xa`` and ``gate`` of every row (an empty SEND, a bare counter bump, when it owns none), so
+each gather is a barrier of the whole mesh; this is what makes a single buffer per vector
+safe: a tile can only send the next layer's slice of a vector once every tile has passed the
+point where it last read that vector.
+
+The batches of a step run one after the other (every tile works on every batch), so a
+prefill step is a loop over its batches; the classifier runs once, on the step's last row.
+One program body serves every batch size ``m``: the row loops count ``m`` (from the step
+block), and each matrix operation is emitted twice, with M = 1 and with M = ``max_m``, inside
+two hardware loops whose counts are the flags ``m == 1`` and ``m > 1`` (`_rows_op`), so that
+decode reads each weight word for one row and a batch of 2 .. M rows reads it once for M
+rows (the rows beyond ``m`` are stale records, computed and never used; the V cache has
+``M - 1`` spare rows at its end for them).  Unrolling the layers keeps every address static;
+one body instead of M variants keeps the program within the instruction memory.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..golden import numerics as nx
+from ..golden.quantize import QuantizedModel
+from ..isa.core import TABLE_ENTRIES, IsaConfig, TableId
+from .codegen import DONE_CODE, Emitter, _rect
+from .placement import (
+    _KIND_ORDER,
+    _TABLE_ORDER,
+    STEP_BLOCK,
+    FitError,
+    Placement,
+    Region,
+    Stage,
+    TileLayout,
+    step_block_layout,
+)
+
+__all__ = ["TensorRoles", "place_tensor", "tensor_program", "tensor_images"]
+
+#: Counters of the gathers; the argmax reduction uses the last counter, as in the pipeline.
+C_X, C_XA, C_ACC, C_GATE = 0, 1, 2, 3
+
+
+def _split(units: int, n: int, j: int) -> tuple:
+    """Units ``[lo, hi)`` of part `j` when `units` are split as evenly as possible in `n`."""
+    return units * j // n, units * (j + 1) // n
+
+
+class TensorRoles:
+    """What each tile computes in the tensor-parallel placement.
+
+    Attributes
+    ----------
+    o : dict of (x, y) to (int, int)
+        Rows ``[o0, o1)`` of ``dim`` (embedding columns, ``wo`` and ``w2`` rows, residual).
+    h : dict of (x, y) to (int, int)
+        Rows ``[h0, h1)`` of ``hidden_dim`` (``w1`` and ``w3`` rows, gate).
+    kv : dict of (x, y) to (int, int)
+        KV heads ``[g0, g1)`` of an attention tile (absent: no attention).
+    q : dict of (x, y) to (int, int)
+        Query heads ``[q0, q1)`` of an attention tile: all those of its KV heads, or a share
+        of the query heads of its one KV head (whose K and V the tiles sharing it all
+        compute and cache).
+    att_tiles : list of (x, y)
+    """
+
+    def __init__(self, qm: QuantizedModel, isa: IsaConfig, tiles: list):
+        c, W = qm.config, isa.word_bytes
+        T = len(tiles)
+        # int16 rows per word (x slices), int32 rows per word (gate slices)
+        go, gh = max(1, W // 2), max(1, W // 4)
+        uo, uh = -(-c.dim // go), -(-c.hidden_dim // gh)
+        self.o, self.h, self.kv = {}, {}, {}
+        for j, xy in enumerate(tiles):
+            a, b = _split(uo, T, j)
+            self.o[xy] = (min(a * go, c.dim), min(b * go, c.dim))
+            a, b = _split(uh, T, j)
+            self.h[xy] = (min(a * gh, c.hidden_dim), min(b * gh, c.hidden_dim))
+        # attention tiles: each KV head on `s` tiles (s a divisor of kv_mul: a share of its
+        # query heads each, K and V computed on all s), the most tiles whose slices of the
+        # attention output are word-aligned; else whole KV heads on fewer tiles
+        KV, g = c.n_kv_heads, c.kv_mul
+        hb = 4 * c.head_size                      # acc bytes of one query head
+        self.kv, self.q = {}, {}
+        for s in sorted((d for d in range(1, g + 1) if g % d == 0), reverse=True):
+            if KV * s > T or any((hb * (j // s * g + j % s * (g // s))) % W
+                                 for j in range(KV * s)):
+                continue
+            for j, xy in enumerate(tiles[:KV * s]):
+                self.kv[xy] = (j // s, j // s + 1)
+                self.q[xy] = (j // s * g + j % s * (g // s), j // s * g + (j % s + 1) * (g // s))
+            break
+        else:
+            A = max(a for a in range(1, min(KV, T) + 1)
+                    if all((hb * g * _split(KV, a, j)[0]) % W == 0 for j in range(a)))
+            for j, xy in enumerate(tiles[:A]):
+                g0, g1 = _split(KV, A, j)
+                self.kv[xy], self.q[xy] = (g0, g1), (g0 * g, g1 * g)
+        self.att_tiles = [xy for xy in tiles if xy in self.kv]
+
+
+def _requests(qm: QuantizedModel, isa: IsaConfig, roles: TensorRoles, xy, context: int,
+              batches: int, cls_rows, reduce: int) -> list:
+    """Return the regions of tile `xy` as ``(name, bytes, kind)``."""
+    c, M, W, pad, rec = qm.config, isa.max_m, isa.word_bytes, isa.pad, isa.record_bytes
+    dim, hid, hs = c.dim, c.hidden_dim, c.head_size
+    xs, as_, gs = pad(2 * dim), pad(4 * dim), pad(4 * hid)
+    o0, o1 = roles.o[xy]
+    h0, h1 = roles.h[xy]
+    No, Nh = o1 - o0, h1 - h0
+    req = [(STEP_BLOCK, pad(step_block_layout(M, batches)["size"]), "step"),
+           ("g.x", M * xs, "g"), ("g.xa", M * xs, "g"), ("g.acc", M * as_, "g"),
+           ("g.gate", M * gs, "g")]
+    att = xy in roles.kv
+    tabs = [TableId.RSQRT, TableId.DYNQ, TableId.SIGMOID]
+    if att:
+        tabs += [TableId.EXP2, TableId.RECIP]
+    req += [(f"tab.{t.name.lower()}", 2 * TABLE_ENTRIES[t], "table")
+            for t in _TABLE_ORDER if t in tabs]
+    req += [("state", 12, "act"), ("mtab", 8 * (M + 1), "act"),
+            ("ems", 4 * c.vocab_size, "act"), ("yo", M * pad(2 * max(No, 1)), "act"),
+            ("xo", M * pad(2 * max(No, 1)), "act"), ("xn", M * xs, "act")]
+    if No:
+        req += [("e", c.vocab_size * pad(No), "w")]
+    if Nh:
+        hz = pad(2 * Nh)
+        req += [("h1", M * hz, "act"), ("h3", M * hz, "act"), ("silu", M * hz, "act"),
+                ("gl", M * 2 * hz, "act")]
+    if att:
+        g0, g1 = roles.kv[xy]
+        nk = g1 - g0
+        nq = roles.q[xy][1] - roles.q[xy][0]
+        krec = rec(hs)
+        req += [("q16", M * pad(2 * nq * hs), "act"), ("k16", M * pad(2 * nk * hs), "act"),
+                ("qrec", M * nq * krec, "act"),
+                ("t", min(c.kv_mul, M) * pad(4 * context), "act"), ("p", 2 * context, "act"),
+                ("padt", 4 * (context + 1), "act"), ("rope", context * 2 * hs, "kv")]
+    for li in range(c.n_layers):
+        p = f"l{li}."
+        req += [(p + "ffn_eps", 8, "c"), (p + "fg", 2 * dim, "act"),
+                (p + "arec", M * rec(dim), "act"), (p + "fq", M * rec(dim), "act"),
+                (p + "grec", M * rec(hid), "act")]
+        if No:
+            req += [(p + "wo_ms", 4 * No, "c"), (p + "w2_ms", 4 * No, "c"),
+                    (p + "wo", No * pad(dim), "w"), (p + "w2", No * pad(hid), "w")]
+        if Nh:
+            req += [(p + "w1_ms", 4 * Nh, "c"), (p + "w3_ms", 4 * Nh, "c"),
+                    (p + "w1", Nh * pad(dim), "w"), (p + "w3", Nh * pad(dim), "w")]
+        if att:
+            req += [(p + "att_eps", 8, "c"), (p + "att_ms", 4, "c"),
+                    (p + "wq_ms", 4 * nq * hs, "c"), (p + "wk_ms", 4 * nk * hs, "c"),
+                    (p + "wv_ms", 4 * nk * hs, "c"), (p + "ag", 2 * dim, "act"),
+                    (p + "xq", M * rec(dim), "act"),
+                    (p + "wq", nq * hs * pad(dim), "w"), (p + "wk", nk * hs * pad(dim), "w"),
+                    (p + "wv", nk * hs * pad(dim), "w"),
+                    (p + "kcache", nk * context * krec, "kv"),
+                    (p + "vcache", (context + M - 1) * pad(nk * hs), "kv")]
+    if cls_rows is not None:
+        cap = cls_rows[2]
+        req += [("cls.eps", 8, "c"), ("cls.ms", 4 * cap, "c"), ("cls.g", 2 * dim, "act"),
+                ("cls.xn", xs, "act"), ("cls.xq", rec(dim), "act"),
+                ("cls.logits", 4 * cap, "act"), ("cls.loc", W, "act"),
+                ("cls.slot", W, "act"), ("cls.w", cap * pad(dim), "w")]
+    if reduce:
+        req += [("red.slots", reduce * W, "red"), ("red.vals", 4 * reduce, "red"),
+                ("red.j", W, "red"), ("red.token", W, "red")]
+    return req
+
+
+def _layout(xy, stages, reduce, req, isa) -> TileLayout:
+    order = dict(_KIND_ORDER, g=0.5)
+    req = sorted(req, key=lambda r: order[r[2]])
+    lay = TileLayout(xy, stages, reduce)
+    addr = 0
+    for name, nbytes, kind in req:
+        lay.regions[name] = Region(name, addr, nbytes, kind)
+        addr += isa.pad(nbytes)
+    lay.size = addr
+    return lay
+
+
+def place_tensor(qm: QuantizedModel, isa: IsaConfig, width: int, height: int, context: int,
+                 batches: int = 1) -> tuple:
+    """Lay out every tile of the mesh for the tensor-parallel placement.
+
+    Returns
+    -------
+    (Placement, TensorRoles)
+        ``Placement.kind`` is ``"tensor"``; its ``pipeline`` is empty, ``classifier`` lists
+        the tiles holding classifier rows in vocabulary order, ``rect`` is the whole mesh.
+
+    Raises
+    ------
+    FitError
+        If a tile's regions exceed its SRAM, or static data lies beyond the ``c`` reach.
+    """
+    tiles = [(x, y) for y in range(height) for x in range(width)]
+    roles = TensorRoles(qm, isa, tiles)
+    V = qm.config.vocab_size
+    cap = -(-V // len(tiles))
+    cls = {}
+    for j, xy in enumerate(tiles):
+        if j * cap < V:
+            cls[xy] = (j * cap, min(cap, V - j * cap), cap)
+    reducer = tiles[0]
+    lays = {}
+    for xy in tiles:
+        rows = cls.get(xy)
+        stages = [Stage("cls", rows=rows)] if rows else []
+        red = len(cls) if xy == reducer else 0
+        lay = _layout(xy, stages, red,
+                      _requests(qm, isa, roles, xy, context, batches, rows, red), isa)
+        if lay.size > isa.sram_bytes:
+            what = "attention, " if xy in roles.kv else ""
+            raise FitError(f"tile {xy} of the tensor placement ({what}its share of every "
+                           f"layer and of the classifier) needs {lay.size:,} bytes of SRAM at "
+                           f"context {context}, but a tile has {isa.sram_bytes:,}")
+        if not lay.c_limit_ok():
+            raise FitError(f"tile {xy}: static data addressed through the 17-bit `c` "
+                           f"immediate lies beyond 128 KiB")
+        lays[xy] = lay
+    pl = Placement(lays, [], list(cls), (0, width - 1, 0, height - 1), reducer, batches,
+                   kind="tensor")
+    return pl, roles
+
+
+class _K:
+    def __init__(self, qm, isa, pl, roles, lay, context):
+        self.qm, self.c, self.isa, self.pl, self.roles, self.lay, self.context = (
+            qm, qm.config, isa, pl, roles, lay, context)
+        self.xy = lay.xy
+        self.all = _rect(pl.rect)
+        self.T = len(pl.tiles)
+
+    def a(self, name, reg=0, plus=0):
+        """Address operand of region `name` (+ `plus`), optionally + a register."""
+        return (self.lay[name] + plus, reg)
+
+
+def _sb(k, field):
+    return (k.lay[STEP_BLOCK] + step_block_layout(k.isa.max_m, k.pl.batches)[field],)
+
+
+def _gather_slice(e, k, src, gbuf, off, nbytes, src_stride, cnt):
+    """Per row: SEND `nbytes` from `src` (+ row * `src_stride`) to `gbuf` + `off` (+ row
+    stride of `gbuf`) on every tile, bumping `cnt`; an empty SEND when `nbytes` is 0."""
+    gs = {"g.x": k.isa.pad(2 * k.c.dim), "g.xa": k.isa.pad(2 * k.c.dim),
+          "g.gate": k.isa.pad(4 * k.c.hidden_dim)}[gbuf]
+    if nbytes == 0:
+        e.loop("r2", lambda: e("send", k.a(gbuf), k.a(gbuf), 0, k.all, cnt))
+        return
+    e("add", "r6", k.a(src), 0)
+    e("add", "r11", k.a(gbuf, 0, off), 0)
+
+    def body():
+        e("send", "r11", "r6", nbytes, k.all, cnt)
+        e("add", "r6", f"r6+{src_stride}", 0)
+        e("add", "r11", f"r11+{gs}", 0)
+    e.loop("r2", body)
+
+
+def _rows_op(e, k, emit):
+    """Emit `emit(mm)`, an operation on the batch's rows with a static row count `mm`: with
+    ``mm = 1`` when the batch has one row, else with ``mm = M`` (the rows beyond the batch's
+    are stale, computed and never used).  The choice is a pair of hardware loops whose counts
+    are the flags ``m == 1`` and ``m > 1`` in the ``state`` words (``loop`` with a count of 0
+    skips its body): the ISA's way of a conditional without branches."""
+    M = k.isa.max_m
+    if M == 1:
+        emit(1)
+        return
+    e("ld", "r9", k.a("state", 0, 4))
+    e.loop("r9", lambda: emit(1))
+    e("ld", "r9", k.a("state", 0, 8))
+    e.loop("r9", lambda: emit(M))
+
+
+def _wait_all(e, k, cnt, n):
+    """Wait for `n` SENDs per row of the batch on counter `cnt`."""
+    e("mul", "r3", "r2", n)
+    e("wait", cnt, "r3")
+
+
+def _norm(e, k, src, src_stride, gain, eps, shift, dst):
+    """rmsnorm + dynq of the batch's rows of `src` into the records at `dst`."""
+    dim, rec = k.c.dim, k.isa.record_bytes(k.c.dim)
+    e("add", "r6", k.a(src), 0)
+    e("add", "r7", k.a("xn"), 0)
+    e("add", "r8", k.a(dst), 0)
+
+    def body():
+        e("rmsnorm.i16.i16", "r7", "r6", k.a(gain), dim, k.lay[eps], shift)
+        e("dynq.i8.i16", "r8", "r7", dim)
+        e("add", "r6", f"r6+{src_stride}", 0)
+        e("add", "r7", f"r7+{k.isa.pad(2 * dim)}", 0)
+        e("add", "r8", f"r8+{rec}", 0)
+    e.loop("r2", body)
+
+
+def _residual(e, k, ybuf_src, res, cnt):
+    """``xo = res[o0:o1] + yo`` per row, multicast into `res`'s successor gather `cnt`."""
+    c, pad = k.c, k.isa.pad
+    o0, o1 = k.roles.o[k.xy]
+    No = o1 - o0
+    dst = {C_XA: "g.xa", C_X: "g.x"}[cnt]
+    if not No:
+        _gather_slice(e, k, None, dst, 0, 0, 0, cnt)
+        return
+    xs, ys = pad(2 * c.dim), pad(2 * No)
+    e("add", "r6", k.a(res, 0, 2 * o0), 0)
+    e("add", "r7", k.a(ybuf_src), 0)
+    e("add", "r8", k.a("xo"), 0)
+    e("add", "r11", k.a(dst, 0, 2 * o0), 0)
+
+    def body():
+        e("vadd.i16.i16", "r8", "r6", "r7", No)
+        e("send", "r11", "r8", ys, k.all, cnt)
+        e("add", "r6", f"r6+{xs}", 0)
+        e("add", "r7", f"r7+{ys}", 0)
+        e("add", "r8", f"r8+{ys}", 0)
+        e("add", "r11", f"r11+{xs}", 0)
+    e.loop("r2", body)
+
+
+def _embedding(e, k):
+    c, pad = k.c, k.isa.pad
+    o0, o1 = k.roles.o[k.xy]
+    No = o1 - o0
+    e.comment(f"embedding columns {o0} .. {o1 - 1} of the batch's tokens, gathered into x")
+    if not No:
+        _gather_slice(e, k, None, "g.x", 0, 0, 0, C_X)
+        return
+    xs, ys = pad(2 * c.dim), pad(2 * No)
+    e("ld", "r6", k.a("state"))             # the batch's first token id's address
+    e("add", "r7", k.a("xo"), 0)
+    e("add", "r11", k.a("g.x", 0, 2 * o0), 0)
+
+    def body():
+        e("ld", "r8", "r6")
+        e("mul", "r9", "r8", pad(No))
+        e("mul", "r10", "r8", 4)
+        e("reqm.i16.i8", "r7", k.a("e", 9), k.a("ems", 10), No)
+        e("send", "r11", "r7", ys, k.all, C_X)
+        e("add", "r6", "r6+4", 0)
+        e("add", "r7", f"r7+{ys}", 0)
+        e("add", "r11", f"r11+{xs}", 0)
+    e.loop("r2", body)
+    e("st", k.a("state"), "r6")
+
+
+def _attention(e, k, li):
+    c, isa, qm = k.c, k.isa, k.qm
+    ly = qm.layers[li]
+    p = f"l{li}."
+    dim, hs = c.dim, c.head_size
+    pad, rec = isa.pad, isa.record_bytes
+    g0, g1 = k.roles.kv[k.xy]
+    q0, q1 = k.roles.q[k.xy]
+    nk, nq = g1 - g0, q1 - q0
+    NQ, NK = nq * hs, nk * hs
+    qs, ks, vs, krec = pad(2 * NQ), pad(2 * NK), pad(NK), rec(hs)
+    kblock = k.context * krec
+    as_ = pad(4 * dim)
+    e.comment(f"layer {li} attention, KV heads {g0} .. {g1 - 1}, query heads {q0} .. {q1 - 1}")
+    _norm(e, k, "g.x", pad(2 * dim), p + "ag", p + "att_eps", ly.att_norm.shift, p + "xq")
+    _rows_op(e, k, lambda mm: e("matmul.i16", k.a("q16"), k.a(p + "xq"), k.a(p + "wq"),
+                                k.lay[p + "wq_ms"], NQ, dim, mm))
+    _rows_op(e, k, lambda mm: e("matmul.i16", k.a("k16"), k.a(p + "xq"), k.a(p + "wk"),
+                                k.lay[p + "wk_ms"], NK, dim, mm))
+    e("mul", "r5", "r1", vs)
+    _rows_op(e, k, lambda mm: e("matmul.i8", k.a(p + "vcache", 5), k.a(p + "xq"),
+                                k.a(p + "wv"), k.lay[p + "wv_ms"], NK, dim, mm))
+    e("mul", "r3", "r1", 2 * hs)
+    e("mul", "r4", "r1", krec)
+    e("add", "r6", k.a("q16"), 0)
+    e("add", "r7", k.a("k16"), 0)
+    e("add", "r8", k.a("qrec"), 0)
+
+    def rows():
+        e("rope.i16.i16", "r6", "r6", k.a("rope", 3), NQ, hs, nx.ROPE_FRAC_BITS)
+        e("rope.i16.i16", "r7", "r7", k.a("rope", 3), NK, hs, nx.ROPE_FRAC_BITS)
+        e("add", "r9", "r6", 0)
+
+        def qh():
+            e("dynq.i8.i16", "r8", "r9", hs)
+            e("add", "r9", f"r9+{2 * hs}", 0)
+            e("add", "r8", f"r8+{krec}", 0)
+        e.loop(nq, qh)
+        e("add", "r9", "r7", 0)
+        e("add", "r10", k.a(p + "kcache", 4), 0)
+
+        def kh():
+            e("dynq.i8.i16", "r10", "r9", hs)
+            e("add", "r9", f"r9+{2 * hs}", 0)
+            e("add", "r10", f"r10+{kblock}", 0)
+        e.loop(nk, kh)
+        e("add", "r3", f"r3+{2 * hs}", 0)
+        e("add", "r4", f"r4+{krec}", 0)
+        e("add", "r6", f"r6+{qs}", 0)
+        e("add", "r7", f"r7+{ks}", 0)
+    e.loop("r2", rows)
+    aoff = 4 * q0 * hs
+    e("add", "r3", "r1+1", 0)               # keys of the batch's first row
+    e("add", "r6", k.a("qrec"), 0)
+    e("add", "r10", k.a("g.acc", 0, aoff), 0)
+    att_ms = k.lay[p + "att_ms"]
+    g = nq // nk                            # query heads per KV head on this tile
+    gc = max(d for d in range(1, min(g, isa.max_m) + 1) if g % d == 0)
+
+    def arow():
+        e("add", "r8", k.a(p + "kcache"), 0)
+        e("add", "r11", k.a(p + "vcache"), 0)
+        if g > 1:
+            e("mul", "r12", "r3", 4)
+            e("ld", "r12", k.a("padt", 12))
+
+        def kvh():
+            for _ in range(g // gc):
+                e("matqk.i32", k.a("t"), "r6", "r8", att_ms, "r3", hs, gc)
+                e("add", "r9", k.a("t"), 0)
+
+                def qh():
+                    e("softmax.u16.i32", k.a("p"), "r9", "r3")
+                    e("wsum.i32.u16", "r10", k.a("p"), "r11", "r3", hs, vs)
+                    e("add", "r9", "r9", "r12")
+                    e("add", "r10", f"r10+{4 * hs}", 0)
+                e.loop(gc, qh)
+                e("add", "r6", f"r6+{gc * krec}", 0)
+            e("add", "r8", f"r8+{kblock}", 0)
+            e("add", "r11", f"r11+{hs}", 0)
+        e.loop(nk, kvh)
+        e("add", "r3", "r3+1", 0)
+        e("add", "r10", f"r10+{as_ - 4 * NQ}", 0)
+    e.loop("r2", arow)
+    e.comment("the heads' attention output, gathered on every tile")
+    e("add", "r6", k.a("g.acc", 0, aoff), 0)
+
+    def send():
+        e("send", "r6", "r6", 4 * NQ, k.all, C_ACC)
+        e("add", "r6", f"r6+{as_}", 0)
+    e.loop("r2", send)
+
+
+def _layer(e, k, li):
+    c, isa, qm = k.c, k.isa, k.qm
+    ly = qm.layers[li]
+    p = f"l{li}."
+    dim, hid = c.dim, c.hidden_dim
+    pad, rec = isa.pad, isa.record_bytes
+    o0, o1 = k.roles.o[k.xy]
+    h0, h1 = k.roles.h[k.xy]
+    No, Nh = o1 - o0, h1 - h0
+    if k.xy in k.roles.kv:
+        _attention(e, k, li)
+    e.comment(f"layer {li} output projection rows {o0} .. {o1 - 1} and residual")
+    _wait_all(e, k, C_ACC, len(k.roles.att_tiles))
+    e("add", "r6", k.a("g.acc"), 0)
+    e("add", "r7", k.a(p + "arec"), 0)
+
+    def orow():
+        e("dynq.i8.i32", "r7", "r6", dim)
+        e("add", "r6", f"r6+{pad(4 * dim)}", 0)
+        e("add", "r7", f"r7+{rec(dim)}", 0)
+    e.loop("r2", orow)
+    if No:
+        _rows_op(e, k, lambda mm: e("matmul.i16", k.a("yo"), k.a(p + "arec"), k.a(p + "wo"),
+                                    k.lay[p + "wo_ms"], No, dim, mm))
+    _residual(e, k, "yo", "g.x", C_XA)
+    _wait_all(e, k, C_XA, k.T)
+    e.comment(f"layer {li} feed-forward hidden rows {h0} .. {h1 - 1}")
+    if Nh:
+        hz = pad(2 * Nh)
+        _norm(e, k, "g.xa", pad(2 * dim), p + "fg", p + "ffn_eps", ly.ffn_norm.shift, p + "fq")
+        _rows_op(e, k, lambda mm: e("matmul.i16", k.a("h1"), k.a(p + "fq"), k.a(p + "w1"),
+                                    k.lay[p + "w1_ms"], Nh, dim, mm))
+        _rows_op(e, k, lambda mm: e("matmul.i16", k.a("h3"), k.a(p + "fq"), k.a(p + "w3"),
+                                    k.lay[p + "w3_ms"], Nh, dim, mm))
+
+        def gate(mm):
+            e("silu.i16.i16", k.a("silu"), k.a("h1"), mm * hz // 2, ly.hidden_frac_bits)
+            e("vmul.i32.i16", k.a("gl"), k.a("silu"), k.a("h3"), mm * hz // 2)
+        _rows_op(e, k, gate)
+        _gather_slice(e, k, "gl", "g.gate", 4 * h0, pad(4 * Nh), 2 * hz, C_GATE)
+    else:
+        _gather_slice(e, k, None, "g.gate", 0, 0, 0, C_GATE)
+    _wait_all(e, k, C_GATE, k.T)
+    e.comment(f"layer {li} down projection rows {o0} .. {o1 - 1} and residual")
+    e("add", "r6", k.a("g.gate"), 0)
+    e("add", "r7", k.a(p + "grec"), 0)
+
+    def grow():
+        e("dynq.i8.i32", "r7", "r6", hid)
+        e("add", "r6", f"r6+{pad(4 * hid)}", 0)
+        e("add", "r7", f"r7+{rec(hid)}", 0)
+    e.loop("r2", grow)
+    if No:
+        _rows_op(e, k, lambda mm: e("matmul.i16", k.a("yo"), k.a(p + "grec"), k.a(p + "w2"),
+                                    k.lay[p + "w2_ms"], No, hid, mm))
+    _residual(e, k, "yo", "g.xa", C_X)
+    _wait_all(e, k, C_X, k.T)
+
+
+def _classifier(e, k):
+    c, isa, qm, pl = k.c, k.isa, k.qm, k.pl
+    W, dim = isa.word_bytes, c.dim
+    first, n, _ = k.lay.stages[-1].rows
+    j = pl.classifier.index(k.xy)
+    e.comment(f"final norm of the step's last row, classifier rows {first} .. "
+              f"{first + n - 1}, local argmax")
+    xs = isa.pad(2 * dim)
+    e("mul", "r3", "r2", xs)
+    e("rmsnorm.i16.i16", k.a("cls.xn"), (k.lay["g.x"] - xs, 3), k.a("cls.g"), dim,
+      k.lay["cls.eps"], qm.final_norm.shift)
+    e("dynq.i8.i16", k.a("cls.xq"), k.a("cls.xn"), dim)
+    e("matmul.i32", k.a("cls.logits"), k.a("cls.xq"), k.a("cls.w"), k.lay["cls.ms"],
+      n, dim, 1)
+    e("argmax.i32.i32", k.a("cls.loc"), k.a("cls.logits"), n)
+    e("ld", "r6", k.a("cls.loc"))
+    e("mul", "r7", "r6", 4)
+    e("ld", "r8", k.a("cls.logits", 7))
+    e("st", k.a("cls.slot"), "r8")
+    e("st", k.a("cls.slot", 0, 4), f"r6+{first}")
+    red = pl.tiles[pl.reducer]
+    e("send", (red["red.slots"] + j * W,), k.a("cls.slot"), W,
+      _rect((pl.reducer[0], pl.reducer[0], pl.reducer[1], pl.reducer[1])),
+      k.isa.n_counters - 1)
+
+
+def _reduce(e, k):
+    lay, W, C = k.lay, k.isa.word_bytes, k.lay.reduce
+    e.comment(f"argmax over the {C} local maxima (ties: the first, lowest vocabulary row)")
+    e("wait", k.isa.n_counters - 1, C)
+    e("add", "r6", (lay["red.slots"],), 0)
+    e("add", "r7", (lay["red.vals"],), 0)
+
+    def body():
+        e("copy", "r7", "r6", 4)
+        e("add", "r6", f"r6+{W}", 0)
+        e("add", "r7", "r7+4", 0)
+    e.loop(C, body)
+    e("argmax.i32.i32", (lay["red.j"],), (lay["red.vals"],), C)
+    e("ld", "r6", (lay["red.j"],))
+    e("mul", "r7", "r6", W)
+    e("ld", "r8", (lay["red.slots"] + 4, 7))
+    e("st", (lay["red.token"],), "r8")
+    e("done", DONE_CODE)
+
+
+def tensor_program(qm: QuantizedModel, isa: IsaConfig, pl: Placement, roles: TensorRoles,
+                   lay: TileLayout, context: int) -> str:
+    """Return the assembly text of one tile of the tensor placement.
+
+    One body serves every batch size: the entries ``m<m>_tab`` (load the tables) and
+    ``m<m>`` of every ``m`` are the same two PCs, the row loops take ``m`` from the step block
+    and the matrix operations choose between M = 1 and M = `max_m` at run time (`_rows_op`).
+    """
+    k = _K(qm, isa, pl, roles, lay, context)
+    e = Emitter()
+    M = isa.max_m
+    for m in range(1, M + 1):
+        e.put_label(f"m{m}_tab")
+    for t in lay.tables:
+        e("table", t.name.lower(), (lay[f"tab.{t.name.lower()}"],))
+    for m in range(1, M + 1):
+        e.put_label(f"m{m}")
+    e("ld", "r1", _sb(k, "pos"))
+    e("add", "r6", _sb(k, "tokens"), 0)
+    e("st", k.a("state"), "r6")
+    e("ld", "r5", _sb(k, "nb"))
+
+    def batch():
+        e("ld", "r2", _sb(k, "m"))
+        e("mul", "r3", "r2", 8)             # the flags m == 1, m > 1 into state+4, state+8
+        e("ld", "r4", k.a("mtab", 3))
+        e("st", k.a("state", 0, 4), "r4")
+        e("ld", "r4", k.a("mtab", 3, 4))
+        e("st", k.a("state", 0, 8), "r4")
+        _embedding(e, k)
+        _wait_all(e, k, C_X, k.T)
+        for li in range(k.c.n_layers):
+            _layer(e, k, li)
+        e("add", "r1", "r1", "r2")
+    e.loop("r5", batch)
+    if lay.stages:
+        _classifier(e, k)
+    if lay.reduce:
+        _reduce(e, k)
+    e("halt")
+    return e.text()
+
+
+def tensor_images(qm: QuantizedModel, isa: IsaConfig, pl: Placement, roles: TensorRoles,
+                  context: int) -> dict:
+    """Return ``{(x, y): {region name: array}}``: the static contents of every tile (the
+    regions absent from a tile's dict are zeros)."""
+    from ..isa.programs import padded_rows, requant_table, vector_table
+    c = qm.config
+    hs = c.head_size
+    out = {}
+    for xy, lay in pl.tiles.items():
+        d = {}
+        for t in lay.tables:
+            d[f"tab.{t.name.lower()}"] = vector_table(qm, t)
+        o0, o1 = roles.o[xy]
+        h0, h1 = roles.h[xy]
+        emb = qm.embedding
+        d["ems"] = requant_table(emb.m, emb.s)
+        d["mtab"] = np.array([(int(m == 1), int(m > 1)) for m in range(isa.max_m + 1)], "<u4")
+        if o1 > o0:
+            d["e"] = padded_rows(emb.w[:, o0:o1], isa)
+        att = xy in roles.kv
+        if att:
+            g0, g1 = roles.kv[xy]
+            qr = slice(roles.q[xy][0] * hs, roles.q[xy][1] * hs)
+            kr = slice(g0 * hs, g1 * hs)
+            d["padt"] = np.array([isa.pad(4 * t) for t in range(context + 1)], "<u4")
+            d["rope"] = np.concatenate([qm.rope_cos[:context], qm.rope_sin[:context]],
+                                       axis=1).astype("<i2")
+        for li, ly in enumerate(qm.layers):
+            p = f"l{li}."
+            d[p + "ffn_eps"] = np.array([ly.ffn_norm.eps], "<i8")
+            d[p + "fg"] = ly.ffn_norm.gain.astype("<i2")
+            mats = []
+            if o1 > o0:
+                mats += [("wo", slice(o0, o1)), ("w2", slice(o0, o1))]
+            if h1 > h0:
+                mats += [("w1", slice(h0, h1)), ("w3", slice(h0, h1))]
+            if att:
+                mats += [("wq", qr), ("wk", kr), ("wv", kr)]
+                d[p + "att_eps"] = np.array([ly.att_norm.eps], "<i8")
+                d[p + "ag"] = ly.att_norm.gain.astype("<i2")
+                d[p + "att_ms"] = requant_table([ly.att_m], [ly.att_s])
+            for w, rows in mats:
+                lin = getattr(ly, w)
+                d[p + w] = padded_rows(lin.w[rows], isa)
+                d[p + w + "_ms"] = requant_table(lin.m[rows], lin.s[rows])
+        if lay.stages:
+            first, n, _ = lay.stages[-1].rows
+            cl = qm.classifier
+            d["cls.eps"] = np.array([qm.final_norm.eps], "<i8")
+            d["cls.g"] = qm.final_norm.gain.astype("<i2")
+            d["cls.w"] = padded_rows(cl.w[first:first + n], isa)
+            d["cls.ms"] = requant_table(cl.m[first:first + n], cl.s[first:first + n])
+        out[xy] = d
+    return out
