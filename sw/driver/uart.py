@@ -1,0 +1,405 @@
+"""The UART backend: a chip on an FPGA board, reached over a serial port.
+
+The board's top level (``chipotle.hw.fpga.UartChip``) bridges the chip's host link to an
+8N1 UART.  Both directions carry host-link flits in the same byte framing (``docs/fpga.md``):
+
+* a flit of ``F`` bits (``payload_width + 1``: data, then ``last`` as the MSB) is sent as
+  ``n = ceil(F / 7)`` bytes, 7 flit bits per byte, least significant bits first;
+* bit 7 of the first byte of a flit is 1 (the *sync* mark), bit 7 of the other bytes is 0;
+* bits of the last byte above the flit are 0.
+
+A receiver starts a flit at every byte with bit 7 set and takes the flit after ``n`` bytes;
+a lost or corrupted byte costs at most the flit it was part of (the next sync byte starts a
+new one), so the link cannot stay out of step.  The 64-bit flit of the default network is
+10 bytes (80 % of the line rate is payload).
+
+Members
+-------
+flit_bytes
+    Bytes per flit.
+encode_flits, FlitDecoder
+    The framing, both ways.
+Transport, SerialTransport
+    What `UartBackend` sends bytes through; the pyserial one.
+UartBackend
+    The driver backend (``chipotle generate --backend uart --port /dev/ttyUSB0``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Iterable
+from typing import Protocol, runtime_checkable
+
+from chipotle.config import ChipConfig
+from chipotle.hw.noc.packet import Packet
+from chipotle.hw.tile.controller import N_PERF
+from chipotle.hw.tile.netif import PERF_BASE, Reg
+
+from . import hostlink as hl
+from .backend import (
+    CONTROLLER_PERF,
+    INTERFACE_PERF,
+    DoorbellTimeout,
+    TileFault,
+    TileStatus,
+    _check_range,
+    _check_xy,
+    decode_status,
+)
+
+__all__ = ["flit_bytes", "encode_flits", "FlitDecoder", "Transport", "SerialTransport",
+           "UartBackend", "DEFAULT_BAUD"]
+
+#: Default line rate of the boards' UART (the FTDI parts run it without flow control).
+DEFAULT_BAUD = 1_000_000
+
+_TAG_BITS = 16
+
+
+def flit_bytes(flit_width: int) -> int:
+    """Return the bytes one flit of ``flit_width`` bits takes on the line (``ceil(F / 7)``).
+
+    Raises
+    ------
+    ValueError
+        If ``flit_width`` is not positive.
+    """
+    if flit_width <= 0:
+        raise ValueError(f"flit width must be positive, not {flit_width}")
+    return -(-flit_width // 7)
+
+
+def encode_flits(flits: Iterable[int], flit_width: int) -> bytes:
+    """Return the line bytes of ``flits`` (bit patterns of ``flit_width`` bits).
+
+    Raises
+    ------
+    ValueError
+        If a flit does not fit ``flit_width`` bits.
+    """
+    n = flit_bytes(flit_width)
+    out = bytearray()
+    for f in flits:
+        f = int(f)
+        if not 0 <= f < 1 << flit_width:
+            raise ValueError(f"flit {f:#x} does not fit {flit_width} bits")
+        for i in range(n):
+            out.append((f >> 7 * i & 0x7F) | (0x80 if i == 0 else 0))
+    return bytes(out)
+
+
+class FlitDecoder:
+    """Reassemble flits from line bytes (the receiving half of the framing).
+
+    Parameters
+    ----------
+    flit_width : int
+        Bits per flit.
+
+    Attributes
+    ----------
+    dropped : int
+        Flits abandoned because a sync byte came early, plus data bytes seen outside a flit
+        and flits with bits set above ``flit_width`` (line errors).
+    """
+
+    def __init__(self, flit_width: int):
+        self.flit_width = flit_width
+        self.n = flit_bytes(flit_width)
+        self.dropped = 0
+        self._acc = 0
+        self._count = 0       # bytes of the current flit so far; 0: waiting for a sync byte
+
+    def feed(self, data: bytes) -> list[int]:
+        """Take line bytes; return the flits completed by them, in order."""
+        out = []
+        for b in data:
+            if b & 0x80:
+                if self._count:
+                    self.dropped += 1
+                self._acc, self._count = b & 0x7F, 1
+            elif self._count:
+                self._acc |= (b & 0x7F) << 7 * self._count
+                self._count += 1
+            else:
+                self.dropped += 1
+                continue
+            if self._count == self.n:
+                self._count = 0
+                if self._acc >> self.flit_width:
+                    self.dropped += 1
+                else:
+                    out.append(self._acc)
+        return out
+
+
+@runtime_checkable
+class Transport(Protocol):
+    """A byte pipe to the board, with a clock to measure cycles by.
+
+    Attributes
+    ----------
+    cycle : int
+        Chip clock cycles since the transport was opened (measured or estimated).
+    """
+
+    @property
+    def cycle(self) -> int: ...
+
+    async def write(self, data: bytes) -> None:
+        """Send ``data``."""
+
+    async def read(self, max_cycles: int) -> bytes:
+        """Return the bytes received so far (at least one), or ``b""`` after ``max_cycles``
+        chip cycles without any."""
+
+
+class SerialTransport:
+    """`Transport` over a pyserial port (``serial.Serial``).
+
+    Cycles are wall-clock time times ``clock_hz`` (the board's chip clock): the host cannot
+    see the chip's clock, so per-step cycle figures include the UART transfer time.
+
+    Parameters
+    ----------
+    port : str or serial.Serial-like
+        A device name (``/dev/ttyUSB0``), opened 8N1 at ``baud``; or an open object with
+        ``write``, ``read``, ``in_waiting`` and ``timeout`` (tests pass a fake).
+    clock_hz : float
+        The chip's clock on the board, Hz.
+    baud : int
+        Line rate (default `DEFAULT_BAUD`); must equal the bitstream's.
+
+    Raises
+    ------
+    ValueError
+        If ``clock_hz`` or ``baud`` is not positive.
+    serial.SerialException
+        If the port cannot be opened.
+    """
+
+    def __init__(self, port, clock_hz: float, baud: int = DEFAULT_BAUD):
+        if clock_hz <= 0 or baud <= 0:
+            raise ValueError(f"clock_hz and baud must be positive, not {clock_hz}, {baud}")
+        if isinstance(port, str):
+            import serial
+            port = serial.Serial(port, baudrate=baud, bytesize=8, parity="N", stopbits=1,
+                                 timeout=0.1)
+        self.serial = port
+        self.clock_hz = clock_hz
+        self._t0 = time.monotonic()
+
+    @property
+    def cycle(self) -> int:
+        """Wall-clock time since opening, in chip cycles."""
+        return int((time.monotonic() - self._t0) * self.clock_hz)
+
+    async def write(self, data: bytes) -> None:
+        """Write ``data`` to the port."""
+        self.serial.write(data)
+
+    async def read(self, max_cycles: int) -> bytes:
+        """Return what the port holds, waiting at most ``max_cycles`` chip cycles for one
+        byte."""
+        self.serial.timeout = max(max_cycles / self.clock_hz, 0.001)
+        first = self.serial.read(1)
+        if not first:
+            return b""
+        waiting = self.serial.in_waiting
+        return first + (self.serial.read(waiting) if waiting else b"")
+
+
+class UartBackend:
+    """The driver backend over a UART bridge (``chipotle.hw.fpga.UartChip``).
+
+    Requests are sent as framed flits; answers are taken from the byte stream as they come
+    (doorbells arriving meanwhile are kept for `wait_done`).  One request is in flight at a
+    time.
+
+    Parameters
+    ----------
+    transport : Transport
+        The byte pipe (`SerialTransport` on a board; a cocotb UART model in simulation).
+    config : ChipConfig
+        The configuration the bitstream was built with.
+    poll_cycles : int
+        While waiting for a doorbell, read every tile's ``STATUS`` this often (chip cycles)
+        to report a tile in the ERROR state (default 2**22, about 0.1 s at 40 MHz).
+
+    Attributes
+    ----------
+    flits_in, flits_out : int
+        Flits sent to and received from the chip.
+    decoder : FlitDecoder
+        Its ``dropped`` counts line errors seen.
+    """
+
+    def __init__(self, transport: Transport, config: ChipConfig, *, poll_cycles: int = 1 << 22):
+        self.transport = transport
+        self.config = config
+        self.noc = config.noc
+        self.poll_cycles = poll_cycles
+        self.decoder = FlitDecoder(self.noc.flit_width)
+        self.flits_in = self.flits_out = 0
+        self._last_bit = 1 << self.noc.flit_layout["last"].offset
+        self._flits: list[int] = []
+        self._bells: deque = deque()
+        self._responses: dict = {}
+        self._tag = 0
+
+    @property
+    def cycle(self) -> int:
+        """The transport's cycle count."""
+        return self.transport.cycle
+
+    # -- link ------------------------------------------------------------------------------------
+
+    async def send(self, packets) -> None:
+        """Send ``packets`` (``Packet`` objects), framed, in order."""
+        flits = [f for p in packets for f in p.flits(self.noc)]
+        self.flits_in += len(flits)
+        await self.transport.write(encode_flits(flits, self.noc.flit_width))
+
+    async def _pump(self, max_cycles: int) -> bool:
+        """Take received bytes (waiting up to ``max_cycles``); file what they complete.
+        Return False if nothing arrived."""
+        data = await self.transport.read(max_cycles)
+        if not data:
+            return False
+        for flit in self.decoder.feed(data):
+            self.flits_out += 1
+            self._flits.append(flit)
+            if flit & self._last_bit:
+                msg = hl.parse(Packet.from_flits(self._flits, self.noc))
+                self._flits = []
+                if isinstance(msg, hl.Doorbell):
+                    self._bells.append((msg.tile, msg.code))
+                else:
+                    self._responses[msg.tag] = msg
+        return True
+
+    async def _read(self, xy, addr: int, count: int, space: int,
+                    timeout_cycles: int = 1 << 26) -> list[int]:
+        xy = _check_xy(self.config, xy)
+        self._tag = tag = (self._tag + 1) % (1 << _TAG_BITS)
+        build = hl.reg_read if space else hl.sram_read
+        await self.send([build(xy, addr, count, tag, self.noc)])
+        deadline = self.cycle + timeout_cycles
+        while tag not in self._responses:
+            left = deadline - self.cycle
+            if left <= 0 or not await self._pump(left) and self.cycle >= deadline:
+                raise DoorbellTimeout(timeout_cycles, detail=f"no answer to a read of {count} "
+                                      f"words at {addr:#x} of tile {xy}")
+        resp = self._responses.pop(tag)
+        if resp.tile != xy or len(resp.words) != count:
+            raise RuntimeError(f"read of {count} words at {addr:#x} from tile {xy} was "
+                               f"answered by {resp.tile} with {len(resp.words)} words")
+        return list(resp.words)
+
+    async def read_registers(self, xy, reg: int, count: int) -> list[int]:
+        """Return ``count`` control registers of tile ``xy`` from register ``reg`` on."""
+        return await self._read(xy, reg, count, 1)
+
+    # -- Backend ---------------------------------------------------------------------------------
+
+    async def reset(self) -> None:
+        """Reset every tile (``RESET`` = ``0b111``); SRAM and instruction memory are kept,
+        doorbells not yet taken are dropped."""
+        await self.send([hl.reset(xy, hl.RESET_ALL, self.noc) for xy in self.config.tiles])
+        for xy in self.config.tiles:     # answered once the resets took effect
+            await self.read_registers(xy, Reg.ID, 1)
+        self._bells.clear()
+
+    async def write_sram(self, xy, addr: int, data: bytes, *, skip_zero: bool = False) -> None:
+        """Write ``data`` at byte ``addr`` of tile ``xy`` (partial words read and merged).
+
+        Raises
+        ------
+        ValueError
+            If the tile is not in the mesh or the range leaves the SRAM.
+        """
+        xy = _check_xy(self.config, xy)
+        data = bytes(data)
+        _check_range(self.config, addr, len(data), "SRAM write")
+        if not data:
+            return
+        w = self.config.word_bytes
+        lo, hi = addr - addr % w, -(-(addr + len(data)) // w) * w
+        if (lo, hi) != (addr, addr + len(data)):
+            old = bytearray(await self.read_sram(xy, lo, hi - lo))
+            old[addr - lo:addr - lo + len(data)] = data
+            data, addr = bytes(old), lo
+        await self.send(hl.sram_write_packets(xy, addr, data, self.noc, w, skip_zero=skip_zero))
+
+    async def read_sram(self, xy, addr: int, nbytes: int) -> bytes:
+        """Return ``nbytes`` bytes from byte ``addr`` of tile ``xy``.
+
+        Raises
+        ------
+        ValueError
+            If the tile is not in the mesh or the range leaves the SRAM.
+        """
+        _check_range(self.config, addr, nbytes, "SRAM read")
+        if nbytes == 0:
+            return b""
+        w = self.config.word_bytes
+        words = []
+        for a, count in hl.sram_read_chunks(addr, nbytes, w, self.noc.max_length):
+            words += await self._read(xy, a, count, 0)
+        raw = hl.words_to_bytes(words, w)
+        return raw[addr % w:addr % w + nbytes]
+
+    async def write_imem(self, xy, words, at: int = 0) -> None:
+        """Write instruction ``words`` from instruction ``at`` on.
+
+        Raises
+        ------
+        ValueError
+            If the program does not fit the instruction memory.
+        """
+        xy = _check_xy(self.config, xy)
+        words = [int(x) for x in words]
+        if at < 0 or at + len(words) > self.config.imem_words:
+            raise ValueError(f"a program of {len(words)} words at {at} does not fit the "
+                             f"instruction memory ({self.config.imem_words} words)")
+        await self.send(hl.imem_write_packets(xy, words, self.noc, at))
+
+    async def start(self, xy, pc: int) -> None:
+        """Write tile ``xy``'s ``START`` register."""
+        await self.send([hl.start(_check_xy(self.config, xy), pc, self.noc)])
+
+    async def wait_done(self, timeout_cycles: int) -> tuple[tuple[int, int], int]:
+        """Return ``(xy, code)`` of the next doorbell.
+
+        Raises
+        ------
+        TileFault
+            If a tile is in the ERROR state (its ``STATUS`` is read every `poll_cycles`).
+        DoorbellTimeout
+            If none arrives within ``timeout_cycles`` cycles (with every tile's status).
+        """
+        deadline = self.cycle + timeout_cycles
+        while not self._bells:
+            left = deadline - self.cycle
+            if left <= 0:
+                statuses = {xy: await self.status(xy) for xy in self.config.tiles}
+                raise DoorbellTimeout(timeout_cycles, statuses)
+            if not await self._pump(min(left, self.poll_cycles)) and not self._bells:
+                for xy in self.config.tiles:
+                    s = await self.status(xy)
+                    if s.state == "error":
+                        raise TileFault(xy, s.error, s.pc)
+        return self._bells.popleft()
+
+    async def status(self, xy) -> TileStatus:
+        """Return tile ``xy``'s ``STATUS`` register, decoded."""
+        [word] = await self.read_registers(xy, Reg.STATUS, 1)
+        return decode_status(word)
+
+    async def read_perf(self, xy) -> dict[str, int]:
+        """Return every counter of ``PERF_NAMES`` (the controller's and the interface's)."""
+        ctrl = await self._read(xy, PERF_BASE, N_PERF, 1)
+        ni = await self._read(xy, Reg.FLITS_SENT, len(INTERFACE_PERF), 1)
+        return dict(zip(CONTROLLER_PERF + INTERFACE_PERF, ctrl + ni, strict=True))

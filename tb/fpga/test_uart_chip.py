@@ -1,0 +1,33 @@
+"""The chip behind its UART bridge under Verilator and Icarus (``cocotb_uart.py``): SRAM
+round trips and the driver's toy scenario through `UartBackend`, equal to isasim."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from chipotle.config import CONFIGS
+from chipotle.sim import run_cocotb
+from chipotle.sim.flow import generate_verilog_cached
+
+TB = Path(__file__).parent
+pytestmark = pytest.mark.rtl
+
+#: Simulated clock and line rate: 4 cycles per bit keeps the runs short.
+CLK_HZ, BAUD = 4_000_000, 1_000_000
+
+
+def _verilog(config):
+    from chipotle.hw.fpga import uart_chip_verilog
+    return generate_verilog_cached(
+        lambda: uart_chip_verilog(config, clk_hz=CLK_HZ, baud=BAUD, name="uart_chip"),
+        "uart_chip", f"uart chip {config!r} {CLK_HZ} {BAUD}")
+
+
+def test_uart_chip(sim):
+    run = run_cocotb(sim=sim, verilog=_verilog(CONFIGS["small"]), toplevel="uart_chip",
+                     test_module="cocotb_uart", test_dir=TB,
+                     extra_env={"CHIP_CONFIG": "small", "CLK_HZ": str(CLK_HZ),
+                                "BAUD": str(BAUD)})
+    assert sorted(run.passed) == ["sram_roundtrip", "toy_scenario"], run.passed
