@@ -4,7 +4,10 @@
 pipeline stages (embedding, per layer attention and feed-forward, classifier split by
 vocabulary rows, an on-chip argmax), places them along a snake path through the mesh, lays
 out every tile's SRAM (weights, tables, RoPE, KV cache, buffers) and emits each tile's
-program, with one entry per prefill batch size ``m = 1 .. M``.  `CompiledModel.step` gives
+program, with one entry per prefill batch size ``m = 1 .. M``.  With
+``compile_model(..., placement="tensor")`` (`chipotle.compiler.tensor`) every layer is split
+over every tile instead (attention by query heads, the other matrices by rows, the vectors
+gathered by multicast), which shortens a decode step several times.  `CompiledModel.step` gives
 the host's actions for one step.  ``docs/architecture.md`` describes the placement and the
 programs; ``python -m chipotle.compiler`` prints the memory map and the cycle estimates.
 

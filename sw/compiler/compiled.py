@@ -224,8 +224,9 @@ class CompiledModel:
         """Return every tile's stages and SRAM regions (address, bytes, name) as text."""
         cfg, pl = self.config, self.placement
         if pl.kind == "tensor":
-            flow = ("tensor placement: every tile in every layer (att: KV heads; ffn: rows of "
-                    "wo, w1, w3, w2, embedding columns; cls: vocabulary rows)"
+            flow = ("tensor placement: every tile in every layer (att: query heads and their "
+                    "KV head; ffn: rows of wo, w1, w3, w2, embedding columns; cls: vocabulary "
+                    "rows)"
                     f" -> argmax@{pl.reducer[0]},{pl.reducer[1]}")
         else:
             flow = ("pipeline (snake order): " + " -> ".join(
