@@ -1,5 +1,6 @@
-"""The chip behind its UART bridge under Verilator and Icarus (``cocotb_uart.py``): SRAM
-round trips and the driver's toy scenario through `UartBackend`, equal to isasim."""
+"""The chip behind its UART bridge (``cocotb_uart.py``): SRAM round trips and line errors
+under Verilator and Icarus, and the driver's toy scenario through `UartBackend`, equal to
+isasim, under Verilator."""
 
 from __future__ import annotations
 
@@ -26,8 +27,11 @@ def _verilog(config):
 
 
 def test_uart_chip(sim):
+    # The toy scenario moves about 3 million cycles of line traffic: Verilator only (Icarus
+    # would take over 10 minutes); the SRAM round trip runs under both.
+    tests = ["sram_roundtrip", "toy_scenario"] if sim == "verilator" else ["sram_roundtrip"]
     run = run_cocotb(sim=sim, verilog=_verilog(CONFIGS["small"]), toplevel="uart_chip",
-                     test_module="cocotb_uart", test_dir=TB,
+                     test_module="cocotb_uart", test_dir=TB, testcase=tests,
                      extra_env={"CHIP_CONFIG": "small", "CLK_HZ": str(CLK_HZ),
                                 "BAUD": str(BAUD)})
-    assert sorted(run.passed) == ["sram_roundtrip", "toy_scenario"], run.passed
+    assert sorted(run.passed) == tests, run.passed

@@ -1,0 +1,178 @@
+"""Board top levels: `UartChip` on the board's clock, USB-serial pins and LEDs.
+
+Members
+-------
+Board
+    What a board build needs: its Amaranth platform, the chip configuration, clocks, the
+    device's resources (for the report).
+BOARDS
+    ``ulx3s-85f`` (Lattice ECP5 LFE5U-85F) and ``icebreaker`` (iCE40 UP5K).
+BoardTop
+    The top-level elaboratable: clock (through a PLL where the chip clock differs from the
+    oscillator), power-on reset, `UartChip`, LEDs.
+ecp5_pll_params
+    ``EHXPLLL`` dividers for an output frequency.
+"""
+
+# ruff: noqa: F403, F405  (names come from `from amaranth import *`)
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from amaranth import *  # house style (STYLE.md)
+from amaranth.hdl import Instance
+from amaranth.lib import io
+
+from chipotle.config import ChipConfig
+
+from .uart import UartChip, divisor
+
+__all__ = ["Board", "BOARDS", "BoardTop", "ecp5_pll_params"]
+
+
+@dataclass(frozen=True)
+class Board:
+    """A board target of ``make bitstream``.
+
+    Attributes
+    ----------
+    name : str
+    platform : str
+        ``module:Class`` of the amaranth-boards platform.
+    family : {"ecp5", "ice40"}
+    osc_hz : int
+        The board oscillator.
+    clk_hz : int
+        The chip clock (a PLL makes it when it differs from ``osc_hz``; ECP5 only).
+    baud : int
+        UART line rate.
+    config : ChipConfig
+        The chip configuration built for the board (``docs/fpga.md`` says why).
+    resources : dict of str to int
+        Device totals: ``LUT4``, ``FF``, ``DSP``, ``BRAM`` (and ``SPRAM`` on the UP5K).
+    """
+
+    name: str
+    platform: str
+    family: str
+    osc_hz: int
+    clk_hz: int
+    baud: int
+    config: ChipConfig
+    resources: dict
+
+    def make_platform(self):
+        """Return an instance of the board's amaranth-boards platform."""
+        import importlib
+        mod, cls = self.platform.split(":")
+        return getattr(importlib.import_module(mod), cls)()
+
+
+#: Boards of ``make bitstream BOARD=...``.  The configurations are the largest that fit each
+#: device's LUTs and block RAM (``docs/fpga.md``); neither holds stories260K.
+BOARDS = {
+    "ulx3s-85f": Board(
+        "ulx3s-85f", "amaranth_boards.ulx3s:ULX3S_85F_Platform", "ecp5", 25_000_000,
+        50_000_000, 1_000_000,
+        ChipConfig(mesh_width=2, mesh_height=1, sram_bytes=64 * 1024, lanes=2, imem_words=512),
+        {"LUT4": 83_640, "FF": 83_640, "DSP": 156, "BRAM": 208}),
+    "icebreaker": Board(
+        "icebreaker", "amaranth_boards.icebreaker:ICEBreakerPlatform", "ice40", 12_000_000,
+        12_000_000, 1_000_000,
+        ChipConfig(mesh_width=1, mesh_height=1, sram_bytes=16 * 1024, lanes=1, imem_words=256,
+                   max_m=1, k_max=256),
+        {"LUT4": 5_280, "FF": 5_280, "DSP": 8, "BRAM": 30, "SPRAM": 4}),
+}
+
+
+def ecp5_pll_params(f_in: int, f_out: int) -> dict[str, int]:
+    """Return ``CLKI_DIV``, ``CLKFB_DIV``, ``CLKOP_DIV`` of an ``EHXPLLL`` making exactly
+    ``f_out`` from ``f_in`` (feedback from CLKOP; VCO 400..800 MHz).
+
+    Raises
+    ------
+    ValueError
+        If no divider set gives exactly ``f_out``.
+    """
+    for clki in range(1, 129):
+        for fb in range(1, 81):
+            if f_in * fb != f_out * clki:
+                continue
+            for op in range(1, 129):
+                if 400e6 <= f_out * op <= 800e6:
+                    return {"CLKI_DIV": clki, "CLKFB_DIV": fb, "CLKOP_DIV": op}
+    raise ValueError(f"an ECP5 PLL cannot make exactly {f_out} Hz from {f_in} Hz")
+
+
+class BoardTop(Elaboratable):
+    """`UartChip` on a board: oscillator (and PLL), reset, UART pins, LEDs.
+
+    Parameters
+    ----------
+    board : Board
+    config : ChipConfig, optional
+        Overrides ``board.config``.
+    tile_instances : bool
+        True: the tiles are instances of ``chip.TILE_MODULE``, whose Verilog the build adds
+        as a file (`chipotle.sim.bitstream`).
+    """
+
+    def __init__(self, board: Board, config: ChipConfig | None = None, *,
+                 tile_instances: bool = True):
+        self.board = board
+        self.config = board.config if config is None else config
+        self.tile_instances = tile_instances
+        divisor(board.clk_hz, board.baud)
+
+    def elaborate(self, platform):
+        b = self.board
+        m = Module()
+        clk_io = platform.request(platform.default_clk, dir="-")
+        m.submodules.clk_buf = clk_buf = io.Buffer("i", clk_io)
+        m.domains.sync = cd_sync = ClockDomain()
+        locked = Signal(init=1)
+        if b.clk_hz == b.osc_hz:
+            m.d.comb += cd_sync.clk.eq(clk_buf.i)
+        elif b.family == "ecp5":
+            p = ecp5_pll_params(b.osc_hz, b.clk_hz)
+            clk = Signal()
+            m.submodules.pll = Instance(
+                "EHXPLLL",
+                p_PLLRST_ENA="DISABLED", p_INTFB_WAKE="DISABLED", p_STDBY_ENABLE="DISABLED",
+                p_DPHASE_SOURCE="DISABLED", p_OUTDIVIDER_MUXA="DIVA", p_OUTDIVIDER_MUXB="DIVB",
+                p_OUTDIVIDER_MUXC="DIVC", p_OUTDIVIDER_MUXD="DIVD",
+                p_CLKI_DIV=p["CLKI_DIV"], p_CLKOP_ENABLE="ENABLED", p_CLKOP_DIV=p["CLKOP_DIV"],
+                p_CLKOP_CPHASE=p["CLKOP_DIV"] - 1, p_CLKOP_FPHASE=0, p_FEEDBK_PATH="CLKOP",
+                p_CLKFB_DIV=p["CLKFB_DIV"],
+                a_FREQUENCY_PIN_CLKI=f"{b.osc_hz / 1e6:g}",
+                a_FREQUENCY_PIN_CLKOP=f"{b.clk_hz / 1e6:g}",
+                i_RST=0, i_STDBY=0, i_CLKI=clk_buf.i, o_CLKOP=clk, i_CLKFB=clk,
+                i_PHASESEL0=0, i_PHASESEL1=0, i_PHASEDIR=1, i_PHASESTEP=1, i_PHASELOADREG=1,
+                i_PLLWAKESYNC=0, i_ENCLKOP=0, o_LOCK=locked)
+            m.d.comb += cd_sync.clk.eq(clk)
+            platform.add_clock_constraint(clk, b.clk_hz)
+        else:
+            raise ValueError(f"{b.name}: no PLL support for {b.family}; set clk_hz = osc_hz")
+        # Power-on reset: held for 255 cycles after the PLL locks.
+        m.domains.por = cd_por = ClockDomain(reset_less=True)
+        m.d.comb += cd_por.clk.eq(cd_sync.clk)
+        por = Signal(8)
+        with m.If(~locked):
+            m.d.por += por.eq(0)
+        with m.Elif(por != 255):
+            m.d.por += por.eq(por + 1)
+        m.d.comb += cd_sync.rst.eq(por != 255)
+
+        m.submodules.uart_chip = chip = UartChip(self.config, clk_hz=b.clk_hz, baud=b.baud,
+                                                 tile_instances=self.tile_instances)
+        uart = platform.request("uart", 0, dir={"rx": "-", "tx": "-"})
+        m.submodules.rx_buf = rx_buf = io.Buffer("i", uart.rx)
+        m.submodules.tx_buf = tx_buf = io.Buffer("o", uart.tx)
+        m.d.comb += [chip.rx.eq(rx_buf.i), tx_buf.o.eq(chip.tx)]
+        n_leds = 8 if b.family == "ecp5" else 2
+        for i in range(n_leds):
+            led = platform.request("led", i, dir="-")
+            m.submodules[f"led_buf_{i}"] = buf = io.Buffer("o", led)
+            m.d.comb += buf.o.eq(chip.leds[i])
+        return m
