@@ -17,7 +17,11 @@ Built in:
     generate`` runs every backend of `CHIP_BACKENDS` with the driver's own loop (prefill in
     batches, on-chip argmax).
 
-Later backends (a board) add themselves with `register`.
+``uart``
+    The compiled model on an FPGA board (``make bitstream``) through
+    `chipotle.driver.uart.UartBackend` over a serial port: ``--port``, ``--baud``.
+
+Later backends add themselves with `register`.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ __all__ = ["Backend", "BackendUnavailable", "register", "names", "get", "create"
            "CHIP_BACKENDS", "ChipModel"]
 
 #: Backends that run the compiled model on a chip through `chipotle.driver`.
-CHIP_BACKENDS = ("isasim", "verilator", "icarus")
+CHIP_BACKENDS = ("isasim", "verilator", "icarus", "uart")
 
 
 class BackendUnavailable(RuntimeError):
@@ -194,3 +198,12 @@ register("verilator", "the compiled model on the chip's RTL under Verilator (coc
          _rtl("verilator"))
 register("icarus", "the compiled model on the chip's RTL under Icarus Verilog (cocotb)",
          _rtl("icarus"))
+
+
+def _uart(checkpoint: Checkpoint) -> Model:
+    raise BackendUnavailable("the uart backend drives a board through `chipotle generate "
+                             "--backend uart --port DEV` (chipotle.driver.uart.UartBackend)")
+
+
+register("uart", "the compiled model on an FPGA board over its serial port (--port, --baud; "
+         "docs/fpga.md)", _uart)

@@ -74,6 +74,11 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--backdoor-load", action="store_true",
                    help="verilator, icarus: write the SRAM images straight into the simulated "
                         "memories instead of through the host link (faster)")
+    g.add_argument("--port", default=None, metavar="DEV",
+                   help="uart: the board's serial port, e.g. /dev/ttyUSB0 (docs/fpga.md; "
+                        "--config and --clock-mhz must match the bitstream)")
+    g.add_argument("--baud", type=int, default=1_000_000, metavar="B",
+                   help="uart: line rate of the bitstream (default: %(default)s)")
     return parser
 
 
@@ -205,9 +210,19 @@ def _generate_chip(args, checkpoint, tokenizer, model_path, tok_path, out, err) 
     except PromptTooLongError as e:
         raise UsageError(str(e)) from None
     steps = args.steps or None
-    if args.backend == "isasim":
+    if args.backend in ("isasim", "uart"):
         from .driver import Driver, IsaSimBackend
-        drv = Driver(compiled, IsaSimBackend(config), tokenizer)
+        if args.backend == "uart":
+            from .driver.uart import SerialTransport, UartBackend
+            if not args.port:
+                raise UsageError("--backend uart needs --port (e.g. /dev/ttyUSB0)")
+            try:
+                link = SerialTransport(args.port, args.clock_mhz * 1e6, args.baud)
+            except (ValueError, OSError) as e:
+                raise UsageError(f"--port {args.port}: {e}") from None
+            drv = Driver(compiled, UartBackend(link, config), tokenizer)
+        else:
+            drv = Driver(compiled, IsaSimBackend(config), tokenizer)
 
         def on_token(ev):
             out.write(ev.text)
