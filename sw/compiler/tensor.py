@@ -534,8 +534,9 @@ def _classifier(e, k):
     e.comment(f"final norm of the step's last row, classifier rows {first} .. "
               f"{first + n - 1}, local argmax")
     xs = isa.pad(2 * dim)
-    e("mul", "r3", "r2", xs)
-    e("rmsnorm.i16.i16", k.a("cls.xn"), (k.lay["g.x"] - xs, 3), k.a("cls.g"), dim,
+    e("sub", "r3", "r2", 1)                 # the step's last row: m - 1
+    e("mul", "r3", "r3", xs)
+    e("rmsnorm.i16.i16", k.a("cls.xn"), k.a("g.x", 3), k.a("cls.g"), dim,
       k.lay["cls.eps"], qm.final_norm.shift)
     e("dynq.i8.i16", k.a("cls.xq"), k.a("cls.xn"), dim)
     e("matmul.i32", k.a("cls.logits"), k.a("cls.xq"), k.a("cls.w"), k.lay["cls.ms"],

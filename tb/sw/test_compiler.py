@@ -460,3 +460,12 @@ def test_tensor_refusals(small_qm):
                                        r"4,096"):
         compile_model(small_qm, CONFIGS["small"].replace(sram_bytes=4096),
                       placement="tensor")
+
+
+def test_tensor_batch_at_the_end_of_the_context(small_qm):
+    """A batch of m < M rows that ends at the context's last position: the matrix operations
+    of the tensor placement still run M rows, and the V caches' spare rows take the stale
+    rows beyond the context without touching anything else."""
+    compiled = compile_model(small_qm, CONFIGS["small"], context=8, placement="tensor")
+    assert compiled.config.max_m == 4
+    run_sequence(compiled, [5, 1, 60, 2, 33, 7, 19, 4], 0, 3)     # the last batch: 6 .. 7
