@@ -36,7 +36,7 @@ all: help
 help:
 	@echo "make sim        generate a story on the best available backend (PROMPT=, STEPS=, BACKEND=)"
 	@echo "make test       run the regression (SIM=verilator|icarus|verilator,icarus WAVES=1)"
-	@echo "make bitstream  FPGA build with open tools (not yet available: issue 6)"
+	@echo "make bitstream  FPGA bitstream + resource/timing report with YoWASP tools (BOARD=ulx3s-85f|icebreaker, CONFIG=, SYNTH_ONLY=1; docs/fpga.md)"
 	@echo "make models     download stories260K.bin and tok512.bin (needs network)"
 	@echo "make lint       ruff on the Python sources"
 
@@ -63,8 +63,15 @@ sim: venv
 	$(VENV)/bin/chipotle generate --backend $(BACKEND) --prompt "$(PROMPT)" --steps $(STEPS) \
 	  --temperature $(TEMPERATURE) $(if $(MODEL_DIR),--model $(MODEL_DIR)/stories260K.bin --tokenizer $(MODEL_DIR)/tok512.bin,)
 
-bitstream:
-	@echo "make bitstream: the FPGA flow is not built yet (issue 6)" >&2; exit 2
+# `make bitstream` parameters: the board (ulx3s-85f, icebreaker); CONFIG given on the command
+# line or in the environment replaces the board's chip configuration; SYNTH_ONLY=1 stops after
+# Yosys.  Output and report in build/fpga/$(BOARD)/ (docs/fpga.md).
+BOARD       ?= ulx3s-85f
+SYNTH_ONLY  ?=
+bitstream: venv
+	$(PY) -m chipotle.sim.bitstream --board $(BOARD) \
+	  $(if $(filter command line environment,$(origin CONFIG)),--config "$(CONFIG)",) \
+	  $(if $(SYNTH_ONLY),--synth-only,)
 
 models:
 	@dir=$${CHIPOTLE_MODEL_DIR:-../shared/models}; mkdir -p $$dir; \
