@@ -34,6 +34,7 @@ from .golden import numerics as nx
 from .isa import asm
 from .isa.core import (
     DTYPE_INFO,
+    SCALAR_OPS,
     TABLE_ENTRIES,
     Addr,
     Dtype,
@@ -46,9 +47,12 @@ from .isa.core import (
     TableId,
     decode,
     instr_cycles,
+    matrix_footprint,
+    ranges_overlap,
     rect_decode,
     send_flits,
     signed_imm,
+    vector_footprint,
 )
 from .isa.kv import KvLayout
 
@@ -144,6 +148,17 @@ class _Fault(Exception):
         self.code = code
 
 
+@dataclass
+class _InFlight:
+    """The matrix instruction running in the background (``IsaConfig.overlap``)."""
+
+    reads: list
+    write: tuple
+    until: int                  # estimated cycle its write-back ends
+    pc: int
+    fault: _Fault | None        # its ARITH, reported at the next sync point
+
+
 def weighted_sum(p: np.ndarray, v: np.ndarray) -> np.ndarray:
     """Return ``sum_t p[t] * v[t, :]``: attention's probability-weighted sum of V rows.
 
@@ -229,6 +244,7 @@ class Tile:
         self.error_message = ""
         self.perf = Perf()
         self._wait = None
+        self._mx: _InFlight | None = None
 
     @property
     def counters(self) -> list[int]:
@@ -512,12 +528,18 @@ class IsaSim:
                 if isinstance(instr, IllegalInstruction):
                     raise _Fault(ErrorCode.ILLEGAL, f"illegal instruction "
                                                     f"{t.imem[pc]:#034x}: {instr}")
+                if t._mx is not None and self._mx_waits(t, instr):
+                    self._mx_sync(t)
                 nxt = self._execute(t, instr)
                 if nxt is None:            # blocked on WAIT
                     return done
             except _Fault as f:
+                err = f
+                if t._mx is not None and t._mx.fault is not None:
+                    # the in-flight matrix instruction's ARITH comes first in program order
+                    err, pc = t._mx.fault, t._mx.pc
                 t.state = TileState.ERROR
-                t.error, t.error_pc, t.error_message = f.code, pc, str(f)
+                t.error, t.error_pc, t.error_message = err.code, pc, str(err)
                 return done + 1
             done += 1
             t.perf.instructions += 1
@@ -532,6 +554,33 @@ class IsaSim:
                 t._loops.pop()
             t.pc = nxt
         return done
+
+    def _mx_waits(self, t: Tile, i: Instr) -> bool:
+        """Return whether `i` is a sync point of the in-flight matrix instruction.
+
+        The scoreboard of ``docs/tile.md`` ("Issue policy"), the RTL's rule: scalar and
+        control instructions never wait; vector instructions wait when their
+        `vector_footprint` meets the matrix instruction's Y (RAW, WAW) or their write meets
+        its X, W or table (WAR); every other instruction waits.
+        """
+        op = i.op
+        if op in SCALAR_OPS:
+            return False
+        if op.value >> 4 not in (1, 2):
+            return True
+        reads, write = vector_footprint(op, t._val(i.d), t._val(i.a), t._val(i.b), t._len(i.n),
+                                        i.c, i.imm, self.config.word_bytes)
+        mx = t._mx
+        return (any(ranges_overlap(r, mx.write) for r in (*reads, write))
+                or any(ranges_overlap(write, r) for r in mx.reads))
+
+    def _mx_sync(self, t: Tile) -> None:
+        """Wait for the in-flight matrix instruction; raise its ARITH if it hit one."""
+        mx = t._mx
+        if mx.fault is not None:
+            raise mx.fault
+        t.perf.cycles = max(t.perf.cycles, mx.until)
+        t._mx = None
 
     def _charge(self, t: Tile, instr: Instr, n: int, unit: str | None = None) -> int:
         cyc = instr_cycles(instr, self.config, n)
@@ -821,6 +870,10 @@ class IsaSim:
             wh = t._rows(wa, N, rec, 4, "W header").view(np.int16).astype(np.int64)
         else:
             w8 = t._rows(wa, N, plain, K, "W")
+        es = DTYPE_INFO[i.td].size
+        ystride = cfg.pad(N * es)
+        if cfg.overlap:         # the RTL's order: Y is checked before the unit starts
+            t._span(ya, (M - 1) * ystride + N * es, es, "Y")
         try:
             acc = nx.matmul(x8, w8)
             if op == Opcode.MATMUL:
@@ -834,14 +887,28 @@ class IsaSim:
             else:
                 y = acc
         except ValueError as e:
-            raise _Fault(ErrorCode.ARITH, f"{op.name.lower()}: {e}") from None
-        es = DTYPE_INFO[i.td].size
-        ystride = cfg.pad(N * es)
+            fault = _Fault(ErrorCode.ARITH, f"{op.name.lower()}: {e}")
+            if not cfg.overlap:
+                raise fault from None
+            y = None
+        else:
+            fault = None
         t._span(ya, (M - 1) * ystride + N * es, es, "Y")
-        for r in range(M):
-            t._write(ya + r * ystride, y[r], i.td)
-        t.perf.macs += M * N * K
-        self._charge(t, i, N, "matrix_cycles")
+        if y is not None:
+            for r in range(M):
+                t._write(ya + r * ystride, y[r], i.td)
+            t.perf.macs += M * N * K
+        if not cfg.overlap:
+            self._charge(t, i, N, "matrix_cycles")
+            return t.pc + 1
+        # In the background: the controller retires it after issue and check (3 cycles);
+        # the unit is busy until its estimated end; its ARITH is reported at the next sync
+        # point, with its PC.
+        cyc = instr_cycles(i, cfg, N)
+        t.perf.matrix_cycles += cyc
+        reads, write = matrix_footprint(op, ya, xa, wa, N, i.c, M, K, i.td, W)
+        t._mx = _InFlight(reads, write, t.perf.cycles + cyc, t.pc, fault)
+        t.perf.cycles += 2 + cfg.cost.issue
         return t.pc + 1
 
 

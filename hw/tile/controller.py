@@ -41,6 +41,7 @@ from amaranth.utils import ceil_log2, exact_log2
 
 from chipotle.isa.core import (
     C_BITS,
+    SCALAR_OPS,
     SPECS,
     Dtype,
     ErrorCode,
@@ -196,6 +197,10 @@ class Controller(wiring.Component):
         Counters of the network interface (``COUNTER`` check of ``WAIT``).
     loop_depth : int
         Hardware loop stack entries.
+    overlap : bool
+        Issue policy: False (default) waits for every unit instruction to finish; True lets
+        a matrix instruction run in the background under independent instructions (the
+        scoreboard of ``docs/tile.md``, "Issue policy").
 
     Members
     -------
@@ -246,12 +251,12 @@ class Controller(wiring.Component):
     """
 
     def __init__(self, *, sram_bytes=32768, word_bytes=8, max_m=4, k_max=512,
-                 imem_words=1024, n_counters=16, loop_depth=4):
+                 imem_words=1024, n_counters=16, loop_depth=4, overlap=False):
         if not 1 <= imem_words <= 2 ** 16:
             raise ValueError(f"`imem_words` must be in [1, 65536], not {imem_words}")
         self._p = dict(sram_bytes=sram_bytes, word_bytes=word_bytes, max_m=max_m,
                        k_max=k_max, imem_words=imem_words, n_counters=n_counters,
-                       loop_depth=loop_depth)
+                       loop_depth=loop_depth, overlap=bool(overlap))
         super().__init__({
             "i_imem": In(stream.Signature(ImemWrite)),
             "i_start": In(stream.Signature(16)),
@@ -281,7 +286,7 @@ class Controller(wiring.Component):
 
     def __getattr__(self, name):
         if name in ("sram_bytes", "word_bytes", "max_m", "k_max", "imem_words",
-                    "n_counters", "loop_depth"):
+                    "n_counters", "loop_depth", "overlap"):
             return self._p[name]
         raise AttributeError(name)
 
@@ -388,9 +393,23 @@ class Controller(wiring.Component):
             with m.Else():
                 m.next = "Fetch"
 
+        ov = p["overlap"]
+        # ---- overlap scoreboard: the in-flight matrix instruction -------------------------
+        mx_busy = Signal()      # issued, write-back not finished
+        mx_fault = Signal()     # it finished with ARITH (reported at the next sync point)
+        mx_pc = Signal(pcw)
+        err_pc = Signal(pcw)
+        mx_hazard = Signal()    # the decoded instruction must wait for the matrix instruction
+
         def fail(code):
             m.d.sync += error.eq(code)
-            m.next = "Error"
+            if ov:
+                # Drain: wait for the in-flight matrix instruction; its ARITH comes first
+                # in program order and wins.
+                m.d.sync += err_pc.eq(pc)
+                m.next = "Drain"
+            else:
+                m.next = "Error"
 
         pc1 = (pc + 1)[:pcw]
 
@@ -431,8 +450,11 @@ class Controller(wiring.Component):
 
         # ---- status ------------------------------------------------------------------------
         st = Signal(ControllerState)
-        m.d.comb += [self.status.state.eq(st), self.status.error.eq(error),
-                     self.status.pc.eq(pc[:16])]
+        m.d.comb += [self.status.state.eq(st), self.status.error.eq(error)]
+        if ov:
+            m.d.comb += self.status.pc.eq(Mux(st == ControllerState.ERROR, err_pc, pc)[:16])
+        else:
+            m.d.comb += self.status.pc.eq(pc[:16])
 
         with m.FSM(name="fsm"):
             def accept_start():
@@ -463,7 +485,16 @@ class Controller(wiring.Component):
             with m.State("Execute"):
                 m.d.comb += st.eq(ControllerState.RUNNING)
                 op = ins.op
-                with m.If(~legal):
+                first = m.If
+                if ov:
+                    with m.If(legal & (mx_busy | mx_fault) & mx_hazard):
+                        # A sync point of the in-flight matrix instruction: wait for it, or
+                        # stop on its ARITH with its PC.
+                        with m.If(mx_fault):
+                            m.d.sync += [error.eq(ErrorCode.ARITH), err_pc.eq(mx_pc)]
+                            m.next = "Error"
+                    first = m.Elif
+                with first(~legal):
                     fail(ErrorCode.ILLEGAL)
                 with m.Elif(op == Opcode.NOP):
                     do_retire(pc1)
@@ -767,7 +798,12 @@ class Controller(wiring.Component):
                 job_done = mjob_sent | self.o_mjob.ready
                 m.d.sync += [mcmd_sent.eq(cmd_done), mjob_sent.eq(job_done)]
                 with m.If(cmd_done & job_done):
-                    m.next = "Matrix-Run"
+                    if ov:
+                        # Retire now; the scoreboard tracks it until the write-back ends.
+                        m.d.sync += [mx_busy.eq(1), mx_pc.eq(pc)]
+                        do_retire(pc1)
+                    else:
+                        m.next = "Matrix-Run"
 
             with m.State("Matrix-Run"):
                 m.d.comb += [st.eq(ControllerState.RUNNING), self.matrix_active.eq(1)]
@@ -776,5 +812,50 @@ class Controller(wiring.Component):
                         fail(ErrorCode.ARITH)
                     with m.Else():
                         do_retire(pc1)
+
+            if ov:
+                with m.State("Drain"):
+                    m.d.comb += st.eq(ControllerState.RUNNING)
+                    with m.If(~mx_busy):
+                        with m.If(mx_fault):
+                            m.d.sync += [error.eq(ErrorCode.ARITH), err_pc.eq(mx_pc)]
+                        m.next = "Error"
+
+        if ov:
+            with m.If(mx_busy & ~self.mjob_busy):
+                m.d.sync += mx_busy.eq(0)
+                with m.If(self.mjob_error):
+                    m.d.sync += mx_fault.eq(1)
+            with m.If(mx_busy):
+                m.d.comb += self.matrix_active.eq(1)
+
+            # The scoreboard compare (chipotle.isa.vector_footprint / matrix_footprint, the
+            # same formulas): a vector instruction waits when its ranges meet the matrix
+            # instruction's Y (RAW, WAW) or its writes meet X, W or the table (WAR);
+            # scalar and control instructions never wait; every other one always does.
+            def meet(r1, r2):
+                return (r1[0] < r2[1]) & (r2[0] < r1[1])
+
+            opv = ins.op.as_value()
+            vec_ops = [o for o in Opcode if o.value >> 4 in (1, 2)]
+            is_vec = Cat(*(opv == o.value for o in vec_ops)).any()
+            is_scalar = Cat(*(opv == o.value for o in sorted(SCALAR_OPS,
+                                                             key=lambda o: o.value))).any()
+            uses_b = Cat(*(opv == o.value for o in vec_ops if "b.reg" in SPECS[o].fields)).any()
+            is_wsum = opv == Opcode.WSUM.value
+            is_rms = opv == Opcode.RMSNORM.value
+            e = n_val << 2
+            v_a = (a_val, a_val + e)
+            v_b = (b_val, b_val + Mux(is_wsum, n_val * ins.c + (ins.imm << 2), e))
+            v_c = (ins.c, ins.c + 8)
+            v_d = (d_val, d_val + Mux(is_wsum, ins.imm << 2, e + W))
+            m_x = (mx_xa, x_end)
+            m_w = (mx_wa, w_end)
+            m_t = (mx_c, mx_c + tab_bytes)
+            m_y = (mx_ya, y_end)
+            vec_hz = (meet(v_a, m_y) | uses_b & meet(v_b, m_y) | is_rms & meet(v_c, m_y)
+                      | meet(v_d, m_y) | meet(v_d, m_x) | meet(v_d, m_w)
+                      | ~is_raw & meet(v_d, m_t))
+            m.d.comb += mx_hazard.eq(Mux(is_vec, vec_hz, ~is_scalar))
 
         return m

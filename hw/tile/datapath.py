@@ -57,6 +57,10 @@ class TileConfig:
         Size of the mesh the tile sits in (SEND rectangles are checked against it).
     noc_fifo_depth, noc_length_width, mcast_max_flits : int
         NoC parameters (``chipotle.hw.noc.NocConfig``); the flit payload is one SRAM word.
+    overlap : bool
+        The controller's issue policy (default False: every unit instruction finishes before
+        the next issues; True: a matrix instruction runs in the background under
+        independent instructions, ``docs/tile.md`` "Issue policy").
 
     The ISA-level view of the same parameters is `isa_config` (``chipotle.isa.IsaConfig``),
     so that the ISA simulator, the compiler and the testbenches see the configuration the
@@ -79,6 +83,7 @@ class TileConfig:
     noc_fifo_depth: int = 16
     noc_length_width: int = 8
     mcast_max_flits: int = 8
+    overlap: bool = False
 
     def __post_init__(self):
         if self.kv is None:
@@ -110,7 +115,8 @@ class TileConfig:
                          max_m=self.max_m, lanes=self.lanes, k_max=self.k_max,
                          imem_words=self.imem_words, n_counters=self.n_counters,
                          loop_depth=self.loop_depth, mcast_max_flits=self.mcast_max_flits,
-                         max_packet_flits=(1 << self.noc_length_width) - 1)
+                         max_packet_flits=(1 << self.noc_length_width) - 1,
+                         overlap=self.overlap)
 
 
 class TileDatapath(wiring.Component):

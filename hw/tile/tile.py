@@ -107,7 +107,7 @@ class TileCore(wiring.Component):
         wb = MatrixWriteback(word_bytes=W, max_m=c.max_m)
         ctrl = Controller(sram_bytes=c.sram_bytes, word_bytes=W, max_m=c.max_m, k_max=c.k_max,
                           imem_words=c.imem_words, n_counters=c.n_counters,
-                          loop_depth=c.loop_depth)
+                          loop_depth=c.loop_depth, overlap=c.overlap)
         vec = VectorUnit(lanes=c.lanes, word_bytes=W, sram_bytes=c.sram_bytes)
         m.submodules.vector = ResetInserter(rst)(vec)
         m.submodules.matrix = ResetInserter(rst)(mx)

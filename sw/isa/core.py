@@ -27,6 +27,7 @@ __all__ = [
     "Addr", "Len", "Instr", "OpSpec", "SPECS", "IllegalInstruction",
     "encode", "decode", "rect_encode", "rect_decode", "signed_imm",
     "CostModel", "IsaConfig", "instr_cycles", "send_flits", "vector_cycles",
+    "SCALAR_OPS", "MATRIX_OPS", "vector_footprint", "matrix_footprint", "ranges_overlap",
 ]
 
 #: Width of an instruction word in bits (and bytes).
@@ -613,6 +614,99 @@ def decode(word: int) -> Instr:
     return instr
 
 
+# -- overlap scoreboard (docs/tile.md, "Issue policy") ------------------------------------------
+
+#: Instructions that never wait for an in-flight matrix instruction (no SRAM access).
+SCALAR_OPS = frozenset({Opcode.NOP, Opcode.LI, Opcode.ADD, Opcode.SUB, Opcode.MUL,
+                        Opcode.LOOP})
+#: The matrix unit's instructions.
+MATRIX_OPS = frozenset({Opcode.MATMUL, Opcode.MATQK, Opcode.MATRAW})
+
+
+def ranges_overlap(r1: tuple[int, int], r2: tuple[int, int]) -> bool:
+    """Return the scoreboard's overlap test of two byte ranges ``[lo, hi)``.
+
+    ``lo1 < hi2 and lo2 < hi1`` exactly as the RTL compares them (an empty range strictly
+    inside the other counts: the test is conservative, never optimistic).
+    """
+    return r1[0] < r2[1] and r2[0] < r1[1]
+
+
+def vector_footprint(op: Opcode, d: int, a: int, b: int, n: int, c: int, imm: int,
+                     word_bytes: int) -> tuple[list[tuple[int, int]], tuple[int, int]]:
+    """Return the conservative SRAM byte ranges of a vector instruction (the scoreboard's).
+
+    Parameters
+    ----------
+    op : Opcode
+        A vector opcode (``op.value >> 4`` in 1, 2).
+    d, a, b, n : int
+        The resolved operands (``r[reg] + off``, ``r[reg] + imm``: unsigned 32-bit).
+    c, imm : int
+        The instruction's ``c`` and ``imm`` fields.
+    word_bytes : int
+        W.
+
+    Returns
+    -------
+    reads : list of (int, int)
+        ``[lo, hi)`` ranges it may read: ``a`` for ``4 n`` bytes; ``b`` (opcodes whose
+        `SPECS` use it) for ``4 n`` bytes, ``wsum``'s V rows for ``n c + 4 imm``;
+        ``rmsnorm``'s epsilon at ``c`` for 8 bytes.
+    write : (int, int)
+        The range it may write: ``wsum`` ``4 imm`` bytes, others ``4 n + W`` (a ``dynq``
+        record's header word included).
+    """
+    e = n << 2
+    reads = [(a, a + e)]
+    if "b.reg" in SPECS[op].fields:
+        reads.append((b, b + (n * c + (imm << 2) if op == Opcode.WSUM else e)))
+    if op == Opcode.RMSNORM:
+        reads.append((c, c + 8))
+    write = (d, d + ((imm << 2) if op == Opcode.WSUM else e + word_bytes))
+    return reads, write
+
+
+def matrix_footprint(op: Opcode, d: int, a: int, b: int, n: int, c: int, m: int, k: int,
+                     td: "Dtype", word_bytes: int) -> tuple[list[tuple[int, int]],
+                                                           tuple[int, int]]:
+    """Return the SRAM byte ranges a matrix instruction reads and writes (exact).
+
+    Parameters
+    ----------
+    op : Opcode
+        ``MATMUL``, ``MATQK`` or ``MATRAW``.
+    d, a, b, n : int
+        Resolved Y, X, W addresses and N.
+    c, m, k : int
+        Table address, M and K.
+    td : Dtype
+        Destination type.
+    word_bytes : int
+        W.
+
+    Returns
+    -------
+    reads : list of (int, int)
+        X (records with their headers, or plain rows), W (rows or K records) and, unless
+        ``MATRAW``, the requantisation table (``4 N`` bytes, 4 for ``MATQK``).
+    write : (int, int)
+        Y: ``(M - 1) pad(N size) + N size`` bytes from ``d``.
+    """
+    W = word_bytes
+    kw = -(-k // W) * W
+    rec = kw + W
+    raw, qk = op == Opcode.MATRAW, op == Opcode.MATQK
+    x_first, x_stride = (a, kw) if raw else (a + W, rec)
+    w_first, w_stride = (b + W, rec) if qk else (b, kw)
+    reads = [(a, x_first + (m - 1) * x_stride + k), (b, w_first + (n - 1) * w_stride + k)]
+    if not raw:
+        reads.append((c, c + (4 if qk else 4 * n)))
+    es = DTYPE_INFO[td].size
+    ystride = -(-(n * es) // W) * W
+    return reads, (d, d + (m - 1) * ystride + n * es)
+
+
 # -- configuration and cost model ---------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -682,6 +776,10 @@ class IsaConfig:
     mcast_max_flits: int = 8
     max_packet_flits: int = 255
     cost: CostModel = field(default_factory=CostModel)
+    #: Issue policy: False, every unit instruction finishes before the next issues; True, a
+    #: matrix instruction runs in the background under independent instructions
+    #: (``docs/isa.md`` section 6, ``docs/tile.md`` "Issue policy").
+    overlap: bool = False
 
     def __post_init__(self):
         for name in ("sram_bytes", "word_bytes", "max_m", "lanes", "k_max", "imem_words",

@@ -444,3 +444,102 @@ async def kv_append(dut):
     await tb.check_program("kv moved", f"kvapp {1 << 8 | 1}, 0x100, 0x180, 4\nhalt")
     await tb.set_kv_layout(None)
     _dump(tb)
+
+
+def _overlap_matmul(tb, *, arith=False):
+    """Return (program line, image, addresses) of a long ``matmul.i16`` (N 12, K k_max).
+
+    `arith`: every X record's exponent b is 100, so that ``s - b < 0`` at every element
+    (``ARITH``; the write-back writes nothing).
+    """
+    n, k = 12, CFG.k_max
+    prog, image = _matrix_case(tb, "matmul", M, n, k, "i16", "random", "random")
+    line = prog.splitlines()[0]
+    ya, xa, wa, ca = (int(v, 0) for v in line.split(None, 1)[1].split(",")[:4])
+    if arith:
+        rec = ISA.record_bytes(k)
+        for r in range(M):
+            image[xa + r * rec + 2:xa + r * rec + 4] = np.array([100], "<i2").view(np.uint8)
+    ystride = ISA.pad(2 * n)
+    y_end = ya + (M - 1) * ystride + 2 * n
+    free = ISA.pad(y_end + W)
+    assert free + 0x300 <= SIZE
+    return line, image, dict(n=n, k=k, ya=ya, xa=xa, wa=wa, ca=ca, y_end=y_end, F=free,
+                             ystride=ystride)
+
+
+def _overlap_cases(a):
+    """(name, tail, expect, overlaps): instructions after the matmul, the error expected,
+    and whether the tail may run under the matmul (None: not timed)."""
+    F, n, ya = a["F"], a["n"], a["ya"]
+    last_w = a["wa"] + ISA.pad(a["k"]) * (n - 1)
+    return [
+        ("independent vector", f"vadd.i16.i16 {F + 0x100:#x}, {F:#x}, {F + 0x80:#x}, 32\n"
+                               f"rsum.i32.i16 {F + 0x180:#x}, {F:#x}, 32", ErrorCode.NONE, True),
+        ("vector reads right after Y", f"vadd.i16.i16 {F + 0x100:#x}, {a['y_end']:#x}, "
+                                       f"{F + 0x80:#x}, 16", ErrorCode.NONE, True),
+        ("RAW: vector reads Y", f"vadd.i16.i16 {F:#x}, {ya:#x}, {F + 0x80:#x}, {n}",
+         ErrorCode.NONE, False),
+        ("RAW: vector reads Y's last element", f"vadd.i16.i16 {F:#x}, {a['y_end'] - 2:#x}, "
+                                               f"{F + 0x80:#x}, 1", ErrorCode.NONE, False),
+        ("RAW: vector's b reads Y", f"vmul.i32.i16 {F:#x}, {F + 0x80:#x}, {ya:#x}, 4",
+         ErrorCode.NONE, False),
+        ("WAW: vector writes into Y", f"vadd.i16.i16 {ya + 2:#x}, {F:#x}, {F + 0x80:#x}, 2",
+         ErrorCode.NONE, False),
+        ("WAR: vector writes the last weight row", f"vadd.i16.i16 {last_w:#x}, {F:#x}, "
+                                                   f"{F + 0x80:#x}, 8", ErrorCode.NONE, False),
+        ("WAR: vector writes an X header", f"rsum.i32.i16 {a['xa']:#x}, {F:#x}, 4",
+         ErrorCode.NONE, False),
+        ("WAR: vector writes the table", f"rsum.i32.i16 {a['ca']:#x}, {F:#x}, 4",
+         ErrorCode.NONE, False),
+        ("send of Y (a reader)", f"send {ya:#x}, {F:#x}, {a['ystride']}, (0, 0), 1\nwait 1, 1",
+         ErrorCode.NONE, None),
+        ("matrix under matrix", f"matmul.i16 {F:#x}, {a['xa']:#x}, {a['wa']:#x}, {a['ca']:#x}, "
+                                f"2, {a['k']}, 1", ErrorCode.NONE, False),
+        ("scalar then st", "li r1, 7\nadd r2, r1+1, 0\nloop 3, e\nadd r2, r2+1, 0\ne:\n"
+                           f"st {F:#x}, r2", ErrorCode.NONE, None),
+        ("vector error under matrix", f"vadd.i16.i16 {F + 1:#x}, {F:#x}, {F:#x}, 4",
+         ErrorCode.ALIGN, None),
+    ]
+
+
+def _arith_cases(a):
+    """(name, tail): instructions after a matmul that hits ARITH (expected at its PC)."""
+    F, ya = a["F"], a["ya"]
+    return [
+        ("ARITH: shadow vector, then a reader of Y",
+         f"vadd.i16.i16 {F + 0x100:#x}, {F:#x}, {F + 0x80:#x}, 32\nli r3, 9\n"
+         f"vadd.i16.i16 {F:#x}, {ya:#x}, {F + 0x80:#x}, 4\nst {F + 0x200:#x}, r3"),
+        ("ARITH: shadow vector error", f"vadd.i16.i16 {F + 1:#x}, {F:#x}, {F:#x}, 4"),
+        ("ARITH: halt", f"li r1, 5\nrsum.i32.i16 {F + 0x180:#x}, {F:#x}, 32"),
+        ("ARITH: done", "done 0x55"),
+    ]
+
+
+@cocotb.test()
+async def overlap(dut):
+    """The issue policy (``TileConfig.overlap``): a matrix instruction with independent
+    vector work after it, RAW / WAR / WAW through SRAM, a SEND of the result, a second
+    matrix instruction, errors of the later instruction and ARITH of the matrix one; SRAM,
+    state, error and PC against isasim (same policy), and the cycles show whether the work
+    overlapped."""
+    tb = await _bench(dut)
+    line, image, a = _overlap_matmul(tb)
+    alone = (await tb.check_program("overlap: matmul alone", line + "\nhalt", image,
+                                    expect=ErrorCode.NONE))["rtl_cycles"]
+    for name, tail, code, overlaps in _overlap_cases(a):
+        both = await tb.check_program(f"overlap: {name}", f"{line}\n{tail}\nhalt", image,
+                                      expect=code)
+        if overlaps is None or code != ErrorCode.NONE:
+            continue
+        only = (await tb.check_program(f"overlap: {name} (alone)", f"{tail}\nhalt", image,
+                                       expect=code))["rtl_cycles"]
+        serial = alone + only - 1               # one halt
+        ran_under = both["rtl_cycles"] < serial - only // 2
+        tb.log.info("%s: %d cycles, serially %d", name, both["rtl_cycles"], serial)
+        assert ran_under == (overlaps and CFG.overlap), \
+            f"{name}: {both['rtl_cycles']} cycles, serially {serial} (overlap {CFG.overlap})"
+    line, image, a = _overlap_matmul(tb, arith=True)
+    for name, tail in _arith_cases(a):
+        await tb.check_program(name, f"{line}\n{tail}\nhalt", image, expect=ErrorCode.ARITH)
+    _dump(tb)

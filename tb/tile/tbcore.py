@@ -22,6 +22,7 @@ CoreBench
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import cocotb
 import numpy as np
@@ -65,7 +66,9 @@ MESH_CONFIGS = {
                           kv=None, imem_words=64, n_counters=4, lanes=2, mesh_width=2,
                           mesh_height=1),
 }
-SIM_CORE_CONFIGS = {"verilator": ("core",), "icarus": ("core_small",)}
+# the other issue policy (``TileConfig.overlap``) on the small configuration
+CORE_CONFIGS["core_small_overlap"] = replace(CORE_CONFIGS["core_small"], overlap=True)
+SIM_CORE_CONFIGS = {"verilator": ("core",), "icarus": ("core_small", "core_small_overlap")}
 
 _STATE_OF = {TileState.HALTED: ControllerState.HALTED, TileState.ERROR: ControllerState.ERROR,
              TileState.WAITING: ControllerState.WAITING, TileState.IDLE: ControllerState.IDLE,
