@@ -80,7 +80,7 @@ def _synth_counts(cells: dict[str, int], family: str) -> dict[str, int]:
 
 
 def build(board_name: str, config=None, *, synth_only: bool = False,
-          build_dir: Path | None = None, progress=print) -> dict:
+          tile_blackbox: bool = False, build_dir: Path | None = None, progress=print) -> dict:
     """Build ``board_name``'s bitstream (or only synthesise it); return the report.
 
     Parameters
@@ -91,6 +91,10 @@ def build(board_name: str, config=None, *, synth_only: bool = False,
         Overrides the board's configuration.
     synth_only : bool
         Stop after Yosys (no place and route, no bitstream).
+    tile_blackbox : bool
+        Read the tile's Verilog as a black box (``read_verilog -lib``): synthesise only the
+        board top, UART bridge and mesh (the regression's quick check; implies
+        ``synth_only``).
     build_dir : path, optional
         Default ``build/fpga/<board>``.
     progress : callable of str
@@ -129,6 +133,9 @@ def build(board_name: str, config=None, *, synth_only: bool = False,
         Tile(config.tile_config(), x=None, y=None), name=TILE_MODULE, emit_src=False))
     after = "tee -o synth_stat.txt stat"
     overrides = {"script_after_synth": after, "nextpnr_opts": "--report report.json"}
+    if tile_blackbox:
+        overrides["read_verilog_opts"] = "-lib"
+        synth_only = True
     if board.family == "ecp5":
         overrides["nextpnr_opts"] += " --timing-allow-fail"
     plan = platform.build(BoardTop(board, config), name="top", do_build=False, **overrides)
@@ -140,6 +147,7 @@ def build(board_name: str, config=None, *, synth_only: bool = False,
 
     report = {"board": board_name, "device": f"{platform.device} {platform.package}",
               "config": str(config), "config_fields": config.as_dict(),
+              "tile_blackbox": tile_blackbox,
               "clk_hz": board.clk_hz, "baud": board.baud,
               "device_resources": dict(board.resources), "seconds": seconds}
     t = time.monotonic()
@@ -183,7 +191,8 @@ def build(board_name: str, config=None, *, synth_only: bool = False,
 def format_report(r: dict) -> str:
     """Return the report of `build` as text (one line per resource)."""
     lines = [f"board {r['board']} ({r['device']}), chip {r['config']}, "
-             f"clock {r['clk_hz'] / 1e6:g} MHz, UART {r['baud']} baud"]
+             f"clock {r['clk_hz'] / 1e6:g} MHz, UART {r['baud']} baud"
+             + (" (tiles as black boxes)" if r.get("tile_blackbox") else "")]
     dev = r["device_resources"]
     for key, n in r["synth"].items():
         line = f"  {key:6} synthesis {n:>7,}"

@@ -80,7 +80,7 @@ BOARDS = {
     "icebreaker": Board(
         "icebreaker", "amaranth_boards.icebreaker:ICEBreakerPlatform", "ice40", 12_000_000,
         12_000_000, 1_000_000,
-        ChipConfig(mesh_width=1, mesh_height=1, sram_bytes=16 * 1024, lanes=1, imem_words=256,
+        ChipConfig(mesh_width=1, mesh_height=1, sram_bytes=16 * 1024, lanes=2, imem_words=256,
                    max_m=1, k_max=256),
         {"LUT4": 5_280, "FF": 5_280, "DSP": 8, "BRAM": 30, "SPRAM": 4}),
 }
@@ -166,7 +166,7 @@ class BoardTop(Elaboratable):
 
         m.submodules.uart_chip = chip = UartChip(self.config, clk_hz=b.clk_hz, baud=b.baud,
                                                  tile_instances=self.tile_instances)
-        uart = platform.request("uart", 0, dir={"rx": "-", "tx": "-"})
+        uart = platform.request("uart", 0, dir="-")
         m.submodules.rx_buf = rx_buf = io.Buffer("i", uart.rx)
         m.submodules.tx_buf = tx_buf = io.Buffer("o", uart.tx)
         m.d.comb += [chip.rx.eq(rx_buf.i), tx_buf.o.eq(chip.tx)]

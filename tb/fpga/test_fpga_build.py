@@ -1,0 +1,49 @@
+"""The FPGA top levels elaborate for both boards, and the ULX3S top synthesises with Yosys
+(``synth_ecp5``, no place and route; the tile a black box) for a one-tile configuration.  Place and route is not in
+the regression (``make bitstream``; ``docs/fpga.md`` has its times)."""
+
+from __future__ import annotations
+
+import pytest
+
+from chipotle.config import ChipConfig
+from chipotle.hw.fpga.boards import BOARDS, BoardTop, ecp5_pll_params
+
+#: A one-tile chip small enough for a quick synthesis.
+TINY = ChipConfig(mesh_width=1, mesh_height=1, sram_bytes=4096, lanes=2, imem_words=64,
+                  k_max=64, max_m=1)
+
+
+def test_pll_params():
+    for f_in, f_out in ((25_000_000, 50_000_000), (25_000_000, 40_000_000),
+                        (25_000_000, 60_000_000)):
+        p = ecp5_pll_params(f_in, f_out)
+        assert f_in * p["CLKFB_DIV"] == f_out * p["CLKI_DIV"]
+        assert 400e6 <= f_out * p["CLKOP_DIV"] <= 800e6
+    with pytest.raises(ValueError):
+        ecp5_pll_params(25_000_000, 1_000_003)
+
+
+@pytest.mark.parametrize("board", sorted(BOARDS))
+def test_board_top_elaborates(board):
+    b = BOARDS[board]
+    plan = b.make_platform().prepare(BoardTop(b, TINY), name="top")
+    files = plan.files
+    assert "top.il" in files and "top.ys" in files
+    rtlil = files["top.il"]
+    assert "uart_chip" in rtlil and "chipotle_tile" in rtlil
+    if b.clk_hz != b.osc_hz:
+        assert "EHXPLLL" in rtlil
+
+
+def test_ulx3s_top_synthesises(tmp_path):
+    """Board top, PLL, UART bridge and mesh through Yosys ``synth_ecp5``, the tile as a black
+    box (a whole tile takes Yosys many minutes: ``make bitstream``)."""
+    from chipotle.sim.bitstream import build
+    r = build("ulx3s-85f", TINY, tile_blackbox=True, build_dir=tmp_path,
+              progress=lambda s: None)
+    s, dev = r["synth"], r["device_resources"]
+    assert 0 < s["LUT4"] < dev["LUT4"] and 0 < s["FF"] < dev["FF"], s
+    assert s["DSP"] == 0 and s["BRAM"] == 0, s     # those are all in the tiles
+    stat = (tmp_path / "synth_stat.txt").read_text()
+    assert "chipotle_tile" in stat and "EHXPLLL" in stat, stat[-2000:]
