@@ -222,11 +222,14 @@ def main(argv=None):
     parser.add_argument("--config", default="", help="chip configuration (as make sim's "
                         "CONFIG), default: the board's")
     parser.add_argument("--synth-only", action="store_true", help="stop after Yosys")
+    parser.add_argument("--tile-blackbox", action="store_true", help="synthesise the top "
+                        "with the tile as a black box (implies --synth-only)")
     parser.add_argument("--build-dir", type=Path)
     args = parser.parse_args(argv)
     board = BOARDS[args.board]
     config = ChipConfig.from_string(args.config, base=board.config) if args.config else None
-    report = build(args.board, config, synth_only=args.synth_only, build_dir=args.build_dir,
+    report = build(args.board, config, synth_only=args.synth_only,
+                   tile_blackbox=args.tile_blackbox, build_dir=args.build_dir,
                    progress=lambda s: print(s, flush=True))
     print(format_report(report))
 
