@@ -160,14 +160,12 @@ def build(board_name: str, config=None, *, synth_only: bool = False,
     if not synth_only:
         t = time.monotonic()
         progress(f"{board_name}: nextpnr (log {bdir / 'top.tim'})")
-        pnr = env["NEXTPNR_ECP5" if board.family == "ecp5" else "NEXTPNR_ICE40"]
         script = (bdir / "build_top.sh").read_text()
         # The build script's nextpnr and pack steps, as it has them.
         cmds = [c for c in re.split(r"\n(?=\S)", script) if "NEXTPNR" in c or "PACK" in c]
         for cmd in cmds:
             subprocess.run(["sh", "-c", cmd.replace("\\\n", " ")], cwd=bdir, env=env,
                            check=True, capture_output=True)
-        del pnr
         seconds["pnr_and_pack"] = round(time.monotonic() - t, 1)
         rep = json.loads((bdir / "report.json").read_text())
         util = rep.get("utilization", {})

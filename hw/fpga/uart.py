@@ -23,7 +23,7 @@ uart_chip_verilog
 
 from amaranth import *  # house style (STYLE.md)
 from amaranth.lib import fifo, stream, wiring
-from amaranth.lib.wiring import In, Out, connect, flipped
+from amaranth.lib.wiring import In, Out, connect
 
 from chipotle.config import ChipConfig
 

@@ -23,8 +23,8 @@ from toy import scenario  # noqa: E402
 
 from chipotle.config import CONFIGS  # noqa: E402
 from chipotle.driver import IsaSimBackend  # noqa: E402
-from chipotle.driver.uart import UartBackend, encode_flits  # noqa: E402
 from chipotle.driver import hostlink as hl  # noqa: E402
+from chipotle.driver.uart import UartBackend, encode_flits  # noqa: E402
 
 CONFIG = CONFIGS[os.environ.get("CHIP_CONFIG", "small")]
 CLK_HZ = int(os.environ.get("CLK_HZ", "4000000"))

@@ -1,6 +1,6 @@
 """The FPGA top levels elaborate for both boards, and the ULX3S top synthesises with Yosys
-(``synth_ecp5``, no place and route; the tile a black box) for a one-tile configuration.  Place and route is not in
-the regression (``make bitstream``; ``docs/fpga.md`` has its times)."""
+(``synth_ecp5``, no place and route; the tile a black box) for a one-tile configuration.
+Place and route is not in the regression (``make bitstream``; ``docs/fpga.md``)."""
 
 from __future__ import annotations
 

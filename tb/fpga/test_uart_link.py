@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 
 from chipotle.config import CONFIGS
-from chipotle.driver import hostlink as hl
 from chipotle.driver.uart import (
     FlitDecoder,
     SerialTransport,
