@@ -9,33 +9,41 @@ VENV        ?= .venv
 PY          := $(VENV)/bin/python
 STAMP       := $(VENV)/.chipotle-installed
 
-# Simulators for `make test`: verilator, icarus, or both (comma-separated).
-SIM         ?= verilator,icarus
+# Simulator(s): `make test` runs verilator and icarus unless SIM names one; `make sim` runs
+# verilator unless SIM=icarus.
+SIM         ?=
 # Dump waveforms (FST/VCD) from cocotb runs: WAVES=1.
 WAVES       ?= 0
 # pytest workers (the regression is sized for 2 cores).
 JOBS        ?= 2
 # Extra pytest arguments, e.g. PYTEST_ARGS="-k noc -x".
 PYTEST_ARGS ?=
+COMMA       := ,
 
-# `make sim` parameters.
+# `make sim` parameters: the prompt, tokens to generate, the chip configuration (a name of
+# chipotle.config.CONFIGS and/or key=value,..., e.g. CONFIG=default,mesh=4x4,sram_kib=128),
+# the context to compile for (default: the model's), the clock of the tokens/s figure, and
+# the backend (default: the RTL under $(SIM); also isasim, golden, reference).
 PROMPT      ?= Once upon a time
 STEPS       ?= 128
-BACKEND     ?= golden
+CONFIG      ?= default
+CONTEXT     ?=
+CLOCK_MHZ   ?= 100
 TEMPERATURE ?= 0
 MODEL_DIR   ?=
+BACKEND     ?= $(or $(SIM),verilator)
 
 MODEL_URL   := https://huggingface.co/karpathy/tinyllamas/resolve/main/stories260K
 
-export SIM WAVES
+export WAVES
 
 .PHONY: all venv iverilog test sim generate bitstream models lint clean distclean help
 
 all: help
 
 help:
-	@echo "make sim        generate a story on the best available backend (PROMPT=, STEPS=, BACKEND=)"
-	@echo "make test       run the regression (SIM=verilator|icarus|verilator,icarus WAVES=1)"
+	@echo "make sim        generate a story on the chip RTL under Verilator (PROMPT=, STEPS=, SIM=icarus, CONFIG=, WAVES=1)"
+	@echo "make test       run the regression (SIM=verilator|icarus, default both; WAVES=1)"
 	@echo "make bitstream  FPGA bitstream + resource/timing report with YoWASP tools (BOARD=ulx3s-85f|icebreaker, CONFIG=, SYNTH_ONLY=1; docs/fpga.md)"
 	@echo "make models     download stories260K.bin and tok512.bin (needs network)"
 	@echo "make lint       ruff on the Python sources"
@@ -56,12 +64,13 @@ iverilog:
 	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq iverilog; }
 
 test: venv
-	$(PY) -m pytest -n $(JOBS) --durations=15 $(PYTEST_ARGS)
+	SIM=$(or $(SIM),verilator$(COMMA)icarus) $(PY) -m pytest -n $(JOBS) --durations=15 $(PYTEST_ARGS)
 
 sim: venv
-	@echo "make sim: the RTL backend does not generate text yet (issue 5); running the '$(BACKEND)' backend (BACKEND=reference|golden)"
 	$(VENV)/bin/chipotle generate --backend $(BACKEND) --prompt "$(PROMPT)" --steps $(STEPS) \
-	  --temperature $(TEMPERATURE) $(if $(MODEL_DIR),--model $(MODEL_DIR)/stories260K.bin --tokenizer $(MODEL_DIR)/tok512.bin,)
+	  --temperature $(TEMPERATURE) --config "$(CONFIG)" --clock-mhz $(CLOCK_MHZ) \
+	  $(if $(CONTEXT),--context $(CONTEXT),) \
+	  $(if $(MODEL_DIR),--model $(MODEL_DIR)/stories260K.bin --tokenizer $(MODEL_DIR)/tok512.bin,)
 
 # `make bitstream` parameters: the board (ulx3s-85f, icebreaker); CONFIG given on the command
 # line or in the environment replaces the board's chip configuration; SYNTH_ONLY=1 stops after
