@@ -1,13 +1,13 @@
 """Run a job (a generation, or teacher-forced steps) on the RTL of a `Chip` under cocotb.
 
-`run_rtl` generates the ``Chip`` Verilog of a configuration (cached on disk by
-`chipotle.sim.flow.generate_verilog_cached`, keyed by the configuration and a digest of the
-hardware sources), builds it with Verilator or Icarus (cached by `run_cocotb`), and runs the
-cocotb module `chipotle.sim.cocotb_chip`, which builds a ``Driver`` over an ``RtlBackend``
-and runs the job.  The job goes to the simulator as a pickle file named by ``$CHIPOTLE_JOB``
-and the result comes back as a pickle file named by ``$CHIPOTLE_RESULT``.  Tokens are
-streamed to standard output as they arrive when the job asks for it.  ``WAVES=1`` dumps
-waveforms (see `run_cocotb`).
+`run_rtl` generates the ``Chip`` Verilog of a configuration (`chip_verilog`, cached on
+disk, keyed by the configuration and a digest of the hardware sources), builds it with
+Verilator or Icarus (cached by `run_cocotb`), and runs the cocotb module
+`chipotle.sim.cocotb_chip`, which builds a ``Driver`` over an ``RtlBackend`` and runs the
+job.  The job goes to the simulator as a pickle file named by ``$CHIPOTLE_JOB`` and the
+result comes back as a pickle file named by ``$CHIPOTLE_RESULT``.  Tokens are streamed to
+standard output as they arrive when the job asks for it.  ``WAVES=1`` dumps waveforms (see
+`run_cocotb`).
 
 Members
 -------
@@ -21,6 +21,7 @@ run_rtl
 
 from __future__ import annotations
 
+import hashlib
 import os
 import pickle
 import tempfile
@@ -30,7 +31,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from .flow import SIMULATORS, generate_verilog_cached, run_cocotb
+from .flow import SIMULATORS, _locked, build_root, run_cocotb, source_digest
 
 __all__ = ["chip_verilog", "Job", "run_rtl", "TOPLEVEL"]
 
@@ -39,22 +40,35 @@ TOPLEVEL = "chip"
 
 
 def chip_verilog(config, progress: Callable[[str], None] | None = None) -> str:
-    """Return the Verilog of ``chipotle.hw.chip.Chip(config)`` (generated once, then cached).
+    """Return the Verilog of ``Chip(config)`` (``chipotle.hw.chip.chip_verilog``: the tile
+    generated once and instantiated per position), generated once, then cached.
 
-    The tile is one module instantiated per position (``chipotle.hw.chip.chip_verilog``).
+    The text is kept in ``build/verilog/chip-<hash>.v``, the hash covering the configuration
+    and `chipotle.sim.flow.source_digest` (the hardware sources).
 
     Parameters
     ----------
     config : chipotle.config.ChipConfig
     progress : callable of str, optional
-        Told when a generation starts and ends (the 4 x 4 default takes minutes).
+        Told when a generation starts and ends.
     """
-    from chipotle.hw import chip
+    from chipotle.hw.chip import chip_verilog as generate
 
-    # One tile module instantiated n_tiles times (chip.chip_verilog): generation and the
-    # Verilator build then cost one tile, not n_tiles.
-    return generate_verilog_cached(lambda: chip.chip_verilog(config, TOPLEVEL), TOPLEVEL,
-                                   f"tile instances {config!r}", progress=progress)
+    key = f"{TOPLEVEL}\0instances\0{config!r}\0{source_digest()}"
+    digest = hashlib.sha256(key.encode()).hexdigest()[:16]
+    path = build_root() / "verilog" / f"{TOPLEVEL}-{digest}.v"
+    with _locked(path.with_suffix(".lock")):
+        if path.exists():
+            return path.read_text()
+        if progress:
+            progress(f"generating Verilog for the {config} chip (cached in {path})")
+        text = generate(config, name=TOPLEVEL)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(text)
+        tmp.replace(path)
+        if progress:
+            progress(f"generated {len(text) // 1024} KiB of Verilog")
+        return text
 
 
 @dataclass
