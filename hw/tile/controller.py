@@ -9,13 +9,18 @@ its write-back stage, vector instructions and ``TABLE`` to the vector unit, ``KV
 KV store, ``SEND`` / ``DONE`` to the network interface, ``WAIT`` to the network interface's
 counters.
 
-Issue policy (``docs/tile.md``, "Controller"): **in order, one instruction at a time**.  A
+Issue policy (``docs/tile.md``, "Issue policy"), chosen by ``overlap``: **in order**.  A
 scalar or control instruction retires in one cycle, the next one is fetched in the same
 cycle (the instruction memory read port is addressed with the next PC), so straight-line
-scalar code and loop ends cost one cycle per instruction.  An instruction that uses a unit
-waits for that unit to finish before the next instruction issues; this removes every data
-hazard through SRAM or registers by construction, at the cost of overlap between units.
-Besides unit work the controller stalls only on SRAM-port conflicts (its own ``bus``), on a
+scalar code and loop ends cost one cycle per instruction.  With ``overlap=False`` an
+instruction that uses a unit waits for that unit to finish before the next instruction
+issues.  With ``overlap=True`` a matrix instruction retires once the matrix unit and the
+write-back took it, and a one-entry scoreboard (its PC and SRAM byte ranges) makes a later
+instruction wait only on a hazard with it: a vector instruction whose ranges meet its Y or
+whose write meets its X, W or table, and every instruction but the scalar and vector ones
+(``chipotle.isa.core.vector_footprint``, ``matrix_footprint``).  Its ``ARITH`` is reported
+at that waiting point with its own PC; a later instruction's error waits for it ("Drain").
+Besides that the controller stalls only on SRAM-port conflicts (its own ``bus``), on a
 ``WAIT`` whose counter is short, and on the network interface (``SEND`` / ``DONE``).
 
 Members
@@ -198,9 +203,9 @@ class Controller(wiring.Component):
     loop_depth : int
         Hardware loop stack entries.
     overlap : bool
-        Issue policy: False (default) waits for every unit instruction to finish; True lets
-        a matrix instruction run in the background under independent instructions (the
-        scoreboard of ``docs/tile.md``, "Issue policy").
+        Issue policy: True (default) lets a matrix instruction run in the background under
+        independent instructions (the scoreboard of ``docs/tile.md``, "Issue policy");
+        False waits for every unit instruction to finish.
 
     Members
     -------
@@ -251,7 +256,7 @@ class Controller(wiring.Component):
     """
 
     def __init__(self, *, sram_bytes=32768, word_bytes=8, max_m=4, k_max=512,
-                 imem_words=1024, n_counters=16, loop_depth=4, overlap=False):
+                 imem_words=1024, n_counters=16, loop_depth=4, overlap=True):
         if not 1 <= imem_words <= 2 ** 16:
             raise ValueError(f"`imem_words` must be in [1, 65536], not {imem_words}")
         self._p = dict(sram_bytes=sram_bytes, word_bytes=word_bytes, max_m=max_m,

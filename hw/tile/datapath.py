@@ -58,9 +58,9 @@ class TileConfig:
     noc_fifo_depth, noc_length_width, mcast_max_flits : int
         NoC parameters (``chipotle.hw.noc.NocConfig``); the flit payload is one SRAM word.
     overlap : bool
-        The controller's issue policy (default False: every unit instruction finishes before
-        the next issues; True: a matrix instruction runs in the background under
-        independent instructions, ``docs/tile.md`` "Issue policy").
+        The controller's issue policy (default True: a matrix instruction runs in the
+        background under independent instructions; False: every unit instruction finishes
+        before the next issues; ``docs/tile.md`` "Issue policy").
 
     The ISA-level view of the same parameters is `isa_config` (``chipotle.isa.IsaConfig``),
     so that the ISA simulator, the compiler and the testbenches see the configuration the
@@ -83,7 +83,7 @@ class TileConfig:
     noc_fifo_depth: int = 16
     noc_length_width: int = 8
     mcast_max_flits: int = 8
-    overlap: bool = False
+    overlap: bool = True
 
     def __post_init__(self):
         if self.kv is None:

@@ -66,9 +66,9 @@ MESH_CONFIGS = {
                           kv=None, imem_words=64, n_counters=4, lanes=2, mesh_width=2,
                           mesh_height=1),
 }
-# the other issue policy (``TileConfig.overlap``) on the small configuration
-CORE_CONFIGS["core_small_overlap"] = replace(CORE_CONFIGS["core_small"], overlap=True)
-SIM_CORE_CONFIGS = {"verilator": ("core",), "icarus": ("core_small", "core_small_overlap")}
+# the other issue policy (``TileConfig.overlap=False``) on the small configuration
+CORE_CONFIGS["core_small_serial"] = replace(CORE_CONFIGS["core_small"], overlap=False)
+SIM_CORE_CONFIGS = {"verilator": ("core",), "icarus": ("core_small", "core_small_serial")}
 
 _STATE_OF = {TileState.HALTED: ControllerState.HALTED, TileState.ERROR: ControllerState.ERROR,
              TileState.WAITING: ControllerState.WAITING, TileState.IDLE: ControllerState.IDLE,
