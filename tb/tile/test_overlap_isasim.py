@@ -1,0 +1,123 @@
+"""The overlap issue policy in the ISA simulator (``IsaConfig.overlap``): footprints, the
+busy-until clock and the deferred ``ARITH`` (the RTL side is ``cocotb_core.overlap``)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from chipotle.isa import assemble
+from chipotle.isa.core import (
+    Dtype,
+    ErrorCode,
+    IsaConfig,
+    Opcode,
+    matrix_footprint,
+    ranges_overlap,
+    vector_footprint,
+)
+from chipotle.isasim import IsaSim, TileState
+
+W = 8
+K, N, M = 40, 6, 2
+XA, WA, CA, YA, F = 0x0, 0x200, 0x400, 0x500, 0x800
+
+
+def _sim(overlap, *, arith=False, seed=5):
+    cfg = IsaConfig(sram_bytes=4096, word_bytes=W, max_m=4, overlap=overlap)
+    sim = IsaSim(1, 1, cfg)
+    rng = np.random.default_rng(seed)
+    image = rng.integers(0, 256, 4096).astype(np.uint8)
+    rec = cfg.record_bytes(K)
+    for r in range(M):                              # X records: mu, b small
+        image[XA + r * rec:XA + r * rec + 4] = np.array([300, 100 if arith else 2],
+                                                        "<i2").view(np.uint8)
+    image[CA:CA + 4 * N] = np.array([[1000, 20]] * N, "<u2").reshape(-1).view(np.uint8)
+    sim.write((0, 0), 0, image)
+    return sim
+
+
+def _run(sim, text):
+    sim.load_program((0, 0), assemble(text))
+    sim.start((0, 0))
+    sim.run()
+    return sim.tile((0, 0))
+
+
+MATMUL = f"matmul.i16 {YA:#x}, {XA:#x}, {WA:#x}, {CA:#x}, {N}, {K}, {M}"
+
+
+def test_matrix_footprint_is_exact():
+    """The Y range is exactly the bytes the simulator writes; the reads bound X, W, table."""
+    reads, write = matrix_footprint(Opcode.MATMUL, YA, XA, WA, N, CA, M, K, Dtype.I16, W)
+    cfg = IsaConfig(word_bytes=W)
+    assert write == (YA, YA + (M - 1) * cfg.pad(2 * N) + 2 * N)
+    assert reads[0] == (XA, XA + W + (M - 1) * cfg.record_bytes(K) + K)
+    assert reads[1] == (WA, WA + (N - 1) * cfg.pad(K) + K)
+    assert reads[2] == (CA, CA + 4 * N)
+    # the same operands on two backgrounds around Y: a byte equal in both runs was written
+    sims = []
+    for fill in (0x00, 0xA5):
+        s = _sim(False)
+        s.write((0, 0), YA - 16, np.full(64, fill, np.uint8))
+        _run(s, MATMUL + "\nhalt")
+        sims.append(s.tile((0, 0)).sram)
+    a, b = sims
+    written = {addr for addr in range(YA - 16, YA + 48) if a[addr] == b[addr]}
+    assert written <= set(range(*write)), sorted(written - set(range(*write)))
+    assert write[0] in written and write[1] - 1 in written
+
+
+@pytest.mark.parametrize("op, b_used", [(Opcode.VADD, True), (Opcode.RSUM, False),
+                                        (Opcode.WSUM, True)])
+def test_vector_footprint(op, b_used):
+    reads, write = vector_footprint(op, 0x100, 0x200, 0x300, 10, 64, 8, W)
+    assert reads[0] == (0x200, 0x200 + 40)
+    assert (len(reads) == 2) == b_used
+    if op == Opcode.WSUM:
+        assert reads[1] == (0x300, 0x300 + 10 * 64 + 32) and write == (0x100, 0x100 + 32)
+    else:
+        assert write == (0x100, 0x100 + 40 + W)
+    assert ranges_overlap((0, 4), (3, 8)) and not ranges_overlap((0, 4), (4, 8))
+
+
+INDEPENDENT = f"{MATMUL}\nvadd.i16.i16 {F:#x}, {F + 0x80:#x}, {F + 0x100:#x}, 32\nhalt"
+DEPENDENT = f"{MATMUL}\nvadd.i16.i16 {F:#x}, {YA:#x}, {F + 0x100:#x}, 4\nhalt"
+
+
+def test_overlap_same_state_fewer_cycles():
+    """The same SRAM under both policies; the estimate hides independent vector work under
+    the matmul and not dependent work."""
+    cyc = {}
+    for prog in (INDEPENDENT, DEPENDENT):
+        serial, ov = _run(_sim(False), prog), _run(_sim(True), prog)
+        assert serial.state == ov.state == TileState.HALTED
+        assert np.array_equal(serial.sram, ov.sram)
+        cyc[prog] = serial.perf.cycles, ov.perf.cycles
+    s, o = cyc[INDEPENDENT]
+    assert o < s - 20, cyc
+    s, o = cyc[DEPENDENT]
+    assert o == s, cyc
+
+
+def test_arith_deferred_to_the_sync_point():
+    """ARITH of a background matmul: the independent vector instruction after it runs, the
+    reader of Y stops the tile with the matmul's PC; serially nothing after it runs."""
+    prog = (f"{MATMUL}\nvadd.i16.i16 {F:#x}, {F + 0x80:#x}, {F + 0x100:#x}, 8\n"
+            f"vadd.i16.i16 {F + 0x200:#x}, {YA:#x}, {F + 0x100:#x}, 4\nhalt")
+    before = _sim(True, arith=True).tile((0, 0)).sram.copy()
+    for overlap in (False, True):
+        t = _run(_sim(overlap, arith=True), prog)
+        assert (t.state, t.error, t.error_pc) == (TileState.ERROR, ErrorCode.ARITH, 0)
+        first = not np.array_equal(t.sram[F:F + 16], before[F:F + 16])
+        assert first == overlap
+        assert np.array_equal(t.sram[F + 0x200:F + 0x208], before[F + 0x200:F + 0x208])
+        assert t.perf.instructions == (2 if overlap else 0)
+
+
+def test_later_error_after_arith_reports_arith():
+    prog = f"{MATMUL}\nvadd.i16.i16 {F + 1:#x}, {F:#x}, {F:#x}, 4\nhalt"
+    t = _run(_sim(True, arith=True), prog)
+    assert (t.error, t.error_pc) == (ErrorCode.ARITH, 0)
+    t = _run(_sim(True), prog)
+    assert (t.error, t.error_pc) == (ErrorCode.ALIGN, 1)
