@@ -55,6 +55,10 @@ class ChipConfig:
         Router input FIFO depth, flits (default 16).
     mcast_max_flits : int
         Longest multicast packet, head included (default 8).
+    overlap : bool
+        The controller's issue policy (``docs/tile.md``, "Issue policy"): True (default) lets
+        a matrix instruction run under independent vector and scalar work; False issues one
+        instruction at a time.  The ISA simulator's cycle estimate follows it.
 
     Raises
     ------
@@ -76,9 +80,14 @@ class ChipConfig:
     loop_depth: int = 4
     noc_fifo_depth: int = 16
     mcast_max_flits: int = 8
+    overlap: bool = True
 
     def __post_init__(self):
+        if not isinstance(self.overlap, bool):
+            raise ValueError(f"ChipConfig.overlap must be a bool, not {self.overlap!r}")
         for f in fields(self):
+            if f.name == "overlap":
+                continue
             v = getattr(self, f.name)
             if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
                 raise ValueError(f"ChipConfig.{f.name} must be a positive integer, not {v!r}")
@@ -118,7 +127,7 @@ class ChipConfig:
                          max_m=self.max_m, lanes=self.lanes, k_max=self.k_max,
                          imem_words=self.imem_words, n_counters=self.n_counters,
                          loop_depth=self.loop_depth, mcast_max_flits=self.mcast_max_flits,
-                         max_packet_flits=255)
+                         max_packet_flits=255, overlap=self.overlap)
 
     def tile_config(self):
         """Return the gateware's ``chipotle.hw.tile.TileConfig`` of one tile (no KV store)."""
@@ -129,7 +138,7 @@ class ChipConfig:
                           loop_depth=self.loop_depth, lanes=self.lanes,
                           mesh_width=self.mesh_width, mesh_height=self.mesh_height,
                           noc_fifo_depth=self.noc_fifo_depth,
-                          mcast_max_flits=self.mcast_max_flits)
+                          mcast_max_flits=self.mcast_max_flits, overlap=self.overlap)
 
     @property
     def noc(self):
@@ -191,6 +200,10 @@ class ChipConfig:
                     changes.update(mesh_width=int(w), mesh_height=int(h))
                 elif key == "sram_kib":
                     changes["sram_bytes"] = int(value) * 1024
+                elif key == "overlap":
+                    if value.lower() not in ("0", "1", "true", "false"):
+                        raise ValueError(value)
+                    changes[key] = value.lower() in ("1", "true")
                 elif key in {f.name for f in fields(cls)}:
                     changes[key] = int(value, 0)
                 else:
