@@ -90,7 +90,7 @@ BOARDS = {
 
 def ecp5_pll_params(f_in: int, f_out: int) -> dict[str, int]:
     """Return ``CLKI_DIV``, ``CLKFB_DIV``, ``CLKOP_DIV`` of an ``EHXPLLL`` making exactly
-    ``f_out`` from ``f_in`` (feedback from CLKOP; VCO 400..800 MHz).
+    ``f_out`` from ``f_in`` (feedback from CLKOP; VCO 400..800 MHz, nearest 600 MHz).
 
     Raises
     ------
@@ -101,9 +101,10 @@ def ecp5_pll_params(f_in: int, f_out: int) -> dict[str, int]:
         for fb in range(1, 81):
             if f_in * fb != f_out * clki:
                 continue
-            for op in range(1, 129):
-                if 400e6 <= f_out * op <= 800e6:
-                    return {"CLKI_DIV": clki, "CLKFB_DIV": fb, "CLKOP_DIV": op}
+            ops = [op for op in range(1, 129) if 400e6 <= f_out * op <= 800e6]
+            if ops:     # the VCO nearest the middle of its range
+                op = min(ops, key=lambda op: abs(f_out * op - 600e6))
+                return {"CLKI_DIV": clki, "CLKFB_DIV": fb, "CLKOP_DIV": op}
     raise ValueError(f"an ECP5 PLL cannot make exactly {f_out} Hz from {f_in} Hz")
 
 
