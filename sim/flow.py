@@ -58,16 +58,16 @@ def generate_verilog(component, name: str) -> str:
 def source_digest() -> str:
     """Return a SHA-256 over the sources that determine generated Verilog.
 
-    Covers every ``*.py`` of ``chipotle.hw`` (``hw/``, but the board tops of ``hw/fpga/``,
-    which no simulated design imports), ``chipotle.isa`` (``sw/isa/``, whose
+    Covers every ``*.py`` of ``chipotle.hw`` (``hw/``, the board tops and UART bridge of
+    ``hw/fpga/`` included), ``chipotle.isa`` (``sw/isa/``, whose
     instruction layout the controller imports), ``sw/config.py`` and the Amaranth version.
     """
     import amaranth
 
     here = Path(__file__).resolve().parent.parent
     h = hashlib.sha256(f"amaranth {amaranth.__version__}\n".encode())
-    hw = [f for f in (here / "hw").rglob("*.py") if "fpga" not in f.relative_to(here).parts]
-    files = sorted([*hw, *(here / "sw" / "isa").rglob("*.py"), here / "sw" / "config.py"])
+    files = sorted([*(here / "hw").rglob("*.py"), *(here / "sw" / "isa").rglob("*.py"),
+                    here / "sw" / "config.py"])
     for f in files:
         h.update(str(f.relative_to(here)).encode() + b"\0" + f.read_bytes() + b"\0")
     return h.hexdigest()
