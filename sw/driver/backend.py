@@ -284,11 +284,20 @@ class IsaSimBackend:
         ValueError
             If the tile's error flag is set or ``pc`` is out of range.
         """
-        self.sim.start(_check_xy(self.config, xy), pc)
+        xy = _check_xy(self.config, xy)
+        # Every tile's estimated clock is its own; a tile that sat halted while others ran
+        # has fallen behind the host's time.  Start it at the latest clock of the mesh (the
+        # moment the host starts the step), as the RTL's clock runs on while a tile idles;
+        # otherwise a pipeline stage would seem to find its input already there.
+        t = self.sim.tile(xy)
+        t.perf.cycles = max(t.perf.cycles, max(u.perf.cycles for u in self.sim.tiles))
+        self.sim.start(xy, pc)
 
     def _advance(self) -> None:
-        # The step's estimated length: the largest advance of any tile since the last mark.
-        adv = max(t.perf.cycles - self._mark[t.xy] for t in self.sim.tiles)
+        # The step's estimated length: from the latest clock at the last mark to the latest
+        # clock now (tiles are aligned to the latest clock when started).
+        before = max(self._mark.values())
+        adv = max(t.perf.cycles for t in self.sim.tiles) - before
         self._cycle += max(adv, 0)
         self._mark = {t.xy: t.perf.cycles for t in self.sim.tiles}
 
