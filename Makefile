@@ -29,6 +29,7 @@ STEPS       ?= 128
 CONFIG      ?= default
 CONTEXT     ?=
 CLOCK_MHZ   ?= 100
+PLACEMENT   ?= pipeline
 TEMPERATURE ?= 0
 MODEL_DIR   ?=
 BACKEND     ?= $(or $(SIM),verilator)
@@ -69,6 +70,7 @@ test: venv
 sim: venv
 	$(VENV)/bin/chipotle generate --backend $(BACKEND) --prompt "$(PROMPT)" --steps $(STEPS) \
 	  --temperature $(TEMPERATURE) --config "$(CONFIG)" --clock-mhz $(CLOCK_MHZ) \
+	  --placement $(PLACEMENT) \
 	  $(if $(CONTEXT),--context $(CONTEXT),) \
 	  $(if $(MODEL_DIR),--model $(MODEL_DIR)/stories260K.bin --tokenizer $(MODEL_DIR)/tok512.bin,)
 

@@ -86,6 +86,8 @@ class Job:
         For the text (and the streamed story).
     context : int, optional
         Positions to compile for (``compile_model``'s ``context``).
+    placement : str
+        ``compile_model``'s ``placement`` ("pipeline" or "tensor").
     kind : str
         ``"generate"``: `Driver.generate` from ``prompt_tokens``; ``"steps"``: run the
         ``(tokens, pos)`` pairs of ``step_list`` and return each step's token and logits.
@@ -114,6 +116,7 @@ class Job:
     model: Any
     tokenizer: Any = None
     context: int | None = None
+    placement: str = "pipeline"
     kind: str = "generate"
     prompt_tokens: list = field(default_factory=lambda: [1])
     steps: int | None = 256

@@ -37,7 +37,8 @@ def _compile(job, config):
         return model
     if isinstance(model, (str, Path)):
         model = load_checkpoint(Path(model))
-    return compile_model(model, config, context=job.get("context"))
+    return compile_model(model, config, context=job.get("context"),
+                         placement=job.get("placement", "pipeline"))
 
 
 def _step_dict(s) -> dict:

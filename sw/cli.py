@@ -68,6 +68,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default: %(default)s)")
     g.add_argument("--context", type=int, default=None, metavar="N",
                    help="positions to compile for (chip backends; default: the compiler's)")
+    g.add_argument("--placement", choices=("pipeline", "tensor"), default="pipeline",
+                   help="how the compiler maps the model on the mesh (docs/architecture.md): "
+                        "a pipeline of stages, or every layer split over all tiles (tensor) "
+                        "(default: %(default)s)")
     g.add_argument("--clock-mhz", type=float, default=100.0, metavar="F",
                    help="clock frequency for the tokens/s figure of the chip backends "
                         "(default: %(default)s)")
@@ -199,10 +203,12 @@ def _generate_chip(args, checkpoint, tokenizer, model_path, tok_path, out, err) 
         config = ChipConfig.from_string(args.config)
     except ValueError as e:
         raise UsageError(f"--config: {e}") from None
-    err.write(f"[{args.backend}] compiling {model_path.name} for {config}\n")
+    err.write(f"[{args.backend}] compiling {model_path.name} for {config}, "
+              f"{args.placement} placement\n")
     err.flush()
     try:
-        compiled = compile_model(checkpoint, config, context=args.context)
+        compiled = compile_model(checkpoint, config, context=args.context,
+                                 placement=args.placement)
     except (FitError, ValueError) as e:
         raise UsageError(str(e)) from None
     try:

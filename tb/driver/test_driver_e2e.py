@@ -69,11 +69,14 @@ def test_e2e_isasim():
 
 
 @pytest.mark.rtl
-def test_e2e_rtl(sim):
+@pytest.mark.parametrize("placement", ["pipeline", "tensor"])
+def test_e2e_rtl(sim, placement):
     from chipotle.sim.chiprun import Job, run_rtl
 
+    if placement == "tensor" and sim == "icarus":
+        pytest.skip("the tensor placement runs under Verilator only (Icarus: minutes per step)")
     job = Job(config=SMALL.as_dict(), model=_model(), context=CONTEXT, prompt_tokens=PROMPT,
-              steps=DECODE + 1, read_logits=True)
+              steps=DECODE + 1, read_logits=True, placement=placement)
     res = run_rtl(job, sim=sim, cxx_opt="-O0")
     assert res["stop_reason"] == StopReason.STEPS.value and res["generated"] == DECODE + 1
     check_against_golden(res["steps"], res["tokens"], _model())
