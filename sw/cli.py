@@ -68,7 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default: %(default)s)")
     g.add_argument("--context", type=int, default=None, metavar="N",
                    help="positions to compile for (chip backends; default: the compiler's)")
-    g.add_argument("--placement", choices=("pipeline", "tensor"), default="pipeline",
+    g.add_argument("--placement", choices=("pipeline", "tensor"), default="tensor",
                    help="how the compiler maps the model on the mesh (docs/architecture.md): "
                         "a pipeline of stages, or every layer split over all tiles (tensor) "
                         "(default: %(default)s)")
