@@ -34,7 +34,7 @@ from chipotle.isa import ErrorCode
 from chipotle.isasim import DeadlockError, IsaSim, TileState
 
 __all__ = [
-    "Backend", "TileStatus", "PERF_NAMES", "CONTROLLER_PERF", "INTERFACE_PERF",
+    "Backend", "PacketBackend", "TileStatus", "PERF_NAMES", "CONTROLLER_PERF", "INTERFACE_PERF",
     "DriverError", "DoorbellTimeout", "TileFault", "IsaSimBackend", "decode_status",
 ]
 
@@ -201,6 +201,111 @@ def _check_range(config: ChipConfig, addr: int, nbytes: int, what: str) -> None:
     if addr < 0 or nbytes < 0 or addr + nbytes > config.sram_bytes:
         raise ValueError(f"{what} of {nbytes} bytes at {addr:#x} leaves the SRAM "
                          f"({config.sram_bytes} bytes)")
+
+
+
+class PacketBackend:
+    """The host-link side shared by the backends that speak packets (RTL, UART).
+
+    Subclasses provide ``config`` (`ChipConfig`), ``noc`` (its ``NocConfig``),
+    ``async send(packets)`` (inject ``chipotle.hw.noc.packet.Packet`` objects in order) and
+    ``async _reads(xy, requests, space)`` (answer ``[(word or register address, count),
+    ...]`` read requests of tile ``xy`` in ``space`` 0 = SRAM, 1 = registers, one list of
+    words per request); this class builds every `Backend` operation on them
+    (``docs/tile.md``, "Network interface").
+    """
+
+    async def read_registers(self, xy, reg: int, count: int) -> list[int]:
+        """Return ``count`` control registers of tile ``xy`` from register ``reg`` on."""
+        [words] = await self._reads(_check_xy(self.config, xy), [(reg, count)], 1)
+        return words
+
+    async def write_sram(self, xy, addr: int, data: bytes, *, skip_zero: bool = False) -> None:
+        """Write ``data`` at byte ``addr`` of tile ``xy`` (packets of up to 255 words).
+
+        Partial words at either end are read, merged and written back.  ``skip_zero``
+        leaves out all-zero words (for an SRAM known to be zero).
+
+        Raises
+        ------
+        ValueError
+            If the tile is not in the mesh or the range leaves the SRAM.
+        """
+        from . import hostlink as hl
+
+        xy = _check_xy(self.config, xy)
+        data = bytes(data)
+        _check_range(self.config, addr, len(data), "SRAM write")
+        if not data:
+            return
+        w = self.config.word_bytes
+        lo, hi = addr - addr % w, -(-(addr + len(data)) // w) * w
+        if (lo, hi) != (addr, addr + len(data)):
+            old = bytearray(await self.read_sram(xy, lo, hi - lo))
+            old[addr - lo:addr - lo + len(data)] = data
+            data, addr = bytes(old), lo
+        await self.send(hl.sram_write_packets(xy, addr, data, self.noc, w, skip_zero=skip_zero))
+
+    async def read_sram(self, xy, addr: int, nbytes: int) -> bytes:
+        """Return ``nbytes`` bytes from byte ``addr`` of tile ``xy`` (reads of up to 255
+        words).
+
+        Raises
+        ------
+        ValueError
+            If the tile is not in the mesh or the range leaves the SRAM.
+        """
+        from . import hostlink as hl
+
+        xy = _check_xy(self.config, xy)
+        _check_range(self.config, addr, nbytes, "SRAM read")
+        if nbytes == 0:
+            return b""
+        w = self.config.word_bytes
+        chunks = list(hl.sram_read_chunks(addr, nbytes, w, self.noc.max_length))
+        words = [x for part in await self._reads(xy, chunks, 0) for x in part]
+        raw = hl.words_to_bytes(words, w)
+        return raw[addr % w:addr % w + nbytes]
+
+    async def write_imem(self, xy, words, at: int = 0) -> None:
+        """Write instruction ``words`` from instruction ``at`` on.
+
+        Raises
+        ------
+        ValueError
+            If the program does not fit the instruction memory.
+        """
+        from . import hostlink as hl
+
+        xy = _check_xy(self.config, xy)
+        words = [int(x) for x in words]
+        if at < 0 or at + len(words) > self.config.imem_words:
+            raise ValueError(f"a program of {len(words)} words at {at} does not fit the "
+                             f"instruction memory ({self.config.imem_words} words)")
+        await self.send(hl.imem_write_packets(xy, words, self.noc, at))
+
+    async def start(self, xy, pc: int) -> None:
+        """Write tile ``xy``'s ``START`` register."""
+        from . import hostlink as hl
+
+        await self.send([hl.start(_check_xy(self.config, xy), pc, self.noc)])
+
+    async def status(self, xy) -> TileStatus:
+        """Return tile ``xy``'s ``STATUS`` register, decoded."""
+        from chipotle.hw.tile.netif import Reg
+
+        [word] = await self.read_registers(xy, Reg.STATUS, 1)
+        return decode_status(word)
+
+    async def read_perf(self, xy) -> dict[str, int]:
+        """Return every counter of `PERF_NAMES` (the controller's and the interface's)."""
+        from chipotle.hw.tile.controller import N_PERF
+        from chipotle.hw.tile.netif import PERF_BASE, Reg
+
+        ctrl, ni = await self._reads(_check_xy(self.config, xy),
+                                     [(PERF_BASE, N_PERF), (Reg.FLITS_SENT, len(INTERFACE_PERF))],
+                                     1)
+        return dict(zip(CONTROLLER_PERF + INTERFACE_PERF, ctrl + ni, strict=True))
 
 
 class IsaSimBackend:

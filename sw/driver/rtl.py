@@ -40,8 +40,8 @@ from .backend import (
     CONTROLLER_PERF,
     INTERFACE_PERF,
     DoorbellTimeout,
+    PacketBackend,
     TileFault,
-    TileStatus,
     _check_range,
     _check_xy,
     decode_status,
@@ -52,7 +52,7 @@ __all__ = ["RtlBackend"]
 _TAG_BITS = 16
 
 
-class RtlBackend:
+class RtlBackend(PacketBackend):
     """The backend over a ``Chip`` simulated under cocotb.
 
     Parameters
@@ -207,11 +207,6 @@ class RtlBackend:
             await collect()
         return out
 
-    async def read_registers(self, xy, reg: int, count: int) -> list[int]:
-        """Return ``count`` control registers of tile ``xy`` from register ``reg`` on."""
-        [words] = await self._reads(xy, [(reg, count)], 1)
-        return words
-
     # -- back door (simulation only) -------------------------------------------------------------
 
     def _banks(self, xy):
@@ -275,68 +270,6 @@ class RtlBackend:
         self._bells.clear()
         self._bell.clear()
 
-    async def write_sram(self, xy, addr: int, data: bytes, *, skip_zero: bool = False) -> None:
-        """Write ``data`` at byte ``addr`` of tile ``xy`` (packets of up to 255 words).
-
-        Partial words at either end are read, merged and written back.  ``skip_zero``
-        leaves out all-zero words (for an SRAM known to be zero).
-
-        Raises
-        ------
-        ValueError
-            If the tile is not in the mesh or the range leaves the SRAM.
-        """
-        xy = _check_xy(self.config, xy)
-        data = bytes(data)
-        _check_range(self.config, addr, len(data), "SRAM write")
-        if not data:
-            return
-        w = self.config.word_bytes
-        lo, hi = addr - addr % w, -(-(addr + len(data)) // w) * w
-        if (lo, hi) != (addr, addr + len(data)):
-            old = bytearray(await self.read_sram(xy, lo, hi - lo))
-            old[addr - lo:addr - lo + len(data)] = data
-            data, addr = bytes(old), lo
-        await self.send(hl.sram_write_packets(xy, addr, data, self.noc, w, skip_zero=skip_zero))
-
-    async def read_sram(self, xy, addr: int, nbytes: int) -> bytes:
-        """Return ``nbytes`` bytes from byte ``addr`` of tile ``xy`` (reads of up to 255
-        words, two outstanding).
-
-        Raises
-        ------
-        ValueError
-            If the tile is not in the mesh or the range leaves the SRAM.
-        """
-        _check_range(self.config, addr, nbytes, "SRAM read")
-        if nbytes == 0:
-            return b""
-        w = self.config.word_bytes
-        chunks = list(hl.sram_read_chunks(addr, nbytes, w, self.noc.max_length))
-        words = [x for part in await self._reads(xy, chunks, 0) for x in part]
-        raw = hl.words_to_bytes(words, w)
-        off = addr % w
-        return raw[off:off + nbytes]
-
-    async def write_imem(self, xy, words, at: int = 0) -> None:
-        """Write instruction ``words`` from instruction ``at`` on.
-
-        Raises
-        ------
-        ValueError
-            If the program does not fit the instruction memory.
-        """
-        xy = _check_xy(self.config, xy)
-        words = [int(x) for x in words]
-        if at < 0 or at + len(words) > self.config.imem_words:
-            raise ValueError(f"a program of {len(words)} words at {at} does not fit the "
-                             f"instruction memory ({self.config.imem_words} words)")
-        await self.send(hl.imem_write_packets(xy, words, self.noc, at))
-
-    async def start(self, xy, pc: int) -> None:
-        """Write tile ``xy``'s ``START`` register."""
-        await self.send([hl.start(_check_xy(self.config, xy), pc, self.noc)])
-
     def _port_fault(self):
         for i, port in enumerate(self._status_ports):
             v = port.value
@@ -371,11 +304,6 @@ class RtlBackend:
                         Timer(min(left, self.poll_cycles) * self.clock_ns, unit="ns"))
         return self._bells.popleft()
 
-    async def status(self, xy) -> TileStatus:
-        """Return tile ``xy``'s ``STATUS`` register, decoded."""
-        [word] = await self.read_registers(xy, Reg.STATUS, 1)
-        return decode_status(word)
-
     async def read_perf_many(self, tiles) -> dict:
         """Return `read_perf` of every tile of ``tiles``, the reads of all tiles in flight at
         once (two per tile)."""
@@ -399,9 +327,3 @@ class RtlBackend:
             words[xy] += resp.words
         return {xy: dict(zip(CONTROLLER_PERF + INTERFACE_PERF, w, strict=True))
                 for xy, w in words.items()}
-
-    async def read_perf(self, xy) -> dict[str, int]:
-        """Return every counter of `PERF_NAMES` (the controller's and the interface's)."""
-        ctrl, ni = [x for x in await self._reads(
-            xy, [(PERF_BASE, N_PERF), (Reg.FLITS_SENT, len(INTERFACE_PERF))], 1)]
-        return dict(zip(CONTROLLER_PERF + INTERFACE_PERF, ctrl + ni, strict=True))

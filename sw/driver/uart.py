@@ -34,19 +34,14 @@ from typing import Protocol, runtime_checkable
 
 from chipotle.config import ChipConfig
 from chipotle.hw.noc.packet import Packet
-from chipotle.hw.tile.controller import N_PERF
-from chipotle.hw.tile.netif import PERF_BASE, Reg
+from chipotle.hw.tile.netif import Reg
 
 from . import hostlink as hl
 from .backend import (
-    CONTROLLER_PERF,
-    INTERFACE_PERF,
     DoorbellTimeout,
+    PacketBackend,
     TileFault,
-    TileStatus,
-    _check_range,
     _check_xy,
-    decode_status,
 )
 
 __all__ = ["flit_bytes", "encode_flits", "FlitDecoder", "Transport", "SerialTransport",
@@ -211,7 +206,7 @@ class SerialTransport:
         return first + (self.serial.read(waiting) if waiting else b"")
 
 
-class UartBackend:
+class UartBackend(PacketBackend):
     """The driver backend over a UART bridge (``chipotle.hw.fpga.UartChip``).
 
     Requests are sent as framed flits; answers are taken from the byte stream as they come
@@ -298,9 +293,9 @@ class UartBackend:
                                f"answered by {resp.tile} with {len(resp.words)} words")
         return list(resp.words)
 
-    async def read_registers(self, xy, reg: int, count: int) -> list[int]:
-        """Return ``count`` control registers of tile ``xy`` from register ``reg`` on."""
-        return await self._read(xy, reg, count, 1)
+    async def _reads(self, xy, requests, space: int) -> list[list[int]]:
+        # One read at a time: the serial line is the bottleneck, not the round trip.
+        return [await self._read(xy, a, count, space) for a, count in requests]
 
     # -- Backend ---------------------------------------------------------------------------------
 
@@ -311,64 +306,6 @@ class UartBackend:
         for xy in self.config.tiles:     # answered once the resets took effect
             await self.read_registers(xy, Reg.ID, 1)
         self._bells.clear()
-
-    async def write_sram(self, xy, addr: int, data: bytes, *, skip_zero: bool = False) -> None:
-        """Write ``data`` at byte ``addr`` of tile ``xy`` (partial words read and merged).
-
-        Raises
-        ------
-        ValueError
-            If the tile is not in the mesh or the range leaves the SRAM.
-        """
-        xy = _check_xy(self.config, xy)
-        data = bytes(data)
-        _check_range(self.config, addr, len(data), "SRAM write")
-        if not data:
-            return
-        w = self.config.word_bytes
-        lo, hi = addr - addr % w, -(-(addr + len(data)) // w) * w
-        if (lo, hi) != (addr, addr + len(data)):
-            old = bytearray(await self.read_sram(xy, lo, hi - lo))
-            old[addr - lo:addr - lo + len(data)] = data
-            data, addr = bytes(old), lo
-        await self.send(hl.sram_write_packets(xy, addr, data, self.noc, w, skip_zero=skip_zero))
-
-    async def read_sram(self, xy, addr: int, nbytes: int) -> bytes:
-        """Return ``nbytes`` bytes from byte ``addr`` of tile ``xy``.
-
-        Raises
-        ------
-        ValueError
-            If the tile is not in the mesh or the range leaves the SRAM.
-        """
-        _check_range(self.config, addr, nbytes, "SRAM read")
-        if nbytes == 0:
-            return b""
-        w = self.config.word_bytes
-        words = []
-        for a, count in hl.sram_read_chunks(addr, nbytes, w, self.noc.max_length):
-            words += await self._read(xy, a, count, 0)
-        raw = hl.words_to_bytes(words, w)
-        return raw[addr % w:addr % w + nbytes]
-
-    async def write_imem(self, xy, words, at: int = 0) -> None:
-        """Write instruction ``words`` from instruction ``at`` on.
-
-        Raises
-        ------
-        ValueError
-            If the program does not fit the instruction memory.
-        """
-        xy = _check_xy(self.config, xy)
-        words = [int(x) for x in words]
-        if at < 0 or at + len(words) > self.config.imem_words:
-            raise ValueError(f"a program of {len(words)} words at {at} does not fit the "
-                             f"instruction memory ({self.config.imem_words} words)")
-        await self.send(hl.imem_write_packets(xy, words, self.noc, at))
-
-    async def start(self, xy, pc: int) -> None:
-        """Write tile ``xy``'s ``START`` register."""
-        await self.send([hl.start(_check_xy(self.config, xy), pc, self.noc)])
 
     async def wait_done(self, timeout_cycles: int) -> tuple[tuple[int, int], int]:
         """Return ``(xy, code)`` of the next doorbell.
@@ -392,14 +329,3 @@ class UartBackend:
                     if s.state == "error":
                         raise TileFault(xy, s.error, s.pc)
         return self._bells.popleft()
-
-    async def status(self, xy) -> TileStatus:
-        """Return tile ``xy``'s ``STATUS`` register, decoded."""
-        [word] = await self.read_registers(xy, Reg.STATUS, 1)
-        return decode_status(word)
-
-    async def read_perf(self, xy) -> dict[str, int]:
-        """Return every counter of ``PERF_NAMES`` (the controller's and the interface's)."""
-        ctrl = await self._read(xy, PERF_BASE, N_PERF, 1)
-        ni = await self._read(xy, Reg.FLITS_SENT, len(INTERFACE_PERF), 1)
-        return dict(zip(CONTROLLER_PERF + INTERFACE_PERF, ctrl + ni, strict=True))

@@ -160,7 +160,7 @@ def test_isasim_step_cycles_equal_the_compilers_estimate(placement):
 
     got = asyncio.run(run())
     want = [run_step_isasim(sim, cm, toks, pos) for toks, pos in steps]
-    for g, w in zip(got, want):
+    for g, w in zip(got, want, strict=True):
         assert g.token == w.token
         # the backend's clock stops at the last tile's halt, a few cycles after the doorbell
         assert w.cycles <= g.cycles <= w.cycles + 64, (g.cycles, w.cycles)
