@@ -468,20 +468,40 @@ def _fits(qm, config, context) -> bool:
         return False
 
 
-def _verified(qm, config, context) -> str | None:
+def _verified(qm, config, context, placement="pipeline") -> str | None:
     """Compile for real; return "" if it fits, the extra ``imem_words=N`` it needs, or None."""
     try:
-        _compile(qm, config, context)
+        _compile(qm, config, context, None, placement)
         return ""
     except FitError as e:
         m = re.search(r"use imem_words=(\d+)", str(e))
         if m is None:
             return None
         try:
-            _compile(qm, config.replace(imem_words=int(m.group(1))), context)
+            _compile(qm, config.replace(imem_words=int(m.group(1))), context, None, placement)
         except FitError:
             return None
         return f",imem_words={m.group(1)}"
+
+
+def _suggest_tensor(qm: QuantizedModel, config: ChipConfig, context: int, message: str) -> str:
+    """Return configurations that fit the tensor placement: the SRAM the refusal names
+    (verified by compiling, a few KiB of alignment slack allowed), or the pipeline
+    placement on the same configuration."""
+    tips = []
+    m = re.search(r"needs ([\d,]+) bytes of SRAM", message)
+    if m:
+        need_kib = -(-int(m.group(1).replace(",", "")) // 1024)
+        for kib in (need_kib, need_kib + 4):
+            extra = _verified(qm, config.replace(sram_bytes=kib * 1024), context, "tensor")
+            if extra is not None:
+                tips.append(f"sram_kib={kib}{extra}")
+                break
+    if _fits(qm, config, context) and _verified(qm, config, context) == "":
+        tips.append("--placement pipeline")
+    if not tips:
+        return "no larger SRAM up to the amount named fits (see docs/architecture.md)"
+    return "a configuration that fits: " + " or ".join(tips)
 
 
 def _suggest(qm: QuantizedModel, config: ChipConfig, context: int) -> str:
@@ -586,6 +606,6 @@ def compile_model(source, config: ChipConfig, context: int | None = None,
         return _compile(qm, config, int(context), prefill_batches, placement)
     except FitError as e:
         if placement == "tensor":
-            raise
+            raise FitError(f"{e}; {_suggest_tensor(qm, config, int(context), str(e))}") from None
         raise FitError(f"{e}; a configuration that fits: "
                        f"{_suggest(qm, config, int(context))}") from None

@@ -462,6 +462,18 @@ def test_tensor_refusals(small_qm):
                       placement="tensor")
 
 
+def test_tensor_fit_error_suggests_what_fits(small_qm):
+    base = CONFIGS["small"].replace(sram_bytes=4096)
+    with pytest.raises(FitError) as e:
+        compile_model(small_qm, base, placement="tensor")
+    msg = str(e.value)
+    tips = _suggested(msg, base)
+    assert tips and "a configuration that fits" in msg, msg
+    for cfg, ctx in tips:                          # every suggestion does fit
+        assert cfg.sram_bytes > base.sram_bytes
+        compile_model(small_qm, cfg, ctx, placement="tensor")
+
+
 def test_tensor_batch_at_the_end_of_the_context(small_qm):
     """A batch of m < M rows that ends at the context's last position: the matrix operations
     of the tensor placement still run M rows, and the V caches' spare rows take the stale
