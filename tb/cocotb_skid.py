@@ -11,6 +11,7 @@ import cocotb
 from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, RisingEdge, with_timeout
 from cocotb_bus.scoreboard import Scoreboard
+
 from tbcommon.stream import StreamDriver, StreamMonitor, StreamSink
 
 

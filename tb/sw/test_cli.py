@@ -5,6 +5,7 @@ import subprocess
 import sys
 
 import pytest
+
 from chipotle import backends, cli
 from chipotle.model import ModelConfig, synthetic_checkpoint, write_checkpoint
 from chipotle.paths import FETCH_HINT

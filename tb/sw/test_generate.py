@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+
 from chipotle.generate import Done, PromptTooLongError, Step, StopReason, generate
 from chipotle.sampling import Sampler
 from chipotle.tokenizer import BOS, EOS, Tokenizer

@@ -15,6 +15,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+
 from chipotle.golden import GoldenModel, QuantizedModel, quantize
 from chipotle.golden import numerics as nx
 from chipotle.golden.measure import free_running, greedy, teacher_forced

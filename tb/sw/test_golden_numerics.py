@@ -8,6 +8,7 @@ import math
 
 import numpy as np
 import pytest
+
 from chipotle.golden import numerics as nx
 
 

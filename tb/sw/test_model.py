@@ -9,6 +9,7 @@ import struct
 
 import numpy as np
 import pytest
+
 from chipotle.model import (
     HEADER_SIZE,
     MAGIC,

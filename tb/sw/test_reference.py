@@ -3,6 +3,7 @@ greedy story of stories260K."""
 
 import numpy as np
 import pytest
+
 from chipotle.model import ModelConfig, load_checkpoint, synthetic_checkpoint, write_checkpoint
 from chipotle.reference import Transformer
 from chipotle.tokenizer import BOS, load_tokenizer

@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+
 from chipotle import sampling
 from chipotle.sampling import Sampler, sample_argmax, sample_mult, sample_topp, softmax
 

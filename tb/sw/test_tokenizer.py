@@ -3,6 +3,7 @@
 import struct
 
 import pytest
+
 from chipotle.tokenizer import BOS, EOS, Tokenizer, TokenizerError, load_tokenizer
 
 

@@ -50,7 +50,7 @@ from chipotle.hw.tile.netif import (
     NetOp,
     Reg,
 )
-from chipotle.isa import ErrorCode, IsaConfig, rect_encode
+from chipotle.isa import ErrorCode, IsaConfig
 from chipotle.isasim import IsaSim
 from tbcommon.stream import StreamDriver, StreamMonitor, StreamSink
 
