@@ -21,7 +21,6 @@ run_rtl
 
 from __future__ import annotations
 
-import hashlib
 import os
 import pickle
 import tempfile
@@ -31,7 +30,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from .flow import SIMULATORS, _locked, build_root, run_cocotb, source_digest
+from .flow import SIMULATORS, generate_verilog_cached, run_cocotb
 
 __all__ = ["chip_verilog", "Job", "run_rtl", "TOPLEVEL"]
 
@@ -54,21 +53,8 @@ def chip_verilog(config, progress: Callable[[str], None] | None = None) -> str:
     """
     from chipotle.hw.chip import chip_verilog as generate
 
-    key = f"{TOPLEVEL}\0instances\0{config!r}\0{source_digest()}"
-    digest = hashlib.sha256(key.encode()).hexdigest()[:16]
-    path = build_root() / "verilog" / f"{TOPLEVEL}-{digest}.v"
-    with _locked(path.with_suffix(".lock")):
-        if path.exists():
-            return path.read_text()
-        if progress:
-            progress(f"generating Verilog for the {config} chip (cached in {path})")
-        text = generate(config, name=TOPLEVEL)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(text)
-        tmp.replace(path)
-        if progress:
-            progress(f"generated {len(text) // 1024} KiB of Verilog")
-        return text
+    return generate_verilog_cached(lambda: generate(config, name=TOPLEVEL), TOPLEVEL,
+                                   f"tile instances {config!r}", progress=progress)
 
 
 @dataclass

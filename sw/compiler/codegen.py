@@ -366,10 +366,13 @@ def _cls(e, k, st):
       _rect((pl.reducer[0], pl.reducer[0], pl.reducer[1], pl.reducer[1])), k.reduce_counter())
 
 
-def _reduce(e, k):
+def _reduce(e, k, counter):
+    """Emit the argmax reduction: wait on `counter` for the ``lay.reduce`` local maxima
+    ``(value, index)`` in the slots, pick the first largest, store its token, ring DONE.
+    Shared by both placements (they differ in the counter only)."""
     lay, W, C = k.lay, k.isa.word_bytes, k.lay.reduce
     e.comment(f"argmax over the {C} local maxima (ties: the first, lowest vocabulary row)")
-    e("wait", k.reduce_counter(), C)
+    e("wait", counter, C)
     e("add", "r6", (lay["red.slots"],), 0)
     e("add", "r7", (lay["red.vals"],), 0)
 
@@ -407,6 +410,6 @@ def tile_program(qm: QuantizedModel, isa: IsaConfig, pl: Placement, lay: TileLay
                          if s == st and xy == lay.xy)
                 {"emb": _emb, "att": _att, "ffn": _ffn}[st.kind](e, k, st, m, i)
         if lay.reduce:
-            _reduce(e, k)
+            _reduce(e, k, k.reduce_counter())
         e("halt")
     return e.text()

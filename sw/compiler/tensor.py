@@ -48,7 +48,7 @@ import numpy as np
 from ..golden import numerics as nx
 from ..golden.quantize import QuantizedModel
 from ..isa.core import TABLE_ENTRIES, IsaConfig, TableId
-from .codegen import DONE_CODE, Emitter, _rect
+from .codegen import Emitter, _rect, _reduce
 from .placement import (
     _KIND_ORDER,
     _TABLE_ORDER,
@@ -553,26 +553,6 @@ def _classifier(e, k):
       k.isa.n_counters - 1)
 
 
-def _reduce(e, k):
-    lay, W, C = k.lay, k.isa.word_bytes, k.lay.reduce
-    e.comment(f"argmax over the {C} local maxima (ties: the first, lowest vocabulary row)")
-    e("wait", k.isa.n_counters - 1, C)
-    e("add", "r6", (lay["red.slots"],), 0)
-    e("add", "r7", (lay["red.vals"],), 0)
-
-    def body():
-        e("copy", "r7", "r6", 4)
-        e("add", "r6", f"r6+{W}", 0)
-        e("add", "r7", "r7+4", 0)
-    e.loop(C, body)
-    e("argmax.i32.i32", (lay["red.j"],), (lay["red.vals"],), C)
-    e("ld", "r6", (lay["red.j"],))
-    e("mul", "r7", "r6", W)
-    e("ld", "r8", (lay["red.slots"] + 4, 7))
-    e("st", (lay["red.token"],), "r8")
-    e("done", DONE_CODE)
-
-
 def tensor_program(qm: QuantizedModel, isa: IsaConfig, pl: Placement, roles: TensorRoles,
                    lay: TileLayout, context: int) -> str:
     """Return the assembly text of one tile of the tensor placement.
@@ -611,7 +591,7 @@ def tensor_program(qm: QuantizedModel, isa: IsaConfig, pl: Placement, roles: Ten
     if lay.stages:
         _classifier(e, k)
     if lay.reduce:
-        _reduce(e, k)
+        _reduce(e, k, k.isa.n_counters - 1)
     e("halt")
     return e.text()
 

@@ -15,6 +15,7 @@ from chipotle.config import CONFIGS
 from chipotle.driver import Driver, IsaSimBackend
 from chipotle.generate import StopReason
 from chipotle.golden import GoldenModel
+from chipotle.sim import simulators_from_env
 
 SMALL = CONFIGS["small"]
 PROMPT = [1, 5, 9, 13, 17, 21]      # BOS and 5 tokens: one batch of M = 4, then 2 tokens
@@ -68,16 +69,20 @@ def test_e2e_isasim():
     assert g.ttft_cycles > 0 and g.decode_cycles_per_token > 0
 
 
+# The pipeline placement under every simulator of $SIM, the tensor placement under Verilator
+# only (Icarus takes minutes per step of it): the combinations are listed, not skipped.
+_RTL_RUNS = [(s, p) for s in simulators_from_env() for p in ("pipeline", "tensor")
+             if p == "pipeline" or s == "verilator"]
+
+
 @pytest.mark.rtl
-@pytest.mark.parametrize("placement", ["pipeline", "tensor"])
-def test_e2e_rtl(sim, placement):
+@pytest.mark.parametrize(("sim_name", "placement"), _RTL_RUNS)
+def test_e2e_rtl(sim_name, placement):
     from chipotle.sim.chiprun import Job, run_rtl
 
-    if placement == "tensor" and sim == "icarus":
-        pytest.skip("the tensor placement runs under Verilator only (Icarus: minutes per step)")
     job = Job(config=SMALL.as_dict(), model=_model(), context=CONTEXT, prompt_tokens=PROMPT,
               steps=DECODE + 1, read_logits=True, placement=placement)
-    res = run_rtl(job, sim=sim, cxx_opt="-O0")
+    res = run_rtl(job, sim=sim_name, cxx_opt="-O0")
     assert res["stop_reason"] == StopReason.STEPS.value and res["generated"] == DECODE + 1
     check_against_golden(res["steps"], res["tokens"], _model())
     assert res["prefill_steps"] == 2
