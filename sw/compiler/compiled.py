@@ -389,8 +389,7 @@ def _compile(qm: QuantizedModel, config: ChipConfig, context: int,
              batches: int | None = None, placement: str = "pipeline") -> CompiledModel:
     isa = config.isa_config()
     c = qm.config
-    if placement == "tensor":
-        return _compile_tensor(qm, config, context, batches)
+    # checks both placements need (their programs share the loop nest and the matrix unit)
     if config.loop_depth < 4:
         raise FitError(f"the programs nest 4 hardware loops (batches, rows, KV heads, query "
                        f"heads), but loop_depth is {config.loop_depth}: use loop_depth=4")
@@ -398,6 +397,8 @@ def _compile(qm: QuantizedModel, config: ChipConfig, context: int,
         if k > isa.k_max:
             raise FitError(f"the model's {name} {k} exceeds the matrix unit's k_max "
                            f"{isa.k_max}: use k_max={k}")
+    if placement == "tensor":
+        return _compile_tensor(qm, config, context, batches)
     pl = _place(qm, isa, config, context, batches)
     programs, entries, sources = {}, {}, {}
     for xy, lay in pl.tiles.items():
@@ -422,20 +423,14 @@ def _compile(qm: QuantizedModel, config: ChipConfig, context: int,
 
 def _compile_tensor(qm: QuantizedModel, config: ChipConfig, context: int,
                     batches: int | None) -> CompiledModel:
-    """`_compile` for ``placement="tensor"`` (`chipotle.compiler.tensor`)."""
+    """`_compile` for ``placement="tensor"`` (`chipotle.compiler.tensor`), after the checks
+    `_compile` makes for both placements."""
     from .tensor import place_tensor, tensor_images, tensor_program
     isa = config.isa_config()
     c = qm.config
-    if config.loop_depth < 4:
-        raise FitError(f"the programs nest 4 hardware loops (batches, rows, KV heads, query "
-                       f"heads), but loop_depth is {config.loop_depth}: use loop_depth=4")
     if config.n_counters < 5:
         raise FitError(f"the tensor placement uses 5 counters, but n_counters is "
                        f"{config.n_counters}: use n_counters=5")
-    for name, k in (("dim", c.dim), ("hidden_dim", c.hidden_dim)):
-        if k > isa.k_max:
-            raise FitError(f"the model's {name} {k} exceeds the matrix unit's k_max "
-                           f"{isa.k_max}: use k_max={k}")
     if batches is None:
         batches = min(DEFAULT_PREFILL_BATCHES, -(-context // isa.max_m))
     pl, roles = place_tensor(qm, isa, config.mesh_width, config.mesh_height, context, batches)
