@@ -2,34 +2,16 @@
 
 from __future__ import annotations
 
-import struct
-
 import pytest
 
-from chipotle import backends, cli
-from chipotle.model import ModelConfig, synthetic_checkpoint, write_checkpoint
-
-PIECES = [b"<unk>", b"\n<s>\n", b"\n</s>\n"] + [f"<0x{b:02X}>".encode() for b in range(256)] + [
-    b" ", b"a", b"b", b" a"]
+from chipotle import backends
+from tbcommon.cli import run, write_tiny_model
 
 
 @pytest.fixture
 def tiny(tmp_path):
     """A synthetic checkpoint (seq_len 8) and a matching tokenizer, as CLI arguments."""
-    c = ModelConfig(dim=16, hidden_dim=24, n_layers=1, n_heads=2, n_kv_heads=1,
-                    vocab_size=len(PIECES), seq_len=8)
-    model = tmp_path / "tiny.bin"
-    write_checkpoint(model, synthetic_checkpoint(c, seed=4), format="v1")
-    tok = tmp_path / "tiny-tok.bin"
-    tok.write_bytes(struct.pack("<i", 6) + b"".join(
-        struct.pack("<fi", -1.0, len(p)) + p for p in PIECES))
-    return ["--model", str(model), "--tokenizer", str(tok)]
-
-
-def run(capsys, *args):
-    code = cli.main(["generate", *args])
-    out, err = capsys.readouterr()
-    return code, out, err
+    return write_tiny_model(tmp_path)
 
 
 def test_chip_backends_are_listed():

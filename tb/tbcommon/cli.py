@@ -1,0 +1,44 @@
+"""Shared pieces of the ``chipotle generate`` command-line tests.
+
+Members
+-------
+PIECES
+    Tokenizer pieces of the tiny model: the three llama2.c specials, the 256 byte pieces,
+    and four short merges.
+write_tiny_model
+    Write a synthetic checkpoint and a matching tokenizer; return them as CLI arguments.
+run
+    Run ``chipotle generate`` in-process; return (exit code, stdout, stderr).
+"""
+
+from __future__ import annotations
+
+import struct
+
+from chipotle import cli
+from chipotle.model import ModelConfig, synthetic_checkpoint, write_checkpoint
+
+__all__ = ["PIECES", "write_tiny_model", "run"]
+
+PIECES = [b"<unk>", b"\n<s>\n", b"\n</s>\n"] + [f"<0x{b:02X}>".encode() for b in range(256)] + [
+    b" ", b"a", b"b", b" a"]
+
+
+def write_tiny_model(folder) -> list[str]:
+    """Write ``tiny.bin`` (llama2.c v1, seq_len 8) and ``tiny-tok.bin`` into `folder`;
+    return ``["--model", ..., "--tokenizer", ...]``."""
+    c = ModelConfig(dim=16, hidden_dim=24, n_layers=1, n_heads=2, n_kv_heads=1,
+                    vocab_size=len(PIECES), seq_len=8)
+    model = folder / "tiny.bin"
+    write_checkpoint(model, synthetic_checkpoint(c, seed=4), format="v1")
+    tok = folder / "tiny-tok.bin"
+    tok.write_bytes(struct.pack("<i", 6) + b"".join(
+        struct.pack("<fi", -1.0, len(p)) + p for p in PIECES))
+    return ["--model", str(model), "--tokenizer", str(tok)]
+
+
+def run(capsys, *args):
+    """Run ``chipotle generate *args``; return ``(exit code, stdout, stderr)``."""
+    code = cli.main(["generate", *args])
+    out, err = capsys.readouterr()
+    return code, out, err
