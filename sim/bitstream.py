@@ -225,7 +225,10 @@ def main(argv=None):
     parser.add_argument("--build-dir", type=Path)
     args = parser.parse_args(argv)
     board = BOARDS[args.board]
-    config = ChipConfig.from_string(args.config, base=board.config) if args.config else None
+    try:
+        config = ChipConfig.from_string(args.config, base=board.config) if args.config else None
+    except ValueError as e:
+        parser.error(f"--config: {e}")
     report = build(args.board, config, synth_only=args.synth_only,
                    tile_blackbox=args.tile_blackbox, build_dir=args.build_dir,
                    progress=lambda s: print(s, flush=True))

@@ -146,3 +146,15 @@ def test_backend_bad_input():
         asyncio.run(be.read_sram((0, 0), CONFIG.sram_bytes - 4, 8))
     with pytest.raises(ValueError):
         SerialTransport(FakeChip(CONFIG), clock_hz=0)
+
+
+def test_bitstream_bad_config_is_a_usage_error(capsys):
+    """``make bitstream CONFIG=...`` with an unknown configuration: a one-line usage error
+    (exit 2) naming the known ones, not a traceback, and nothing is built."""
+    from chipotle.sim import bitstream
+
+    with pytest.raises(SystemExit) as e:
+        bitstream.main(["--synth-only", "--config", "bogus"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "--config: unknown configuration 'bogus'; known: default, small" in err
