@@ -1,0 +1,263 @@
+"""The end-to-end performance benchmark of issue 5: decode and prefill of stories260K on the chip.
+
+For each prompt length ``L`` the benchmark compiles the model for the configuration, runs
+``Driver.generate`` with an ``L``-token prompt (BOS included) and greedy decoding for one or
+more decode steps, and prints, from the backend's cycle counts and performance counters:
+
+* **decode cycles per token at position L** (the first decode step runs at position ``L``:
+  prompt positions ``0 .. L - 1`` are prefill);
+* **decode roofline efficiency** at that position: the int8 weight and KV-cache bytes a
+  decode step must read (``CompiledModel.weight_bytes_per_token() + kv_bytes(L)``) divided by
+  the mesh's SRAM read bandwidth (``ChipConfig.sram_read_bytes_per_cycle``, W bytes per tile
+  and cycle), over the measured cycles;
+* **prefill**: time to first token (cycles of the prefill steps) and the matrix unit's
+  utilisation over them (``mac_cycles`` summed over tiles / (cycles x tiles); a MAC cycle
+  does W x M MACs, so this is the fraction of the mesh's peak MACs);
+* the matrix unit's utilisation in decode, and tokens/s at ``--clock-mhz``.
+
+The prompt is stories260K's own greedy continuation from BOS on ``GoldenModel`` (BOS and EOS
+excluded from the argmax so it never ends early): natural text, the same on every run.
+Every step's token and int32 logits are compared with ``GoldenModel`` and the result printed
+("bit-exact"): a benchmark figure from a run that does not match is flagged, not hidden.
+
+Backends: ``verilator`` / ``icarus`` (the RTL under cocotb, through `chipotle.sim.chiprun`;
+cycles are the RTL's) or ``isasim`` (the ISA simulator's estimate; fast).  One simulator
+run per prompt length.  Run::
+
+    python -m chipotle.sim.bench --backend verilator --config default --prompts 1,64,256
+
+(the default configuration's first Verilator build takes about 20 minutes; a 256-token
+prompt is about 1.5 million cycles of prefill).  ``--json FILE`` writes the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["story_prompt", "golden_logits", "run_one", "main"]
+
+BOS, EOS = 1, 2
+
+
+def story_prompt(qm, length: int) -> list[int]:
+    """Return ``length`` tokens: BOS, then `GoldenModel`'s greedy continuation from it.
+
+    Parameters
+    ----------
+    qm : chipotle.golden.QuantizedModel
+    length : int
+        Tokens, BOS included (>= 1, <= the model's ``seq_len``).
+
+    Returns
+    -------
+    list of int
+        Token ids; BOS and EOS are never chosen after the first token.
+    """
+    from chipotle.golden import GoldenModel
+
+    g = GoldenModel(qm)
+    ids = [BOS]
+    for pos in range(length - 1):
+        logits = g.forward(ids[pos], pos).astype(np.int64)
+        logits[[BOS, EOS]] = np.iinfo(np.int64).min
+        ids.append(int(np.argmax(logits)))
+    return ids
+
+
+def golden_logits(qm, tokens: list[int]) -> list[np.ndarray]:
+    """Return `GoldenModel`'s int32 logits at every position of ``tokens``."""
+    from chipotle.golden import GoldenModel
+
+    g = GoldenModel(qm)
+    return [g.forward(t, p) for p, t in enumerate(tokens)]
+
+
+def _check(steps, want_tokens, qm) -> tuple[bool, str]:
+    """Compare each step's token and logits (at its last position) with the golden model."""
+    logits = golden_logits(qm, want_tokens)
+    for s in steps:
+        last = s["pos"] + len(s["tokens"]) - 1
+        if s["token"] != int(np.argmax(logits[last])):
+            return False, f"token differs at position {last}"
+        if s["logits"] is not None and not np.array_equal(s["logits"], logits[last]):
+            return False, f"logits differ at position {last}"
+    return True, ""
+
+
+def run_one(compiled, prompt: list[int], decode_steps: int, backend: str,
+            tokenizer=None) -> dict:
+    """Run one prompt on ``backend`` and return its raw result.
+
+    Parameters
+    ----------
+    compiled : chipotle.compiler.CompiledModel
+    prompt : list of int
+        BOS included.
+    decode_steps : int
+        Decode steps after the prefill (>= 1).
+    backend : {"verilator", "icarus", "isasim"}
+
+    Returns
+    -------
+    dict
+        ``steps`` (per step ``tokens``, ``pos``, ``token``, ``logits``, ``cycles``, ``perf``),
+        ``prefill_steps``, ``tokens``, ``wall_seconds`` and, on the RTL,
+        ``cycles_per_second``.
+    """
+    steps = decode_steps + 1        # the first sampled token comes from the prefill's logits
+    if backend == "isasim":
+        from chipotle.driver import Driver, IsaSimBackend
+
+        drv = Driver(compiled, IsaSimBackend(compiled.config))
+
+        async def go():
+            await drv.load()
+            return await drv.generate(prompt, steps, temperature=0.0, read_logits=True)
+        t0 = time.perf_counter()
+        r = asyncio.run(go())
+        return {"steps": [{"tokens": list(s.tokens), "pos": s.pos, "token": s.token,
+                           "logits": s.logits, "cycles": s.cycles, "perf": dict(s.perf)}
+                          for s in r.steps],
+                "prefill_steps": r.prefill_steps, "tokens": list(r.tokens),
+                "wall_seconds": time.perf_counter() - t0}
+    from chipotle.sim.chiprun import Job, run_rtl
+
+    job = Job(config=compiled.config.as_dict(), model=compiled, tokenizer=tokenizer,
+              prompt_tokens=list(prompt), steps=steps, temperature=0.0, read_logits=True)
+    return run_rtl(job, sim=backend,
+                   progress=lambda m: print(f"[bench] {m}", file=sys.stderr, flush=True))
+
+
+def figures(compiled, prompt_len: int, result: dict) -> dict:
+    """Return the benchmark's figures for one run (see the module docstring)."""
+    cfg = compiled.config
+    steps, npre = result["steps"], result["prefill_steps"]
+    pre, dec = steps[:npre], steps[npre:]
+
+    def util(sel):
+        cyc = sum(s["cycles"] for s in sel)
+        mac = sum(s["perf"].get("mac_cycles", 0) for s in sel)
+        if not cyc or not any("mac_cycles" in s["perf"] for s in sel):
+            return None
+        return mac / (cyc * cfg.n_tiles)
+    first = dec[0]
+    need = compiled.weight_bytes_per_token() + compiled.kv_bytes(first["pos"])
+    return {"prompt_tokens": prompt_len, "decode_pos": first["pos"],
+            "decode_cycles": first["cycles"],
+            "roofline": need / cfg.sram_read_bytes_per_cycle / first["cycles"],
+            "decode_bytes": need, "decode_mac_util": util(dec[:1]),
+            "ttft_cycles": sum(s["cycles"] for s in pre), "prefill_steps": npre,
+            "prefill_mac_util": util(pre)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark (``python -m chipotle.sim.bench --help``)."""
+    from chipotle.compiler import FitError, compile_model
+    from chipotle.config import ChipConfig
+    from chipotle.model import CheckpointError, load_checkpoint
+    from chipotle.paths import DEFAULT_CHECKPOINT, DEFAULT_TOKENIZER, default_model_dir
+
+    ap = argparse.ArgumentParser(prog="python -m chipotle.sim.bench",
+                                 description=__doc__.split("\n\n")[0])
+    ap.add_argument("--backend", choices=("verilator", "icarus", "isasim"), default="verilator")
+    ap.add_argument("--config", default="default", help="chip configuration (ChipConfig."
+                    "from_string: a name and/or key=value,...; default: default)")
+    ap.add_argument("--placement", choices=("pipeline", "tensor"), default="tensor")
+    ap.add_argument("--prompts", default="1,64,256", help="prompt lengths in tokens, BOS "
+                    "included; decode is measured at position = length (default: 1,64,256)")
+    ap.add_argument("--decode-steps", type=int, default=1, help="decode steps per prompt "
+                    "(figures are those of the first; default 1)")
+    ap.add_argument("--context", type=int, default=None, help="positions to compile for "
+                    "(default: the compiler's)")
+    ap.add_argument("--clock-mhz", type=float, default=100.0)
+    ap.add_argument("--model", type=Path, default=None)
+    ap.add_argument("--json", type=Path, default=None, help="also write the figures here")
+    args = ap.parse_args(argv)
+
+    try:
+        lengths = [int(x) for x in args.prompts.split(",") if x.strip()]
+    except ValueError:
+        ap.error(f"--prompts must be comma-separated integers, not {args.prompts!r}")
+    if not lengths or min(lengths) < 1:
+        ap.error("--prompts: every prompt length must be at least 1 (BOS)")
+    if args.decode_steps < 1:
+        ap.error("--decode-steps must be at least 1")
+    try:
+        config = ChipConfig.from_string(args.config)
+    except ValueError as e:
+        ap.error(f"--config: {e}")
+    model_path = args.model or default_model_dir() / DEFAULT_CHECKPOINT
+    try:
+        checkpoint = load_checkpoint(model_path)
+    except (CheckpointError, OSError) as e:
+        ap.error(f"--model {model_path}: {e}")
+    try:
+        compiled = compile_model(checkpoint, config, context=args.context,
+                                 placement=args.placement)
+    except FitError as e:
+        ap.error(str(e))
+    if max(lengths) + args.decode_steps > compiled.context:
+        ap.error(f"a {max(lengths)}-token prompt and {args.decode_steps} decode step(s) need "
+                 f"{max(lengths) + args.decode_steps} positions; the compiled context is "
+                 f"{compiled.context} (--context)")
+    tok_path = model_path.parent / DEFAULT_TOKENIZER
+    tokenizer = str(tok_path) if tok_path.exists() else None
+
+    qm = compiled.qm
+    story = story_prompt(qm, max(lengths) + args.decode_steps)
+    print(f"[bench] {args.backend}, {config}, {args.placement} placement, context "
+          f"{compiled.context}; peak {config.peak_macs_per_cycle} MACs/cycle, "
+          f"{config.sram_read_bytes_per_cycle} SRAM bytes/cycle", file=sys.stderr, flush=True)
+    rows = []
+    for n in lengths:
+        r = run_one(compiled, story[:n], args.decode_steps, args.backend, tokenizer)
+        ok, why = _check(r["steps"], list(r["tokens"]), qm)
+        f = figures(compiled, n, r)
+        f.update(bit_exact=ok, mismatch=why, wall_seconds=r.get("wall_seconds"),
+                 cycles_per_second=r.get("cycles_per_second"))
+        rows.append(f)
+        print(_row(f, args.clock_mhz), file=sys.stderr, flush=True)
+    print(_table(rows, args, config))
+    if args.json:
+        args.json.write_text(json.dumps({"backend": args.backend, "config": str(config),
+                                         "placement": args.placement, "rows": rows}, indent=1))
+    return 0 if all(f["bit_exact"] for f in rows) else 1
+
+
+def _pct(x) -> str:
+    return "n/a" if x is None else f"{100 * x:.1f}%"
+
+
+def _row(f: dict, mhz: float) -> str:
+    return (f"[bench] prompt {f['prompt_tokens']}: decode at position {f['decode_pos']} "
+            f"{f['decode_cycles']:,} cycles ({mhz * 1e6 / f['decode_cycles']:,.0f} tokens/s "
+            f"at {mhz:g} MHz), roofline {_pct(f['roofline'])}; TTFT {f['ttft_cycles']:,} "
+            f"cycles, prefill MAC utilisation {_pct(f['prefill_mac_util'])}; "
+            f"{'bit-exact' if f['bit_exact'] else 'MISMATCH: ' + f['mismatch']}")
+
+
+def _table(rows, args, config) -> str:
+    head = (f"# chipotle benchmark: {args.backend}, {config}, {args.placement} placement "
+            f"(python -m chipotle.sim.bench --backend {args.backend} --config {args.config} "
+            f"--placement {args.placement} --prompts {args.prompts})\n"
+            "| prompt tokens | decode position | decode cycles/token | roofline | decode MAC "
+            "util. | TTFT cycles | prefill MAC util. | vs GoldenModel |\n"
+            "| --- | --- | --- | --- | --- | --- | --- | --- |")
+    lines = [head]
+    for f in rows:
+        lines.append(f"| {f['prompt_tokens']} | {f['decode_pos']} | {f['decode_cycles']:,} | "
+                     f"{_pct(f['roofline'])} | {_pct(f['decode_mac_util'])} | "
+                     f"{f['ttft_cycles']:,} | {_pct(f['prefill_mac_util'])} | "
+                     f"{'bit-exact' if f['bit_exact'] else 'MISMATCH'} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

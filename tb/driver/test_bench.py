@@ -1,0 +1,77 @@
+"""`chipotle.sim.bench`, the end-to-end performance benchmark, on the ISA simulator backend with
+the compiler's small synthetic model: the figures follow from the run's own cycles and
+counters, and a run that differs from ``GoldenModel`` is reported as a mismatch."""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pytest
+
+from chipotle.compiler import compile_model, small_model
+from chipotle.config import CONFIGS
+from chipotle.sim import bench
+
+SMALL = CONFIGS["small"]
+
+
+@functools.cache
+def _compiled(placement):
+    return compile_model(small_model(), SMALL, context=16, placement=placement)
+
+
+@pytest.mark.parametrize("placement", ["pipeline", "tensor"])
+def test_figures_from_a_run(placement):
+    cm = _compiled(placement)
+    prompt = bench.story_prompt(cm.qm, 6)
+    assert prompt[0] == bench.BOS and len(prompt) == 6
+    assert not {bench.BOS, bench.EOS} & set(prompt[1:])
+    r = bench.run_one(cm, prompt, 2, "isasim")
+    ok, why = bench._check(r["steps"], r["tokens"], cm.qm)
+    assert ok, why
+    f = bench.figures(cm, 6, r)
+    pre, dec = r["steps"][:r["prefill_steps"]], r["steps"][r["prefill_steps"]:]
+    assert len(dec) == 2 and f["decode_pos"] == 6 == dec[0]["pos"]
+    assert f["decode_cycles"] == dec[0]["cycles"] > 0
+    assert f["ttft_cycles"] == sum(s["cycles"] for s in pre) > 0
+    need = cm.weight_bytes_per_token() + cm.kv_bytes(6)
+    assert f["decode_bytes"] == need
+    assert f["roofline"] == pytest.approx(need / SMALL.sram_read_bytes_per_cycle
+                                          / dec[0]["cycles"])
+    # the prompt covers positions 0..5 in batches of at most M tokens
+    assert sum(len(s["tokens"]) for s in pre) == 6
+    assert all(len(s["tokens"]) <= SMALL.max_m for s in pre)
+
+
+def test_mismatch_is_reported():
+    cm = _compiled("tensor")
+    r = bench.run_one(cm, bench.story_prompt(cm.qm, 3), 1, "isasim")
+    last = r["steps"][-1]
+    bad = np.array(last["logits"], copy=True)
+    bad[0] += 1
+    last["logits"] = bad
+    ok, why = bench._check(r["steps"], r["tokens"], cm.qm)
+    assert not ok and f"position {last['pos']}" in why
+    last["logits"] = None
+    last["token"] = (last["token"] + 1) % cm.model.vocab_size
+    ok, why = bench._check(r["steps"], r["tokens"], cm.qm)
+    assert not ok and "token differs" in why
+
+
+def test_bad_arguments_are_usage_errors(capsys):
+    for argv in (["--prompts", "0"], ["--prompts", "a,b"], ["--decode-steps", "0"],
+                 ["--config", "mesh=banana"]):
+        with pytest.raises(SystemExit) as e:
+            bench.main(argv)
+        assert e.value.code == 2, argv
+
+
+@pytest.mark.model
+def test_prompt_past_the_context_is_refused(capsys, model_paths):
+    with pytest.raises(SystemExit) as e:
+        bench.main(["--backend", "isasim", "--model", str(model_paths[0]), "--context", "64",
+                    "--prompts", "1,64"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "65 positions" in err and "context is 64" in err
