@@ -38,13 +38,16 @@ MODEL_URL   := https://huggingface.co/karpathy/tinyllamas/resolve/main/stories26
 
 export WAVES
 
-.PHONY: all venv iverilog test sim generate bitstream models lint clean distclean help
+.PHONY: all venv iverilog test test-default sim bench generate bitstream models lint clean \
+        distclean help
 
 all: help
 
 help:
 	@echo "make sim        generate a story on the chip RTL under Verilator (PROMPT=, STEPS=, SIM=icarus, CONFIG=, WAVES=1)"
 	@echo "make test       run the regression (SIM=verilator|icarus, default both; WAVES=1)"
+	@echo "make test-default  the default 4x4 chip under Verilator: TEST_STEPS= tokens greedy from BOS, bit-exact with the golden model (slow)"
+	@echo "make bench      decode/prefill benchmark (BACKEND=, CONFIG=, PLACEMENT=, PROMPTS=1,64,256)"
 	@echo "make bitstream  FPGA bitstream + resource/timing report with YoWASP tools (BOARD=ulx3s-85f|icebreaker, CONFIG=, SYNTH_ONLY=1; docs/fpga.md)"
 	@echo "make models     download stories260K.bin and tok512.bin (needs network)"
 	@echo "make lint       ruff on the Python sources"
@@ -66,6 +69,21 @@ iverilog:
 
 test: venv
 	SIM=$(or $(SIM),verilator$(COMMA)icarus) $(PY) -m pytest -n $(JOBS) --durations=15 $(PYTEST_ARGS)
+
+# The slow check left out of `make test`: the default configuration's RTL, greedy from BOS
+# for TEST_STEPS tokens.
+TEST_STEPS  ?= 120
+test-default: venv
+	STEPS=$(TEST_STEPS) $(PY) -m pytest -m slow -s $(PYTEST_ARGS) \
+	  tb/driver/test_default_chip.py
+
+# The performance benchmark of docs/performance.md: decode at each prompt length's position,
+# prefill of the prompt (chipotle.sim.bench).
+PROMPTS     ?= 1,64,256
+bench: venv
+	$(PY) -m chipotle.sim.bench --backend $(BACKEND) --config "$(CONFIG)" \
+	  --placement $(PLACEMENT) --prompts $(PROMPTS) --clock-mhz $(CLOCK_MHZ) \
+	  $(if $(CONTEXT),--context $(CONTEXT),)
 
 sim: venv
 	$(VENV)/bin/chipotle generate --backend $(BACKEND) --prompt "$(PROMPT)" --steps $(STEPS) \

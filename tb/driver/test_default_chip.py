@@ -1,0 +1,60 @@
+"""stories260K on the default configuration's RTL (4 x 4 tiles, Verilator): greedy decoding
+from BOS, every step's token and int32 logits equal to ``GoldenModel``'s, and the text equal
+to the float reference's for as long as the golden model's is.
+
+Slow (the 4 x 4 chip's first Verilator build takes about 20 minutes, then about a million
+cycles of simulation), so it is marked ``slow`` and left out of ``make test``; run it with
+``make test-default`` (``TEST_STEPS=`` tokens, default 120)."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from chipotle.config import CONFIGS
+from chipotle.generate import StopReason
+from chipotle.golden import GoldenModel
+from chipotle.golden.measure import greedy
+from chipotle.model import load_checkpoint
+from chipotle.reference import Transformer
+
+DEFAULT = CONFIGS["default"]
+STEPS = int(os.environ.get("STEPS", "120"))
+
+
+@pytest.mark.slow
+@pytest.mark.rtl
+@pytest.mark.model
+def test_default_chip_greedy_from_bos(model_paths):
+    from chipotle.compiler import compile_model
+    from chipotle.sim.chiprun import Job, run_rtl
+
+    ckpt = load_checkpoint(model_paths[0])
+    cm = compile_model(ckpt, DEFAULT, placement="tensor")
+    job = Job(config=DEFAULT.as_dict(), model=cm, tokenizer=str(model_paths[1]),
+              prompt_tokens=[1], steps=STEPS, read_logits=True, placement="tensor")
+    res = run_rtl(job, sim="verilator")
+    n = res["generated"]
+    assert res["stop_reason"] == StopReason.STEPS.value or n > 0
+
+    # every step against the golden model (the compiler's quantisation)
+    gold = GoldenModel(cm.qm)
+    toks = res["tokens"]
+    want = greedy(gold, [1], len(toks) - 1)
+    assert toks == want[:len(toks)], "RTL tokens differ from GoldenModel's"
+    gold.reset()
+    logits = [gold.forward(t, p) for p, t in enumerate(toks[:-1])]
+    for s in res["steps"]:
+        assert np.array_equal(s["logits"], logits[s["pos"]]), f"logits differ at {s['pos']}"
+
+    # the float reference: identical tokens for as long as the golden model's are
+    ref = greedy(Transformer(ckpt), [1], len(toks) - 1)
+    div = next((i for i, (a, b) in enumerate(zip(want, ref, strict=True)) if a != b),
+               len(toks))
+    assert toks[:div] == ref[:div]
+    print(f"\n{n} tokens from BOS on the default chip, bit-exact with GoldenModel; identical "
+          f"to the float reference for the first {div - 1} generated tokens; decode "
+          f"{res['decode_cycles_per_token']:,.0f} cycles/token, "
+          f"{res['cycles_per_second']:,.0f} simulated cycles/s\n{res['text']}")
