@@ -3,7 +3,9 @@
 ``chipotle generate`` streams a story from a llama2.c checkpoint on a chosen backend, as
 llama2.c's ``run <checkpoint> -i PROMPT -n STEPS -t T -p P -s SEED`` does: the prompt is echoed
 as its tokens are forced, generated text follows as it is sampled, and a summary line goes to
-standard error at the end.
+standard error at the end.  One difference: ``--steps N`` counts generated tokens only, where
+llama2.c's ``-n`` counts positions, prompt included (``--steps N`` with a P-token prompt is
+``-n P + N`` there).
 
 Exit codes: 0 on success, 2 for a usage problem (a missing or malformed model file, a prompt
 longer than the context, an unavailable backend), 1 for anything else.
@@ -52,8 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--prompt", default="", metavar="TEXT",
                    help="text to continue (default: none, start from BOS)")
     g.add_argument("--steps", type=int, default=256, metavar="N",
-                   help="largest number of tokens to generate; 0: up to the context length "
-                        "(default: %(default)s)")
+                   help="largest number of tokens to generate, prompt not counted (llama2.c's "
+                        "-n counts it); 0: up to the context length (default: %(default)s)")
     g.add_argument("--temperature", type=float, default=1.0, metavar="T",
                    help="0 for greedy decoding (default: %(default)s, as llama2.c)")
     g.add_argument("--topp", type=float, default=0.9, metavar="P",
