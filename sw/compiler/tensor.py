@@ -135,17 +135,19 @@ def _requests(qm: QuantizedModel, isa: IsaConfig, roles: TensorRoles, xy, contex
     h0, h1 = roles.h[xy]
     No, Nh = o1 - o0, h1 - h0
     req = [(STEP_BLOCK, pad(step_block_layout(M, batches)["size"]), "step"),
-           ("g.x", M * xs, "g"), ("g.xa", M * xs, "g"), ("g.acc", M * as_, "g"),
-           ("g.gate", M * gs, "g")]
+           ("g.x", M * xs, "g"), ("g.xa", M * xs, "g"), ("g.y", M * max(as_, gs), "g")]
     att = xy in roles.kv
     tabs = [TableId.RSQRT, TableId.DYNQ, TableId.SIGMOID]
     if att:
         tabs += [TableId.EXP2, TableId.RECIP]
     req += [(f"tab.{t.name.lower()}", 2 * TABLE_ENTRIES[t], "table")
             for t in _TABLE_ORDER if t in tabs]
-    req += [("state", 12, "act"), ("mtab", 8 * (M + 1), "act"),
+    req += [("state", 16, "act"), ("mtab", 16 * (M + 1), "act"),
             ("ems", 4 * c.vocab_size, "act"), ("yo", M * pad(2 * max(No, 1)), "act"),
-            ("xo", M * pad(2 * max(No, 1)), "act"), ("xn", M * xs, "act")]
+            ("xo", M * pad(2 * max(No, 1)), "act"), ("xn", M * xs, "act"),
+            ("rec", M * rec(dim), "act"), ("grec", M * rec(hid), "act")]
+    if M > 2:
+        req += [("zeros", (M - 2) * rec(hid), "act")]
     if No:
         req += [("e", c.vocab_size * pad(No), "w")]
     if Nh:
@@ -163,9 +165,7 @@ def _requests(qm: QuantizedModel, isa: IsaConfig, roles: TensorRoles, xy, contex
                 ("padt", 4 * (context + 1), "act"), ("rope", context * 2 * hs, "kv")]
     for li in range(c.n_layers):
         p = f"l{li}."
-        req += [(p + "ffn_eps", 8, "c"), (p + "fg", 2 * dim, "act"),
-                (p + "arec", M * rec(dim), "act"), (p + "fq", M * rec(dim), "act"),
-                (p + "grec", M * rec(hid), "act")]
+        req += [(p + "ffn_eps", 8, "c"), (p + "fg", 2 * dim, "act")]
         if No:
             req += [(p + "wo_ms", 4 * No, "c"), (p + "w2_ms", 4 * No, "c"),
                     (p + "wo", No * pad(dim), "w"), (p + "w2", No * pad(hid), "w")]
@@ -176,7 +176,6 @@ def _requests(qm: QuantizedModel, isa: IsaConfig, roles: TensorRoles, xy, contex
             req += [(p + "att_eps", 8, "c"), (p + "att_ms", 4, "c"),
                     (p + "wq_ms", 4 * nq * hs, "c"), (p + "wk_ms", 4 * nk * hs, "c"),
                     (p + "wv_ms", 4 * nk * hs, "c"), (p + "ag", 2 * dim, "act"),
-                    (p + "xq", M * rec(dim), "act"),
                     (p + "wq", nq * hs * pad(dim), "w"), (p + "wk", nk * hs * pad(dim), "w"),
                     (p + "wv", nk * hs * pad(dim), "w"),
                     (p + "kcache", nk * context * krec, "kv"),
@@ -271,7 +270,7 @@ def _gather_slice(e, k, src, gbuf, off, nbytes, src_stride, cnt):
     """Per row: SEND `nbytes` from `src` (+ row * `src_stride`) to `gbuf` + `off` (+ row
     stride of `gbuf`) on every tile, bumping `cnt`; an empty SEND when `nbytes` is 0."""
     gs = {"g.x": k.isa.pad(2 * k.c.dim), "g.xa": k.isa.pad(2 * k.c.dim),
-          "g.gate": k.isa.pad(4 * k.c.hidden_dim)}[gbuf]
+          "g.y": k.isa.pad(4 * k.c.hidden_dim)}[gbuf]
     if nbytes == 0:
         e.loop("r2", lambda: e("send", k.a(gbuf), k.a(gbuf), 0, k.all, cnt))
         return
@@ -299,6 +298,25 @@ def _rows_op(e, k, emit):
     e.loop("r9", lambda: emit(1))
     e("ld", "r9", k.a("state", 0, 8))
     e.loop("r9", lambda: emit(M))
+
+
+def _zero_stale_rows(e, k):
+    """With ``1 < m < M`` rows, zero the rows ``m .. M - 1`` of the record buffers ``rec``
+    and ``grec`` (from ``zeros``), which the M-row matrix operations read: they are shared by
+    every layer and matrix, so a stale record there could carry a scale code that another
+    matrix's requantisation refuses (``ARITH``); a zero record never does.  Nothing writes
+    those rows within the step (every batch of a step has the same ``m``)."""
+    M, rec = k.isa.max_m, k.isa.record_bytes
+    if M <= 2:
+        return
+
+    def body():
+        for buf, n in (("rec", k.c.dim), ("grec", k.c.hidden_dim)):
+            e("mul", "r3", "r2", rec(n))
+            e("sub", "r4", (M * rec(n),), "r3")
+            e("copy", k.a(buf, 3), k.a("zeros"), "r4")
+    e("ld", "r9", k.a("mtab", 3, 8))
+    e.loop("r9", body)
 
 
 def _wait_all(e, k, cnt, n):
@@ -388,13 +406,13 @@ def _attention(e, k, li):
     kblock = k.context * krec
     as_ = pad(4 * dim)
     e.comment(f"layer {li} attention, KV heads {g0} .. {g1 - 1}, query heads {q0} .. {q1 - 1}")
-    _norm(e, k, "g.x", pad(2 * dim), p + "ag", p + "att_eps", ly.att_norm.shift, p + "xq")
-    _rows_op(e, k, lambda mm: e("matmul.i16", k.a("q16"), k.a(p + "xq"), k.a(p + "wq"),
+    _norm(e, k, "g.x", pad(2 * dim), p + "ag", p + "att_eps", ly.att_norm.shift, "rec")
+    _rows_op(e, k, lambda mm: e("matmul.i16", k.a("q16"), k.a("rec"), k.a(p + "wq"),
                                 k.lay[p + "wq_ms"], NQ, dim, mm))
-    _rows_op(e, k, lambda mm: e("matmul.i16", k.a("k16"), k.a(p + "xq"), k.a(p + "wk"),
+    _rows_op(e, k, lambda mm: e("matmul.i16", k.a("k16"), k.a("rec"), k.a(p + "wk"),
                                 k.lay[p + "wk_ms"], NK, dim, mm))
     e("mul", "r5", "r1", vs)
-    _rows_op(e, k, lambda mm: e("matmul.i8", k.a(p + "vcache", 5), k.a(p + "xq"),
+    _rows_op(e, k, lambda mm: e("matmul.i8", k.a(p + "vcache", 5), k.a("rec"),
                                 k.a(p + "wv"), k.lay[p + "wv_ms"], NK, dim, mm))
     e("mul", "r3", "r1", 2 * hs)
     e("mul", "r4", "r1", krec)
@@ -428,7 +446,7 @@ def _attention(e, k, li):
     aoff = 4 * q0 * hs
     e("add", "r3", "r1+1", 0)               # keys of the batch's first row
     e("add", "r6", k.a("qrec"), 0)
-    e("add", "r10", k.a("g.acc", 0, aoff), 0)
+    e("add", "r10", k.a("g.y", 0, aoff), 0)
     att_ms = k.lay[p + "att_ms"]
     g = nq // nk                            # query heads per KV head on this tile
     gc = max(d for d in range(1, min(g, isa.max_m) + 1) if g % d == 0)
@@ -459,7 +477,7 @@ def _attention(e, k, li):
         e("add", "r10", f"r10+{as_ - 4 * NQ}", 0)
     e.loop("r2", arow)
     e.comment("the heads' attention output, gathered on every tile")
-    e("add", "r6", k.a("g.acc", 0, aoff), 0)
+    e("add", "r6", k.a("g.y", 0, aoff), 0)
 
     def send():
         e("send", "r6", "r6", 4 * NQ, k.all, C_ACC)
@@ -480,8 +498,8 @@ def _layer(e, k, li):
         _attention(e, k, li)
     e.comment(f"layer {li} output projection rows {o0} .. {o1 - 1} and residual")
     _wait_all(e, k, C_ACC, len(k.roles.att_tiles))
-    e("add", "r6", k.a("g.acc"), 0)
-    e("add", "r7", k.a(p + "arec"), 0)
+    e("add", "r6", k.a("g.y"), 0)
+    e("add", "r7", k.a("rec"), 0)
 
     def orow():
         e("dynq.i8.i32", "r7", "r6", dim)
@@ -489,30 +507,30 @@ def _layer(e, k, li):
         e("add", "r7", f"r7+{rec(dim)}", 0)
     e.loop("r2", orow)
     if No:
-        _rows_op(e, k, lambda mm: e("matmul.i16", k.a("yo"), k.a(p + "arec"), k.a(p + "wo"),
+        _rows_op(e, k, lambda mm: e("matmul.i16", k.a("yo"), k.a("rec"), k.a(p + "wo"),
                                     k.lay[p + "wo_ms"], No, dim, mm))
     _residual(e, k, "yo", "g.x", C_XA)
     _wait_all(e, k, C_XA, k.T)
     e.comment(f"layer {li} feed-forward hidden rows {h0} .. {h1 - 1}")
     if Nh:
         hz = pad(2 * Nh)
-        _norm(e, k, "g.xa", pad(2 * dim), p + "fg", p + "ffn_eps", ly.ffn_norm.shift, p + "fq")
-        _rows_op(e, k, lambda mm: e("matmul.i16", k.a("h1"), k.a(p + "fq"), k.a(p + "w1"),
+        _norm(e, k, "g.xa", pad(2 * dim), p + "fg", p + "ffn_eps", ly.ffn_norm.shift, "rec")
+        _rows_op(e, k, lambda mm: e("matmul.i16", k.a("h1"), k.a("rec"), k.a(p + "w1"),
                                     k.lay[p + "w1_ms"], Nh, dim, mm))
-        _rows_op(e, k, lambda mm: e("matmul.i16", k.a("h3"), k.a(p + "fq"), k.a(p + "w3"),
+        _rows_op(e, k, lambda mm: e("matmul.i16", k.a("h3"), k.a("rec"), k.a(p + "w3"),
                                     k.lay[p + "w3_ms"], Nh, dim, mm))
 
         def gate(mm):
             e("silu.i16.i16", k.a("silu"), k.a("h1"), mm * hz // 2, ly.hidden_frac_bits)
             e("vmul.i32.i16", k.a("gl"), k.a("silu"), k.a("h3"), mm * hz // 2)
         _rows_op(e, k, gate)
-        _gather_slice(e, k, "gl", "g.gate", 4 * h0, pad(4 * Nh), 2 * hz, C_GATE)
+        _gather_slice(e, k, "gl", "g.y", 4 * h0, pad(4 * Nh), 2 * hz, C_GATE)
     else:
-        _gather_slice(e, k, None, "g.gate", 0, 0, 0, C_GATE)
+        _gather_slice(e, k, None, "g.y", 0, 0, 0, C_GATE)
     _wait_all(e, k, C_GATE, k.T)
     e.comment(f"layer {li} down projection rows {o0} .. {o1 - 1} and residual")
-    e("add", "r6", k.a("g.gate"), 0)
-    e("add", "r7", k.a(p + "grec"), 0)
+    e("add", "r6", k.a("g.y"), 0)
+    e("add", "r7", k.a("grec"), 0)
 
     def grow():
         e("dynq.i8.i32", "r7", "r6", hid)
@@ -520,7 +538,7 @@ def _layer(e, k, li):
         e("add", "r7", f"r7+{rec(hid)}", 0)
     e.loop("r2", grow)
     if No:
-        _rows_op(e, k, lambda mm: e("matmul.i16", k.a("yo"), k.a(p + "grec"), k.a(p + "w2"),
+        _rows_op(e, k, lambda mm: e("matmul.i16", k.a("yo"), k.a("grec"), k.a(p + "w2"),
                                     k.lay[p + "w2_ms"], No, hid, mm))
     _residual(e, k, "yo", "g.xa", C_X)
     _wait_all(e, k, C_X, k.T)
@@ -577,11 +595,12 @@ def tensor_program(qm: QuantizedModel, isa: IsaConfig, pl: Placement, roles: Ten
 
     def batch():
         e("ld", "r2", _sb(k, "m"))
-        e("mul", "r3", "r2", 8)             # the flags m == 1, m > 1 into state+4, state+8
+        e("mul", "r3", "r2", 16)            # the flags m == 1, m > 1 into state+4, state+8
         e("ld", "r4", k.a("mtab", 3))
         e("st", k.a("state", 0, 4), "r4")
         e("ld", "r4", k.a("mtab", 3, 4))
         e("st", k.a("state", 0, 8), "r4")
+        _zero_stale_rows(e, k)
         _embedding(e, k)
         _wait_all(e, k, C_X, k.T)
         for li in range(k.c.n_layers):
@@ -612,7 +631,9 @@ def tensor_images(qm: QuantizedModel, isa: IsaConfig, pl: Placement, roles: Tens
         h0, h1 = roles.h[xy]
         emb = qm.embedding
         d["ems"] = requant_table(emb.m, emb.s)
-        d["mtab"] = np.array([(int(m == 1), int(m > 1)) for m in range(isa.max_m + 1)], "<u4")
+        M = isa.max_m
+        d["mtab"] = np.array([(int(m == 1), int(m > 1), int(1 < m < M), 0)
+                              for m in range(M + 1)], "<u4")
         if o1 > o0:
             d["e"] = padded_rows(emb.w[:, o0:o1], isa)
         att = xy in roles.kv

@@ -1,0 +1,177 @@
+"""Where a step's cycles go: a per-tile, per-phase, per-instruction-class breakdown from the
+ISA simulator's cost model (an estimate; the RTL is the authority on cycles).
+
+``python -m chipotle.compiler.profile [--placement tensor] [--pos 64]`` prints the
+breakdown of one decode step of stories260K (the command behind the table in
+``docs/architecture.md``, "Where a decode step's cycles go").
+
+A *phase* is the text of the last comment the code generator put before an instruction
+(``layer 3 attention ...`` and so on) with the layer number removed, so that the phases of
+every layer add up.  An instruction's *cycles* are the tile's clock advance while it executes
+(its issue cost, a WAIT's stall, or the stall of waiting for a background matrix instruction,
+which is charged to the class ``matrix wait`` of the instruction that waited); the matrix
+unit's own busy cycles under other work are reported apart (``matrix unit``), as they do not
+advance the clock.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+
+__all__ = ["phase_of_pc", "profile_plan", "format_profile", "CLASSES"]
+
+#: Instruction classes, in print order.
+CLASSES = ("matrix", "matrix wait", "vector", "send", "wait", "kvapp", "scalar")
+
+
+def phase_of_pc(source: str) -> list:
+    """Return the phase of every instruction of an assembly text (index = PC).
+
+    Parameters
+    ----------
+    source : str
+        A program of `chipotle.compiler` (comments ``; text``, labels ``name:``).
+
+    Returns
+    -------
+    list of str
+        One phase name per instruction; ``"entry"`` before the first comment.
+    """
+    phase, out = "entry", []
+    for line in source.splitlines():
+        s = line.strip()
+        if not s:
+            continue
+        if s.startswith(";") or s.startswith("#"):
+            phase = re.sub(r"^layer \d+ ", "layer: ", s[1:].strip())
+            phase = re.sub(r"rows? \d+ \.\. \d+", "rows", phase)
+            phase = re.sub(r"(KV|query) heads \d+ \.\. \d+", r"\1 heads", phase)
+            phase = re.sub(r"columns \d+ \.\. \d+", "columns", phase)
+            continue
+        if s.endswith(":") or s.startswith("."):
+            continue
+        out.append(phase)
+    return out
+
+
+def _klass(op) -> str:
+    from ..isa.core import SCALAR_OPS, Opcode
+    if op in SCALAR_OPS or op in (Opcode.NOP, Opcode.HALT, Opcode.DONE, Opcode.LOOP):
+        return "scalar"
+    if op == Opcode.WAIT:
+        return "wait"
+    if op == Opcode.SEND:
+        return "send"
+    if op in (Opcode.KVAPP, Opcode.COPY, Opcode.TABLE):
+        return "kvapp"
+    if op.value >> 4 == 3:
+        return "matrix"
+    return "vector"
+
+
+def profile_plan(sim, compiled, plan) -> tuple:
+    """Run one `StepPlan` on `sim` (as `chipotle.compiler.run.run_plan_isasim`) and return
+    its result and the cycle breakdown.
+
+    Returns
+    -------
+    (StepResult, dict)
+        The dict maps ``(x, y)`` to ``{phase: {class: cycles}}`` (classes of `CLASSES`, plus
+        ``"matrix unit"``: the matrix unit's busy cycles, which overlap the others).
+    """
+    from ..isa.core import instr_cycles
+    from .run import run_plan_isasim
+    phases = {xy: phase_of_pc(text) for xy, text in compiled.sources.items()}
+    prof: dict = {xy: defaultdict(lambda: defaultdict(int)) for xy in compiled.sources}
+    execute, sync = sim._execute, sim._mx_sync
+
+    def _execute(t, i):
+        c0, pc = t.perf.cycles, t.pc
+        nxt = execute(t, i)
+        if nxt is not None and t.xy in prof:
+            ph = phases[t.xy][pc]
+            prof[t.xy][ph][_klass(i.op)] += t.perf.cycles - c0
+            if i.op.value >> 4 == 3:
+                prof[t.xy][ph]["matrix unit"] += instr_cycles(i, sim.config, t._len(i.n))
+        return nxt
+
+    def _mx_sync(t):
+        c0, pc = t.perf.cycles, t.pc
+        sync(t)
+        if t.xy in prof:
+            prof[t.xy][phases[t.xy][pc]]["matrix wait"] += t.perf.cycles - c0
+
+    sim._execute, sim._mx_sync = _execute, _mx_sync
+    try:
+        res = run_plan_isasim(sim, compiled, plan)
+    finally:
+        del sim._execute, sim._mx_sync
+    return res, {xy: {ph: dict(d) for ph, d in p.items()} for xy, p in prof.items()}
+
+
+def format_profile(prof: dict, tiles=None) -> str:
+    """Return the breakdown as a text table: per phase, cycles per class summed over
+    `tiles` (default all) and divided by their number (a mean tile)."""
+    tiles = list(prof) if tiles is None else list(tiles)
+    order: list = []
+    for xy in tiles:
+        for ph in prof[xy]:
+            if ph not in order:
+                order.append(ph)
+    cols = (*CLASSES, "matrix unit")
+    head = f"{'phase':<48}" + "".join(f"{c:>12}" for c in cols) + f"{'clock':>9}"
+    lines = [head]
+    tot = defaultdict(float)
+    for ph in order:
+        row = {c: sum(prof[xy].get(ph, {}).get(c, 0) for xy in tiles) / len(tiles)
+               for c in cols}
+        clock = sum(row[c] for c in CLASSES)
+        for c in cols:
+            tot[c] += row[c]
+        lines.append(f"{ph[:48]:<48}" + "".join(f"{row[c]:12,.0f}" for c in cols)
+                     + f"{clock:9,.0f}")
+    lines.append(f"{'total':<48}" + "".join(f"{tot[c]:12,.0f}" for c in cols)
+                 + f"{sum(tot[c] for c in CLASSES):9,.0f}")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> None:
+    """Print the cycle breakdown of one decode step of stories260K."""
+    import argparse
+
+    from ..config import ChipConfig
+    from ..golden import quantize
+    from ..model import load_checkpoint
+    from ..paths import default_model_dir
+    from . import compile_model
+    from .run import load_isasim, run_step_isasim
+    ap = argparse.ArgumentParser(prog="python -m chipotle.compiler.profile",
+                                 description=main.__doc__)
+    ap.add_argument("--config", default="default")
+    ap.add_argument("--placement", choices=("pipeline", "tensor"), default="tensor")
+    ap.add_argument("--pos", type=int, default=64)
+    ap.add_argument("--context", type=int, default=None)
+    args = ap.parse_args(argv)
+    cfg = ChipConfig.from_string(args.config)
+    qm = quantize(load_checkpoint(default_model_dir() / "stories260K.bin"))
+    cm = compile_model(qm, cfg, args.context, placement=args.placement)
+    sim = load_isasim(cm)
+    toks = [(7 * i + 1) % qm.config.vocab_size for i in range(args.pos + 1)]
+    M = cfg.max_m
+    for p in range(0, args.pos, M):
+        run_step_isasim(sim, cm, toks[p:min(p + M, args.pos)], p)
+    res, prof = profile_plan(sim, cm, cm.step([toks[args.pos]], args.pos))
+    print(f"decode step at position {args.pos}, {args.placement} placement, {cfg}: "
+          f"{res.cycles:,} cycles (estimate)")
+    groups = {}
+    for xy in prof:
+        key = "attention tiles" if "rope" in cm.placement.tiles[xy].regions else "other tiles"
+        groups.setdefault(key, []).append(xy)
+    for name, tiles in groups.items():
+        print(f"\n{name} ({len(tiles)}), mean per tile:")
+        print(format_profile(prof, tiles))
+
+
+if __name__ == "__main__":
+    main()
