@@ -45,12 +45,14 @@ from .isa.core import (
     Len,
     Opcode,
     TableId,
+    background_unit,
     decode,
+    hazard,
     instr_cycles,
     matrix_footprint,
-    ranges_overlap,
     rect_decode,
     send_flits,
+    send_footprint,
     signed_imm,
     vector_footprint,
 )
@@ -150,13 +152,14 @@ class _Fault(Exception):
 
 @dataclass
 class _InFlight:
-    """The matrix instruction running in the background (``IsaConfig.overlap``)."""
+    """A unit's last background instruction (``IsaConfig.overlap``): a scoreboard entry."""
 
     reads: list
     write: tuple
-    until: int                  # estimated cycle its write-back ends
+    until: int                  # estimated cycle the unit finishes it
     pc: int
-    fault: _Fault | None        # its ARITH, reported at the next sync point
+    fault: _Fault | None        # its error, reported at the next sync point
+    seq: int                    # issue order (the oldest fault is reported)
 
 
 def weighted_sum(p: np.ndarray, v: np.ndarray) -> np.ndarray:
@@ -244,7 +247,9 @@ class Tile:
         self.error_message = ""
         self.perf = Perf()
         self._wait = None
-        self._mx: _InFlight | None = None
+        #: The scoreboard: unit (`BACKGROUND_UNITS`) -> its entry, while in flight or faulted.
+        self._busy: dict[str, _InFlight] = {}
+        self._seq = 0
 
     @property
     def counters(self) -> list[int]:
@@ -528,16 +533,20 @@ class IsaSim:
                 if isinstance(instr, IllegalInstruction):
                     raise _Fault(ErrorCode.ILLEGAL, f"illegal instruction "
                                                     f"{t.imem[pc]:#034x}: {instr}")
-                if t._mx is not None and self._mx_waits(t, instr):
-                    self._mx_sync(t)
-                nxt = self._execute(t, instr)
+                if t._busy:
+                    self._sync(t, self._sync_units(t, instr))
+                if self.config.overlap and background_unit(instr.op) is not None:
+                    nxt = self._issue(t, instr)
+                else:
+                    nxt = self._execute(t, instr)
                 if nxt is None:            # blocked on WAIT
                     return done
             except _Fault as f:
                 err = f
-                if t._mx is not None and t._mx.fault is not None:
-                    # the in-flight matrix instruction's ARITH comes first in program order
-                    err, pc = t._mx.fault, t._mx.pc
+                first = self._first_fault(t)
+                if first is not None:
+                    # an earlier background instruction's error comes first in program order
+                    err, pc = first.fault, first.pc
                 t.state = TileState.ERROR
                 t.error, t.error_pc, t.error_message = err.code, pc, str(err)
                 return done + 1
@@ -555,32 +564,73 @@ class IsaSim:
             t.pc = nxt
         return done
 
-    def _mx_waits(self, t: Tile, i: Instr) -> bool:
-        """Return whether `i` is a sync point of the in-flight matrix instruction.
+    def _sync_units(self, t: Tile, i: Instr) -> list:
+        """Return the scoreboard entries `i` waits for (``docs/tile.md``, "Issue policy").
 
-        The scoreboard of ``docs/tile.md`` ("Issue policy"), the RTL's rule: scalar and
-        control instructions never wait; vector instructions wait when their
-        `vector_footprint` meets the matrix instruction's Y (RAW, WAW) or their write meets
-        its X, W or table (WAR); every other instruction waits.
+        Scalar and control instructions: none.  A matrix or vector instruction: its own
+        unit's entry and every entry it has a hazard with (`hazard` of its footprint and the
+        entry's ranges).  Every other instruction, ``SEND`` included (its packets release
+        everything before it), waits for all.
         """
         op = i.op
         if op in SCALAR_OPS:
-            return False
-        if op.value >> 4 not in (1, 2):
-            return True
-        reads, write = vector_footprint(op, t._val(i.d), t._val(i.a), t._val(i.b), t._len(i.n),
-                                        i.c, i.imm, self.config.word_bytes)
-        mx = t._mx
-        return (any(ranges_overlap(r, mx.write) for r in (*reads, write))
-                or any(ranges_overlap(write, r) for r in mx.reads))
+            return []
+        unit = background_unit(op)
+        if unit not in ("matrix", "vector"):
+            return list(t._busy)
+        reads, write = self._footprint(t, i)
+        return [u for u, e in t._busy.items()
+                if u == unit or hazard(reads, write, e.reads, e.write)]
 
-    def _mx_sync(self, t: Tile) -> None:
-        """Wait for the in-flight matrix instruction; raise its ARITH if it hit one."""
-        mx = t._mx
-        if mx.fault is not None:
-            raise mx.fault
-        t.perf.cycles = max(t.perf.cycles, mx.until)
-        t._mx = None
+    def _footprint(self, t: Tile, i: Instr) -> tuple:
+        """The SRAM byte ranges (reads, write) of a background instruction, resolved now."""
+        W = self.config.word_bytes
+        d, a, b, n = t._val(i.d), t._val(i.a), t._val(i.b), t._len(i.n)
+        if i.op == Opcode.SEND:
+            return send_footprint(d, a, n)
+        if i.op.value >> 4 in (1, 2):
+            return vector_footprint(i.op, d, a, b, n, i.c, i.imm, W)
+        return matrix_footprint(i.op, d, a, b, n, i.c, i.m, i.imm, i.td, W)
+
+    def _first_fault(self, t: Tile) -> _InFlight | None:
+        """The oldest scoreboard entry that finished with an error, if any."""
+        bad = [e for e in t._busy.values() if e.fault is not None]
+        return min(bad, key=lambda e: e.seq) if bad else None
+
+    def _sync(self, t: Tile, units: list) -> None:
+        """Wait for the entries of `units`; if one of them failed, raise the oldest error of
+        all entries (the RTL drains every unit and reports the first in program order)."""
+        if any(t._busy[u].fault is not None for u in units):
+            raise self._first_fault(t).fault
+        for u in units:
+            t.perf.cycles = max(t.perf.cycles, t._busy.pop(u).until)
+
+    def _issue(self, t: Tile, i: Instr):
+        """Run a background instruction (``overlap``): execute it now (the simulator is
+        sequential; the hazard rule makes that equivalent), note its error instead of
+        raising it, and enter it in the scoreboard with the cycle its unit finishes."""
+        cfg = self.config
+        unit = background_unit(i.op)
+        reads, write = self._footprint(t, i)
+        start = t.perf.cycles
+        fault = None
+        try:
+            self._execute(t, i)
+        except _Fault as f:
+            if unit == "matrix" and f.code != ErrorCode.ARITH:
+                raise               # its checks come before it retires: not deferred
+            fault = f               # the matrix unit's ARITH (charged), the others' checks
+            if unit != "matrix":
+                t.perf.cycles = start + instr_cycles(i, cfg, 0)
+        if unit == "matrix":
+            # the controller retires it after its checks and the issue (3 cycles); its
+            # ARITH is the only error found in the background (the checks raised above)
+            until, t.perf.cycles = t.perf.cycles, start + 2 + cfg.cost.issue
+        else:
+            until, t.perf.cycles = t.perf.cycles, start + cfg.cost.issue
+        t._seq += 1
+        t._busy[unit] = _InFlight(reads, write, until, t.pc, fault, t._seq)
+        return t.pc + 1
 
     def _charge(self, t: Tile, instr: Instr, n: int, unit: str | None = None) -> int:
         cyc = instr_cycles(instr, self.config, n)
@@ -890,7 +940,7 @@ class IsaSim:
             fault = _Fault(ErrorCode.ARITH, f"{op.name.lower()}: {e}")
             if not cfg.overlap:
                 raise fault from None
-            y = None
+            y = None            # the RTL checks Y before it finds the ARITH (above)
         else:
             fault = None
         t._span(ya, (M - 1) * ystride + N * es, es, "Y")
@@ -898,17 +948,9 @@ class IsaSim:
             for r in range(M):
                 t._write(ya + r * ystride, y[r], i.td)
             t.perf.macs += M * N * K
-        if not cfg.overlap:
-            self._charge(t, i, N, "matrix_cycles")
-            return t.pc + 1
-        # In the background: the controller retires it after issue and check (3 cycles);
-        # the unit is busy until its estimated end; its ARITH is reported at the next sync
-        # point, with its PC.
-        cyc = instr_cycles(i, cfg, N)
-        t.perf.matrix_cycles += cyc
-        reads, write = matrix_footprint(op, ya, xa, wa, N, i.c, M, K, i.td, W)
-        t._mx = _InFlight(reads, write, t.perf.cycles + cyc, t.pc, fault)
-        t.perf.cycles += 2 + cfg.cost.issue
+        self._charge(t, i, N, "matrix_cycles")
+        if fault is not None:
+            raise fault
         return t.pc + 1
 
 

@@ -399,12 +399,65 @@ class Controller(wiring.Component):
                 m.next = "Fetch"
 
         ov = p["overlap"]
-        # ---- overlap scoreboard: the in-flight matrix instruction -------------------------
+        # ---- overlap scoreboard: one entry per background unit (0 matrix, 1 vector, 2 net) --
+        # An entry is live while its instruction is in flight (busy) or finished with an
+        # error (fault, kept until the next sync point reports it).  Ranges are byte ranges
+        # [lo, hi) resolved at issue; hi saturates at 2**32 (exact for the compare, every lo
+        # is below 2**32).
         mx_busy = Signal()      # issued, write-back not finished
         mx_fault = Signal()     # it finished with ARITH (reported at the next sync point)
         mx_pc = Signal(pcw)
+        vx_busy = Signal()      # a vector instruction issued, its completion not yet taken
+        vx_fault = Signal()
+        vx_code = Signal(ErrorCode)
+        vx_pc = Signal(pcw)
+        nt_busy = Signal()      # a SEND handed to the network interface, not completed
+        nt_fault = Signal()
+        nt_code = Signal(ErrorCode)
+        nt_pc = Signal(pcw)
+
+        def rng(name):
+            return (Signal(32, name=f"{name}_lo"), Signal(33, name=f"{name}_hi"))
+
+        vr_a, vr_b, vr_c, vr_d = rng("vx_a"), rng("vx_b"), rng("vx_c"), rng("vx_d")
+        vr_b_en = Signal()
+        vr_c_en = Signal()
+        nr_src, nr_dst = rng("nt_src"), rng("nt_dst")
+        # older[(u, v)]: unit u's entry was issued before unit v's
+        older = {(u, v): Signal(name=f"older_{u}_{v}") for u in range(3) for v in range(3)
+                 if u != v}
+        busy3 = Cat(mx_busy, vx_busy, nt_busy)
+        fault3 = Cat(mx_fault, vx_fault, nt_fault)
+        live3 = busy3 | fault3
+        ex_sync = Signal(3)     # Execute: the live entries the decoded instruction waits for
+        mc_sync = Signal(3)     # Matrix-Check: the live entries the matrix instruction waits for
         err_pc = Signal(pcw)
-        mx_hazard = Signal()    # the decoded instruction must wait for the matrix instruction
+
+        # The decoded instruction's class and, for a vector instruction, its footprint
+        # (chipotle.isa.core.vector_footprint: a for 4 n bytes, b for 4 n (wsum: n c +
+        # 4 imm), rmsnorm's epsilon 8 bytes at c; writes d for 4 n + W (wsum: 4 imm)).
+        opv = ins.op.as_value()
+        vec_ops = [o for o in Opcode if o.value >> 4 in (1, 2)]
+        is_vec = Cat(*(opv == o.value for o in vec_ops)).any()
+        is_mat = Cat(*(opv == o.value for o in _MATRIX_OPS)).any()
+        is_scalar = Cat(*(opv == o.value for o in sorted(SCALAR_OPS,
+                                                         key=lambda o: o.value))).any()
+        uses_b = Cat(*(opv == o.value for o in vec_ops if "b.reg" in SPECS[o].fields)).any()
+        is_wsum = opv == Opcode.WSUM.value
+        is_rms = opv == Opcode.RMSNORM.value
+        e = n_val << 2
+        v_a = (a_val, a_val + e)
+        v_b = (b_val, b_val + Mux(is_wsum, n_val * ins.c + (ins.imm << 2), e))
+        v_c = (ins.c, ins.c + 8)
+        v_d = (d_val, d_val + Mux(is_wsum, ins.imm << 2, e + W))
+
+        def sat33(v):
+            return Mux(v >= 2 ** 32, 2 ** 32, v)[:33]
+
+        def issued(u):
+            for v in range(3):
+                if v != u:
+                    m.d.sync += [older[(v, u)].eq(1), older[(u, v)].eq(0)]
 
         def fail(code):
             m.d.sync += error.eq(code)
@@ -492,12 +545,12 @@ class Controller(wiring.Component):
                 op = ins.op
                 first = m.If
                 if ov:
-                    with m.If(legal & (mx_busy | mx_fault) & mx_hazard):
-                        # A sync point of the in-flight matrix instruction: wait for it, or
-                        # stop on its ARITH with its PC.
-                        with m.If(mx_fault):
-                            m.d.sync += [error.eq(ErrorCode.ARITH), err_pc.eq(mx_pc)]
-                            m.next = "Error"
+                    with m.If(legal & ex_sync.any()):
+                        # A sync point: wait for those entries; if one failed, drain every
+                        # unit and stop with the first error in program order.
+                        m.d.comb += self.stall_net.eq(ex_sync[2] & nt_busy)
+                        with m.If((ex_sync & fault3).any()):
+                            m.next = "Drain"
                     first = m.Elif
                 with first(~legal):
                     fail(ErrorCode.ILLEGAL)
@@ -580,7 +633,20 @@ class Controller(wiring.Component):
                         self.stall_net.eq(1),
                     ]
                     with m.If(self.o_net.ready):
-                        m.next = "Net-Done"
+                        if ov:
+                            with m.If(op == Opcode.SEND):
+                                # In the background: the entry waits for its completion.
+                                m.d.sync += [nt_busy.eq(1), nt_fault.eq(0), nt_pc.eq(pc),
+                                             nr_src[0].eq(a_val),
+                                             nr_src[1].eq(sat33(a_val + n_val)),
+                                             nr_dst[0].eq(d_val),
+                                             nr_dst[1].eq(sat33(d_val + n_val))]
+                                issued(2)
+                                do_retire(pc1)
+                            with m.Else():
+                                m.next = "Net-Done"
+                        else:
+                            m.next = "Net-Done"
                 with m.Elif(op == Opcode.KVAPP):
                     # Source checks in the simulator's order (K record, then V row: alignment,
                     # then range); the slot and position are the KV store's to check.
@@ -652,7 +718,21 @@ class Controller(wiring.Component):
                         self.o_vec.payload.n.eq(n_val),
                     ]
                     with m.If(self.o_vec.ready):
-                        m.next = "Vector"
+                        if ov:
+                            with m.If(op == Opcode.TABLE):
+                                m.next = "Vector"
+                            with m.Else():
+                                # In the background: the entry waits for its completion.
+                                m.d.sync += [vx_busy.eq(1), vx_fault.eq(0), vx_pc.eq(pc),
+                                             vr_a[0].eq(v_a[0]), vr_a[1].eq(sat33(v_a[1])),
+                                             vr_b[0].eq(v_b[0]), vr_b[1].eq(sat33(v_b[1])),
+                                             vr_c[0].eq(v_c[0]), vr_c[1].eq(sat33(v_c[1])),
+                                             vr_d[0].eq(v_d[0]), vr_d[1].eq(sat33(v_d[1])),
+                                             vr_b_en.eq(uses_b), vr_c_en.eq(is_rms)]
+                                issued(1)
+                                do_retire(pc1)
+                        else:
+                            m.next = "Vector"
 
             with m.State("Load-Read"):
                 m.d.comb += [st.eq(ControllerState.RUNNING), self.bus.en.eq(1),
@@ -754,7 +834,15 @@ class Controller(wiring.Component):
 
             with m.State("Matrix-Check"):
                 m.d.comb += st.eq(ControllerState.RUNNING)
-                with m.If((mx_m > max_m) | (mx_k > p["k_max"]) | (mx_n == 0)):
+                first = m.If
+                if ov:
+                    # Hazards with the in-flight vector instruction and SEND (the matrix
+                    # entry was synced at Execute: the same unit).
+                    with m.If(mc_sync.any()):
+                        with m.If((mc_sync & fault3).any()):
+                            m.next = "Drain"
+                    first = m.Elif
+                with first((mx_m > max_m) | (mx_k > p["k_max"]) | (mx_n == 0)):
                     fail(ErrorCode.SHAPE)
                 with m.Elif(misaligned(mx_xa, W) | misaligned(mx_wa, W)):
                     fail(ErrorCode.ALIGN)
@@ -805,7 +893,8 @@ class Controller(wiring.Component):
                 with m.If(cmd_done & job_done):
                     if ov:
                         # Retire now; the scoreboard tracks it until the write-back ends.
-                        m.d.sync += [mx_busy.eq(1), mx_pc.eq(pc)]
+                        m.d.sync += [mx_busy.eq(1), mx_fault.eq(0), mx_pc.eq(pc)]
+                        issued(0)
                         do_retire(pc1)
                     else:
                         m.next = "Matrix-Run"
@@ -820,10 +909,19 @@ class Controller(wiring.Component):
 
             if ov:
                 with m.State("Drain"):
+                    # Wait for every unit; the first error in program order wins (an entry's
+                    # over a later instruction's, which fail() recorded).
                     m.d.comb += st.eq(ControllerState.RUNNING)
-                    with m.If(~mx_busy):
-                        with m.If(mx_fault):
+                    with m.If(~busy3.any()):
+                        firsts = [fault3[u] & ~Cat(*(fault3[v] & older[(v, u)]
+                                                     for v in range(3) if v != u)).any()
+                                  for u in range(3)]
+                        with m.If(firsts[0]):
                             m.d.sync += [error.eq(ErrorCode.ARITH), err_pc.eq(mx_pc)]
+                        with m.Elif(firsts[1]):
+                            m.d.sync += [error.eq(vx_code), err_pc.eq(vx_pc)]
+                        with m.Elif(firsts[2]):
+                            m.d.sync += [error.eq(nt_code), err_pc.eq(nt_pc)]
                         m.next = "Error"
 
         if ov:
@@ -834,33 +932,48 @@ class Controller(wiring.Component):
             with m.If(mx_busy):
                 m.d.comb += self.matrix_active.eq(1)
 
-            # The scoreboard compare (chipotle.isa.vector_footprint / matrix_footprint, the
-            # same formulas): a vector instruction waits when its ranges meet the matrix
-            # instruction's Y (RAW, WAW) or its writes meet X, W or the table (WAR);
-            # scalar and control instructions never wait; every other one always does.
+            with m.If(vx_busy):
+                m.d.comb += self.i_vec_done.ready.eq(1)
+                with m.If(self.i_vec_done.valid):
+                    code = self.i_vec_done.payload.error
+                    m.d.sync += [vx_busy.eq(0), vx_fault.eq(code != ErrorCode.NONE),
+                                 vx_code.eq(code)]
+            with m.If(nt_busy):
+                m.d.comb += self.i_net_done.ready.eq(1)
+                with m.If(self.i_net_done.valid):
+                    code = self.i_net_done.payload.error
+                    m.d.sync += [nt_busy.eq(0), nt_fault.eq(code != ErrorCode.NONE),
+                                 nt_code.eq(code)]
+
+            # The scoreboard compare (chipotle.isa.core: vector_footprint, matrix_footprint,
+            # send_footprint, hazard; the same formulas): a read of the new instruction
+            # meets an entry's write (RAW), its write meets the entry's write (WAW) or reads
+            # (WAR).  Scalar and control instructions never wait; a vector instruction waits
+            # for the vector entry and the entries it has a hazard with; a matrix instruction
+            # for the matrix entry here and its hazards in Matrix-Check; every other
+            # instruction (SEND included) for every entry.
             def meet(r1, r2):
                 return (r1[0] < r2[1]) & (r2[0] < r1[1])
 
-            opv = ins.op.as_value()
-            vec_ops = [o for o in Opcode if o.value >> 4 in (1, 2)]
-            is_vec = Cat(*(opv == o.value for o in vec_ops)).any()
-            is_scalar = Cat(*(opv == o.value for o in sorted(SCALAR_OPS,
-                                                             key=lambda o: o.value))).any()
-            uses_b = Cat(*(opv == o.value for o in vec_ops if "b.reg" in SPECS[o].fields)).any()
-            is_wsum = opv == Opcode.WSUM.value
-            is_rms = opv == Opcode.RMSNORM.value
-            e = n_val << 2
-            v_a = (a_val, a_val + e)
-            v_b = (b_val, b_val + Mux(is_wsum, n_val * ins.c + (ins.imm << 2), e))
-            v_c = (ins.c, ins.c + 8)
-            v_d = (d_val, d_val + Mux(is_wsum, ins.imm << 2, e + W))
             m_x = (mx_xa, x_end)
             m_w = (mx_wa, w_end)
             m_t = (mx_c, mx_c + tab_bytes)
             m_y = (mx_ya, y_end)
-            vec_hz = (meet(v_a, m_y) | uses_b & meet(v_b, m_y) | is_rms & meet(v_c, m_y)
-                      | meet(v_d, m_y) | meet(v_d, m_x) | meet(v_d, m_w)
-                      | ~is_raw & meet(v_d, m_t))
-            m.d.comb += mx_hazard.eq(Mux(is_vec, vec_hz, ~is_scalar))
+            vec_vs_mx = (meet(v_a, m_y) | uses_b & meet(v_b, m_y) | is_rms & meet(v_c, m_y)
+                         | meet(v_d, m_y) | meet(v_d, m_x) | meet(v_d, m_w)
+                         | ~is_raw & meet(v_d, m_t))
+            vec_vs_nt = (meet(v_a, nr_dst) | uses_b & meet(v_b, nr_dst)
+                         | is_rms & meet(v_c, nr_dst) | meet(v_d, nr_dst) | meet(v_d, nr_src))
+            need_mx = Mux(is_scalar, 0, Mux(is_vec, vec_vs_mx, 1))
+            need_vx = ~is_scalar & ~is_mat
+            need_nt = Mux(is_scalar | is_mat, 0, Mux(is_vec, vec_vs_nt, 1))
+            m.d.comb += ex_sync.eq(Cat(need_mx, need_vx, need_nt) & live3)
+
+            mat_vs_vx = (meet(m_x, vr_d) | meet(m_w, vr_d) | ~is_raw & meet(m_t, vr_d)
+                         | meet(m_y, vr_d) | meet(m_y, vr_a) | vr_b_en & meet(m_y, vr_b)
+                         | vr_c_en & meet(m_y, vr_c))
+            mat_vs_nt = (meet(m_x, nr_dst) | meet(m_w, nr_dst) | ~is_raw & meet(m_t, nr_dst)
+                         | meet(m_y, nr_dst) | meet(m_y, nr_src))
+            m.d.comb += mc_sync.eq(Cat(C(0, 1), mat_vs_vx, mat_vs_nt) & live3)
 
         return m

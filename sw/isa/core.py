@@ -28,6 +28,7 @@ __all__ = [
     "encode", "decode", "rect_encode", "rect_decode", "signed_imm",
     "CostModel", "IsaConfig", "instr_cycles", "send_flits", "vector_cycles",
     "SCALAR_OPS", "MATRIX_OPS", "vector_footprint", "matrix_footprint", "ranges_overlap",
+    "BACKGROUND_UNITS", "background_unit", "send_footprint", "hazard",
 ]
 
 #: Width of an instruction word in bits (and bytes).
@@ -616,11 +617,49 @@ def decode(word: int) -> Instr:
 
 # -- overlap scoreboard (docs/tile.md, "Issue policy") ------------------------------------------
 
-#: Instructions that never wait for an in-flight matrix instruction (no SRAM access).
+#: Instructions that never wait for an in-flight instruction (no SRAM access).
 SCALAR_OPS = frozenset({Opcode.NOP, Opcode.LI, Opcode.ADD, Opcode.SUB, Opcode.MUL,
                         Opcode.LOOP})
 #: The matrix unit's instructions.
 MATRIX_OPS = frozenset({Opcode.MATMUL, Opcode.MATQK, Opcode.MATRAW})
+
+
+#: The units that run an instruction in the background under ``overlap`` (one scoreboard
+#: entry each): the matrix unit, the vector unit (not ``TABLE``), the network interface
+#: (``SEND``).
+BACKGROUND_UNITS = ("matrix", "vector", "net")
+
+
+def background_unit(op: Opcode) -> str | None:
+    """Return the `BACKGROUND_UNITS` member that runs `op` in the background, or None.
+
+    None for every instruction the controller finishes before the next one issues (scalar,
+    control, ``LD``, ``ST``, ``COPY``, ``KVAPP``, ``TABLE``, ``WAIT``, ``DONE``, ``HALT``).
+    """
+    if op in MATRIX_OPS:
+        return "matrix"
+    if op.value >> 4 in (1, 2):
+        return "vector"
+    if op == Opcode.SEND:
+        return "net"
+    return None
+
+
+def send_footprint(d: int, a: int, n: int) -> tuple[list[tuple[int, int]], tuple[int, int]]:
+    """Return the scoreboard's SRAM byte ranges of a ``SEND``: reads ``[a, a + n)``; writes
+    ``[d, d + n)`` (conservative: the tile's own SRAM is written only when the rectangle
+    holds the tile itself, which the controller does not know)."""
+    return [(a, a + n)], (d, d + n)
+
+
+def hazard(reads: list, write: tuple, in_reads: list, in_write: tuple) -> bool:
+    """Return whether an instruction (`reads`, `write`) must wait for an in-flight one.
+
+    RAW (a read meets `in_write`), WAW (`write` meets `in_write`) or WAR (`write` meets one
+    of `in_reads`), with `ranges_overlap`.
+    """
+    return (any(ranges_overlap(r, in_write) for r in (*reads, write))
+            or any(ranges_overlap(write, r) for r in in_reads))
 
 
 def ranges_overlap(r1: tuple[int, int], r2: tuple[int, int]) -> bool:
