@@ -76,7 +76,9 @@ class Job:
         ``compile_model``'s ``placement`` ("pipeline" or "tensor").
     kind : str
         ``"generate"``: `Driver.generate` from ``prompt_tokens``; ``"steps"``: run the
-        ``(tokens, pos)`` pairs of ``step_list`` and return each step's token and logits.
+        ``(tokens, pos)`` pairs of ``step_list`` and return each step's token and logits;
+        ``"idle"``: only run the clock for ``idle_cycles`` cycles after reset (the
+        simulator's own speed, `chipotle.sim.bench_simspeed`; ``model`` is not used).
     prompt_tokens : list of int
         BOS included.
     steps : int or None
@@ -96,6 +98,10 @@ class Job:
     backdoor : bool
         Load the SRAM images straight into the simulator's memories (the programs still go
         through the host link).
+    clock : {"gpi", "py"}
+        cocotb clock implementation (`chipotle.driver.rtl.RtlBackend`'s ``clock``).
+    idle_cycles : int
+        Cycles of an ``"idle"`` job.
     """
 
     config: dict
@@ -115,6 +121,8 @@ class Job:
     skip_zero: bool = True
     perf: bool = True
     backdoor: bool = False
+    clock: str = "gpi"
+    idle_cycles: int = 0
 
 
 def run_rtl(job: Job, *, sim: str = "verilator", cxx_opt: str = "-O2", waves: bool | None = None,

@@ -15,6 +15,16 @@ runs the job; writes a pickled result dict to ``$CHIPOTLE_RESULT``:
     The host-link load.
 ``sim_cycles``, ``sim_seconds``, ``cycles_per_second``
     Simulated cycles after the load and the wall time they took.
+``sim_cpu_seconds``
+    The simulator process's CPU time over the same span (the speed on a loaded machine).
+``token_marks``
+    ``(cycle, wall seconds, CPU seconds)`` when each generated token arrived
+    (``"generate"`` jobs, from the end of the load), for the speed of the decode steps
+    alone.
+
+An ``"idle"`` job (``idle_cycles``) only runs the clock for that many cycles after reset and
+returns ``sim_cycles``, ``sim_seconds``, ``cycles_per_second``: the cost of the model and the
+clock with no testbench work.
 """
 
 from __future__ import annotations
@@ -55,6 +65,19 @@ async def run_job(dut):
 
     job = pickle.loads(Path(os.environ["CHIPOTLE_JOB"]).read_bytes())
     config = ChipConfig(**job["config"])
+    backend = RtlBackend(dut, config, clock=job.get("clock", "gpi"))
+    await backend.power_on()
+    if job.get("kind") == "idle":
+        from cocotb.triggers import Timer
+
+        t0, p0, c0 = time.perf_counter(), time.process_time(), backend.cycle
+        await Timer(job["idle_cycles"] * backend.clock_ns, unit="ns")
+        secs, cpu = time.perf_counter() - t0, time.process_time() - p0
+        cycles = backend.cycle - c0
+        Path(os.environ["CHIPOTLE_RESULT"]).write_bytes(pickle.dumps(
+            {"sim_cycles": cycles, "sim_seconds": secs, "cycles_per_second": cycles / secs,
+             "sim_cpu_seconds": cpu}))
+        return
     compiled = _compile(job, config)
     tokenizer = None
     if job.get("tokenizer"):
@@ -63,8 +86,6 @@ async def run_job(dut):
     out = sys.__stdout__
     stream = job.get("stream", False)
 
-    backend = RtlBackend(dut, config)
-    await backend.power_on()
     driver = Driver(compiled, backend, tokenizer, perf=job.get("perf", True))
 
     last = [0.0]
@@ -81,14 +102,17 @@ async def run_job(dut):
     result = {"load_bytes": driver.load_bytes(), "load_cycles": backend.cycle - c0,
               "load_seconds": time.perf_counter() - t0}
 
-    t1, c1 = time.perf_counter(), backend.cycle
+    t1, p1, c1 = time.perf_counter(), time.process_time(), backend.cycle
     if job.get("kind", "generate") == "steps":
         steps = []
         for tokens, pos in job["step_list"]:
             steps.append(_step_dict(await driver.step(tokens, pos, logits=True)))
         result["steps"] = steps
     else:
+        marks = []
+
         def on_token(ev):
+            marks.append((backend.cycle, time.perf_counter() - t1, time.process_time() - p1))
             if stream:
                 out.write(ev.text)
                 out.flush()
@@ -106,9 +130,11 @@ async def run_job(dut):
                       steps=[_step_dict(s) for s in g.steps], prefill_steps=g.prefill_steps,
                       ttft_cycles=g.ttft_cycles,
                       decode_cycles_per_token=g.decode_cycles_per_token,
-                      perf_prefill=g.perf_sum("prefill"), perf_decode=g.perf_sum("decode"))
+                      perf_prefill=g.perf_sum("prefill"), perf_decode=g.perf_sum("decode"),
+                      token_marks=marks)
     secs = time.perf_counter() - t1
     result.update(sim_cycles=backend.cycle - c1, sim_seconds=secs,
+                  sim_cpu_seconds=time.process_time() - p1,
                   cycles_per_second=(backend.cycle - c1) / secs if secs > 0 else 0.0,
                   flits_in=backend.flits_in, flits_out=backend.flits_out)
     Path(os.environ["CHIPOTLE_RESULT"]).write_bytes(pickle.dumps(result))

@@ -9,11 +9,12 @@ Use it inside a cocotb test (Verilator or Icarus) whose toplevel is a ``Chip``
 
 The host link is a pair of Amaranth streams (``i_host`` / ``o_host``, flattened to
 ``i_host__valid`` / ``__ready`` / ``__payload``).  Packets go in flit by flit (``valid``
-held until ``ready``, the stream transfer rule); the host always accepts (``o_host__ready``
-is tied high).  The monitor of ``o_host`` sleeps on the rising edge of ``o_host__valid``
-and runs per cycle only while flits arrive, and a wait for a doorbell sleeps on the
-doorbell event with a coarse timer (to look at the tiles' ``status`` ports for an ERROR
-state), so the chip computes with no Python work per cycle.
+held until ``ready``, the stream transfer rule; inputs change at falling edges); the host
+always accepts (``o_host__ready`` is tied high).  The clock is cocotb's GPI clock (toggled
+in C++), the monitor of ``o_host`` sleeps on the rising edge of ``o_host__valid`` and runs
+per cycle only while flits arrive, and a wait for a doorbell sleeps on the doorbell event
+with a coarse timer (to look at the tiles' ``status`` ports for an ERROR state), so the
+chip computes with no Python work per cycle.
 
 Members
 -------
@@ -28,7 +29,7 @@ from collections import deque
 import cocotb
 from cocotb.clock import Clock
 from cocotb.simtime import get_sim_time
-from cocotb.triggers import Event, First, Lock, ReadOnly, RisingEdge, Timer
+from cocotb.triggers import Event, FallingEdge, First, Lock, ReadOnly, RisingEdge, Timer
 
 from chipotle.config import ChipConfig
 from chipotle.hw.noc.packet import Packet
@@ -69,6 +70,11 @@ class RtlBackend(PacketBackend):
         for a tile in the ERROR state (default 2048).
     max_reads : int
         Reads kept outstanding per tile (default 2, the interface's read queue).
+    clock : {"gpi", "py"}
+        cocotb ``Clock`` implementation: ``"gpi"`` (default) toggles ``clk`` in the
+        simulator interface's C++ with no Python work per cycle; ``"py"`` is a cocotb task
+        woken at every clock edge (cocotb's default unless
+        ``COCOTB_TRUST_INERTIAL_WRITES`` is set).
 
     Attributes
     ----------
@@ -77,8 +83,11 @@ class RtlBackend(PacketBackend):
     """
 
     def __init__(self, dut, config: ChipConfig, *, clock_ns: int = 10, poll_cycles: int = 2048,
-                 max_reads: int = 2):
+                 max_reads: int = 2, clock: str = "gpi"):
+        if clock not in ("gpi", "py"):
+            raise ValueError(f"`clock` must be 'gpi' or 'py', not {clock!r}")
         self.dut = dut
+        self.clock_impl = clock
         self.config = config
         self.noc = config.noc
         self.clock_ns = clock_ns
@@ -101,13 +110,16 @@ class RtlBackend(PacketBackend):
     async def power_on(self, reset_cycles: int = 4) -> None:
         """Start the clock, hold ``rst`` for ``reset_cycles`` cycles, start the monitor."""
         dut = self.dut
-        cocotb.start_soon(Clock(dut.clk, self.clock_ns, unit="ns").start())
+        # Kept referenced: the GPI clock stops when its driver task is collected.
+        self._clock = Clock(dut.clk, self.clock_ns, unit="ns", impl=self.clock_impl)
+        self._clock.start()
         dut.i_host__valid.value = 0
         dut.i_host__payload.value = 0
         dut.o_host__ready.value = 1
         dut.rst.value = 1
         for _ in range(reset_cycles):
             await RisingEdge(dut.clk)
+        await FallingEdge(dut.clk)
         dut.rst.value = 0
         await RisingEdge(dut.clk)
         self._t0 = self._now()
@@ -128,12 +140,15 @@ class RtlBackend(PacketBackend):
         """Put ``packets`` (``Packet`` objects) on ``i_host``, flit by flit, in order."""
         dut = self.dut
         valid, ready, payload = dut.i_host__valid, dut.i_host__ready, dut.i_host__payload
-        clk = RisingEdge(dut.clk)
+        fall = FallingEdge(dut.clk)
         ro = ReadOnly()
         async with self._lock:
-            # Callers may resume in a ReadOnly phase (woken by the monitor): writes start
-            # after a clock edge, where the stream rule wants them.
-            await clk
+            # Inputs change at falling edges, half a cycle away from the rising edges where
+            # the chip samples them, so no clock implementation can race them (the GPI
+            # clock's rising-edge callbacks may run before the simulator applies the edge).
+            # A flit written at one falling edge moves at the next rising edge if ``ready``
+            # is high, as it would be written just after the rising edge before.
+            await fall
             for pkt in packets:
                 for flit in pkt.flits(self.noc):
                     payload.value = flit
@@ -141,7 +156,7 @@ class RtlBackend(PacketBackend):
                     while True:
                         await ro
                         taken = ready.value == 1
-                        await clk
+                        await fall
                         if taken:
                             break
                     self.flits_in += 1
@@ -249,7 +264,7 @@ class RtlBackend(PacketBackend):
             data = bytes(old)
         banks = self._banks(xy)
         base = lo // w
-        await RisingEdge(self.dut.clk)      # not in a ReadOnly phase
+        await FallingEdge(self.dut.clk)     # not in a ReadOnly phase, not at a sampling edge
         for k, word in enumerate(hl.bytes_to_words(data, w)):
             if skip_zero and not word:
                 continue

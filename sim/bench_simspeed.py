@@ -1,0 +1,131 @@
+"""Benchmark: how many clock cycles per wall-clock second the ``Chip``'s RTL simulates.
+
+Runs a greedy generation on the RTL of a configuration under cocotb (`chipotle.sim.chiprun`)
+and prints the simulated cycles per wall second of the decode steps alone (from the first
+generated token to the last, where the chip computes and the host only waits for doorbells),
+of the whole run after the load, and of the host-link load; with ``--idle`` also of the bare
+model, the clock running and no testbench work (the floor the testbench overhead sits on).
+
+The model is the regression's synthetic model (`chipotle.compiler.small_model`, context 16)
+for ``--model synthetic`` (the default for ``--config small``), else a llama2.c checkpoint
+(default ``/work/shared/models/stories260K.bin``)::
+
+    python -m chipotle.sim.bench_simspeed --config small --steps 8 --idle 20000
+    python -m chipotle.sim.bench_simspeed --config default --steps 16 --placement tensor
+
+The first run of a configuration pays the Verilator build (the 4 x 4 chip: tens of minutes
+at ``-O2``); builds are cached in ``build/verilator/``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from chipotle.config import ChipConfig
+
+DEFAULT_CHECKPOINT = Path("/work/shared/models/stories260K.bin")
+PROMPT = [1, 5, 9, 13, 17, 21]      # the regression's prompt for the synthetic model
+
+
+def decode_speed(result: dict) -> tuple[int, float]:
+    """Return ``(cycles, wall seconds)`` from the first generated token to the last.
+
+    Parameters
+    ----------
+    result : dict
+        A ``"generate"`` result of `chipotle.sim.chiprun.run_rtl` (its ``token_marks``).
+
+    Raises
+    ------
+    ValueError
+        If fewer than two tokens were generated (no decode step to time).
+    """
+    marks = result["token_marks"]
+    if len(marks) < 2:
+        raise ValueError("need at least two generated tokens to time the decode steps")
+    (c0, t0), (c1, t1) = marks[0], marks[-1]
+    return c1 - c0, t1 - t0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m chipotle.sim.bench_simspeed",
+                                description=__doc__.split("\n\n")[0])
+    p.add_argument("--config", default="small",
+                   help="configuration name or key=value list (ChipConfig.from_string; "
+                        "default small)")
+    p.add_argument("--model", default=None,
+                   help="'synthetic' or a llama2.c checkpoint (default: synthetic for small, "
+                        f"else {DEFAULT_CHECKPOINT})")
+    p.add_argument("--steps", type=int, default=8, help="tokens to generate (default 8)")
+    p.add_argument("--placement", default="tensor", choices=("pipeline", "tensor"))
+    p.add_argument("--sim", default="verilator", choices=("verilator", "icarus"))
+    p.add_argument("--cxx-opt", default="-O2",
+                   help="Verilator C++ optimisation (default -O2; the regression uses -O0)")
+    p.add_argument("--clock", default="gpi", choices=("gpi", "py"),
+                   help="cocotb clock implementation (default gpi)")
+    p.add_argument("--idle", type=int, default=0, metavar="CYCLES",
+                   help="also time CYCLES cycles of the clock alone (no generation)")
+    p.add_argument("--no-generate", action="store_true", help="only the --idle run")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark; print one line per figure; return 0."""
+    from chipotle.sim.chiprun import Job, run_rtl
+
+    args = build_parser().parse_args(argv)
+    try:
+        config = ChipConfig.from_string(args.config)
+    except ValueError as e:
+        print(f"--config: {e}", file=sys.stderr)
+        return 2
+    if args.steps < 2 and not args.no_generate:
+        print("--steps must be at least 2 (the first token ends the prefill)", file=sys.stderr)
+        return 2
+    name = args.model or ("synthetic" if args.config == "small" else str(DEFAULT_CHECKPOINT))
+
+    def progress(msg):
+        print(f"[bench] {msg}", file=sys.stderr, flush=True)
+
+    head = f"{config}, {args.sim} {args.cxx_opt if args.sim == 'verilator' else ''}, " \
+           f"clock {args.clock}"
+    if args.idle:
+        job = Job(config=config.as_dict(), model=None, kind="idle", idle_cycles=args.idle,
+                  clock=args.clock)
+        r = run_rtl(job, sim=args.sim, cxx_opt=args.cxx_opt, public=False, progress=progress)
+        print(f"idle: {r['sim_cycles']} cycles in {r['sim_seconds']:.2f} s = "
+              f"{r['cycles_per_second']:,.0f} cycles/s ({head})", flush=True)
+    if args.no_generate:
+        return 0
+
+    if name == "synthetic":
+        from chipotle.compiler import small_model
+        model, context, prompt, tok = small_model(), 16, PROMPT, None
+    else:
+        model, context, tok = Path(name), None, None
+        prompt = PROMPT[:1]     # BOS: a story from scratch
+        tok_path = Path(name).with_name("tok512.bin")
+        tok = str(tok_path) if tok_path.exists() else None
+    job = Job(config=config.as_dict(), model=model, tokenizer=tok, context=context,
+              placement=args.placement, prompt_tokens=prompt, steps=args.steps,
+              temperature=0.0, clock=args.clock)
+    t = time.perf_counter()
+    r = run_rtl(job, sim=args.sim, cxx_opt=args.cxx_opt, progress=progress)
+    wall = time.perf_counter() - t
+    cycles, secs = decode_speed(r)
+    n = len(r["token_marks"]) - 1
+    print(f"decode: {cycles} cycles of {n} steps ({cycles / n:,.0f} per token) in {secs:.2f} s = "
+          f"{cycles / secs:,.0f} cycles/s ({head}, {args.placement}, {name})")
+    print(f"after load: {r['sim_cycles']} cycles in {r['sim_seconds']:.2f} s = "
+          f"{r['cycles_per_second']:,.0f} cycles/s")
+    print(f"load: {r['load_cycles']} cycles in {r['load_seconds']:.2f} s = "
+          f"{r['load_cycles'] / r['load_seconds']:,.0f} cycles/s")
+    print(f"wall: {wall:.1f} s in all (Verilog, build if not cached, compile, load, run)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
