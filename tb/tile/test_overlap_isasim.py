@@ -121,3 +121,74 @@ def test_later_error_after_arith_reports_arith():
     assert (t.error, t.error_pc) == (ErrorCode.ARITH, 0)
     t = _run(_sim(True), prog)
     assert (t.error, t.error_pc) == (ErrorCode.ALIGN, 1)
+
+
+# -- the general policy: vector and SEND in the background too ------------------------------
+
+VEC = f"vadd.i16.i16 {F:#x}, {F + 0x100:#x}, {F + 0x200:#x}, 64"     # independent of MATMUL
+SEND = f"send {F + 0x400:#x}, {F + 0x100:#x}, 64, (0, 0), 1"          # A -> D on the tile
+
+
+@pytest.mark.parametrize("prog, overlaps", [
+    (f"{VEC}\n{MATMUL}", True),                                      # matrix under vector
+    (f"vadd.i16.i16 {WA:#x}, {F:#x}, {F + 0x80:#x}, 8\n{MATMUL}", False),        # RAW (W)
+    (f"vadd.i16.i16 {F:#x}, {YA:#x}, {F + 0x100:#x}, 8\n{MATMUL}", False),       # WAR (Y)
+    (f"vadd.i16.i16 {YA:#x}, {F:#x}, {F + 0x100:#x}, 8\n{MATMUL}", False),       # WAW (Y)
+    (f"{SEND}\n{MATMUL}", True),                                     # matrix under send
+    (f"{SEND}\nvadd.i16.i16 {F + 0x100:#x}, {F:#x}, {F:#x}, 8", False),          # WAR (A)
+    (f"{SEND}\nvadd.i16.i16 {F:#x}, {F + 0x400:#x}, {F:#x}, 8", False),          # RAW (D)
+    (f"{VEC}\n{SEND}", False),                                       # send releases
+    (f"{MATMUL}\n{SEND}", False),
+])
+def test_units_overlap_iff_no_hazard(prog, overlaps):
+    """Same SRAM under both policies; the estimate is the serial one minus the shorter of
+    the two (they overlap) or the serial one but for the issue cycles (they do not)."""
+    head, tail = prog.split("\n")
+    cyc = {}
+    for text in (head, tail, prog):
+        serial, ov = _run(_sim(False), text + "\nhalt"), _run(_sim(True), text + "\nhalt")
+        assert serial.state == ov.state == TileState.HALTED, (serial.error, ov.error)
+        assert np.array_equal(serial.sram, ov.sram)
+        cyc[text] = ov.perf.cycles
+    both, h, t = cyc[prog], cyc[head], cyc[tail]
+    assert (both < h + t - min(h, t) // 2) == overlaps, (both, h, t)
+
+
+def test_vector_error_deferred():
+    """A failed background vector instruction: the independent matmul after it runs, the
+    next vector instruction (the same unit) stops the tile with the vector PC; serially the
+    matmul does not run."""
+    prog = (f"vadd.i16.i16 {F + 1:#x}, {F:#x}, {F:#x}, 4\n{MATMUL}\nli r1, 5\n"
+            f"rsum.i32.i16 {F + 0x300:#x}, {F:#x}, 4\nhalt")
+    before = _sim(False).tile((0, 0)).sram.copy()
+    for overlap in (False, True):
+        t = _run(_sim(overlap), prog)
+        assert (t.state, t.error, t.error_pc) == (TileState.ERROR, ErrorCode.ALIGN, 0)
+        assert (not np.array_equal(t.sram[YA:YA + 8], before[YA:YA + 8])) == overlap
+        assert t.regs[1] == (5 if overlap else 0)
+        assert t.perf.instructions == (3 if overlap else 0)
+        assert np.array_equal(t.sram[F + 0x300:F + 0x310], before[F + 0x300:F + 0x310])
+
+
+BAD_VEC = f"vadd.i16.i16 {F + 1:#x}, {F:#x}, {F:#x}, 4"             # ALIGN
+BAD_SEND = "send 0, 0, 8, (0, 0), 99"                               # COUNTER
+ILLEGAL = (1 << 128) - 1                                            # reserved opcode
+
+
+@pytest.mark.parametrize("prog, arith, code, pc", [
+    (f"{BAD_SEND}\n{MATMUL}", False, ErrorCode.COUNTER, 0),
+    (f"{BAD_SEND}\n{MATMUL}", True, ErrorCode.COUNTER, 0),          # two faults
+    (f"{BAD_VEC}\n{MATMUL}", True, ErrorCode.ALIGN, 0),
+    (f"{MATMUL}\n{BAD_VEC}", True, ErrorCode.ARITH, 0),
+    (f"{BAD_SEND}\n{BAD_VEC}", False, ErrorCode.COUNTER, 0),
+    (f"{BAD_VEC}\nli r1, 1\n.word {ILLEGAL:#x}", False, ErrorCode.ALIGN, 0),  # later error
+    (f"li r1, 1\n.word {ILLEGAL:#x}\n{BAD_VEC}", False, ErrorCode.ILLEGAL, 1),
+    ("send 0, 4, 8, (0, 0), 1\nli r1, 1\ndone 3", False, ErrorCode.ALIGN, 0),  # done drains
+    (f"{BAD_SEND}\nwait 1, 1", False, ErrorCode.COUNTER, 0),        # wait drains, no deadlock
+])
+def test_first_error_in_program_order(prog, arith, code, pc):
+    """Failed background instructions and later errors: the oldest in program order wins."""
+    sim = _sim(True, arith=arith)
+    t = _run(sim, prog + "\nhalt")
+    assert (t.state, t.error, t.error_pc) == (TileState.ERROR, code, pc), t.error_message
+    assert not sim.events                                           # done never ran
