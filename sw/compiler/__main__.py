@@ -119,6 +119,9 @@ def main(argv=None) -> None:
     ap.add_argument("--bench", action="store_true")
     ap.add_argument("--placement", choices=("pipeline", "tensor"), default="pipeline",
                     help="pipeline of stages, or every layer on every tile (tensor)")
+    ap.add_argument("--kvapp", action="store_true",
+                    help="append K and V with kvapp (tensor placement; the host writes "
+                         "CompiledModel.kv_layouts)")
     args = ap.parse_args(argv)
     cfg = ChipConfig.from_string(args.config)
     path = args.model or default_model_dir() / "stories260K.bin"
@@ -129,7 +132,8 @@ def main(argv=None) -> None:
     else:
         qm = quantize(load_checkpoint(path))
     try:
-        compiled = compile_model(qm, cfg, args.context, placement=args.placement)
+        compiled = compile_model(qm, cfg, args.context, placement=args.placement,
+                                 kvapp=args.kvapp)
     except FitError as e:
         raise SystemExit(f"error: {e}") from None
     print(compiled.memory_map())
@@ -149,7 +153,8 @@ def main(argv=None) -> None:
         while len(ids) < 260:
             ids += tok.encode(_TEXT, bos=False)
         print(f"\nISA-simulator estimates ({cfg}, command: python -m chipotle.compiler "
-              f"--config {args.config} --placement {args.placement} --bench)")
+              f"--config {args.config} --placement {args.placement}"
+              f"{' --kvapp' if args.kvapp else ''} --bench)")
         bench(compiled, ids[:260])
 
 

@@ -94,6 +94,13 @@ class CompiledModel:
     # -- the host's view ----------------------------------------------------------------------
 
     @property
+    def kv_layouts(self) -> dict:
+        """``{(x, y): chipotle.isa.kv.KvLayout}``: the KV registers the host writes into each
+        listed tile (``KvLayout.registers()``, from ``KV_BASE`` on) after a load or reset and
+        before the first step; empty when the programs do not use ``kvapp``."""
+        return self.placement.kv_layouts
+
+    @property
     def prefill_batches(self) -> int:
         """Batches of M tokens one `prefill` step may carry."""
         return self.placement.batches
@@ -386,7 +393,8 @@ def _place(qm, isa, config, context, batches):
 
 
 def _compile(qm: QuantizedModel, config: ChipConfig, context: int,
-             batches: int | None = None, placement: str = "pipeline") -> CompiledModel:
+             batches: int | None = None, placement: str = "pipeline",
+             kvapp: bool = False) -> CompiledModel:
     isa = config.isa_config()
     c = qm.config
     # checks both placements need (their programs share the loop nest and the matrix unit)
@@ -398,7 +406,7 @@ def _compile(qm: QuantizedModel, config: ChipConfig, context: int,
             raise FitError(f"the model's {name} {k} exceeds the matrix unit's k_max "
                            f"{isa.k_max}: use k_max={k}")
     if placement == "tensor":
-        return _compile_tensor(qm, config, context, batches)
+        return _compile_tensor(qm, config, context, batches, kvapp)
     pl = _place(qm, isa, config, context, batches)
     programs, entries, sources = {}, {}, {}
     for xy, lay in pl.tiles.items():
@@ -422,7 +430,7 @@ def _compile(qm: QuantizedModel, config: ChipConfig, context: int,
 
 
 def _compile_tensor(qm: QuantizedModel, config: ChipConfig, context: int,
-                    batches: int | None) -> CompiledModel:
+                    batches: int | None, kvapp: bool = False) -> CompiledModel:
     """`_compile` for ``placement="tensor"`` (`chipotle.compiler.tensor`), after the checks
     `_compile` makes for both placements."""
     from .tensor import place_tensor, tensor_images, tensor_program
@@ -433,7 +441,8 @@ def _compile_tensor(qm: QuantizedModel, config: ChipConfig, context: int,
                        f"{config.n_counters}: use n_counters=5")
     if batches is None:
         batches = min(DEFAULT_PREFILL_BATCHES, -(-context // isa.max_m))
-    pl, roles = place_tensor(qm, isa, config.mesh_width, config.mesh_height, context, batches)
+    pl, roles = place_tensor(qm, isa, config.mesh_width, config.mesh_height, context, batches,
+                             kvapp)
     programs, entries, sources = {}, {}, {}
     for xy, lay in pl.tiles.items():
         text = tensor_program(qm, isa, pl, roles, lay, context)
@@ -463,23 +472,25 @@ def _fits(qm, config, context) -> bool:
         return False
 
 
-def _verified(qm, config, context, placement="pipeline") -> str | None:
+def _verified(qm, config, context, placement="pipeline", kvapp=False) -> str | None:
     """Compile for real; return "" if it fits, the extra ``imem_words=N`` it needs, or None."""
     try:
-        _compile(qm, config, context, None, placement)
+        _compile(qm, config, context, None, placement, kvapp)
         return ""
     except FitError as e:
         m = re.search(r"use imem_words=(\d+)", str(e))
         if m is None:
             return None
         try:
-            _compile(qm, config.replace(imem_words=int(m.group(1))), context, None, placement)
+            _compile(qm, config.replace(imem_words=int(m.group(1))), context, None, placement,
+                     kvapp)
         except FitError:
             return None
         return f",imem_words={m.group(1)}"
 
 
-def _suggest_tensor(qm: QuantizedModel, config: ChipConfig, context: int, message: str) -> str:
+def _suggest_tensor(qm: QuantizedModel, config: ChipConfig, context: int, message: str,
+                    kvapp: bool = False) -> str:
     """Return configurations that fit the tensor placement: the SRAM the refusal names
     (verified by compiling, a few KiB of alignment slack allowed), or the pipeline
     placement on the same configuration."""
@@ -488,7 +499,8 @@ def _suggest_tensor(qm: QuantizedModel, config: ChipConfig, context: int, messag
     if m:
         need_kib = -(-int(m.group(1).replace(",", "")) // 1024)
         for kib in (need_kib, need_kib + 4):
-            extra = _verified(qm, config.replace(sram_bytes=kib * 1024), context, "tensor")
+            extra = _verified(qm, config.replace(sram_bytes=kib * 1024), context, "tensor",
+                              kvapp)
             if extra is not None:
                 tips.append(f"sram_kib={kib}{extra}")
                 break
@@ -548,8 +560,8 @@ def _suggest(qm: QuantizedModel, config: ChipConfig, context: int) -> str:
 
 
 def compile_model(source, config: ChipConfig, context: int | None = None,
-                  prefill_batches: int | None = None, placement: str = "pipeline"
-                  ) -> CompiledModel:
+                  prefill_batches: int | None = None, placement: str = "pipeline",
+                  kvapp: bool = False) -> CompiledModel:
     """Place a llama2 model on the mesh and emit its tile programs.
 
     Parameters
@@ -567,6 +579,13 @@ def compile_model(source, config: ChipConfig, context: int | None = None,
         ``"pipeline"``: a pipeline of stages along a snake path (`chipotle.compiler.place`);
         ``"tensor"``: every layer split over every tile (`chipotle.compiler.tensor`), the
         batches of a step run one after the other.
+    kvapp : bool
+        Append K and V to the caches with ``kvapp`` (the tile's KV store generates the
+        addresses and refuses an append past its capacity), the caches laid out as
+        `chipotle.isa.kv.KvLayout` (`CompiledModel.kv_layouts`, which the host must write
+        into every listed tile's KV registers before the first step).  Default False: the
+        programs store K and V themselves (the layout registers are not needed).  Tensor
+        placement only.
 
     Returns
     -------
@@ -580,10 +599,13 @@ def compile_model(source, config: ChipConfig, context: int | None = None,
     TypeError
         If `source` is neither a checkpoint nor a quantised model.
     ValueError
-        If `placement` is neither ``"pipeline"`` nor ``"tensor"``.
+        If `placement` is neither ``"pipeline"`` nor ``"tensor"``, or `kvapp` is asked of
+        the pipeline placement.
     """
     if placement not in ("pipeline", "tensor"):
         raise ValueError(f"`placement` must be \"pipeline\" or \"tensor\", not {placement!r}")
+    if kvapp and placement != "tensor":
+        raise ValueError("`kvapp` is implemented for the tensor placement only")
     qm = _check_source(source)
     c = qm.config
     if context is None:
@@ -598,9 +620,10 @@ def compile_model(source, config: ChipConfig, context: int | None = None,
                                             or prefill_batches < 1):
             raise FitError(f"`prefill_batches` must be a positive integer, not "
                            f"{prefill_batches!r}")
-        return _compile(qm, config, int(context), prefill_batches, placement)
+        return _compile(qm, config, int(context), prefill_batches, placement, bool(kvapp))
     except FitError as e:
         if placement == "tensor":
-            raise FitError(f"{e}; {_suggest_tensor(qm, config, int(context), str(e))}") from None
+            raise FitError(f"{e}; {_suggest_tensor(qm, config, int(context), str(e), kvapp)}"
+                           ) from None
         raise FitError(f"{e}; a configuration that fits: "
                        f"{_suggest(qm, config, int(context))}") from None

@@ -225,6 +225,10 @@ class Placement:
     kind : str
         ``"pipeline"`` (this module's `place`) or ``"tensor"``
         (`chipotle.compiler.tensor.place_tensor`: every tile in every layer, no pipeline).
+    kv_layouts : dict of (x, y) to chipotle.isa.kv.KvLayout
+        The KV store layout of every tile whose programs append with ``kvapp`` (the host
+        writes it into the tile's KV registers before the first step); empty when the
+        programs store K and V themselves.
     """
 
     tiles: dict
@@ -234,6 +238,7 @@ class Placement:
     reducer: tuple
     batches: int = 1
     kind: str = "pipeline"
+    kv_layouts: dict = field(default_factory=dict)
 
 
 def snake(width: int, height: int) -> list:

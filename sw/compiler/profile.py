@@ -7,11 +7,11 @@ breakdown of one decode step of stories260K (the command behind the table in
 
 A *phase* is the text of the last comment the code generator put before an instruction
 (``layer 3 attention ...`` and so on) with the layer number removed, so that the phases of
-every layer add up.  An instruction's *cycles* are the tile's clock advance while it executes
-(its issue cost, a WAIT's stall, or the stall of waiting for a background matrix instruction,
-which is charged to the class ``matrix wait`` of the instruction that waited); the matrix
-unit's own busy cycles under other work are reported apart (``matrix unit``), as they do not
-advance the clock.
+every layer add up.  Per phase and instruction class the table gives the busy cycles of the class's unit (the
+instructions' cost in `chipotle.isa.instr_cycles`; ``wait`` the stalls on counters), which
+overlap one another when the controller runs matrix, vector and network instructions in the
+background, and ``clock``, the tile's clock advance in the phase (issue, stalls on counters
+and on busy units): the clocks add up to the step.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from collections import defaultdict
 __all__ = ["phase_of_pc", "profile_plan", "format_profile", "CLASSES"]
 
 #: Instruction classes, in print order.
-CLASSES = ("matrix", "matrix wait", "vector", "send", "wait", "kvapp", "scalar")
+CLASSES = ("matrix", "vector", "send", "wait", "kvapp", "scalar")
 
 
 def phase_of_pc(source: str) -> list:
@@ -57,7 +57,7 @@ def phase_of_pc(source: str) -> list:
 
 def _klass(op) -> str:
     from ..isa.core import SCALAR_OPS, Opcode
-    if op in SCALAR_OPS or op in (Opcode.NOP, Opcode.HALT, Opcode.DONE, Opcode.LOOP):
+    if op in SCALAR_OPS or op in (Opcode.NOP, Opcode.HALT, Opcode.DONE, Opcode.LD, Opcode.ST):
         return "scalar"
     if op == Opcode.WAIT:
         return "wait"
@@ -77,36 +77,53 @@ def profile_plan(sim, compiled, plan) -> tuple:
     Returns
     -------
     (StepResult, dict)
-        The dict maps ``(x, y)`` to ``{phase: {class: cycles}}`` (classes of `CLASSES`, plus
-        ``"matrix unit"``: the matrix unit's busy cycles, which overlap the others).
+        The dict maps ``(x, y)`` to ``{phase: {class: cycles}}``: per class of `CLASSES` the
+        busy cycles of its unit (the instructions' cost; ``wait`` the stalls on counters),
+        which overlap under the controller's background issue, and ``clock``: the tile's
+        clock advance in the phase (issue, stalls on counters and on busy units).
     """
-    from ..isa.core import instr_cycles
     from .run import run_plan_isasim
     phases = {xy: phase_of_pc(text) for xy, text in compiled.sources.items()}
     prof: dict = {xy: defaultdict(lambda: defaultdict(int)) for xy in compiled.sources}
-    execute, sync = sim._execute, sim._mx_sync
+    inner = set()                           # tiles inside `_issue` (which calls `_execute`)
 
-    def _execute(t, i):
-        c0, pc = t.perf.cycles, t.pc
-        nxt = execute(t, i)
-        if nxt is not None and t.xy in prof:
-            ph = phases[t.xy][pc]
-            prof[t.xy][ph][_klass(i.op)] += t.perf.cycles - c0
-            if i.op.value >> 4 == 3:
-                prof[t.xy][ph]["matrix unit"] += instr_cycles(i, sim.config, t._len(i.n))
-        return nxt
+    def wrap(fn, busy):
+        def wrapper(t, *args):
+            if t.xy not in prof:
+                return fn(t, *args)
+            nested = t.xy in inner
+            c0, pc = t.perf.cycles, t.pc
+            inner.add(t.xy)
+            try:
+                out = fn(t, *args)
+            finally:
+                if not nested:
+                    inner.discard(t.xy)
+            d, ph = t.perf.cycles - c0, prof[t.xy][phases[t.xy][pc]]
+            if busy and (out is not None):
+                k = _klass(args[0].op)
+                if k == "wait":
+                    ph["scalar"] += 1
+                    ph["wait"] += d - 1
+                else:
+                    ph[k] += d
+            if not nested and (out is not None or not busy):
+                ph["clock"] += d
+            return out
+        return wrapper
 
-    def _mx_sync(t):
-        c0, pc = t.perf.cycles, t.pc
-        sync(t)
-        if t.xy in prof:
-            prof[t.xy][phases[t.xy][pc]]["matrix wait"] += t.perf.cycles - c0
-
-    sim._execute, sim._mx_sync = _execute, _mx_sync
+    names = [n for n in ("_execute", "_issue") if hasattr(sim, n)]
+    sync = "_sync" if hasattr(sim, "_sync") else "_mx_sync"
+    originals = {n: getattr(sim, n) for n in (*names, sync)}
+    sim._execute = wrap(originals["_execute"], True)
+    if "_issue" in originals:
+        sim._issue = wrap(originals["_issue"], False)
+    setattr(sim, sync, wrap(originals[sync], False))
     try:
         res = run_plan_isasim(sim, compiled, plan)
     finally:
-        del sim._execute, sim._mx_sync
+        for n in originals:
+            delattr(sim, n)
     return res, {xy: {ph: dict(d) for ph, d in p.items()} for xy, p in prof.items()}
 
 
@@ -119,20 +136,16 @@ def format_profile(prof: dict, tiles=None) -> str:
         for ph in prof[xy]:
             if ph not in order:
                 order.append(ph)
-    cols = (*CLASSES, "matrix unit")
-    head = f"{'phase':<48}" + "".join(f"{c:>12}" for c in cols) + f"{'clock':>9}"
-    lines = [head]
+    cols = (*CLASSES, "clock")
+    lines = [f"{'phase':<44}" + "".join(f"{c:>9}" for c in cols)]
     tot = defaultdict(float)
     for ph in order:
         row = {c: sum(prof[xy].get(ph, {}).get(c, 0) for xy in tiles) / len(tiles)
                for c in cols}
-        clock = sum(row[c] for c in CLASSES)
         for c in cols:
             tot[c] += row[c]
-        lines.append(f"{ph[:48]:<48}" + "".join(f"{row[c]:12,.0f}" for c in cols)
-                     + f"{clock:9,.0f}")
-    lines.append(f"{'total':<48}" + "".join(f"{tot[c]:12,.0f}" for c in cols)
-                 + f"{sum(tot[c] for c in CLASSES):9,.0f}")
+        lines.append(f"{ph[:44]:<44}" + "".join(f"{row[c]:9,.0f}" for c in cols))
+    lines.append(f"{'total':<44}" + "".join(f"{tot[c]:9,.0f}" for c in cols))
     return "\n".join(lines)
 
 
@@ -152,10 +165,11 @@ def main(argv=None) -> None:
     ap.add_argument("--placement", choices=("pipeline", "tensor"), default="tensor")
     ap.add_argument("--pos", type=int, default=64)
     ap.add_argument("--context", type=int, default=None)
+    ap.add_argument("--kvapp", action="store_true", help="append K and V with kvapp")
     args = ap.parse_args(argv)
     cfg = ChipConfig.from_string(args.config)
     qm = quantize(load_checkpoint(default_model_dir() / "stories260K.bin"))
-    cm = compile_model(qm, cfg, args.context, placement=args.placement)
+    cm = compile_model(qm, cfg, args.context, placement=args.placement, kvapp=args.kvapp)
     sim = load_isasim(cm)
     toks = [(7 * i + 1) % qm.config.vocab_size for i in range(args.pos + 1)]
     M = cfg.max_m

@@ -62,7 +62,7 @@ class StepResult:
 
 def load_isasim(compiled):
     """Return a `chipotle.isasim.IsaSim` of the compiled model's mesh, images and programs
-    loaded."""
+    loaded, and the KV layouts (`CompiledModel.kv_layouts`) set."""
     from ..isasim import IsaSim
     cfg = compiled.config
     sim = IsaSim(cfg.mesh_width, cfg.mesh_height, cfg.isa_config())
@@ -71,6 +71,8 @@ def load_isasim(compiled):
             sim.write(xy, addr, data)
     for xy, words in compiled.programs.items():
         sim.load_program(xy, words)
+    for xy, layout in compiled.kv_layouts.items():
+        sim.set_kv_layout(xy, layout)
     return sim
 
 

@@ -47,7 +47,7 @@ import numpy as np
 
 from ..golden import numerics as nx
 from ..golden.quantize import QuantizedModel
-from ..isa.core import TABLE_ENTRIES, IsaConfig, TableId
+from ..isa.core import OFF_BITS, TABLE_ENTRIES, IsaConfig, TableId
 from .codegen import Emitter, _rect, _reduce
 from .placement import (
     _KIND_ORDER,
@@ -126,7 +126,7 @@ class TensorRoles:
 
 
 def _requests(qm: QuantizedModel, isa: IsaConfig, roles: TensorRoles, xy, context: int,
-              batches: int, cls_rows, reduce: int) -> list:
+              batches: int, cls_rows, reduce: int, kvapp: bool = False) -> list:
     """Return the regions of tile `xy` as ``(name, bytes, kind)``."""
     c, M, W, pad, rec = qm.config, isa.max_m, isa.word_bytes, isa.pad, isa.record_bytes
     dim, hid, hs = c.dim, c.hidden_dim, c.head_size
@@ -152,8 +152,7 @@ def _requests(qm: QuantizedModel, isa: IsaConfig, roles: TensorRoles, xy, contex
         req += [("e", c.vocab_size * pad(No), "w")]
     if Nh:
         hz = pad(2 * Nh)
-        req += [("h1", M * hz, "act"), ("h3", M * hz, "act"), ("silu", M * hz, "act"),
-                ("gl", M * 2 * hz, "act")]
+        req += [("h1", M * hz, "act"), ("h3", M * hz, "act"), ("gl", M * 2 * hz, "act")]
     if att:
         g0, g1 = roles.kv[xy]
         nk = g1 - g0
@@ -163,6 +162,10 @@ def _requests(qm: QuantizedModel, isa: IsaConfig, roles: TensorRoles, xy, contex
                 ("qrec", M * nq * krec, "act"),
                 ("t", min(c.kv_mul, M) * pad(4 * context), "act"), ("p", 2 * context, "act"),
                 ("padt", 4 * (context + 1), "act"), ("rope", context * 2 * hs, "kv")]
+        if kvapp:
+            kvl = _kv_layout(qm, isa, nk, context, 0)
+            req += [("kbuf", M * nk * krec, "act"), ("vbuf", nk * M * pad(hs), "act"),
+                    ("kv", kvl.size_words * W, "kv")]
     for li in range(c.n_layers):
         p = f"l{li}."
         req += [(p + "ffn_eps", 8, "c"), (p + "fg", 2 * dim, "act")]
@@ -177,9 +180,10 @@ def _requests(qm: QuantizedModel, isa: IsaConfig, roles: TensorRoles, xy, contex
                     (p + "wq_ms", 4 * nq * hs, "c"), (p + "wk_ms", 4 * nk * hs, "c"),
                     (p + "wv_ms", 4 * nk * hs, "c"), (p + "ag", 2 * dim, "act"),
                     (p + "wq", nq * hs * pad(dim), "w"), (p + "wk", nk * hs * pad(dim), "w"),
-                    (p + "wv", nk * hs * pad(dim), "w"),
-                    (p + "kcache", nk * context * krec, "kv"),
-                    (p + "vcache", (context + M - 1) * pad(nk * hs), "kv")]
+                    (p + "wv", nk * hs * pad(dim), "w")]
+            if not kvapp:
+                req += [(p + "kcache", nk * context * krec, "kv"),
+                        (p + "vcache", (context + M - 1) * pad(nk * hs), "kv")]
     if cls_rows is not None:
         cap = cls_rows[2]
         req += [("cls.eps", 8, "c"), ("cls.ms", 4 * cap, "c"), ("cls.g", 2 * dim, "act"),
@@ -190,6 +194,15 @@ def _requests(qm: QuantizedModel, isa: IsaConfig, roles: TensorRoles, xy, contex
         req += [("red.slots", reduce * W, "red"), ("red.vals", 4 * reduce, "red"),
                 ("red.j", W, "red"), ("red.token", W, "red")]
     return req
+
+
+def _kv_layout(qm: QuantizedModel, isa: IsaConfig, nk: int, context: int, addr: int):
+    """The `KvLayout` of an attention tile's caches (``nk`` KV heads of every layer) at byte
+    address `addr` (word-aligned)."""
+    from ..isa.kv import KvLayout
+    return KvLayout(n_layers=qm.config.n_layers, n_kv_heads=nk, head_size=qm.config.head_size,
+                    max_pos=context, base=addr // isa.word_bytes, word_bytes=isa.word_bytes,
+                    k_header=True)
 
 
 def _layout(xy, stages, reduce, req, isa) -> TileLayout:
@@ -205,8 +218,11 @@ def _layout(xy, stages, reduce, req, isa) -> TileLayout:
 
 
 def place_tensor(qm: QuantizedModel, isa: IsaConfig, width: int, height: int, context: int,
-                 batches: int = 1) -> tuple:
+                 batches: int = 1, kvapp: bool = False) -> tuple:
     """Lay out every tile of the mesh for the tensor-parallel placement.
+
+    With `kvapp`, the attention tiles' K and V caches are one KV store region in the layout
+    of `chipotle.isa.kv.KvLayout` (``Placement.kv_layouts``), appended with ``kvapp``.
 
     Returns
     -------
@@ -234,7 +250,7 @@ def place_tensor(qm: QuantizedModel, isa: IsaConfig, width: int, height: int, co
         stages = [Stage("cls", rows=rows)] if rows else []
         red = len(cls) if xy == reducer else 0
         lay = _layout(xy, stages, red,
-                      _requests(qm, isa, roles, xy, context, batches, rows, red), isa)
+                      _requests(qm, isa, roles, xy, context, batches, rows, red, kvapp), isa)
         if lay.size > isa.sram_bytes:
             what = "attention, " if xy in roles.kv else ""
             raise FitError(f"tile {xy} of the tensor placement ({what}its share of every "
@@ -244,8 +260,13 @@ def place_tensor(qm: QuantizedModel, isa: IsaConfig, width: int, height: int, co
             raise FitError(f"tile {xy}: static data addressed through the 17-bit `c` "
                            f"immediate lies beyond 128 KiB")
         lays[xy] = lay
+    kvl = {}
+    if kvapp:
+        for xy in roles.att_tiles:
+            g0, g1 = roles.kv[xy]
+            kvl[xy] = _kv_layout(qm, isa, g1 - g0, context, lays[xy]["kv"])
     pl = Placement(lays, [], list(cls), (0, width - 1, 0, height - 1), reducer, batches,
-                   kind="tensor")
+                   kind="tensor", kv_layouts=kvl)
     return pl, roles
 
 
@@ -256,6 +277,11 @@ class _K:
         self.xy = lay.xy
         self.all = _rect(pl.rect)
         self.T = len(pl.tiles)
+        #: the KV store layout when K and V are appended with `kvapp`, else None
+        self.kvl = pl.kv_layouts.get(self.xy)
+        #: the batch-size flags (m == 1, m > 1) live in r13 / r14 when no address needs the
+        #: Emitter's scratch registers (a tile within the 17-bit offsets), else in `state`
+        self.regflags = lay.size <= 1 << OFF_BITS
 
     def a(self, name, reg=0, plus=0):
         """Address operand of region `name` (+ `plus`), optionally + a register."""
@@ -293,6 +319,10 @@ def _rows_op(e, k, emit):
     M = k.isa.max_m
     if M == 1:
         emit(1)
+        return
+    if k.regflags:              # no `ld` (a sync point of the background units)
+        e.loop("r13", lambda: emit(1))
+        e.loop("r14", lambda: emit(M))
         return
     e("ld", "r9", k.a("state", 0, 4))
     e.loop("r9", lambda: emit(1))
@@ -396,33 +426,69 @@ def _attention(e, k, li):
     c, isa, qm = k.c, k.isa, k.qm
     ly = qm.layers[li]
     p = f"l{li}."
-    dim, hs = c.dim, c.head_size
+    dim, hs, M = c.dim, c.head_size, isa.max_m
     pad, rec = isa.pad, isa.record_bytes
     g0, g1 = k.roles.kv[k.xy]
     q0, q1 = k.roles.q[k.xy]
     nk, nq = g1 - g0, q1 - q0
     NQ, NK = nq * hs, nk * hs
     qs, ks, vs, krec = pad(2 * NQ), pad(2 * NK), pad(NK), rec(hs)
-    kblock = k.context * krec
     as_ = pad(4 * dim)
+    if k.kvl is not None:                   # the KV store's layout (`KvLayout`)
+        L, W = k.kvl, isa.word_bytes
+        kbase, vbase = W * L.k_row(li, 0, 0), W * L.v_row(li, 0, 0)
+        kstep = vstep = W * L.block_words   # from one KV head's block to the next
+        vstride = W * L.v_row_words
+    else:
+        kbase, vbase = k.lay[p + "kcache"], k.lay[p + "vcache"]
+        kstep, vstep, vstride = k.context * krec, hs, vs
     e.comment(f"layer {li} attention, KV heads {g0} .. {g1 - 1}, query heads {q0} .. {q1 - 1}")
     _norm(e, k, "g.x", pad(2 * dim), p + "ag", p + "att_eps", ly.att_norm.shift, "rec")
-    _rows_op(e, k, lambda mm: e("matmul.i16", k.a("q16"), k.a("rec"), k.a(p + "wq"),
-                                k.lay[p + "wq_ms"], NQ, dim, mm))
+    # the matrix unit runs wk, wq, wv back to back in the background while the vector unit
+    # rotates and quantises k (under wq), then q (under wv)
     _rows_op(e, k, lambda mm: e("matmul.i16", k.a("k16"), k.a("rec"), k.a(p + "wk"),
                                 k.lay[p + "wk_ms"], NK, dim, mm))
-    e("mul", "r5", "r1", vs)
-    _rows_op(e, k, lambda mm: e("matmul.i8", k.a(p + "vcache", 5), k.a("rec"),
-                                k.a(p + "wv"), k.lay[p + "wv_ms"], NK, dim, mm))
+    _rows_op(e, k, lambda mm: e("matmul.i16", k.a("q16"), k.a("rec"), k.a(p + "wq"),
+                                k.lay[p + "wq_ms"], NQ, dim, mm))
     e("mul", "r3", "r1", 2 * hs)
-    e("mul", "r4", "r1", krec)
-    e("add", "r6", k.a("q16"), 0)
     e("add", "r7", k.a("k16"), 0)
+    if k.kvl is not None:
+        e("add", "r10", k.a("kbuf"), 0)
+    else:
+        e("mul", "r4", "r1", krec)
+
+    def krows():
+        e("rope.i16.i16", "r7", "r7", k.a("rope", 3), NK, hs, nx.ROPE_FRAC_BITS)
+        e("add", "r9", "r7", 0)
+        if k.kvl is None:
+            e("add", "r10", (kbase, 4), 0)
+
+        def kh():
+            e("dynq.i8.i16", "r10", "r9", hs)
+            e("add", "r9", f"r9+{2 * hs}", 0)
+            e("add", "r10", f"r10+{krec if k.kvl is not None else kstep}", 0)
+        e.loop(nk, kh)
+        e("add", "r3", f"r3+{2 * hs}", 0)
+        if k.kvl is None:
+            e("add", "r4", f"r4+{krec}", 0)
+        e("add", "r7", f"r7+{ks}", 0)
+    e.loop("r2", krows)
+    if k.kvl is not None:                   # V rows of each KV head into its own buffer
+        for h in range(nk):
+            _rows_op(e, k, lambda mm, h=h: e(
+                "matmul.i8", k.a("vbuf", 0, h * M * pad(hs)), k.a("rec"),
+                k.a(p + "wv", 0, h * hs * pad(dim)), k.lay[p + "wv_ms"] + 4 * h * hs,
+                hs, dim, mm))
+    else:                                   # V rows straight into the cache
+        e("mul", "r5", "r1", vs)
+        _rows_op(e, k, lambda mm: e("matmul.i8", (vbase, 5), k.a("rec"),
+                                    k.a(p + "wv"), k.lay[p + "wv_ms"], NK, dim, mm))
+    e("mul", "r3", "r1", 2 * hs)
+    e("add", "r6", k.a("q16"), 0)
     e("add", "r8", k.a("qrec"), 0)
 
-    def rows():
+    def qrows():
         e("rope.i16.i16", "r6", "r6", k.a("rope", 3), NQ, hs, nx.ROPE_FRAC_BITS)
-        e("rope.i16.i16", "r7", "r7", k.a("rope", 3), NK, hs, nx.ROPE_FRAC_BITS)
         e("add", "r9", "r6", 0)
 
         def qh():
@@ -430,19 +496,28 @@ def _attention(e, k, li):
             e("add", "r9", f"r9+{2 * hs}", 0)
             e("add", "r8", f"r8+{krec}", 0)
         e.loop(nq, qh)
-        e("add", "r9", "r7", 0)
-        e("add", "r10", k.a(p + "kcache", 4), 0)
-
-        def kh():
-            e("dynq.i8.i16", "r10", "r9", hs)
-            e("add", "r9", f"r9+{2 * hs}", 0)
-            e("add", "r10", f"r10+{kblock}", 0)
-        e.loop(nk, kh)
         e("add", "r3", f"r3+{2 * hs}", 0)
-        e("add", "r4", f"r4+{krec}", 0)
         e("add", "r6", f"r6+{qs}", 0)
-        e("add", "r7", f"r7+{ks}", 0)
-    e.loop("r2", rows)
+    e.loop("r2", qrows)
+    if k.kvl is not None:
+        e.comment("K records and V rows appended to the KV store (kvapp)")
+        e("add", "r3", "r1", 0)
+        e("add", "r9", k.a("kbuf"), 0)
+        e("add", "r7", k.a("vbuf"), 0)
+
+        def arows():
+            e("add", "r10", "r7", 0)
+            e("add", "r11", (li << 8,), 0)
+
+            def ah():
+                e("kvapp", "r11", "r9", "r10", "r3")
+                e("add", "r9", f"r9+{krec}", 0)
+                e("add", "r10", f"r10+{M * pad(hs)}", 0)
+                e("add", "r11", "r11+1", 0)
+            e.loop(nk, ah)
+            e("add", "r3", "r3+1", 0)
+            e("add", "r7", f"r7+{pad(hs)}", 0)
+        e.loop("r2", arows)
     aoff = 4 * q0 * hs
     e("add", "r3", "r1+1", 0)               # keys of the batch's first row
     e("add", "r6", k.a("qrec"), 0)
@@ -452,8 +527,8 @@ def _attention(e, k, li):
     gc = max(d for d in range(1, min(g, isa.max_m) + 1) if g % d == 0)
 
     def arow():
-        e("add", "r8", k.a(p + "kcache"), 0)
-        e("add", "r11", k.a(p + "vcache"), 0)
+        e("add", "r8", (kbase,), 0)
+        e("add", "r11", (vbase,), 0)
         if g > 1:
             e("mul", "r12", "r3", 4)
             e("ld", "r12", k.a("padt", 12))
@@ -465,13 +540,13 @@ def _attention(e, k, li):
 
                 def qh():
                     e("softmax.u16.i32", k.a("p"), "r9", "r3")
-                    e("wsum.i32.u16", "r10", k.a("p"), "r11", "r3", hs, vs)
+                    e("wsum.i32.u16", "r10", k.a("p"), "r11", "r3", hs, vstride)
                     e("add", "r9", "r9", "r12")
                     e("add", "r10", f"r10+{4 * hs}", 0)
                 e.loop(gc, qh)
                 e("add", "r6", f"r6+{gc * krec}", 0)
-            e("add", "r8", f"r8+{kblock}", 0)
-            e("add", "r11", f"r11+{hs}", 0)
+            e("add", "r8", f"r8+{kstep}", 0)
+            e("add", "r11", f"r11+{vstep}", 0)
         e.loop(nk, kvh)
         e("add", "r3", "r3+1", 0)
         e("add", "r10", f"r10+{as_ - 4 * NQ}", 0)
@@ -521,8 +596,8 @@ def _layer(e, k, li):
                                     k.lay[p + "w3_ms"], Nh, dim, mm))
 
         def gate(mm):
-            e("silu.i16.i16", k.a("silu"), k.a("h1"), mm * hz // 2, ly.hidden_frac_bits)
-            e("vmul.i32.i16", k.a("gl"), k.a("silu"), k.a("h3"), mm * hz // 2)
+            e("silu.i16.i16", k.a("h1"), k.a("h1"), mm * hz // 2, ly.hidden_frac_bits)
+            e("vmul.i32.i16", k.a("gl"), k.a("h1"), k.a("h3"), mm * hz // 2)
         _rows_op(e, k, gate)
         _gather_slice(e, k, "gl", "g.y", 4 * h0, pad(4 * Nh), 2 * hz, C_GATE)
     else:
@@ -600,6 +675,9 @@ def tensor_program(qm: QuantizedModel, isa: IsaConfig, pl: Placement, roles: Ten
         e("st", k.a("state", 0, 4), "r4")
         e("ld", "r4", k.a("mtab", 3, 4))
         e("st", k.a("state", 0, 8), "r4")
+        if k.regflags:
+            e("ld", "r13", k.a("mtab", 3))
+            e("ld", "r14", k.a("mtab", 3, 4))
         _zero_stale_rows(e, k)
         _embedding(e, k)
         _wait_all(e, k, C_X, k.T)
