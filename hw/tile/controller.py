@@ -14,14 +14,20 @@ scalar or control instruction retires in one cycle, the next one is fetched in t
 cycle (the instruction memory read port is addressed with the next PC), so straight-line
 scalar code and loop ends cost one cycle per instruction.  With ``overlap=False`` an
 instruction that uses a unit waits for that unit to finish before the next instruction
-issues.  With ``overlap=True`` a matrix instruction retires once the matrix unit and the
-write-back took it, and a one-entry scoreboard (its PC and SRAM byte ranges) makes a later
-instruction wait only on a hazard with it: a vector instruction whose ranges meet its Y or
-whose write meets its X, W or table, and every instruction but the scalar and vector ones
-(``chipotle.isa.core.vector_footprint``, ``matrix_footprint``).  Its ``ARITH`` is reported
-at that waiting point with its own PC; a later instruction's error waits for it ("Drain").
-Besides that the controller stalls only on SRAM-port conflicts (its own ``bus``), on a
-``WAIT`` whose counter is short, and on the network interface (``SEND`` / ``DONE``).
+issues.  With ``overlap=True`` the matrix unit, the vector unit (not ``TABLE``) and the
+network interface (``SEND``) each run one instruction in the background: it retires once
+its unit took it, and a scoreboard entry per unit (its PC, its SRAM byte ranges resolved at
+issue, busy and fault bits) makes a later instruction wait only for its own unit (a) or on
+a RAW / WAR / WAW overlap with an in-flight instruction (b)
+(``chipotle.isa.core.vector_footprint``, ``matrix_footprint``, ``send_footprint``,
+``hazard``); ``SEND`` (release), ``WAIT``, ``DONE``, ``HALT``, ``LD``, ``ST``, ``COPY``,
+``KVAPP`` and ``TABLE`` wait for every entry (d); scalar and control instructions never
+wait.  A background instruction's error is kept in its entry and reported at the next
+instruction that waits for it, or at a later error: the controller then drains every unit
+("Drain") and stops with the first error in program order and its PC.  Besides that the
+controller stalls only on SRAM-port arbitration (c: the ports are shared word by word, no
+issue stall), on a ``WAIT`` whose counter is short, and on the network interface taking a
+command.
 
 Members
 -------
@@ -203,9 +209,10 @@ class Controller(wiring.Component):
     loop_depth : int
         Hardware loop stack entries.
     overlap : bool
-        Issue policy: True (default) lets a matrix instruction run in the background under
-        independent instructions (the scoreboard of ``docs/tile.md``, "Issue policy");
-        False waits for every unit instruction to finish.
+        Issue policy: True (default) lets one matrix, one vector and one ``SEND``
+        instruction run in the background under independent instructions (the scoreboard
+        of ``docs/tile.md``, "Issue policy"); False waits for every unit instruction to
+        finish.
 
     Members
     -------
@@ -251,8 +258,10 @@ class Controller(wiring.Component):
     retired : ``Out(1)``
         An instruction retired this cycle.
     stall_wait, stall_net, stall_sram, matrix_active : ``Out(1)``
-        This cycle the controller is stalled on a ``WAIT``, on the network interface, on
-        its SRAM port, or has a matrix instruction in progress.
+        This cycle the controller is stalled on a ``WAIT``, on the network interface (a
+        command not yet taken, a ``DONE`` not completed, or with ``overlap`` an instruction
+        waiting for the in-flight ``SEND``), on its SRAM port, or has a matrix instruction
+        in progress.
     """
 
     def __init__(self, *, sram_bytes=32768, word_bytes=8, max_m=4, k_max=512,

@@ -815,8 +815,9 @@ class IsaConfig:
     mcast_max_flits: int = 8
     max_packet_flits: int = 255
     cost: CostModel = field(default_factory=CostModel)
-    #: Issue policy: False, every unit instruction finishes before the next issues; True, a
-    #: matrix instruction runs in the background under independent instructions
+    #: Issue policy: False, every unit instruction finishes before the next issues; True,
+    #: one matrix, one vector and one SEND instruction run in the background under
+    #: independent instructions, their errors deferred to the next sync point
     #: (``docs/isa.md`` section 6, ``docs/tile.md`` "Issue policy").
     overlap: bool = False
 
