@@ -252,16 +252,60 @@ class VectorUnit(wiring.Component):
             return Cat(*(op == o for o in ops)).any()
 
         # -- tables ------------------------------------------------------------------------
-        tables = {}
-        tab_wp = {}
-        tab_rp = {}
-        for tid in TableId:
-            mem = memory.Memory(shape=unsigned(16), depth=TABLE_ENTRIES[tid], init=[])
-            m.submodules[f"table_{tid.name.lower()}"] = mem
-            tables[tid] = mem
-            tab_wp[tid] = mem.write_port()
-            nports = V if tid in (TableId.EXP2, TableId.SIGMOID) else 1
-            tab_rp[tid] = [mem.read_port() for _ in range(nports)]
+        # Three block RAMs of 16-bit entries (``docs/fpga.md``, "Vector unit tables"): SIGMOID;
+        # EXP2 and DYNQ; RSQRT and RECIP (a table at its offset `tab_off` in its memory).  The
+        # first two are read by the lanes: ``V / 2`` copies, each serving two lanes, lane 2k
+        # on the port that the TABLE writes share (its address is the write address while a
+        # TABLE command writes), lane 2k + 1 on the other, so a copy is one true-dual-port
+        # block RAM (``no_rw_check``: no command reads a table while TABLE writes it).  DYNQ
+        # is read through lane 0's port (a dynq command's lanes read no table), RSQRT and
+        # RECIP through the one port of theirs, chosen by the opcode.
+        tab_off = {}
+        tab_groups = ((TableId.SIGMOID,), (TableId.EXP2, TableId.DYNQ),
+                      (TableId.RSQRT, TableId.RECIP))
+        for group in tab_groups:
+            base = 0
+            for tid in group:
+                tab_off[tid] = base
+                base += TABLE_ENTRIES[tid]
+        tw_on = Signal()            # a TABLE command writes an entry this cycle ...
+        tw_idx = Signal(16)         # ... at this index of table cmd.c ...
+        tw_data = Signal(16)        # ... with this value
+        tw_addr = Signal(16)        # index + the table's offset in its memory
+        with m.Switch(cmd.c):
+            for tid in TableId:
+                with m.Case(tid.value):
+                    m.d.comb += tw_addr.eq(tw_idx + tab_off[tid])
+
+        def table_memory(name, group, nports, attrs=None):
+            """A memory of ``group``'s tables, written by TABLE; return its ports."""
+            depth = sum(TABLE_ENTRIES[t] for t in group)
+            mem = memory.Memory(shape=unsigned(16), depth=depth, init=[], attrs=attrs)
+            m.submodules[name] = mem
+            wp = mem.write_port()
+            m.d.comb += [wp.data.eq(tw_data),
+                         wp.en.eq(tw_on & Cat(*(cmd.c == t.value for t in group)).any())]
+            return wp, [mem.read_port() for _ in range(nports)]
+
+        def lane_tables(name, group, lane_addrs):
+            """The copies of a table memory read by the lanes; return each lane's data."""
+            datas = []
+            for k in range(V // 2):
+                wp, (ra, rb) = table_memory(f"table_{name}{k}", group, 2, {"no_rw_check": 1})
+                shared = Signal.like(wp.addr, name=f"table_{name}{k}_addr")
+                m.d.comb += [shared.eq(Mux(tw_on, tw_addr, lane_addrs[2 * k])),
+                             wp.addr.eq(shared), ra.addr.eq(shared),
+                             rb.addr.eq(lane_addrs[2 * k + 1])]
+                datas += [ra.data, rb.data]
+            return datas
+
+        exp_addrs = [Signal(9, name=f"exp_addr{lane}") for lane in range(V)]
+        sig_addrs = [Signal(10, name=f"sig_addr{lane}") for lane in range(V)]
+        exp_data = lane_tables("exp2_dynq", (TableId.EXP2, TableId.DYNQ), exp_addrs)
+        sig_data = lane_tables("sigmoid", (TableId.SIGMOID,), sig_addrs)
+        sc_wp, (sc_rp,) = table_memory("table_rsqrt_recip", (TableId.RSQRT, TableId.RECIP), 1)
+        m.d.comb += sc_wp.addr.eq(tw_addr)
+        lane_tidx = []              # each lane's stage-1 table index
         loaded = Signal(len(TableId))
 
         # -- state -------------------------------------------------------------------------
@@ -552,13 +596,14 @@ class VectorUnit(wiring.Component):
                 s2_add.eq(s1_add + Mux(lmode == _Lane.ROPE, Mux(s1_neg, -m2, m2), 0)),
                 s2_nsh.eq(s1_nsh),
             ]
-            exp_rp = tab_rp[TableId.EXP2][lane]
-            sig_rp = tab_rp[TableId.SIGMOID][lane]
-            m.d.comb += [exp_rp.addr.eq(s1_tidx[:8]), sig_rp.addr.eq(s1_tidx)]
+            lane_tidx.append(s1_tidx)
+            if lane > 0:
+                m.d.comb += exp_addrs[lane].eq(s1_tidx[:8])
+            m.d.comb += sig_addrs[lane].eq(s1_tidx)
 
             # stage 3: the big product
-            mx3 = Mux(lmode == _Lane.EXP, exp_rp.data, s2_mx)
-            my3 = Mux(lmode == _Lane.SILU, sig_rp.data, s2_my)
+            mx3 = Mux(lmode == _Lane.EXP, exp_data[lane], s2_mx)
+            my3 = Mux(lmode == _Lane.SILU, sig_data[lane], s2_my)
             s3_p = Signal(signed(68), name=f"s3_p_{lane}")
             s3_add = Signal(signed(36), name=f"s3_add_{lane}")
             s3_sh = Signal(range(63), name=f"s3_sh_{lane}")
@@ -577,10 +622,18 @@ class VectorUnit(wiring.Component):
             s4_q.append(s4q)
             s4_r.append(s4r)
 
-        # scalar-step table ports
-        rsq_rp = tab_rp[TableId.RSQRT][0]
-        rcp_rp = tab_rp[TableId.RECIP][0]
-        dq_rp = tab_rp[TableId.DYNQ][0]
+        # scalar-step table reads: RSQRT / RECIP on their memory's port, DYNQ on lane 0's
+        rsq_addr = Signal(10)
+        rcp_addr = Signal(8)
+        dq_addr = Signal(8)
+        m.d.comb += [
+            sc_rp.addr.eq(Mux(op == Opcode.RMSNORM, rsq_addr,
+                              rcp_addr + tab_off[TableId.RECIP])),
+            exp_addrs[0].eq(Mux(op == Opcode.DYNQ, dq_addr + tab_off[TableId.DYNQ],
+                                lane_tidx[0][:8])),
+        ]
+        rsq_data = rcp_data = sc_rp.data
+        dq_data = exp_data[0]
 
         # -- reduction of a chunk ---------------------------------------------------------------
         rvals = []
@@ -672,11 +725,9 @@ class VectorUnit(wiring.Component):
         wq = Signal(range(SN + 1))
         w_go = (s_count != 0) & ~tw
         w_last = wq + 1 == h_n
+        m.d.comb += [tw_idx.eq(h_addr + wq), tw_data.eq(h_dat.word_select(wq, 16))]
         with m.If((s_count != 0) & tw):
-            for tid in TableId:
-                wp = tab_wp[tid]
-                m.d.comb += [wp.addr.eq(h_addr + wq), wp.data.eq(h_dat.word_select(wq, 16)),
-                             wp.en.eq(cmd.c == tid.value)]
+            m.d.comb += tw_on.eq(1)
             m.d.sync += wq.eq(wq + 1)
             with m.If(w_last):
                 m.d.sync += wq.eq(0)
@@ -872,7 +923,7 @@ class VectorUnit(wiring.Component):
         m.d.comb += ss_i.eq(Mux(k2 >= 8, ss.as_unsigned() >> (k2 - 8)[:7],
                                 ss.as_unsigned() << (8 - k2)[:4]))
         ss_idx = ss_i - 256
-        m.d.comb += rsq_rp.addr.eq(Mux(ss_i < 256, 0, Mux(ss_idx > 767, 767, ss_idx)))
+        m.d.comb += rsq_addr.eq(Mux(ss_i < 256, 0, Mux(ss_idx > 767, 767, ss_idx)))
         # dynq: a = max|v|; b = lod(a); j = the 8 bits after the leading one
         a_u = acc.as_unsigned()[:33]
         a_b = _lod(m, a_u, "dq_lod")
@@ -880,13 +931,13 @@ class VectorUnit(wiring.Component):
         m.d.comb += a_i.eq(Mux(a_b >= 8, a_u >> (a_b - 8)[:6], a_u << (8 - a_b)[:4]))
         a_j = Signal(8)
         m.d.comb += a_j.eq(Mux(a_i < 256, 0, a_i - 256))
-        m.d.comb += dq_rp.addr.eq(a_j)
+        m.d.comb += dq_addr.eq(a_j)
         # softmax: Z = sum e; bz = lod(Z); R = RECIP[the 8 bits after the leading one]
         z_u = acc.as_unsigned()[:48]
         z_b = _lod(m, z_u, "z_lod")
         z_i = Signal(56)
         m.d.comb += z_i.eq(Mux(z_b >= 8, z_u >> (z_b - 8)[:6], z_u << (8 - z_b)[:4]))
-        m.d.comb += rcp_rp.addr.eq(Mux(z_i < 256, 0, z_i - 256))
+        m.d.comb += rcp_addr.eq(Mux(z_i < 256, 0, z_i - 256))
         m.d.comb += self.busy.eq(1)
         with m.FSM():
             with m.State("Idle"):
@@ -985,7 +1036,7 @@ class VectorUnit(wiring.Component):
                 with m.Elif(derr != ErrorCode.NONE):
                     finish(derr)
                 with m.Else():
-                    m.d.sync += [mult.eq(Mux(ss == 0, 0, rsq_rp.data)),
+                    m.d.sync += [mult.eq(Mux(ss == 0, 0, rsq_data)),
                                  shamt.eq(Mux(stot > 62, 62, stot))]
                     start_pass(_P2)
                     m.next = "Stream"
@@ -995,7 +1046,7 @@ class VectorUnit(wiring.Component):
                              mu.eq(Mux(acc == 0, 0, 512 + (a_j << 1) + 1))]
                 m.next = "Dynq-Scale"
             with m.State("Dynq-Scale"):
-                m.d.sync += [mult.eq(dq_rp.data), shamt.eq(9 + bexp)]
+                m.d.sync += [mult.eq(dq_data), shamt.eq(9 + bexp)]
                 m.next = "Dynq-Header"
             with m.State("Dynq-Header"):
                 m.d.comb += [
@@ -1011,7 +1062,7 @@ class VectorUnit(wiring.Component):
                 m.d.sync += bexp.eq(z_b)
                 m.next = "Recip-Scale"
             with m.State("Recip-Scale"):
-                m.d.sync += [mult.eq(rcp_rp.data), shamt.eq(Mux(bexp > 62, 62, bexp))]
+                m.d.sync += [mult.eq(rcp_data), shamt.eq(Mux(bexp > 62, 62, bexp))]
                 start_pass(_P3)
                 m.next = "Stream"
 
