@@ -65,6 +65,8 @@ __all__ = ["TensorRoles", "place_tensor", "tensor_program", "tensor_images"]
 
 #: Counters of the gathers; the argmax reduction uses the last counter, as in the pipeline.
 C_X, C_XA, C_ACC, C_GATE = 0, 1, 2, 3
+#: Counter of the row records of a batch spread over the tiles (`_row_records`).
+C_REC = 4
 
 
 def _split(units: int, n: int, j: int) -> tuple:
@@ -145,7 +147,7 @@ def _requests(qm: QuantizedModel, isa: IsaConfig, roles: TensorRoles, xy, contex
     req += [("state", 16, "act"), ("mtab", 16 * (M + 1), "act"),
             ("ems", 4 * c.vocab_size, "act"), ("yo", M * pad(2 * max(No, 1)), "act"),
             ("xo", M * pad(2 * max(No, 1)), "act"), ("xn", M * xs, "act"),
-            ("rec", M * rec(dim), "act"), ("grec", M * rec(hid), "act")]
+            ("rec", M * rec(dim), "g"), ("grec", M * rec(hid), "g")]
     if M > 2:
         req += [("zeros", (M - 2) * rec(hid), "act")]
     if No:
@@ -282,6 +284,12 @@ class _K:
         #: the batch-size flags (m == 1, m > 1) live in r13 / r14 when no address needs the
         #: Emitter's scratch registers (a tile within the 17-bit offsets), else in `state`
         self.regflags = lay.size <= 1 << OFF_BITS
+        #: this tile's index in row-major order
+        self.index = sorted(pl.tiles, key=lambda t: (t[1], t[0])).index(self.xy)
+        #: batches of m > 1 rows spread the rows' normalisation and quantisation over the
+        #: tiles (`_row_records`): needs the flags in registers, a tile per row and `C_REC`
+        self.dist = (self.regflags and 1 < isa.max_m <= self.T
+                     and isa.n_counters > C_REC + 1)
 
     def a(self, name, reg=0, plus=0):
         """Address operand of region `name` (+ `plus`), optionally + a register."""
@@ -369,6 +377,45 @@ def _norm(e, k, src, src_stride, gain, eps, shift, dst):
         e("add", "r7", f"r7+{k.isa.pad(2 * dim)}", 0)
         e("add", "r8", f"r8+{rec}", 0)
     e.loop("r2", body)
+
+
+def _row_records(e, k, emit_row, src, sstride, dst, dstride, nrec, local=True):
+    """Records of the batch's rows of `src` (row stride `sstride`) into `dst` (`dstride`):
+    ``emit_row(s, d)`` emits the vector instructions of one row (address operands).
+
+    Decode (``m == 1``, and always without `TensorK.dist`): every tile computes every row
+    itself (if `local`).  A batch of ``m > 1`` rows with `TensorK.dist`: tile ``j`` of the
+    mesh (row-major) computes row ``j < m`` only and multicasts its record (`nrec` bytes)
+    into `dst` on every tile, bumping `C_REC`; every tile waits for the ``m`` records.  The
+    replicated vector work of a prefill batch thus drops from ``m`` rows to one per tile.
+    (Safe with one buffer: `dst`'s earlier readers on every tile finished before that tile
+    joined the gather that precedes this one, and the gathers are barriers.)"""
+    def rows():
+        e("add", "r6", k.a(src), 0)
+        e("add", "r7", k.a(dst), 0)
+
+        def body():
+            emit_row("r6", "r7")
+            e("add", "r6", f"r6+{sstride}", 0)
+            e("add", "r7", f"r7+{dstride}", 0)
+        e.loop("r2", body)
+    if not k.dist:
+        if local:
+            rows()
+        return
+    if local:
+        e.loop("r13", rows)                 # m == 1: r2 = 1
+
+    def spread():
+        j = k.index
+        e("ld", "r12", k.a("state", 0, 12))     # 1 if j < m
+
+        def mine():
+            emit_row(k.a(src, 0, j * sstride), k.a(dst, 0, j * dstride))
+            e("send", k.a(dst, 0, j * dstride), k.a(dst, 0, j * dstride), nrec, k.all, C_REC)
+        e.loop("r12", mine)
+        e("wait", C_REC, "r2")
+    e.loop("r14", spread)
 
 
 def _residual(e, k, ybuf_src, res, cnt):
@@ -573,23 +620,22 @@ def _layer(e, k, li):
         _attention(e, k, li)
     e.comment(f"layer {li} output projection rows {o0} .. {o1 - 1} and residual")
     _wait_all(e, k, C_ACC, len(k.roles.att_tiles))
-    e("add", "r6", k.a("g.y"), 0)
-    e("add", "r7", k.a("rec"), 0)
-
-    def orow():
-        e("dynq.i8.i32", "r7", "r6", dim)
-        e("add", "r6", f"r6+{pad(4 * dim)}", 0)
-        e("add", "r7", f"r7+{rec(dim)}", 0)
-    e.loop("r2", orow)
+    _row_records(e, k, lambda s_, d_: e("dynq.i8.i32", d_, s_, dim), "g.y", pad(4 * dim),
+                 "rec", rec(dim), rec(dim))
     if No:
         _rows_op(e, k, lambda mm: e("matmul.i16", k.a("yo"), k.a("rec"), k.a(p + "wo"),
                                     k.lay[p + "wo_ms"], No, dim, mm))
     _residual(e, k, "yo", "g.x", C_XA)
     _wait_all(e, k, C_XA, k.T)
     e.comment(f"layer {li} feed-forward hidden rows {h0} .. {h1 - 1}")
+
+    def fnorm(s_, d_):
+        e("rmsnorm.i16.i16", k.a("xn"), s_, k.a(p + "fg"), dim, k.lay[p + "ffn_eps"],
+          ly.ffn_norm.shift)
+        e("dynq.i8.i16", d_, k.a("xn"), dim)
+    _row_records(e, k, fnorm, "g.xa", pad(2 * dim), "rec", rec(dim), rec(dim), local=Nh > 0)
     if Nh:
         hz = pad(2 * Nh)
-        _norm(e, k, "g.xa", pad(2 * dim), p + "fg", p + "ffn_eps", ly.ffn_norm.shift, "rec")
         _rows_op(e, k, lambda mm: e("matmul.i16", k.a("h1"), k.a("rec"), k.a(p + "w1"),
                                     k.lay[p + "w1_ms"], Nh, dim, mm))
         _rows_op(e, k, lambda mm: e("matmul.i16", k.a("h3"), k.a("rec"), k.a(p + "w3"),
@@ -604,14 +650,8 @@ def _layer(e, k, li):
         _gather_slice(e, k, None, "g.y", 0, 0, 0, C_GATE)
     _wait_all(e, k, C_GATE, k.T)
     e.comment(f"layer {li} down projection rows {o0} .. {o1 - 1} and residual")
-    e("add", "r6", k.a("g.y"), 0)
-    e("add", "r7", k.a("grec"), 0)
-
-    def grow():
-        e("dynq.i8.i32", "r7", "r6", hid)
-        e("add", "r6", f"r6+{pad(4 * hid)}", 0)
-        e("add", "r7", f"r7+{rec(hid)}", 0)
-    e.loop("r2", grow)
+    _row_records(e, k, lambda s_, d_: e("dynq.i8.i32", d_, s_, hid), "g.y", pad(4 * hid),
+                 "grec", rec(hid), rec(hid))
     if No:
         _rows_op(e, k, lambda mm: e("matmul.i16", k.a("yo"), k.a("grec"), k.a(p + "w2"),
                                     k.lay[p + "w2_ms"], No, hid, mm))
@@ -678,6 +718,9 @@ def tensor_program(qm: QuantizedModel, isa: IsaConfig, pl: Placement, roles: Ten
         if k.regflags:
             e("ld", "r13", k.a("mtab", 3))
             e("ld", "r14", k.a("mtab", 3, 4))
+        if k.dist:
+            e("ld", "r4", k.a("mtab", 3, 12))
+            e("st", k.a("state", 0, 12), "r4")
         _zero_stale_rows(e, k)
         _embedding(e, k)
         _wait_all(e, k, C_X, k.T)
@@ -710,7 +753,8 @@ def tensor_images(qm: QuantizedModel, isa: IsaConfig, pl: Placement, roles: Tens
         emb = qm.embedding
         d["ems"] = requant_table(emb.m, emb.s)
         M = isa.max_m
-        d["mtab"] = np.array([(int(m == 1), int(m > 1), int(1 < m < M), 0)
+        j = sorted(pl.tiles, key=lambda t: (t[1], t[0])).index(xy)
+        d["mtab"] = np.array([(int(m == 1), int(m > 1), int(1 < m < M), int(1 < m and j < m))
                               for m in range(M + 1)], "<u4")
         if o1 > o0:
             d["e"] = padded_rows(emb.w[:, o0:o1], isa)

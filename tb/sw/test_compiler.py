@@ -418,7 +418,7 @@ def test_tensor_gather_buffers_and_roles(small_qm):
     compiled = compile_model(small_qm, cfg, placement="tensor")
     pl = compiled.placement
     assert pl.kind == "tensor" and not pl.pipeline
-    for name in ("g.x", "g.xa", "g.y", "step"):
+    for name in ("g.x", "g.xa", "g.y", "rec", "grec", "step"):
         assert len({lay.regions[name].addr for lay in pl.tiles.values()}) == 1, name
     roles = TensorRoles(small_qm, cfg.isa_config(), list(pl.tiles))
     c = small_qm.config
