@@ -50,6 +50,7 @@ from .isa.core import (
     hazard,
     instr_cycles,
     matrix_footprint,
+    mem_footprint,
     rect_decode,
     send_flits,
     send_footprint,
@@ -142,6 +143,10 @@ class DeadlockError(RuntimeError):
                  f"(it holds {have})" for (x, y), pc, c, need, have in waiting]
         parts += [f"tile ({x},{y}) is {state}" for (x, y), state in others]
         super().__init__("deadlock: no tile can make progress: " + "; ".join(parts))
+
+
+#: The controller's own SRAM instructions: they wait only on a hazard.
+_MEM_OPS = frozenset({Opcode.LD, Opcode.ST, Opcode.COPY})
 
 
 class _Fault(Exception):
@@ -569,14 +574,15 @@ class IsaSim:
 
         Scalar and control instructions: none.  A matrix or vector instruction: its own
         unit's entry and every entry it has a hazard with (`hazard` of its footprint and the
-        entry's ranges).  Every other instruction, ``SEND`` included (its packets release
+        entry's ranges); ``LD``, ``ST``, ``COPY`` (the controller's own): the entries they
+        have a hazard with.  Every other instruction, ``SEND`` included (its packets release
         everything before it), waits for all.
         """
         op = i.op
         if op in SCALAR_OPS:
             return []
         unit = background_unit(op)
-        if unit not in ("matrix", "vector"):
+        if unit not in ("matrix", "vector") and op not in _MEM_OPS:
             return list(t._busy)
         reads, write = self._footprint(t, i)
         return [u for u, e in t._busy.items()
@@ -586,6 +592,8 @@ class IsaSim:
         """The SRAM byte ranges (reads, write) of a background instruction, resolved now."""
         W = self.config.word_bytes
         d, a, b, n = t._val(i.d), t._val(i.a), t._val(i.b), t._len(i.n)
+        if i.op in _MEM_OPS:
+            return mem_footprint(i.op, d, a, n)
         if i.op == Opcode.SEND:
             return send_footprint(d, a, n)
         if i.op.value >> 4 in (1, 2):

@@ -14,20 +14,20 @@ scalar or control instruction retires in one cycle, the next one is fetched in t
 cycle (the instruction memory read port is addressed with the next PC), so straight-line
 scalar code and loop ends cost one cycle per instruction.  With ``overlap=False`` an
 instruction that uses a unit waits for that unit to finish before the next instruction
-issues.  With ``overlap=True`` the matrix unit, the vector unit (not ``TABLE``) and the
-network interface (``SEND``) each run one instruction in the background: it retires once
-its unit took it, and a scoreboard entry per unit (its PC, its SRAM byte ranges resolved at
-issue, busy and fault bits) makes a later instruction wait only for its own unit (a) or on
-a RAW / WAR / WAW overlap with an in-flight instruction (b)
+issues. With ``overlap=True`` the matrix unit, the vector unit (not ``TABLE``) and the
+network interface (``SEND``) each run one instruction in the background: it retires once its
+unit took it, and a scoreboard entry per unit (its PC, its SRAM byte ranges resolved at
+issue, busy and fault bits) makes a later instruction wait only for its own unit (a) or on a
+RAW / WAR / WAW overlap with an in-flight instruction (b)
 (``chipotle.isa.core.vector_footprint``, ``matrix_footprint``, ``send_footprint``,
-``hazard``); ``SEND`` (release), ``WAIT``, ``DONE``, ``HALT``, ``LD``, ``ST``, ``COPY``,
-``KVAPP`` and ``TABLE`` wait for every entry (d); scalar and control instructions never
-wait.  A background instruction's error is kept in its entry and reported at the next
-instruction that waits for it, or at a later error: the controller then drains every unit
-("Drain") and stops with the first error in program order and its PC.  Besides that the
-controller stalls only on SRAM-port arbitration (c: the ports are shared word by word, no
-issue stall), on a ``WAIT`` whose counter is short, and on the network interface taking a
-command.
+``mem_footprint``, ``hazard``; ``LD``, ``ST`` and ``COPY``, which the controller runs
+itself, wait on (b) only); ``SEND`` (release), ``WAIT``, ``DONE``, ``HALT``, ``KVAPP`` and
+``TABLE`` wait for every entry (d); scalar and control instructions never wait. A background
+instruction's error is kept in its entry and reported at the next instruction that waits for
+it, or at a later error: the controller then drains every unit ("Drain") and stops with the
+first error in program order and its PC. Besides that the controller stalls only on SRAM-
+port arbitration (c: the ports are shared word by word, no issue stall), on a ``WAIT`` whose
+counter is short, and on the network interface taking a command.
 
 Members
 -------
@@ -955,10 +955,11 @@ class Controller(wiring.Component):
                                  nt_code.eq(code)]
 
             # The scoreboard compare (chipotle.isa.core: vector_footprint, matrix_footprint,
-            # send_footprint, hazard; the same formulas): a read of the new instruction
-            # meets an entry's write (RAW), its write meets the entry's write (WAW) or reads
-            # (WAR).  Scalar and control instructions never wait; a vector instruction waits
-            # for the vector entry and the entries it has a hazard with; a matrix instruction
+            # send_footprint, mem_footprint, hazard; the same formulas): a read of the new
+            # instruction meets an entry's write (RAW), its write meets the entry's write
+            # (WAW) or reads (WAR).  Scalar and control instructions never wait; a vector
+            # instruction waits for the vector entry and the entries it has a hazard with;
+            # LD, ST and COPY for the entries they have a hazard with; a matrix instruction
             # for the matrix entry here and its hazards in Matrix-Check; every other
             # instruction (SEND included) for every entry.
             def meet(r1, r2):
@@ -968,14 +969,26 @@ class Controller(wiring.Component):
             m_w = (mx_wa, w_end)
             m_t = (mx_c, mx_c + tab_bytes)
             m_y = (mx_ya, y_end)
-            vec_vs_mx = (meet(v_a, m_y) | uses_b & meet(v_b, m_y) | is_rms & meet(v_c, m_y)
-                         | meet(v_d, m_y) | meet(v_d, m_x) | meet(v_d, m_w)
-                         | ~is_raw & meet(v_d, m_t))
-            vec_vs_nt = (meet(v_a, nr_dst) | uses_b & meet(v_b, nr_dst)
-                         | is_rms & meet(v_c, nr_dst) | meet(v_d, nr_dst) | meet(v_d, nr_src))
-            need_mx = Mux(is_scalar, 0, Mux(is_vec, vec_vs_mx, 1))
-            need_vx = ~is_scalar & ~is_mat
-            need_nt = Mux(is_scalar | is_mat, 0, Mux(is_vec, vec_vs_nt, 1))
+            is_ld = opv == Opcode.LD.value
+            is_st = opv == Opcode.ST.value
+            is_copy = opv == Opcode.COPY.value
+            is_mem = is_ld | is_st | is_copy
+            f_reads = [(is_vec, v_a), (is_vec & uses_b, v_b), (is_vec & is_rms, v_c),
+                       (is_ld, (a_val, a_val + 4)), (is_copy, (a_val, a_val + n_val))]
+            f_writes = [(is_vec, v_d), (is_st, (d_val, d_val + 4)),
+                        (is_copy, (d_val, d_val + n_val))]
+
+            def hz(e_reads, e_write):
+                terms = [en & meet(r, e_write) for en, r in f_reads + f_writes]
+                terms += [wen & ren & meet(w, r) for wen, w in f_writes for ren, r in e_reads]
+                return Cat(*terms).any()
+
+            hz_mx = hz([(C(1, 1), m_x), (C(1, 1), m_w), (~is_raw, m_t)], m_y)
+            hz_vx = hz([(C(1, 1), vr_a), (vr_b_en, vr_b), (vr_c_en, vr_c)], vr_d)
+            hz_nt = hz([(C(1, 1), nr_src)], nr_dst)
+            need_mx = Mux(is_scalar, 0, Mux(is_vec | is_mem, hz_mx, 1))
+            need_vx = Mux(is_scalar | is_mat, 0, Mux(is_mem, hz_vx, 1))
+            need_nt = Mux(is_scalar | is_mat, 0, Mux(is_vec | is_mem, hz_nt, 1))
             m.d.comb += ex_sync.eq(Cat(need_mx, need_vx, need_nt) & live3)
 
             mat_vs_vx = (meet(m_x, vr_d) | meet(m_w, vr_d) | ~is_raw & meet(m_t, vr_d)

@@ -28,7 +28,7 @@ __all__ = [
     "encode", "decode", "rect_encode", "rect_decode", "signed_imm",
     "CostModel", "IsaConfig", "instr_cycles", "send_flits", "vector_cycles",
     "SCALAR_OPS", "MATRIX_OPS", "vector_footprint", "matrix_footprint", "ranges_overlap",
-    "BACKGROUND_UNITS", "background_unit", "send_footprint", "hazard",
+    "BACKGROUND_UNITS", "background_unit", "send_footprint", "mem_footprint", "hazard",
 ]
 
 #: Width of an instruction word in bits (and bytes).
@@ -652,12 +652,35 @@ def send_footprint(d: int, a: int, n: int) -> tuple[list[tuple[int, int]], tuple
     return [(a, a + n)], (d, d + n)
 
 
-def hazard(reads: list, write: tuple, in_reads: list, in_write: tuple) -> bool:
+def mem_footprint(op: Opcode, d: int, a: int, n: int) -> tuple[list[tuple[int, int]],
+                                                                tuple[int, int] | None]:
+    """Return the SRAM byte ranges of the controller's own ``LD``, ``ST`` or ``COPY``.
+
+    ``LD`` reads ``[a, a + 4)``, writes nothing (None); ``ST`` writes ``[d, d + 4)``;
+    ``COPY`` reads ``[a, a + n)`` and writes ``[d, d + n)``.
+
+    Raises
+    ------
+    ValueError
+        For another opcode.
+    """
+    if op == Opcode.LD:
+        return [(a, a + 4)], None
+    if op == Opcode.ST:
+        return [], (d, d + 4)
+    if op == Opcode.COPY:
+        return [(a, a + n)], (d, d + n)
+    raise ValueError(f"mem_footprint takes LD, ST or COPY, not {op!r}")
+
+
+def hazard(reads: list, write: tuple | None, in_reads: list, in_write: tuple) -> bool:
     """Return whether an instruction (`reads`, `write`) must wait for an in-flight one.
 
     RAW (a read meets `in_write`), WAW (`write` meets `in_write`) or WAR (`write` meets one
-    of `in_reads`), with `ranges_overlap`.
+    of `in_reads`), with `ranges_overlap`; `write` None: the instruction writes no SRAM.
     """
+    if write is None:
+        return any(ranges_overlap(r, in_write) for r in reads)
     return (any(ranges_overlap(r, in_write) for r in (*reads, write))
             or any(ranges_overlap(write, r) for r in in_reads))
 

@@ -583,6 +583,20 @@ def _unit_cases(a):
          f"send {ya:#x}, {A:#x}, {e}, (0, 0), 1", mm, ErrorCode.NONE, False),
         ("send waits for the vector (release)", vec, snd, ErrorCode.NONE, False),
         ("send waits for the matrix (release)", mm, snd, ErrorCode.NONE, False),
+        # the controller's own LD / ST / COPY wait on a hazard only
+        # not timed: COPY and the vector unit share the SRAM read/write port (core_small 605
+        # cycles against 722 serially)
+        ("copy under vector", vec, f"copy {F:#x}, {A + 0x40:#x}, 0x60", ErrorCode.NONE, None),
+        ("copy under matrix", mm, f"copy {F:#x}, {A:#x}, 0x60", ErrorCode.NONE, True),
+        ("RAW: copy reads the vector's result", vec, f"copy {F:#x}, {D + e - 0x20:#x}, 0x60",
+         ErrorCode.NONE, False),
+        ("WAR: copy writes the matrix's W", mm, f"copy {a['wa'] + 0x40:#x}, {F:#x}, 0x60",
+         ErrorCode.NONE, False),
+        ("RAW: ld of Y, st of it", mm, f"ld r1, {ya + 4:#x}\nst {F:#x}, r1", ErrorCode.NONE,
+         None),
+        ("WAR: st into X under matrix", mm, f"li r1, 0x7f7f7f7f\nst {a['xa'] + 2 * W:#x}, r1",
+         ErrorCode.NONE, None),
+        ("ld and st under matrix", mm, f"ld r1, {A:#x}\nst {F:#x}, r1", ErrorCode.NONE, None),
         ("wait drains", vec, f"li r1, 3\nst {F:#x}, r1\n{snd}\nwait 1, 1", ErrorCode.NONE,
          None),
         # errors of background instructions: the shadow runs, the first error wins

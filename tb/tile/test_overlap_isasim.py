@@ -139,6 +139,11 @@ SEND = f"send {F + 0x400:#x}, {F + 0x100:#x}, 64, (0, 0), 1"          # A -> D o
     (f"{SEND}\nvadd.i16.i16 {F:#x}, {F + 0x400:#x}, {F:#x}, 8", False),          # RAW (D)
     (f"{VEC}\n{SEND}", False),                                       # send releases
     (f"{MATMUL}\n{SEND}", False),
+    (f"{VEC}\ncopy {F + 0x400:#x}, {F + 0x180:#x}, 40", True),           # copy under vector
+    (f"{MATMUL}\ncopy {F + 0x400:#x}, {F + 0x100:#x}, 40", True),        # copy under matrix
+    (f"{VEC}\ncopy {F + 0x400:#x}, {F + 0x20:#x}, 40", False),            # RAW
+    (f"{MATMUL}\ncopy {WA + 8:#x}, {F:#x}, 40", False),                   # WAR
+    (f"{SEND}\ncopy {F + 0x100:#x}, {F:#x}, 40", False),                  # WAR
 ])
 def test_units_overlap_iff_no_hazard(prog, overlaps):
     """Same SRAM under both policies; the estimate is the serial one minus the shorter of
