@@ -443,14 +443,20 @@ def _compile_tensor(qm: QuantizedModel, config: ChipConfig, context: int,
         batches = min(DEFAULT_PREFILL_BATCHES, -(-context // isa.max_m))
     pl, roles = place_tensor(qm, isa, config.mesh_width, config.mesh_height, context, batches,
                              kvapp)
-    programs, entries, sources = {}, {}, {}
-    for xy, lay in pl.tiles.items():
-        text = tensor_program(qm, isa, pl, roles, lay, context)
-        sym: dict = {}
-        words = assemble(text, symbols_out=sym)
-        programs[xy], sources[xy] = words, text
-        entries[xy] = {k: v for k, v in sym.items() if k.startswith("m") and k[1:2].isdigit()}
-    longest = max(len(w) for w in programs.values())
+    # the software-pipelined scores take a few more instructions: without them if the
+    # instruction memory is too small for them
+    for pipelined in (True, False):
+        programs, entries, sources = {}, {}, {}
+        for xy, lay in pl.tiles.items():
+            text = tensor_program(qm, isa, pl, roles, lay, context, pipelined)
+            sym: dict = {}
+            words = assemble(text, symbols_out=sym)
+            programs[xy], sources[xy] = words, text
+            entries[xy] = {k: v for k, v in sym.items()
+                           if k.startswith("m") and k[1:2].isdigit()}
+        longest = max(len(w) for w in programs.values())
+        if longest <= config.imem_words:
+            break
     if longest > config.imem_words:
         raise FitError(f"the tensor placement's longest program needs {longest} "
                        f"instructions, but the instruction memory holds {config.imem_words}: "

@@ -163,6 +163,7 @@ def _requests(qm: QuantizedModel, isa: IsaConfig, roles: TensorRoles, xy, contex
         req += [("q16", M * pad(2 * nq * hs), "act"), ("k16", M * pad(2 * nk * hs), "act"),
                 ("qrec", M * nq * krec, "act"),
                 ("t", min(c.kv_mul, M) * pad(4 * context), "act"), ("p", 2 * context, "act"),
+                ("t2", min(c.kv_mul, M) * pad(4 * context), "act"),
                 ("padt", 4 * (context + 1), "act"), ("rope", context * 2 * hs, "kv")]
         if kvapp:
             kvl = _kv_layout(qm, isa, nk, context, 0)
@@ -273,7 +274,7 @@ def place_tensor(qm: QuantizedModel, isa: IsaConfig, width: int, height: int, co
 
 
 class _K:
-    def __init__(self, qm, isa, pl, roles, lay, context):
+    def __init__(self, qm, isa, pl, roles, lay, context, pipe_att=True):
         self.qm, self.c, self.isa, self.pl, self.roles, self.lay, self.context = (
             qm, qm.config, isa, pl, roles, lay, context)
         self.xy = lay.xy
@@ -290,6 +291,10 @@ class _K:
         #: tiles (`_row_records`): needs the flags in registers, a tile per row and `C_REC`
         self.dist = (self.regflags and 1 < isa.max_m <= self.T
                      and isa.n_counters > C_REC + 1)
+        #: the attention norm spread too: rows j < M on the first M (attention) tiles
+        self.dist_att = self.dist and len(roles.att_tiles) >= isa.max_m
+        #: software-pipelined scores (`_scores_pipelined`), unless the program is too long
+        self.pipe_att = pipe_att
 
     def a(self, name, reg=0, plus=0):
         """Address operand of region `name` (+ `plus`), optionally + a register."""
@@ -379,7 +384,7 @@ def _norm(e, k, src, src_stride, gain, eps, shift, dst):
     e.loop("r2", body)
 
 
-def _row_records(e, k, emit_row, src, sstride, dst, dstride, nrec, local=True):
+def _row_records(e, k, emit_row, src, sstride, dst, dstride, nrec, local=True, mine=True):
     """Records of the batch's rows of `src` (row stride `sstride`) into `dst` (`dstride`):
     ``emit_row(s, d)`` emits the vector instructions of one row (address operands).
 
@@ -389,7 +394,8 @@ def _row_records(e, k, emit_row, src, sstride, dst, dstride, nrec, local=True):
     into `dst` on every tile, bumping `C_REC`; every tile waits for the ``m`` records.  The
     replicated vector work of a prefill batch thus drops from ``m`` rows to one per tile.
     (Safe with one buffer: `dst`'s earlier readers on every tile finished before that tile
-    joined the gather that precedes this one, and the gathers are barriers.)"""
+    joined the gather that precedes this one, and the gathers are barriers.)  Without
+    `mine` the tile only waits for the records (it computes no row)."""
     def rows():
         e("add", "r6", k.a(src), 0)
         e("add", "r7", k.a(dst), 0)
@@ -408,12 +414,14 @@ def _row_records(e, k, emit_row, src, sstride, dst, dstride, nrec, local=True):
 
     def spread():
         j = k.index
-        e("ld", "r12", k.a("state", 0, 12))     # 1 if j < m
+        if mine:
+            e("ld", "r12", k.a("state", 0, 12))     # 1 if j < m
 
-        def mine():
-            emit_row(k.a(src, 0, j * sstride), k.a(dst, 0, j * dstride))
-            e("send", k.a(dst, 0, j * dstride), k.a(dst, 0, j * dstride), nrec, k.all, C_REC)
-        e.loop("r12", mine)
+            def row():
+                emit_row(k.a(src, 0, j * sstride), k.a(dst, 0, j * dstride))
+                e("send", k.a(dst, 0, j * dstride), k.a(dst, 0, j * dstride), nrec, k.all,
+                  C_REC)
+            e.loop("r12", row)
         e("wait", C_REC, "r2")
     e.loop("r14", spread)
 
@@ -490,7 +498,7 @@ def _attention(e, k, li):
         kbase, vbase = k.lay[p + "kcache"], k.lay[p + "vcache"]
         kstep, vstep, vstride = k.context * krec, hs, vs
     e.comment(f"layer {li} attention, KV heads {g0} .. {g1 - 1}, query heads {q0} .. {q1 - 1}")
-    _norm(e, k, "g.x", pad(2 * dim), p + "ag", p + "att_eps", ly.att_norm.shift, "rec")
+    _att_norm(e, k, li)
     # the matrix unit runs wk, wq, wv back to back in the background while the vector unit
     # rotates and quantises k (under wq), then q (under wv)
     _rows_op(e, k, lambda mm: e("matmul.i16", k.a("k16"), k.a("rec"), k.a(p + "wk"),
@@ -573,31 +581,34 @@ def _attention(e, k, li):
     g = nq // nk                            # query heads per KV head on this tile
     gc = max(d for d in range(1, min(g, isa.max_m) + 1) if g % d == 0)
 
-    def arow():
-        e("add", "r8", (kbase,), 0)
-        e("add", "r11", (vbase,), 0)
-        if g > 1:
-            e("mul", "r12", "r3", 4)
-            e("ld", "r12", k.a("padt", 12))
+    if nk == 1 and g == gc and k.pipe_att:
+        _scores_pipelined(e, k, att_ms, kbase, vbase, vstride, gc, as_ - 4 * NQ)
+    else:
+        def arow():
+            e("add", "r8", (kbase,), 0)
+            e("add", "r11", (vbase,), 0)
+            if g > 1:
+                e("mul", "r12", "r3", 4)
+                e("ld", "r12", k.a("padt", 12))
 
-        def kvh():
-            for _ in range(g // gc):
-                e("matqk.i32", k.a("t"), "r6", "r8", att_ms, "r3", hs, gc)
-                e("add", "r9", k.a("t"), 0)
+            def kvh():
+                for _ in range(g // gc):
+                    e("matqk.i32", k.a("t"), "r6", "r8", att_ms, "r3", hs, gc)
+                    e("add", "r9", k.a("t"), 0)
 
-                def qh():
-                    e("softmax.u16.i32", k.a("p"), "r9", "r3")
-                    e("wsum.i32.u16", "r10", k.a("p"), "r11", "r3", hs, vstride)
-                    e("add", "r9", "r9", "r12")
-                    e("add", "r10", f"r10+{4 * hs}", 0)
-                e.loop(gc, qh)
-                e("add", "r6", f"r6+{gc * krec}", 0)
-            e("add", "r8", f"r8+{kstep}", 0)
-            e("add", "r11", f"r11+{vstep}", 0)
-        e.loop(nk, kvh)
-        e("add", "r3", "r3+1", 0)
-        e("add", "r10", f"r10+{as_ - 4 * NQ}", 0)
-    e.loop("r2", arow)
+                    def qh():
+                        e("softmax.u16.i32", k.a("p"), "r9", "r3")
+                        e("wsum.i32.u16", "r10", k.a("p"), "r11", "r3", hs, vstride)
+                        e("add", "r9", "r9", "r12")
+                        e("add", "r10", f"r10+{4 * hs}", 0)
+                    e.loop(gc, qh)
+                    e("add", "r6", f"r6+{gc * krec}", 0)
+                e("add", "r8", f"r8+{kstep}", 0)
+                e("add", "r11", f"r11+{vstep}", 0)
+            e.loop(nk, kvh)
+            e("add", "r3", "r3+1", 0)
+            e("add", "r10", f"r10+{as_ - 4 * NQ}", 0)
+        e.loop("r2", arow)
     e.comment("the heads' attention output, gathered on every tile")
     e("add", "r6", k.a("g.y", 0, aoff), 0)
 
@@ -605,6 +616,76 @@ def _attention(e, k, li):
         e("send", "r6", "r6", 4 * NQ, k.all, C_ACC)
         e("add", "r6", f"r6+{as_}", 0)
     e.loop("r2", send)
+
+
+def _scores_pipelined(e, k, att_ms, kbase, vbase, vstride, gc, row_skip):
+    """Scores, softmax and weighted sums of the batch's rows when one ``matqk`` serves a row
+    (one KV head, its ``gc`` query heads together), software-pipelined: the matrix unit
+    scores row ``i + 1`` (into the other of two score buffers) while the vector unit runs
+    row ``i``'s softmax and weighted sums.  Registers: ``r3`` keys of the current row,
+    ``r6`` its query records, ``r9`` / ``r5`` the current / next score buffer, ``r12`` /
+    ``r4`` their row strides (``gc > 1``), ``r10`` the output."""
+    hs, krec = k.c.head_size, k.isa.record_bytes(k.c.head_size)
+    e("add", "r8", (kbase,), 0)
+    e("add", "r11", (vbase,), 0)
+    e("add", "r9", k.a("t"), 0)
+    e("add", "r5", k.a("t2"), 0)
+    if gc > 1:
+        e("mul", "r12", "r3", 4)
+        e("ld", "r12", k.a("padt", 12))
+    e("matqk.i32", "r9", "r6", "r8", att_ms, "r3", hs, gc)
+
+    def heads():                            # softmax and weighted sum of the current row
+        if gc == 1:
+            e("softmax.u16.i32", k.a("p"), "r9", "r3")
+            e("wsum.i32.u16", "r10", k.a("p"), "r11", "r3", hs, vstride)
+            e("add", "r10", f"r10+{4 * hs + row_skip}", 0)
+            return
+        e("add", "r7", "r9", 0)
+
+        def qh():
+            e("softmax.u16.i32", k.a("p"), "r7", "r3")
+            e("wsum.i32.u16", "r10", k.a("p"), "r11", "r3", hs, vstride)
+            e("add", "r7", "r7", "r12")
+            e("add", "r10", f"r10+{4 * hs}", 0)
+        e.loop(gc, qh)
+        e("add", "r10", f"r10+{row_skip}", 0)
+
+    def row():
+        if gc > 1:
+            e("mul", "r4", "r3+1", 4)
+            e("ld", "r4", k.a("padt", 4))
+        e("matqk.i32", "r5", f"r6+{gc * krec}", "r8", att_ms, "r3+1", hs, gc)
+        heads()
+        e("add", "r6", f"r6+{gc * krec}", 0)
+        e("add", "r3", "r3+1", 0)
+        e("add", "r7", "r9", 0)
+        e("add", "r9", "r5", 0)
+        e("add", "r5", "r7", 0)
+        if gc > 1:
+            e("add", "r12", "r4", 0)
+    e("sub", "r7", "r2", 1)
+    e.loop("r7", row)
+    heads()
+
+
+def _att_norm(e, k, li):
+    """The attention RMSNorm and quantisation of the batch's rows into ``rec``: on the
+    attention tiles, or with `TensorK.dist_att` spread over the first attention tiles for
+    a batch of ``m > 1`` rows (every tile waits for the records)."""
+    ly, p, dim, pad = k.qm.layers[li], f"l{li}.", k.c.dim, k.isa.pad
+    rec = k.isa.record_bytes(dim)
+    att = k.xy in k.roles.kv
+
+    def anorm(s_, d_):
+        e("rmsnorm.i16.i16", k.a("xn"), s_, k.a(p + "ag"), dim, k.lay[p + "att_eps"],
+          ly.att_norm.shift)
+        e("dynq.i8.i16", d_, k.a("xn"), dim)
+    if not k.dist_att:
+        if att:
+            _norm(e, k, "g.x", pad(2 * dim), p + "ag", p + "att_eps", ly.att_norm.shift, "rec")
+        return
+    _row_records(e, k, anorm, "g.x", pad(2 * dim), "rec", rec, rec, local=att, mine=att)
 
 
 def _layer(e, k, li):
@@ -618,6 +699,9 @@ def _layer(e, k, li):
     No, Nh = o1 - o0, h1 - h0
     if k.xy in k.roles.kv:
         _attention(e, k, li)
+    elif k.dist_att:
+        e.comment(f"layer {li} attention records of the batch's rows (spread)")
+        _att_norm(e, k, li)
     e.comment(f"layer {li} output projection rows {o0} .. {o1 - 1} and residual")
     _wait_all(e, k, C_ACC, len(k.roles.att_tiles))
     _row_records(e, k, lambda s_, d_: e("dynq.i8.i32", d_, s_, dim), "g.y", pad(4 * dim),
@@ -687,14 +771,14 @@ def _classifier(e, k):
 
 
 def tensor_program(qm: QuantizedModel, isa: IsaConfig, pl: Placement, roles: TensorRoles,
-                   lay: TileLayout, context: int) -> str:
+                   lay: TileLayout, context: int, pipelined: bool = True) -> str:
     """Return the assembly text of one tile of the tensor placement.
 
     One body serves every batch size: the entries ``m<m>_tab`` (load the tables) and
     ``m<m>`` of every ``m`` are the same two PCs, the row loops take ``m`` from the step block
     and the matrix operations choose between M = 1 and M = `max_m` at run time (`_rows_op`).
     """
-    k = _K(qm, isa, pl, roles, lay, context)
+    k = _K(qm, isa, pl, roles, lay, context, pipelined)
     e = Emitter()
     M = isa.max_m
     for m in range(1, M + 1):
