@@ -7,10 +7,10 @@ breakdown of one decode step of stories260K (the command behind the table in
 
 A *phase* is the text of the last comment the code generator put before an instruction
 (``layer 3 attention ...`` and so on) with the layer number removed, so that the phases of
-every layer add up.  Per phase and instruction class the table gives the busy cycles of the class's unit (the
-instructions' cost in `chipotle.isa.instr_cycles`; ``wait`` the stalls on counters), which
-overlap one another when the controller runs matrix, vector and network instructions in the
-background, and ``clock``, the tile's clock advance in the phase (issue, stalls on counters
+every layer add up.  Per phase and instruction class the table gives the busy cycles of the
+class's unit (the instructions' cost in `chipotle.isa.instr_cycles`; ``wait`` the stalls on
+counters), which overlap one another when the controller runs matrix, vector and network
+instructions in the background, and ``clock``, the tile's clock advance in the phase (issue, stalls on counters
 and on busy units): the clocks add up to the step.
 """
 

@@ -478,8 +478,7 @@ def _embedding(e, k):
 
 
 def _attention(e, k, li):
-    c, isa, qm = k.c, k.isa, k.qm
-    ly = qm.layers[li]
+    c, isa = k.c, k.isa
     p = f"l{li}."
     dim, hs, M = c.dim, c.head_size, isa.max_m
     pad, rec = isa.pad, isa.record_bytes

@@ -1,0 +1,231 @@
+"""The tensor placement's KV appends through the KV store (``kvapp``), its prefill batches
+spread over the tiles, its SRAM per tile, and the cycle profile (`chipotle.compiler.profile`).
+
+Bit-exact against `GoldenModel` on the ISA simulator, as `test_compiler.py`; the KV cache is
+also read back at the addresses of `chipotle.isa.kv.KvLayout` and compared with the golden
+model's cache.
+"""
+
+import numpy as np
+import pytest
+
+from chipotle.compiler import compile_model, load_isasim, run_plan_isasim, run_step_isasim
+from chipotle.compiler.profile import CLASSES, format_profile, phase_of_pc, profile_plan
+from chipotle.config import CONFIGS
+from chipotle.golden import GoldenModel, quantize
+from chipotle.isa.core import Opcode
+from chipotle.isa.kv import KvLayout, kv_slot
+from chipotle.model import load_checkpoint
+
+
+@pytest.fixture(scope="module")
+def small_qm():
+    from chipotle.compiler import small_model
+    return small_model()
+
+
+@pytest.fixture(scope="module")
+def stories_qm(model_paths):
+    return quantize(load_checkpoint(model_paths[0]))
+
+
+def _kv_readback(sim, compiled, golden, upto):
+    """Compare every attention tile's KV store (at its `KvLayout` addresses) with the golden
+    model's K (data, scale code) and V caches for positions ``0 .. upto - 1``."""
+    c, W = compiled.model, compiled.config.word_bytes
+    hs = c.head_size
+    roles_kv = {xy: lay for xy, lay in compiled.kv_layouts.items()}
+    heads_seen = set()
+    for xy, L in roles_kv.items():
+        g0 = _first_kv_head(compiled, xy)
+        for li in range(c.n_layers):
+            for h in range(L.n_kv_heads):
+                gh = g0 + h
+                heads_seen.add(gh)
+                for p in range(upto):
+                    k = sim.read(xy, W * L.k_data(li, h, p), hs, np.int8)
+                    hdr = sim.read(xy, W * L.k_row(li, h, p), 2, np.int16)
+                    v = sim.read(xy, W * L.v_row(li, h, p), hs, np.int8)
+                    np.testing.assert_array_equal(k, golden.key_cache[li, p, gh * hs:(gh + 1) * hs])
+                    np.testing.assert_array_equal(v, golden.value_cache[li, p,
+                                                                        gh * hs:(gh + 1) * hs])
+                    assert hdr[0] == golden.key_mu[li, p, gh], (xy, li, h, p)
+    assert heads_seen == set(range(c.n_kv_heads))
+
+
+def _first_kv_head(compiled, xy):
+    """The first global KV head of attention tile `xy` (from its ``wk`` rows: the roles)."""
+    from chipotle.compiler.tensor import TensorRoles
+    roles = TensorRoles(compiled.qm, compiled.config.isa_config(), list(compiled.placement.tiles))
+    return roles.kv[xy][0]
+
+
+@pytest.mark.parametrize("mesh", [(2, 2), (3, 2)], ids=["2x2", "3x2"])
+def test_kvapp_bit_exact_and_cache_layout(small_qm, mesh):
+    """``kvapp=True``: the programs append K and V with ``kvapp`` only (no cache region of
+    their own), logits bit-exact at every prefill batch size and decode step, and the KV
+    store holds the golden model's K and V at the `KvLayout` addresses."""
+    cfg = CONFIGS["small"].replace(mesh_width=mesh[0], mesh_height=mesh[1])
+    compiled = compile_model(small_qm, cfg, placement="tensor", kvapp=True)
+    layouts = compiled.kv_layouts
+    att = [xy for xy, lay in compiled.placement.tiles.items() if "rope" in lay.regions]
+    assert sorted(layouts) == sorted(att) and att
+    for xy, L in layouts.items():
+        lay = compiled.placement.tiles[xy]
+        assert isinstance(L, KvLayout) and L.k_header
+        assert L.base * cfg.word_bytes == lay["kv"] and L.capacity == compiled.context
+        assert L.end * cfg.word_bytes <= lay["kv"] + lay.regions["kv"].size
+        assert not any("cache" in name for name in lay.regions)
+        assert "kvapp" in compiled.sources[xy]
+    golden = GoldenModel(small_qm)
+    sim = load_isasim(compiled)
+    prompt = [3, 1, 4, 1, 5, 9, 2, 6, 5]
+    pos = 0
+    for n in (1, 2, 3, 3):                      # every batch size below M, then decode
+        toks = prompt[pos:pos + n]
+        r = run_step_isasim(sim, compiled, toks, pos)
+        np.testing.assert_array_equal(r.logits, golden.forward_batch(toks, pos)[-1])
+        pos += n
+    plan = compiled.prefill([7, 8, 9, 10, 11, 12, 13, 14], pos)
+    r = run_plan_isasim(sim, compiled, plan)
+    np.testing.assert_array_equal(r.logits, golden.forward_batch(list(plan.tokens), pos)[-1])
+    pos += 8
+    for _ in range(3):
+        ref = golden.forward(r.token, pos)
+        r = run_step_isasim(sim, compiled, [r.token], pos)
+        np.testing.assert_array_equal(r.logits, ref)
+        pos += 1
+    _kv_readback(sim, compiled, golden, pos)
+
+
+def test_kvapp_needs_the_host_layout(small_qm):
+    """Without the host's KV registers the store's capacity is 0: the first ``kvapp`` stops
+    the tile with KV_RANGE (the store, not the program, bounds the cache)."""
+    compiled = compile_model(small_qm, CONFIGS["small"], placement="tensor", kvapp=True)
+    sim = load_isasim(compiled)
+    for xy in compiled.kv_layouts:
+        sim.set_kv_layout(xy, None)
+    with pytest.raises(RuntimeError, match="KV_RANGE|KVAPP"):
+        run_step_isasim(sim, compiled, [1], 0)
+    with pytest.raises(ValueError, match="tensor placement only"):
+        compile_model(small_qm, CONFIGS["small"], kvapp=True)
+
+
+def test_kvapp_slot_operands_name_layer_and_head(small_qm):
+    """Each ``kvapp`` names ``kv_slot(layer, head)`` through its D operand: the layer's
+    slots start at ``layer << 8`` in the program text."""
+    compiled = compile_model(small_qm, CONFIGS["small"], placement="tensor", kvapp=True)
+    for xy in compiled.kv_layouts:
+        text = compiled.sources[xy]
+        for li in range(small_qm.config.n_layers):
+            assert f"add             r11, {kv_slot(li, 0):#x}, 0" in text, (xy, li)
+
+
+@pytest.mark.model
+def test_kvapp_stories260k_prefill_and_decode(stories_qm):
+    """stories260K on the default 4 x 4 with kvapp: a 64-token prefill step and decode steps
+    bit-exact, and the KV store equal to the golden cache."""
+    compiled = compile_model(stories_qm, CONFIGS["default"], placement="tensor", kvapp=True)
+    golden = GoldenModel(stories_qm)
+    sim = load_isasim(compiled)
+    prompt = [(7 * i + 1) % 512 for i in range(64)]
+    (plan,) = compiled.plans(prompt, 0)
+    r = run_plan_isasim(sim, compiled, plan)
+    np.testing.assert_array_equal(r.logits, golden.forward_batch(prompt, 0)[-1])
+    pos = 64
+    for _ in range(2):
+        ref = golden.forward(r.token, pos)
+        r = run_step_isasim(sim, compiled, [r.token], pos)
+        np.testing.assert_array_equal(r.logits, ref)
+        pos += 1
+    _kv_readback(sim, compiled, golden, pos)
+
+
+def _count_ops(sim, compiled, plan, mnemonic_op):
+    """Run `plan`; return per tile how many instructions of opcode `mnemonic_op` ran."""
+    counts = {xy: 0 for xy in compiled.programs}
+    execute = sim._execute
+
+    def counting(t, i):
+        out = execute(t, i)
+        if out is not None and i.op == mnemonic_op and t.xy in counts:
+            counts[t.xy] += 1
+        return out
+    sim._execute = counting
+    try:
+        run_plan_isasim(sim, compiled, plan)
+    finally:
+        del sim._execute
+    return counts
+
+
+def test_prefill_rows_spread_over_tiles(small_qm):
+    """A batch of m > 1 rows: the quantisations of the attention output and of the gate and
+    the RMSNorms (attention and feed-forward) run once per row on the mesh, row j on tile j,
+    instead of m times on every tile; decode (m = 1) keeps them on every tile (no extra
+    gather on the decode path)."""
+    cfg = CONFIGS["small"]
+    compiled = compile_model(small_qm, cfg, placement="tensor")
+    L, M = small_qm.config.n_layers, cfg.max_m
+    order = sorted(compiled.placement.tiles, key=lambda t: (t[1], t[0]))
+    att = [xy for xy in order if "rope" in compiled.placement.tiles[xy].regions]
+    for m in (M, 2):
+        sim = load_isasim(compiled)
+        dq = _count_ops(sim, compiled, compiled.step(list(range(1, m + 1)), 0), Opcode.DYNQ)
+        sim = load_isasim(compiled)
+        rn = _count_ops(sim, compiled, compiled.step(list(range(1, m + 1)), 0), Opcode.RMSNORM)
+        for j, xy in enumerate(order):
+            mine = int(j < m)
+            # per layer: dynq of the attention output and of the gate (row j), the FFN norm's
+            # dynq (row j); attention tiles also the attention norm's (row j) and one dynq
+            # per row and head of q and k; the classifier's dynq of the last row
+            n_att = 0
+            if xy in att:
+                lay = compiled.placement.tiles[xy]
+                nq = lay.regions["qrec"].size // (M * cfg.isa_config().record_bytes(
+                    small_qm.config.head_size))
+                n_att = m * (nq + 1)            # q heads and the one KV head of the tile
+            assert dq[xy] == L * (3 * mine + (mine if j < len(att) else 0) + n_att) + 1, \
+                (m, xy, dq[xy])
+            assert rn[xy] == L * (2 * mine) + 1, (m, xy, rn[xy])
+    sim = load_isasim(compiled)
+    rn = _count_ops(sim, compiled, compiled.step([1], 0), Opcode.RMSNORM)
+    for xy in order:                            # decode: every tile its own norms
+        assert rn[xy] == L * (1 + (xy in att)) + 1, (xy, rn[xy])
+
+
+def test_profile_adds_up(small_qm):
+    """`profile_plan`: per tile the phase clocks add up to the tile's clock over the step,
+    the busy cycles are never negative, and the phases name the layer's parts."""
+    compiled = compile_model(small_qm, CONFIGS["small"], placement="tensor")
+    sim = load_isasim(compiled)
+    run_step_isasim(sim, compiled, [1, 2, 3], 0)
+    t0 = max(t.perf.cycles for t in sim.tiles)
+    res, prof = profile_plan(sim, compiled, compiled.step([4], 3))
+    golden = GoldenModel(small_qm)
+    golden.forward_batch([1, 2, 3], 0)
+    np.testing.assert_array_equal(res.logits, golden.forward(4, 3))
+    for t in sim.tiles:
+        total = sum(d.get("clock", 0) for d in prof[t.xy].values())
+        assert total == t.perf.cycles - t0, (t.xy, total, t.perf.cycles - t0)
+        assert all(v >= 0 for d in prof[t.xy].values() for v in d.values())
+    phases = set().union(*(set(p) for p in prof.values()))
+    assert {"layer: attention, KV heads, query heads", "layer: feed-forward hidden rows",
+            "layer: down projection rows and residual"} <= phases
+    text = format_profile(prof)
+    assert all(c in text.splitlines()[0] for c in CLASSES)
+    assert len(phase_of_pc(compiled.sources[(0, 0)])) == len(compiled.programs[(0, 0)])
+
+
+@pytest.mark.model
+def test_tensor_sram_per_tile_stories260k(stories_qm):
+    """stories260K on 2 x 2 tiles (the ULX3S question, docs/fpga.md) at context 16: the
+    activation buffers are shared by the layers, so a tile needs under 100,000 bytes (it
+    was 105,296 with a set of buffers per layer); the weights alone are about 74,000."""
+    cfg = CONFIGS["default"].replace(mesh_width=2, mesh_height=2)
+    compiled = compile_model(stories_qm, cfg, 16, placement="tensor")
+    sizes = [lay.size for lay in compiled.placement.tiles.values()]
+    assert max(sizes) < 100_000, sizes
+    for lay in compiled.placement.tiles.values():
+        assert not any(n.startswith("l0.") and n.endswith(("rec", "xq", "fq"))
+                       for n in lay.regions)
