@@ -10,8 +10,8 @@ A *phase* is the text of the last comment the code generator put before an instr
 every layer add up.  Per phase and instruction class the table gives the busy cycles of the
 class's unit (the instructions' cost in `chipotle.isa.instr_cycles`; ``wait`` the stalls on
 counters), which overlap one another when the controller runs matrix, vector and network
-instructions in the background, and ``clock``, the tile's clock advance in the phase (issue, stalls on counters
-and on busy units): the clocks add up to the step.
+instructions in the background, and ``clock``, the tile's clock advance in the phase (issue,
+stalls on counters and on busy units): the clocks add up to the step.
 """
 
 from __future__ import annotations
