@@ -795,10 +795,17 @@ class VectorUnit(wiring.Component):
         modbit = Signal(range(32))
         n_lod = _lod(m, cmd.n, "n_lod")     # the remainder starts at n's leading one
 
-        def operand(addr, nbytes, align_k):
-            """(misaligned, out of range) of an operand."""
-            amask = (Const(1, 1) << align_k) - 1
-            return (addr & amask) != 0, (addr + nbytes) > SRAM
+        # One range and alignment check per operand slot (a, b, c, d), its address, size and
+        # alignment chosen by the opcode, rather than one adder and comparator per operand of
+        # every opcode (the checks of the opcodes are exclusive).
+        slots = {}
+        for key, aw in (("a", 32), ("b", 32), ("c", C_BITS), ("d", 32)):
+            s_addr = Signal(aw, name=f"chk_{key}_addr")
+            s_nbytes = Signal(36, name=f"chk_{key}_nbytes")
+            s_align = Signal(range(max(wb, 3) + 1), name=f"chk_{key}_align")
+            amask = (Const(1, 1) << s_align) - 1
+            slots[key] = (s_addr, s_nbytes, s_align, (s_addr & amask) != 0,
+                          (s_addr + s_nbytes) > SRAM)
 
         def loaded_bit(tid):
             return loaded[tid.value]
@@ -818,49 +825,55 @@ class VectorUnit(wiring.Component):
                     m.d.comb += target.eq(code)
                 first_item = False
 
-        def opnd(addr, nbytes, align_k):
-            bad_al, bad_rng = operand(addr, nbytes, align_k)
+        def opnd(key, addr, nbytes, align_k):
+            """Check ``nbytes`` at ``addr`` (alignment ``2**align_k``) in slot ``key``."""
+            s_addr, s_nbytes, s_align, bad_al, bad_rng = slots[key]
+            m.d.comb += [s_addr.eq(addr), s_nbytes.eq(nbytes), s_align.eq(align_k)]
             return [(bad_al, ErrorCode.ALIGN), (bad_rng, ErrorCode.SRAM_RANGE)]
 
         m.d.comb += [chk.eq(ErrorCode.NONE), dchk.eq(ErrorCode.NONE)]
         shape0 = [(n == 0, ErrorCode.SHAPE)]
         with m.Switch(op):
             with m.Case(Opcode.VADD, Opcode.VSUB, Opcode.VMUL):
-                chain(shape0 + opnd(A, n_s, ts_k) + opnd(B, n_s, ts_k) + opnd(D, n_d, td_k), chk)
+                chain(shape0 + opnd("a", A, n_s, ts_k) + opnd("b", B, n_s, ts_k)
+                      + opnd("d", D, n_d, td_k), chk)
             with m.Case(Opcode.REQI):
-                chain(shape0 + opnd(A, n_s, ts_k) + opnd(D, n_d, td_k), chk)
+                chain(shape0 + opnd("a", A, n_s, ts_k) + opnd("d", D, n_d, td_k), chk)
             with m.Case(Opcode.REQM):
-                chain(shape0 + opnd(B, 4, 2) + opnd(A, n_s, ts_k) + opnd(D, n_d, td_k), chk)
+                chain(shape0 + opnd("b", B, 4, 2) + opnd("a", A, n_s, ts_k)
+                      + opnd("d", D, n_d, td_k), chk)
             with m.Case(Opcode.RSUM, Opcode.RSUMSQ, Opcode.RMAX, Opcode.RMAXABS, Opcode.ARGMAX):
-                chain(shape0 + opnd(A, n_s, ts_k) + opnd(D, Const(1, 4) << td_k, td_k), chk)
+                chain(shape0 + opnd("a", A, n_s, ts_k)
+                      + opnd("d", D, Const(1, 4) << td_k, td_k), chk)
             with m.Case(Opcode.RMSNORM):
-                chain(shape0 + opnd(A, n << 1, 1) + opnd(B, n << 1, 1) + opnd(cmd.c, 8, 3)
+                chain(shape0 + opnd("a", A, n << 1, 1) + opnd("b", B, n << 1, 1)
+                      + opnd("c", cmd.c, 8, 3)
                       + [(~loaded_bit(TableId.RSQRT), ErrorCode.TABLE),
                          (n > (1 << 16), ErrorCode.ARITH)], chk)
-                chain(opnd(D, n_d, td_k), dchk)
+                chain(opnd("d", D, n_d, td_k), dchk)
             with m.Case(Opcode.DYNQ):
-                chain(shape0 + opnd(D, n + W, wb) + opnd(A, n_s, ts_k)
+                chain(shape0 + opnd("d", D, n + W, wb) + opnd("a", A, n_s, ts_k)
                       + [(~loaded_bit(TableId.DYNQ), ErrorCode.TABLE)], chk)
             with m.Case(Opcode.SOFTMAX):
-                chain(shape0 + [(n > (1 << 15), ErrorCode.SHAPE)] + opnd(A, n << 2, 2)
+                chain(shape0 + [(n > (1 << 15), ErrorCode.SHAPE)] + opnd("a", A, n << 2, 2)
                       + [(~loaded_bit(TableId.EXP2), ErrorCode.TABLE),
                          (~loaded_bit(TableId.RECIP), ErrorCode.TABLE)]
-                      + opnd(D, n << 1, 1), chk)
+                      + opnd("d", D, n << 1, 1), chk)
             with m.Case(Opcode.ROPE):
-                chain(shape0 + [(modr != 0, ErrorCode.SHAPE)] + opnd(A, n << 1, 1)
-                      + opnd(B, cmd.imm << 1, 1) + opnd(D, n_d, td_k), chk)
+                chain(shape0 + [(modr != 0, ErrorCode.SHAPE)] + opnd("a", A, n << 1, 1)
+                      + opnd("b", B, cmd.imm << 1, 1) + opnd("d", D, n_d, td_k), chk)
             with m.Case(Opcode.SILU):
-                chain(shape0 + opnd(A, n << 1, 1)
+                chain(shape0 + opnd("a", A, n << 1, 1)
                       + [(~loaded_bit(TableId.SIGMOID), ErrorCode.TABLE),
                          (cmd.imm < 6, ErrorCode.ARITH)]
-                      + opnd(D, n << 1, 1), chk)
+                      + opnd("d", D, n << 1, 1), chk)
             with m.Case(Opcode.WSUM):
-                chain(shape0 + opnd(A, n << 1, 1)
+                chain(shape0 + opnd("a", A, n << 1, 1)
                       + [(B + prod + cmd.imm > SRAM, ErrorCode.SRAM_RANGE)]
-                      + opnd(D, cmd.imm << 2, 2), chk)
+                      + opnd("d", D, cmd.imm << 2, 2), chk)
             with m.Case(Opcode.TABLE):
                 chain([(cmd.c > max(t.value for t in TableId), ErrorCode.ILLEGAL)]
-                      + opnd(A, tab_entries << 1, 1), chk)
+                      + opnd("a", A, tab_entries << 1, 1), chk)
             with m.Default():
                 m.d.comb += chk.eq(ErrorCode.ILLEGAL)
 
