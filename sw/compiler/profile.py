@@ -137,15 +137,15 @@ def format_profile(prof: dict, tiles=None) -> str:
             if ph not in order:
                 order.append(ph)
     cols = (*CLASSES, "clock")
-    lines = [f"{'phase':<44}" + "".join(f"{c:>9}" for c in cols)]
+    lines = [f"{'phase':<58}" + "".join(f"{c:>8}" for c in cols)]
     tot = defaultdict(float)
     for ph in order:
         row = {c: sum(prof[xy].get(ph, {}).get(c, 0) for xy in tiles) / len(tiles)
                for c in cols}
         for c in cols:
             tot[c] += row[c]
-        lines.append(f"{ph[:44]:<44}" + "".join(f"{row[c]:9,.0f}" for c in cols))
-    lines.append(f"{'total':<44}" + "".join(f"{tot[c]:9,.0f}" for c in cols))
+        lines.append(f"{ph[:58]:<58}" + "".join(f"{row[c]:8,.0f}" for c in cols))
+    lines.append(f"{'total':<58}" + "".join(f"{tot[c]:8,.0f}" for c in cols))
     return "\n".join(lines)
 
 

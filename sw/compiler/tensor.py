@@ -496,8 +496,10 @@ def _attention(e, k, li):
     else:
         kbase, vbase = k.lay[p + "kcache"], k.lay[p + "vcache"]
         kstep, vstep, vstride = k.context * krec, hs, vs
-    e.comment(f"layer {li} attention, KV heads {g0} .. {g1 - 1}, query heads {q0} .. {q1 - 1}")
+    e.comment(f"layer {li} attention RMSNorm (KV heads {g0} .. {g1 - 1}, query heads "
+              f"{q0} .. {q1 - 1})")
     _att_norm(e, k, li)
+    e.comment(f"layer {li} q k v projections, RoPE, quantisation of q and k")
     # the matrix unit runs wk, wq, wv back to back in the background while the vector unit
     # rotates and quantises k (under wq), then q (under wv)
     _rows_op(e, k, lambda mm: e("matmul.i16", k.a("k16"), k.a("rec"), k.a(p + "wk"),
@@ -554,7 +556,7 @@ def _attention(e, k, li):
         e("add", "r6", f"r6+{qs}", 0)
     e.loop("r2", qrows)
     if k.kvl is not None:
-        e.comment("K records and V rows appended to the KV store (kvapp)")
+        e.comment(f"layer {li} K records and V rows appended to the KV store (kvapp)")
         e("add", "r3", "r1", 0)
         e("add", "r9", k.a("kbuf"), 0)
         e("add", "r7", k.a("vbuf"), 0)
@@ -573,6 +575,7 @@ def _attention(e, k, li):
             e("add", "r7", f"r7+{pad(hs)}", 0)
         e.loop("r2", arows)
     aoff = 4 * q0 * hs
+    e.comment(f"layer {li} scores, softmax, weighted sums of V per query head")
     e("add", "r3", "r1+1", 0)               # keys of the batch's first row
     e("add", "r6", k.a("qrec"), 0)
     e("add", "r10", k.a("g.y", 0, aoff), 0)
@@ -608,7 +611,7 @@ def _attention(e, k, li):
             e("add", "r3", "r3+1", 0)
             e("add", "r10", f"r10+{as_ - 4 * NQ}", 0)
         e.loop("r2", arow)
-    e.comment("the heads' attention output, gathered on every tile")
+    e.comment(f"layer {li} the heads' attention output multicast (gather)")
     e("add", "r6", k.a("g.y", 0, aoff), 0)
 
     def send():
@@ -699,7 +702,7 @@ def _layer(e, k, li):
     if k.xy in k.roles.kv:
         _attention(e, k, li)
     elif k.dist_att:
-        e.comment(f"layer {li} attention records of the batch's rows (spread)")
+        e.comment(f"layer {li} attention RMSNorm records of a batch (spread)")
         _att_norm(e, k, li)
     e.comment(f"layer {li} output projection rows {o0} .. {o1 - 1} and residual")
     _wait_all(e, k, C_ACC, len(k.roles.att_tiles))

@@ -210,7 +210,9 @@ def test_profile_adds_up(small_qm):
         assert total == t.perf.cycles - t0, (t.xy, total, t.perf.cycles - t0)
         assert all(v >= 0 for d in prof[t.xy].values() for v in d.values())
     phases = set().union(*(set(p) for p in prof.values()))
-    assert {"layer: attention, KV heads, query heads", "layer: feed-forward hidden rows",
+    assert {"layer: attention RMSNorm (KV heads, query heads)",
+            "layer: scores, softmax, weighted sums of V per query head",
+            "layer: feed-forward hidden rows",
             "layer: down projection rows and residual"} <= phases
     text = format_profile(prof)
     assert all(c in text.splitlines()[0] for c in CLASSES)
