@@ -23,12 +23,12 @@ decode step one tile works at a time.  Here every tile takes part in every layer
 * the **classifier** is split by vocabulary rows over every tile, with the local argmaxes
   reduced on tile (0, 0), as in the pipeline placement.
 
-Synchronisation: four counters, one per gathered vector (``x``, ``xa`` the residual after
-attention, ``acc`` the attention output, ``gate``).  Every tile sends its slice of ``x``,
-``xa`` and ``gate`` of every row (an empty SEND, a bare counter bump, when it owns none), so
-each gather is a barrier of the whole mesh; this is what makes a single buffer per vector
-safe: a tile can only send the next layer's slice of a vector once every tile has passed the
-point where it last read that vector.
+Synchronisation: one counter per gathered vector (``x``, ``xa`` the residual after attention,
+the attention output and the gate, which share the buffer ``g.y``).  Every tile sends its
+slice of ``x``, ``xa`` and the gate of every row (an empty SEND, a bare counter bump, when it
+owns none), so each gather is a barrier of the whole mesh; this is what makes a single
+buffer per vector safe: a tile can only send the next use of a buffer once every tile has
+passed the point where it last read it.
 
 The batches of a step run one after the other (every tile works on every batch), so a
 prefill step is a loop over its batches; the classifier runs once, on the step's last row.
@@ -36,9 +36,14 @@ One program body serves every batch size ``m``: the row loops count ``m`` (from 
 block), and each matrix operation is emitted twice, with M = 1 and with M = ``max_m``, inside
 two hardware loops whose counts are the flags ``m == 1`` and ``m > 1`` (`_rows_op`), so that
 decode reads each weight word for one row and a batch of 2 .. M rows reads it once for M
-rows (the rows beyond ``m`` are stale records, computed and never used; the V cache has
-``M - 1`` spare rows at its end for them).  Unrolling the layers keeps every address static;
-one body instead of M variants keeps the program within the instruction memory.
+rows (the rows beyond ``m`` are stale records, computed and never used; the record buffers'
+stale rows are zeroed for ``1 < m < M``).  In a batch of ``m > 1`` rows the whole-row
+normalisations and quantisations are spread over the tiles (`_row_records`: row ``j`` on
+tile ``j``, its record multicast, counter `C_REC`) instead of repeated on every tile.
+Unrolling the layers keeps every address static; one body instead of M variants keeps the
+program within the instruction memory.  With ``kvapp`` the attention tiles append K and V
+through their KV store (`chipotle.isa.kv.KvLayout`, ``Placement.kv_layouts``).
+``docs/architecture.md`` section 8 has the whole picture, the SRAM figures and the profile.
 """
 
 from __future__ import annotations
@@ -160,10 +165,12 @@ def _requests(qm: QuantizedModel, isa: IsaConfig, roles: TensorRoles, xy, contex
         nk = g1 - g0
         nq = roles.q[xy][1] - roles.q[xy][0]
         krec = rec(hs)
+        g = nq // nk                        # query heads per KV head; one matqk takes gc
+        gc = max(d for d in range(1, min(g, M) + 1) if g % d == 0)
         req += [("q16", M * pad(2 * nq * hs), "act"), ("k16", M * pad(2 * nk * hs), "act"),
                 ("qrec", M * nq * krec, "act"),
-                ("t", min(c.kv_mul, M) * pad(4 * context), "act"), ("p", 2 * context, "act"),
-                ("t2", min(c.kv_mul, M) * pad(4 * context), "act"),
+                ("t", gc * pad(4 * context), "act"), ("p", 2 * context, "act"),
+                ("t2", gc * pad(4 * context), "act"),
                 ("padt", 4 * (context + 1), "act"), ("rope", context * 2 * hs, "kv")]
         if kvapp:
             kvl = _kv_layout(qm, isa, nk, context, 0)
