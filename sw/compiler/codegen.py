@@ -96,6 +96,15 @@ class _Ctx:
         """The counter that `stage` (on tile `xy`) waits on for its input."""
         return self.pl.tiles[xy].stages.index(stage)
 
+    def kv_layout(self):
+        """``(KvLayout, local layer)`` of the stage being emitted when the tile appends
+        with ``kvapp``, else None."""
+        L = self.pl.kv_layouts.get(self.lay.xy)
+        if L is None:
+            return None
+        att = [s for s in self.lay.stages if s.kind == "att"]
+        return L, att.index(self.stage)
+
     def reduce_counter(self) -> int:
         return self.isa.n_counters + REDUCE_COUNTER if REDUCE_COUNTER < 0 else REDUCE_COUNTER
 
@@ -195,6 +204,7 @@ def _emb(e, k, st, m, idx):
 
 
 def _att(e, k, st, m, idx):
+    k.stage = st
     e.comment(f"layer {st.layer} attention, batches of {m} row(s)")
     _batches(e, k, st, m, lambda: _att_batch(e, k, st, m, idx))
 
@@ -211,14 +221,29 @@ def _att_batch(e, k, st, m, idx):
     ms = k.lay[f"{st.name}.wq_ms"], k.lay[f"{st.name}.wk_ms"], k.lay[f"{st.name}.wv_ms"]
     e("matmul.i16", k.a(st, "q16"), k.a(st, "xq"), k.a(st, "wq"), ms[0], dim, dim, m)
     e("matmul.i16", k.a(st, "k16"), k.a(st, "xq"), k.a(st, "wk"), ms[1], kvd, dim, m)
-    e("mul", "r5", "r1", vs)
-    e("matmul.i8", k.a(st, "vcache", 5), k.a(st, "xq"), k.a(st, "wv"), ms[2], kvd, dim, m)
+    kv = k.kv_layout()
+    if kv is not None:          # V rows of each KV head into its buffer, appended below
+        L, li = kv
+        M, W = isa.max_m, isa.word_bytes
+        kbase, vbase = W * L.k_row(li, 0, 0), W * L.v_row(li, 0, 0)
+        kblock = vstep = W * L.block_words
+        vstride = W * L.v_row_words
+        for h in range(KV):
+            e("matmul.i8", k.a(st, "vbuf", 0, h * M * pad(hs)), k.a(st, "xq"),
+              k.a(st, "wv", 0, h * hs * pad(dim)), ms[2] + 4 * h * hs, hs, dim, m)
+    else:
+        kbase, vbase, vstep, vstride = k.lay[f"{st.name}.kcache"], k.lay[f"{st.name}.vcache"], \
+            hs, vs
+        e("mul", "r5", "r1", vs)
+        e("matmul.i8", k.a(st, "vcache", 5), k.a(st, "xq"), k.a(st, "wv"), ms[2], kvd, dim, m)
     e.comment("RoPE; q per head into query records, k per head into the K cache")
     e("mul", "r3", "r1", 2 * hs)
     e("mul", "r4", "r1", krec)
     e("add", "r6", k.a(st, "q16"), 0)
     e("add", "r7", k.a(st, "k16"), 0)
     e("add", "r8", k.a(st, "qrec"), 0)
+    if kv is not None:
+        e("add", "r10", k.a(st, "kbuf"), 0)
 
     def rows():
         e("rope.i16.i16", "r6", "r6", k.a(st, "rope", 3), dim, hs, nx.ROPE_FRAC_BITS)
@@ -231,18 +256,38 @@ def _att_batch(e, k, st, m, idx):
             e("add", "r8", f"r8+{krec}", 0)
         e.loop(H, qh)
         e("add", "r9", "r7", 0)
-        e("add", "r10", k.a(st, "kcache", 4), 0)
+        if kv is None:
+            e("add", "r10", k.a(st, "kcache", 4), 0)
 
         def kh():
             e("dynq.i8.i16", "r10", "r9", hs)
             e("add", "r9", f"r9+{2 * hs}", 0)
-            e("add", "r10", f"r10+{kblock}", 0)
+            e("add", "r10", f"r10+{krec if kv is not None else kblock}", 0)
         e.loop(KV, kh)
         e("add", "r3", f"r3+{2 * hs}", 0)
         e("add", "r4", f"r4+{krec}", 0)
         e("add", "r6", f"r6+{xs}", 0)
         e("add", "r7", f"r7+{ks}", 0)
     e.loop(m, rows)
+    if kv is not None:
+        e.comment("K records and V rows appended to the KV store (kvapp)")
+        e("add", "r3", "r1", 0)
+        e("add", "r9", k.a(st, "kbuf"), 0)
+        e("add", "r7", k.a(st, "vbuf"), 0)
+
+        def arows():
+            e("add", "r10", "r7", 0)
+            e("add", "r11", (li << 8,), 0)
+
+            def ah():
+                e("kvapp", "r11", "r9", "r10", "r3")
+                e("add", "r9", f"r9+{krec}", 0)
+                e("add", "r10", f"r10+{M * pad(hs)}", 0)
+                e("add", "r11", "r11+1", 0)
+            e.loop(KV, ah)
+            e("add", "r3", "r3+1", 0)
+            e("add", "r7", f"r7+{pad(hs)}", 0)
+        e.loop(m, arows)
     e.comment("per row (causal: row i attends to 0 .. pos + i) and query head: "
               "scores, softmax, weighted sum of V")
     e("add", "r2", "r1+1", 0)
@@ -251,8 +296,8 @@ def _att_batch(e, k, st, m, idx):
     att_ms = k.lay[f"{st.name}.att_ms"]
 
     def arow():
-        e("add", "r8", k.a(st, "kcache"), 0)
-        e("add", "r11", k.a(st, "vcache"), 0)
+        e("add", "r8", (kbase,), 0)
+        e("add", "r11", (vbase,), 0)
         g = c.kv_mul
         if g > 1:                           # score rows of the group at stride pad(4 T)
             e("mul", "r12", "r2", 4)
@@ -269,13 +314,13 @@ def _att_batch(e, k, st, m, idx):
 
                 def qh():
                     e("softmax.u16.i32", k.a(st, "p"), "r9", "r2")
-                    e("wsum.i32.u16", "r10", k.a(st, "p"), "r11", "r2", hs, vs)
+                    e("wsum.i32.u16", "r10", k.a(st, "p"), "r11", "r2", hs, vstride)
                     e("add", "r9", "r9", "r12")
                     e("add", "r10", f"r10+{4 * hs}", 0)
                 e.loop(gc, qh)
                 e("add", "r6", f"r6+{gc * krec}", 0)
             e("add", "r8", f"r8+{kblock}", 0)
-            e("add", "r11", f"r11+{hs}", 0)
+            e("add", "r11", f"r11+{vstep}", 0)
         e.loop(KV, kvh)
         e("add", "r2", "r2+1", 0)
     e.loop(m, arow)

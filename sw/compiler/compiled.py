@@ -379,17 +379,18 @@ def _check_source(source):
                     f"{type(source).__name__}")
 
 
-def _place(qm, isa, config, context, batches):
+def _place(qm, isa, config, context, batches, kvapp=False):
     """Place with `batches` prefill batches, or (None) the most of 16, 8, .. 1 that fit."""
+    w, h = config.mesh_width, config.mesh_height
     if batches is not None:
-        return place(qm, isa, config.mesh_width, config.mesh_height, context, batches)
+        return place(qm, isa, w, h, context, batches, kvapp)
     most = min(DEFAULT_PREFILL_BATCHES, -(-context // isa.max_m))
     for b in sorted({most, *(x for x in (8, 4, 2) if x < most)}, reverse=True):
         try:
-            return place(qm, isa, config.mesh_width, config.mesh_height, context, b)
+            return place(qm, isa, w, h, context, b, kvapp)
         except FitError:
             pass
-    return place(qm, isa, config.mesh_width, config.mesh_height, context, 1)
+    return place(qm, isa, w, h, context, 1, kvapp)
 
 
 def _compile(qm: QuantizedModel, config: ChipConfig, context: int,
@@ -407,7 +408,7 @@ def _compile(qm: QuantizedModel, config: ChipConfig, context: int,
                            f"{isa.k_max}: use k_max={k}")
     if placement == "tensor":
         return _compile_tensor(qm, config, context, batches, kvapp)
-    pl = _place(qm, isa, config, context, batches)
+    pl = _place(qm, isa, config, context, batches, kvapp)
     programs, entries, sources = {}, {}, {}
     for xy, lay in pl.tiles.items():
         if not lay.c_limit_ok():
@@ -590,8 +591,7 @@ def compile_model(source, config: ChipConfig, context: int | None = None,
         addresses and refuses an append past its capacity), the caches laid out as
         `chipotle.isa.kv.KvLayout` (`CompiledModel.kv_layouts`, which the host must write
         into every listed tile's KV registers before the first step).  Default False: the
-        programs store K and V themselves (the layout registers are not needed).  Tensor
-        placement only.
+        programs store K and V themselves (the layout registers are not needed).
 
     Returns
     -------
@@ -605,13 +605,10 @@ def compile_model(source, config: ChipConfig, context: int | None = None,
     TypeError
         If `source` is neither a checkpoint nor a quantised model.
     ValueError
-        If `placement` is neither ``"pipeline"`` nor ``"tensor"``, or `kvapp` is asked of
-        the pipeline placement.
+        If `placement` is neither ``"pipeline"`` nor ``"tensor"``.
     """
     if placement not in ("pipeline", "tensor"):
         raise ValueError(f"`placement` must be \"pipeline\" or \"tensor\", not {placement!r}")
-    if kvapp and placement != "tensor":
-        raise ValueError("`kvapp` is implemented for the tensor placement only")
     qm = _check_source(source)
     c = qm.config
     if context is None:

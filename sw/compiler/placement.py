@@ -165,18 +165,30 @@ class TileLayout:
     regions: dict = field(default_factory=dict)
     size: int = 0
 
-    def build(self, qm: QuantizedModel, isa: IsaConfig, context: int, batches: int = 1
-              ) -> TileLayout:
-        """Lay out the regions: step block, ``c`` data, tables, activations, weights, KV."""
+    def build(self, qm: QuantizedModel, isa: IsaConfig, context: int, batches: int = 1,
+              kvapp: bool = False) -> TileLayout:
+        """Lay out the regions: step block, ``c`` data, tables, activations, weights, KV.
+
+        With `kvapp` the attention stages' K and V caches are one region ``kv`` of the tile
+        in the layout of `kv_layout` (appended with ``kvapp``), and each attention stage has
+        buffers ``kbuf`` / ``vbuf`` for the batch's K records and V rows."""
         W = isa.word_bytes
         req = [(STEP_BLOCK, isa.pad(step_block_layout(isa.max_m, batches)["size"]), "step")]
         tabs = {t for s in self.stages for t in _STAGE_TABLES[s.kind]}
         from ..isa.core import TABLE_ENTRIES
         req += [(f"tab.{t.name.lower()}", 2 * TABLE_ENTRIES[t], "table")
                 for t in _TABLE_ORDER if t in tabs]
+        c, M, rec = qm.config, isa.max_m, isa.record_bytes
         for s in self.stages:
-            req += [(f"{s.name}.{n}", b, k)
-                    for n, b, k in s.requests(qm, isa, context, batches)]
+            sreq = s.requests(qm, isa, context, batches)
+            if kvapp and s.kind == "att":
+                sreq = [r for r in sreq if r[0] not in ("kcache", "vcache")]
+                sreq += [("kbuf", M * c.n_kv_heads * rec(c.head_size), "act"),
+                         ("vbuf", c.n_kv_heads * M * isa.pad(c.head_size), "act")]
+            req += [(f"{s.name}.{n}", b, k) for n, b, k in sreq]
+        n_att = sum(s.kind == "att" for s in self.stages)
+        if kvapp and n_att:
+            req += [("kv", self.kv_layout(qm, isa, context, 0).size_words * W, "kv")]
         if self.reduce:
             C = self.reduce
             req += [("red.slots", C * W, "red"), ("red.vals", 4 * C, "red"),
@@ -192,6 +204,18 @@ class TileLayout:
     def __getitem__(self, name: str) -> int:
         """Return the address of region `name`."""
         return self.regions[name].addr
+
+    def kv_layout(self, qm: QuantizedModel, isa: IsaConfig, context: int,
+                  addr: int | None = None):
+        """Return the `chipotle.isa.kv.KvLayout` of the tile's attention stages (local layer
+        ``i`` = the tile's ``i``-th attention stage, every KV head) at byte address `addr`
+        (default: the region ``kv``)."""
+        from ..isa.kv import KvLayout
+        c = qm.config
+        addr = self["kv"] if addr is None else addr
+        return KvLayout(n_layers=sum(s.kind == "att" for s in self.stages),
+                        n_kv_heads=c.n_kv_heads, head_size=c.head_size, max_pos=context,
+                        base=addr // isa.word_bytes, word_bytes=isa.word_bytes, k_header=True)
 
     @property
     def tables(self) -> list:
@@ -313,8 +337,11 @@ def _partition(stages: list, n: int, size) -> list | None:
 
 
 def place(qm: QuantizedModel, isa: IsaConfig, width: int, height: int, context: int,
-          batches: int = 1) -> Placement:
+          batches: int = 1, kvapp: bool = False) -> Placement:
     """Assign stages to tiles and lay out every tile (see the module docstring).
+
+    With `kvapp` the attention tiles' caches are laid out for the KV store
+    (`TileLayout.kv_layout`, ``Placement.kv_layouts``).
 
     Returns
     -------
@@ -330,7 +357,7 @@ def place(qm: QuantizedModel, isa: IsaConfig, width: int, height: int, context: 
     T = len(order)
 
     def layout(xy, stages, reduce=0):
-        return TileLayout(xy, list(stages), reduce).build(qm, isa, context, batches)
+        return TileLayout(xy, list(stages), reduce).build(qm, isa, context, batches, kvapp)
 
     cache: dict = {}
 
@@ -401,7 +428,9 @@ def place(qm: QuantizedModel, isa: IsaConfig, width: int, height: int, context: 
     if rect is None:
         rect = (red[0], red[0], red[1], red[1])
     tiles = {xy: tiles[xy] for xy in order if xy in tiles}
-    return Placement(tiles, pipeline, ctiles, rect, red, batches)
+    kvl = {xy: lay.kv_layout(qm, isa, context) for xy, lay in tiles.items()
+           if kvapp and "kv" in lay.regions}
+    return Placement(tiles, pipeline, ctiles, rect, red, batches, kv_layouts=kvl)
 
 
 def _tiles_needed(qm: QuantizedModel, isa: IsaConfig, context: int) -> int:

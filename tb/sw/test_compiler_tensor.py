@@ -1,5 +1,6 @@
-"""The tensor placement's KV appends through the KV store (``kvapp``), its prefill batches
-spread over the tiles, its SRAM per tile, and the cycle profile (`chipotle.compiler.profile`).
+"""KV appends through the KV store (``kvapp``, both placements); the tensor placement's
+prefill batches spread over the tiles, its SRAM per tile; the cycle profile
+(`chipotle.compiler.profile`).
 
 Bit-exact against `GoldenModel` on the ISA simulator, as `test_compiler.py`; the KV cache is
 also read back at the addresses of `chipotle.isa.kv.KvLayout` and compared with the golden
@@ -34,41 +35,51 @@ def _kv_readback(sim, compiled, golden, upto):
     model's K (data, scale code) and V caches for positions ``0 .. upto - 1``."""
     c, W = compiled.model, compiled.config.word_bytes
     hs = c.head_size
-    roles_kv = {xy: lay for xy, lay in compiled.kv_layouts.items()}
-    heads_seen = set()
-    for xy, L in roles_kv.items():
-        g0 = _first_kv_head(compiled, xy)
-        for li in range(c.n_layers):
+    seen = set()
+    for xy, L in compiled.kv_layouts.items():
+        layers, g0 = _kv_owner(compiled, xy)
+        for li, layer in enumerate(layers):
             for h in range(L.n_kv_heads):
                 gh = g0 + h
-                heads_seen.add(gh)
+                seen.add((layer, gh))
                 for p in range(upto):
                     k = sim.read(xy, W * L.k_data(li, h, p), hs, np.int8)
                     hdr = sim.read(xy, W * L.k_row(li, h, p), 2, np.int16)
                     v = sim.read(xy, W * L.v_row(li, h, p), hs, np.int8)
-                    np.testing.assert_array_equal(k, golden.key_cache[li, p, gh * hs:(gh + 1) * hs])
-                    np.testing.assert_array_equal(v, golden.value_cache[li, p,
-                                                                        gh * hs:(gh + 1) * hs])
-                    assert hdr[0] == golden.key_mu[li, p, gh], (xy, li, h, p)
-    assert heads_seen == set(range(c.n_kv_heads))
+                    cols = slice(gh * hs, (gh + 1) * hs)
+                    np.testing.assert_array_equal(k, golden.key_cache[layer, p, cols])
+                    np.testing.assert_array_equal(v, golden.value_cache[layer, p, cols])
+                    assert hdr[0] == golden.key_mu[layer, p, gh], (xy, li, h, p)
+    assert {gh for _, gh in seen} == set(range(c.n_kv_heads))
+    assert {layer for layer, _ in seen} == set(range(c.n_layers))
 
 
-def _first_kv_head(compiled, xy):
-    """The first global KV head of attention tile `xy` (from its ``wk`` rows: the roles)."""
+def _kv_owner(compiled, xy):
+    """The global layers (local layer order) and the first global KV head of tile `xy`'s KV
+    store."""
+    pl = compiled.placement
+    if pl.kind == "pipeline":
+        return [s.layer for s in pl.tiles[xy].stages if s.kind == "att"], 0
     from chipotle.compiler.tensor import TensorRoles
-    roles = TensorRoles(compiled.qm, compiled.config.isa_config(), list(compiled.placement.tiles))
-    return roles.kv[xy][0]
+    roles = TensorRoles(compiled.qm, compiled.config.isa_config(), list(pl.tiles))
+    return list(range(compiled.model.n_layers)), roles.kv[xy][0]
 
 
-@pytest.mark.parametrize("mesh", [(2, 2), (3, 2)], ids=["2x2", "3x2"])
-def test_kvapp_bit_exact_and_cache_layout(small_qm, mesh):
+@pytest.mark.parametrize("placement, mesh", [("tensor", (2, 2)), ("tensor", (3, 2)),
+                                             ("pipeline", (2, 2)), ("pipeline", (1, 1))],
+                         ids=["tensor-2x2", "tensor-3x2", "pipeline-2x2", "pipeline-1x1"])
+def test_kvapp_bit_exact_and_cache_layout(small_qm, placement, mesh):
     """``kvapp=True``: the programs append K and V with ``kvapp`` only (no cache region of
     their own), logits bit-exact at every prefill batch size and decode step, and the KV
-    store holds the golden model's K and V at the `KvLayout` addresses."""
-    cfg = CONFIGS["small"].replace(mesh_width=mesh[0], mesh_height=mesh[1])
-    compiled = compile_model(small_qm, cfg, placement="tensor", kvapp=True)
+    store holds the golden model's K and V at the `KvLayout` addresses (the pipeline on one
+    tile: two attention stages in one store, local layers 0 and 1)."""
+    cfg = CONFIGS["small"].replace(mesh_width=mesh[0], mesh_height=mesh[1], imem_words=1024)
+    if mesh == (1, 1):
+        cfg = cfg.replace(sram_bytes=64 * 1024, imem_words=2048)
+    compiled = compile_model(small_qm, cfg, placement=placement, kvapp=True)
     layouts = compiled.kv_layouts
-    att = [xy for xy, lay in compiled.placement.tiles.items() if "rope" in lay.regions]
+    att = [xy for xy, lay in compiled.placement.tiles.items() if "rope" in lay.regions
+           or any(n.endswith(".rope") for n in lay.regions)]
     assert sorted(layouts) == sorted(att) and att
     for xy, L in layouts.items():
         lay = compiled.placement.tiles[xy]
@@ -77,6 +88,7 @@ def test_kvapp_bit_exact_and_cache_layout(small_qm, mesh):
         assert L.end * cfg.word_bytes <= lay["kv"] + lay.regions["kv"].size
         assert not any("cache" in name for name in lay.regions)
         assert "kvapp" in compiled.sources[xy]
+        assert L.n_layers == len(_kv_owner(compiled, xy)[0])
     golden = GoldenModel(small_qm)
     sim = load_isasim(compiled)
     prompt = [3, 1, 4, 1, 5, 9, 2, 6, 5]
@@ -107,8 +119,6 @@ def test_kvapp_needs_the_host_layout(small_qm):
         sim.set_kv_layout(xy, None)
     with pytest.raises(RuntimeError, match="KV_RANGE|KVAPP"):
         run_step_isasim(sim, compiled, [1], 0)
-    with pytest.raises(ValueError, match="tensor placement only"):
-        compile_model(small_qm, CONFIGS["small"], kvapp=True)
 
 
 def test_kvapp_slot_operands_name_layer_and_head(small_qm):
@@ -122,10 +132,11 @@ def test_kvapp_slot_operands_name_layer_and_head(small_qm):
 
 
 @pytest.mark.model
-def test_kvapp_stories260k_prefill_and_decode(stories_qm):
+@pytest.mark.parametrize("placement", ["tensor", "pipeline"])
+def test_kvapp_stories260k_prefill_and_decode(stories_qm, placement):
     """stories260K on the default 4 x 4 with kvapp: a 64-token prefill step and decode steps
     bit-exact, and the KV store equal to the golden cache."""
-    compiled = compile_model(stories_qm, CONFIGS["default"], placement="tensor", kvapp=True)
+    compiled = compile_model(stories_qm, CONFIGS["default"], placement=placement, kvapp=True)
     golden = GoldenModel(stories_qm)
     sim = load_isasim(compiled)
     prompt = [(7 * i + 1) % 512 for i in range(64)]
