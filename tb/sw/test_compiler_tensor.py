@@ -242,3 +242,27 @@ def test_tensor_sram_per_tile_stories260k(stories_qm):
     for lay in compiled.placement.tiles.values():
         assert not any(n.startswith("l0.") and n.endswith(("rec", "xq", "fq"))
                        for n in lay.regions)
+
+
+@pytest.mark.model
+def test_tensor_beyond_128k_flags_in_sram(stories_qm):
+    """stories260K on 2 x 2 tiles of 256 KiB at context 512: the tiles reach past the 17-bit
+    offsets, so the `Emitter` needs its scratch registers and the batch-size flags live in
+    the `state` words (no record spreading); bit-exact for batches of 4 and 2 rows and a
+    decode step."""
+    cfg = CONFIGS["default"].replace(mesh_width=2, mesh_height=2, sram_bytes=256 * 1024)
+    compiled = compile_model(stories_qm, cfg, placement="tensor")
+    assert max(lay.size for lay in compiled.placement.tiles.values()) > 1 << 17
+    text = compiled.sources[(0, 0)]
+    assert any(line.split()[0] == "li" for line in text.splitlines() if line.strip())
+    loops = [line.split()[1] for line in text.splitlines() if line.split()[:1] == ["loop"]]
+    assert "r13," not in loops and "r14," not in loops       # flags read with `ld`
+    assert not any(line.split()[:2] == ["wait", "4,"] for line in text.splitlines())
+    golden = GoldenModel(stories_qm)
+    sim = load_isasim(compiled)
+    toks = [1, 403, 407, 261, 378, 29, 7]
+    for pos, n in ((0, 4), (4, 2)):
+        r = run_step_isasim(sim, compiled, toks[pos:pos + n], pos)
+        np.testing.assert_array_equal(r.logits, golden.forward_batch(toks[pos:pos + n], pos)[-1])
+    r = run_step_isasim(sim, compiled, [toks[6]], 6)
+    np.testing.assert_array_equal(r.logits, golden.forward(toks[6], 6))
