@@ -568,7 +568,7 @@ def _suggest(qm: QuantizedModel, config: ChipConfig, context: int) -> str:
 
 def compile_model(source, config: ChipConfig, context: int | None = None,
                   prefill_batches: int | None = None, placement: str = "pipeline",
-                  kvapp: bool = False) -> CompiledModel:
+                  kvapp: bool | None = None) -> CompiledModel:
     """Place a llama2 model on the mesh and emit its tile programs.
 
     Parameters
@@ -586,12 +586,14 @@ def compile_model(source, config: ChipConfig, context: int | None = None,
         ``"pipeline"``: a pipeline of stages along a snake path (`chipotle.compiler.place`);
         ``"tensor"``: every layer split over every tile (`chipotle.compiler.tensor`), the
         batches of a step run one after the other.
-    kvapp : bool
+    kvapp : bool, optional
         Append K and V to the caches with ``kvapp`` (the tile's KV store generates the
         addresses and refuses an append past its capacity), the caches laid out as
-        `chipotle.isa.kv.KvLayout` (`CompiledModel.kv_layouts`, which the host must write
-        into every listed tile's KV registers before the first step).  Default False: the
-        programs store K and V themselves (the layout registers are not needed).
+        `chipotle.isa.kv.KvLayout` (`CompiledModel.kv_layouts`, which the host writes into
+        every listed tile's KV registers before the first step: `chipotle.driver.Driver.load`
+        does).  False: the programs store K and V themselves.  Default: True for the tensor
+        placement, False for the pipeline placement (whose programs grow with ``kvapp``:
+        the compiler's small model on ``CONFIGS["small"]`` would need ``imem_words=640``).
 
     Returns
     -------
@@ -609,6 +611,8 @@ def compile_model(source, config: ChipConfig, context: int | None = None,
     """
     if placement not in ("pipeline", "tensor"):
         raise ValueError(f"`placement` must be \"pipeline\" or \"tensor\", not {placement!r}")
+    if kvapp is None:
+        kvapp = placement == "tensor"
     qm = _check_source(source)
     c = qm.config
     if context is None:

@@ -188,6 +188,10 @@ class Backend(Protocol):
     async def status(self, xy) -> TileStatus:
         """Return tile ``xy``'s controller status."""
 
+    async def set_kv_layout(self, xy, layout) -> None:
+        """Set tile ``xy``'s KV layout (``chipotle.isa.kv.KvLayout``, or None for none): the
+        map its KV store appends (``kvapp``) into (``docs/tile.md``, "KV store")."""
+
 
 def _check_xy(config: ChipConfig, xy) -> tuple[int, int]:
     xy = tuple(xy)
@@ -296,6 +300,16 @@ class PacketBackend:
 
         [word] = await self.read_registers(xy, Reg.STATUS, 1)
         return decode_status(word)
+
+    async def set_kv_layout(self, xy, layout) -> None:
+        """Write tile ``xy``'s five KV layout registers (``KV_BASE`` .. ``KV_MAX_POS``, one
+        control packet) with ``layout.registers()``, or zeros (capacity 0) for None."""
+        from chipotle.hw.tile.netif import KV_REGS
+
+        from . import hostlink as hl
+
+        words = [0] * len(KV_REGS) if layout is None else list(layout.registers())
+        await self.send([hl.control(_check_xy(self.config, xy), KV_REGS[0], words, self.noc)])
 
     async def read_perf(self, xy) -> dict[str, int]:
         """Return every counter of `PERF_NAMES` (the controller's and the interface's)."""
@@ -459,6 +473,10 @@ class IsaSimBackend:
     async def status(self, xy) -> TileStatus:
         """Return tile ``xy``'s status."""
         return self._status(self.sim.tile(_check_xy(self.config, xy)))
+
+    async def set_kv_layout(self, xy, layout) -> None:
+        """Set tile ``xy``'s KV layout (`IsaSim.set_kv_layout`)."""
+        self.sim.set_kv_layout(_check_xy(self.config, xy), layout)
 
     async def read_perf(self, xy) -> dict[str, int]:
         """Return the counters isasim estimates, under the RTL's names (32-bit wrapping).

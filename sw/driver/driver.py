@@ -182,7 +182,9 @@ class Driver:
 
     async def load(self, progress: Callable[[int, int], None] | None = None, *,
                    skip_zero: bool = False, backdoor: bool = False) -> None:
-        """Reset the tiles and write every image and program through the host link.
+        """Reset the tiles, write every image and program through the host link, and set
+        the KV layout registers of the tiles whose programs append with ``kvapp``
+        (``CompiledModel.kv_layouts``).
 
         Parameters
         ----------
@@ -221,6 +223,8 @@ class Driver:
             done += 16 * len(words)
             if progress:
                 progress(done, total)
+        for xy, layout in getattr(self.compiled, "kv_layouts", {}).items():
+            await self.backend.set_kv_layout(xy, layout)
         self.loaded = True
 
     # -- one step --------------------------------------------------------------------------------

@@ -266,3 +266,22 @@ def test_tensor_beyond_128k_flags_in_sram(stories_qm):
         np.testing.assert_array_equal(r.logits, golden.forward_batch(toks[pos:pos + n], pos)[-1])
     r = run_step_isasim(sim, compiled, [toks[6]], 6)
     np.testing.assert_array_equal(r.logits, golden.forward(toks[6], 6))
+
+
+@pytest.mark.parametrize("placement, kvapp, expect",
+                         [("tensor", None, True), ("pipeline", None, False),
+                          ("tensor", False, False)])
+def test_kvapp_default_and_store_path(small_qm, placement, kvapp, expect):
+    """The default is ``kvapp`` for the tensor placement only; without it the programs store
+    K and V themselves (no layout for the host), still bit-exact."""
+    compiled = compile_model(small_qm, CONFIGS["small"], placement=placement, kvapp=kvapp)
+    assert bool(compiled.kv_layouts) is expect
+    assert any("kvapp" in src for src in compiled.sources.values()) is expect
+    golden = GoldenModel(small_qm)
+    sim = load_isasim(compiled)
+    r = run_step_isasim(sim, compiled, [1, 5, 9], 0)
+    np.testing.assert_array_equal(r.logits, golden.forward_batch([1, 5, 9], 0)[-1])
+    for pos in (3, 4):
+        ref = golden.forward(r.token, pos)
+        r = run_step_isasim(sim, compiled, [r.token], pos)
+        np.testing.assert_array_equal(r.logits, ref)
