@@ -44,6 +44,9 @@ class Chip(wiring.Component):
     performance counters, receive ``DONE`` doorbells) goes through ``i_host`` / ``o_host`` as
     packets of ``chipotle.hw.noc.packet`` (``docs/noc.md``, ``docs/tile.md``).
 
+    The reset (of the ``sync`` domain) reaches the mesh and the tiles through one register:
+    they leave reset one cycle after ``rst`` falls.
+
     Parameters
     ----------
     config : ChipConfig, optional
@@ -84,7 +87,17 @@ class Chip(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         c, tc = self._config, self._tile_config
-        m.submodules.mesh = mesh = Mesh(c.mesh_width, c.mesh_height, tc.noc)
+        # The mesh and the tiles run in the domain "core": the clock of "sync", and "sync"'s
+        # reset through one register (a reset that ends one cycle later; on an FPGA also a
+        # cut of the reset's fan-out).  Without it every tile's next-state logic depends on
+        # the top-level input ``rst``, which Verilator evaluates again at every call of
+        # eval() (its "ico" region, several per clock cycle under cocotb).
+        m.domains.core = core = ClockDomain("core", local=True)
+        rst_q = Signal(init=1, reset_less=True)
+        m.d.sync += rst_q.eq(ResetSignal("sync"))
+        m.d.comb += [core.clk.eq(ClockSignal("sync")), core.rst.eq(rst_q)]
+        m.submodules.mesh = mesh = DomainRenamer("core")(Mesh(c.mesh_width, c.mesh_height,
+                                                               tc.noc))
         connect(m, flipped(self.i_host), mesh.i_host)
         connect(m, mesh.o_host, flipped(self.o_host))
         for i, (x, y) in enumerate(c.tiles):
@@ -92,7 +105,7 @@ class Chip(wiring.Component):
                 into, outof = mesh.o_local[i], mesh.i_local[i]
                 m.submodules[f"tile_{x}_{y}"] = Instance(
                     TILE_MODULE,
-                    i_clk=ClockSignal(), i_rst=ResetSignal(),
+                    i_clk=ClockSignal("core"), i_rst=ResetSignal("core"),
                     i_i_noc__payload=into.payload.as_value(), i_i_noc__valid=into.valid,
                     o_i_noc__ready=into.ready,
                     o_o_noc__payload=outof.payload.as_value(), o_o_noc__valid=outof.valid,
@@ -101,7 +114,7 @@ class Chip(wiring.Component):
                     o_status=self.status[i].as_value(), o_errors=Signal(8, name=f"errors_{i}"))
                 continue
             tile = Tile(tc, x=x, y=y)
-            m.submodules[f"tile_{x}_{y}"] = tile
+            m.submodules[f"tile_{x}_{y}"] = DomainRenamer("core")(tile)
             connect(m, mesh.o_local[i], tile.i_noc)
             connect(m, tile.o_noc, mesh.i_local[i])
             m.d.comb += [tile.i_noc_errors.eq(mesh.errors), self.status[i].eq(tile.status)]

@@ -30,8 +30,9 @@ DEFAULT_CHECKPOINT = Path("/work/shared/models/stories260K.bin")
 PROMPT = [1, 5, 9, 13, 17, 21]      # the regression's prompt for the synthetic model
 
 
-def decode_speed(result: dict) -> tuple[int, float]:
-    """Return ``(cycles, wall seconds)`` from the first generated token to the last.
+def decode_speed(result: dict) -> tuple[int, float, float]:
+    """Return ``(cycles, wall seconds, CPU seconds)`` from the first generated token to the
+    last (CPU: of the simulator process).
 
     Parameters
     ----------
@@ -46,8 +47,8 @@ def decode_speed(result: dict) -> tuple[int, float]:
     marks = result["token_marks"]
     if len(marks) < 2:
         raise ValueError("need at least two generated tokens to time the decode steps")
-    (c0, t0), (c1, t1) = marks[0], marks[-1]
-    return c1 - c0, t1 - t0
+    (c0, t0, p0), (c1, t1, p1) = marks[0], marks[-1]
+    return c1 - c0, t1 - t0, p1 - p0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -66,6 +67,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="Verilator C++ optimisation (default -O2; the regression uses -O0)")
     p.add_argument("--clock", default="gpi", choices=("gpi", "py"),
                    help="cocotb clock implementation (default gpi)")
+    p.add_argument("--threads", type=int, default=1,
+                   help="Verilator model threads (--threads; default 1)")
     p.add_argument("--idle", type=int, default=0, metavar="CYCLES",
                    help="also time CYCLES cycles of the clock alone (no generation)")
     p.add_argument("--no-generate", action="store_true", help="only the --idle run")
@@ -90,14 +93,19 @@ def main(argv: list[str] | None = None) -> int:
     def progress(msg):
         print(f"[bench] {msg}", file=sys.stderr, flush=True)
 
+    from chipotle.sim.chiprun import chip_verilog
+
+    verilog = chip_verilog(config, progress)    # once: both runs use one build
     head = f"{config}, {args.sim} {args.cxx_opt if args.sim == 'verilator' else ''}, " \
-           f"clock {args.clock}"
+           f"{args.threads} thread(s), clock {args.clock}"
     if args.idle:
         job = Job(config=config.as_dict(), model=None, kind="idle", idle_cycles=args.idle,
                   clock=args.clock)
-        r = run_rtl(job, sim=args.sim, cxx_opt=args.cxx_opt, public=False, progress=progress)
+        r = run_rtl(job, sim=args.sim, cxx_opt=args.cxx_opt, public=False,
+                    threads=args.threads, verilog=verilog, progress=progress)
         print(f"idle: {r['sim_cycles']} cycles in {r['sim_seconds']:.2f} s = "
-              f"{r['cycles_per_second']:,.0f} cycles/s ({head})", flush=True)
+              f"{r['cycles_per_second']:,.0f} cycles/s; CPU {r['sim_cpu_seconds']:.2f} s = "
+              f"{r['sim_cycles'] / r['sim_cpu_seconds']:,.0f} cycles/CPU-s ({head})", flush=True)
     if args.no_generate:
         return 0
 
@@ -113,14 +121,17 @@ def main(argv: list[str] | None = None) -> int:
               placement=args.placement, prompt_tokens=prompt, steps=args.steps,
               temperature=0.0, clock=args.clock)
     t = time.perf_counter()
-    r = run_rtl(job, sim=args.sim, cxx_opt=args.cxx_opt, progress=progress)
+    r = run_rtl(job, sim=args.sim, cxx_opt=args.cxx_opt, threads=args.threads,
+                verilog=verilog, progress=progress)
     wall = time.perf_counter() - t
-    cycles, secs = decode_speed(r)
+    cycles, secs, cpu = decode_speed(r)
     n = len(r["token_marks"]) - 1
     print(f"decode: {cycles} cycles of {n} steps ({cycles / n:,.0f} per token) in {secs:.2f} s = "
-          f"{cycles / secs:,.0f} cycles/s ({head}, {args.placement}, {name})")
+          f"{cycles / secs:,.0f} cycles/s; CPU {cpu:.2f} s = {cycles / cpu:,.0f} cycles/CPU-s "
+          f"({head}, {args.placement}, {name})")
     print(f"after load: {r['sim_cycles']} cycles in {r['sim_seconds']:.2f} s = "
-          f"{r['cycles_per_second']:,.0f} cycles/s")
+          f"{r['cycles_per_second']:,.0f} cycles/s; CPU {r['sim_cpu_seconds']:.2f} s = "
+          f"{r['sim_cycles'] / r['sim_cpu_seconds']:,.0f} cycles/CPU-s")
     print(f"load: {r['load_cycles']} cycles in {r['load_seconds']:.2f} s = "
           f"{r['load_cycles'] / r['load_seconds']:,.0f} cycles/s")
     print(f"wall: {wall:.1f} s in all (Verilog, build if not cached, compile, load, run)")

@@ -126,7 +126,8 @@ class Job:
 
 
 def run_rtl(job: Job, *, sim: str = "verilator", cxx_opt: str = "-O2", waves: bool | None = None,
-            public: bool | None = None, progress: Callable[[str], None] | None = None) -> dict:
+            public: bool | None = None, threads: int = 1, verilog: str | None = None,
+            progress: Callable[[str], None] | None = None) -> dict:
     """Build the chip of ``job.config`` and run ``job`` on it; return the result.
 
     Parameters
@@ -141,6 +142,11 @@ def run_rtl(job: Job, *, sim: str = "verilator", cxx_opt: str = "-O2", waves: bo
     public : bool, optional
         Verilator: expose every internal signal to cocotb (see `run_cocotb`; about 10 times
         slower).  Default: only when ``job.backdoor`` needs the SRAM arrays.
+    threads : int
+        Verilator: threads of the model (`run_cocotb`'s ``threads``; default 1).
+    verilog : str, optional
+        The chip's Verilog (default `chip_verilog` of ``job.config``): several runs of one
+        design stay on one build while the hardware sources change.
     progress : callable of str, optional
         Told about the slow phases (Verilog generation, the simulator build).
 
@@ -166,7 +172,8 @@ def run_rtl(job: Job, *, sim: str = "verilator", cxx_opt: str = "-O2", waves: bo
         raise ValueError(f"`sim` must be one of {', '.join(SIMULATORS)}, not {sim!r}")
     config = ChipConfig(**job.config)
     t0 = time.perf_counter()
-    verilog = chip_verilog(config, progress)
+    if verilog is None:
+        verilog = chip_verilog(config, progress)
     with tempfile.TemporaryDirectory(prefix="chipotle-job-") as tmp:
         job_path, result_path = Path(tmp) / "job.pkl", Path(tmp) / "result.pkl"
         # shallow: asdict would turn a QuantizedModel (a dataclass) into a dict
@@ -177,7 +184,7 @@ def run_rtl(job: Job, *, sim: str = "verilator", cxx_opt: str = "-O2", waves: bo
                "COCOTB_LOG_LEVEL": os.environ.get("COCOTB_LOG_LEVEL", "WARNING")}
         run = run_cocotb(sim=sim, verilog=verilog, toplevel=TOPLEVEL,
                          test_module="chipotle.sim.cocotb_chip", extra_env=env, waves=waves,
-                         cxx_opt=cxx_opt, check=False,
+                         cxx_opt=cxx_opt, check=False, threads=threads,
                          public=job.backdoor if public is None else public)
         if not result_path.exists():
             run.raise_on_failure()

@@ -18,7 +18,7 @@ runs the job; writes a pickled result dict to ``$CHIPOTLE_RESULT``:
 ``sim_cpu_seconds``
     The simulator process's CPU time over the same span (the speed on a loaded machine).
 ``token_marks``
-    ``(cycle, wall seconds, CPU seconds)`` when each generated token arrived
+    ``(cycle, wall seconds, CPU seconds)`` when each sampled (not forced) token arrived
     (``"generate"`` jobs, from the end of the load), for the speed of the decode steps
     alone.
 
@@ -112,7 +112,9 @@ async def run_job(dut):
         marks = []
 
         def on_token(ev):
-            marks.append((backend.cycle, time.perf_counter() - t1, time.process_time() - p1))
+            if not ev.forced:
+                marks.append((backend.cycle, time.perf_counter() - t1,
+                              time.process_time() - p1))
             if stream:
                 out.write(ev.text)
                 out.flush()

@@ -28,6 +28,7 @@ from collections import deque
 
 import cocotb
 from cocotb.clock import Clock
+from cocotb.handle import Deposit, Immediate
 from cocotb.simtime import get_sim_time
 from cocotb.triggers import Event, FallingEdge, First, Lock, ReadOnly, RisingEdge, Timer
 
@@ -110,8 +111,14 @@ class RtlBackend(PacketBackend):
     async def power_on(self, reset_cycles: int = 4) -> None:
         """Start the clock, hold ``rst`` for ``reset_cycles`` cycles, start the monitor."""
         dut = self.dut
+        # Under Verilator the clock is written at once (vpiNoDelay) rather than as an
+        # inertial write: cocotb's Verilator loop evaluates the model once before it applies
+        # inertial writes, so each clock edge would cost two evaluations, and every
+        # evaluation reruns the logic Verilator files under "input combinational".
+        action = Immediate if cocotb.SIM_NAME.lower().startswith("verilator") else Deposit
         # Kept referenced: the GPI clock stops when its driver task is collected.
-        self._clock = Clock(dut.clk, self.clock_ns, unit="ns", impl=self.clock_impl)
+        self._clock = Clock(dut.clk, self.clock_ns, unit="ns", impl=self.clock_impl,
+                            set_action=action)
         self._clock.start()
         dut.i_host__valid.value = 0
         dut.i_host__payload.value = 0
