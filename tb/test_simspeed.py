@@ -31,7 +31,8 @@ def test_public_ports_config_names_every_port_of_the_toplevel_only():
     text = _public_ports_config(other + PORTS_TOP, "ports_top")
     lines = text.splitlines()
     assert lines[0] == "`verilator_config"
-    assert lines[1:] == [f'public_flat_rw -module "ports_top" -var "{p}"' for p in ("clk", "a", "q")]
+    want = [f'public_flat_rw -module "ports_top" -var "{p}"' for p in ("clk", "a", "q")]
+    assert lines[1:] == want
 
 
 def test_public_ports_config_refuses_a_missing_toplevel():
