@@ -91,6 +91,9 @@ class Perf:
         Cycles stalled on WAIT.
     macs : int
         Useful int8 multiply-accumulates of the matrix unit (``M * N * K`` per instruction).
+    mac_cycles : int
+        Cycles the matrix unit issues a weight word, ``N * ceil(K / W)`` per instruction: the
+        RTL's ``MAC_CYCLES`` counter (``docs/tile.md``, "Performance counters").
     flits_sent : int
         NoC flits sent, heads included.
     bytes_sent, bytes_received : int
@@ -104,6 +107,7 @@ class Perf:
     dma_cycles: int = 0
     wait_cycles: int = 0
     macs: int = 0
+    mac_cycles: int = 0
     flits_sent: int = 0
     bytes_sent: int = 0
     bytes_received: int = 0
@@ -956,6 +960,7 @@ class IsaSim:
             for r in range(M):
                 t._write(ya + r * ystride, y[r], i.td)
             t.perf.macs += M * N * K
+            t.perf.mac_cycles += N * -(-K // W)
         self._charge(t, i, N, "matrix_cycles")
         if fault is not None:
             raise fault

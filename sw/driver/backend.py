@@ -52,7 +52,8 @@ PERF_NAMES = CONTROLLER_PERF + INTERFACE_PERF
 # isasim `Perf` field -> counter name, where isasim has an equivalent (estimates).
 _ISASIM_PERF = {"cycles": "cycles", "instructions": "instructions",
                 "vector_busy": "vector_cycles", "wait_stalls": "wait_cycles",
-                "matrix_cycles": "matrix_cycles", "ni_flits_sent": "flits_sent"}
+                "matrix_cycles": "matrix_cycles", "mac_cycles": "mac_cycles",
+                "ni_flits_sent": "flits_sent"}
 
 
 @dataclass(frozen=True)
@@ -482,7 +483,7 @@ class IsaSimBackend:
         """Return the counters isasim estimates, under the RTL's names (32-bit wrapping).
 
         Only ``cycles``, ``instructions``, ``vector_busy``, ``wait_stalls``,
-        ``matrix_cycles`` and ``ni_flits_sent``.
+        ``matrix_cycles``, ``mac_cycles`` and ``ni_flits_sent``.
         """
         p = self.sim.tile(_check_xy(self.config, xy)).perf
         return {name: getattr(p, field) & 0xFFFFFFFF for name, field in _ISASIM_PERF.items()}

@@ -52,15 +52,20 @@ def check_against_golden(steps, tokens, qm):
         assert s["cycles"] > 0
 
 
-def test_e2e_isasim():
-    cm = compile_model(_model(), SMALL, context=CONTEXT)
+def isasim_run(placement="pipeline"):
+    """Return `Driver.generate`'s result for the test's prompt on `IsaSimBackend`."""
+    cm = compile_model(_model(), SMALL, context=CONTEXT, placement=placement)
     drv = Driver(cm, IsaSimBackend(SMALL))
 
     async def go():
         await drv.load()
         return await drv.generate(PROMPT, DECODE + 1, read_logits=True)
 
-    g = asyncio.run(go())
+    return asyncio.run(go())
+
+
+def test_e2e_isasim():
+    g = isasim_run()
     assert g.stop_reason is StopReason.STEPS and g.generated == DECODE + 1
     steps = [{"pos": s.pos, "tokens": s.tokens, "logits": s.logits, "token": s.token,
               "cycles": s.cycles} for s in g.steps]
@@ -86,8 +91,13 @@ def test_e2e_rtl(sim_name, placement):
     assert res["stop_reason"] == StopReason.STEPS.value and res["generated"] == DECODE + 1
     check_against_golden(res["steps"], res["tokens"], _model())
     assert res["prefill_steps"] == 2
-    # the RTL's counters: every name, and the matrix unit did work in every step
-    for s in res["steps"]:
+    # the RTL's counters: every name, and the matrix unit did work in every step; its
+    # useful-MAC cycles (data-independent, N ceil(K / W) per matrix instruction) equal the
+    # ISA simulator's count
+    sim_steps = isasim_run(placement).steps
+    assert len(sim_steps) == len(res["steps"])
+    for s, e in zip(res["steps"], sim_steps, strict=True):
         assert s["perf"]["mac_cycles"] > 0 and s["perf"]["instructions"] > 0
+        assert s["perf"]["mac_cycles"] == e.perf["mac_cycles"], (s["pos"], s["perf"], e.perf)
     print({k: res[k] for k in ("ttft_cycles", "decode_cycles_per_token", "load_cycles",
                                "load_seconds", "cycles_per_second")})
