@@ -271,23 +271,8 @@ def _att_batch(e, k, st, m, idx):
     e.loop(m, rows)
     if kv is not None:
         e.comment("K records and V rows appended to the KV store (kvapp)")
-        e("add", "r3", "r1", 0)
-        e("add", "r9", k.a(st, "kbuf"), 0)
-        e("add", "r7", k.a(st, "vbuf"), 0)
-
-        def arows():
-            e("add", "r10", "r7", 0)
-            e("add", "r11", (li << 8,), 0)
-
-            def ah():
-                e("kvapp", "r11", "r9", "r10", "r3")
-                e("add", "r9", f"r9+{krec}", 0)
-                e("add", "r10", f"r10+{M * pad(hs)}", 0)
-                e("add", "r11", "r11+1", 0)
-            e.loop(KV, ah)
-            e("add", "r3", "r3+1", 0)
-            e("add", "r7", f"r7+{pad(hs)}", 0)
-        e.loop(m, arows)
+        emit_kv_append(e, li, k.a(st, "kbuf"), k.a(st, "vbuf"), KV, m, krec, M * pad(hs),
+                       pad(hs))
     e.comment("per row (causal: row i attends to 0 .. pos + i) and query head: "
               "scores, softmax, weighted sum of V")
     e("add", "r2", "r1+1", 0)
@@ -409,6 +394,32 @@ def _cls(e, k, st):
     red = pl.tiles[pl.reducer]
     e("send", (red["red.slots"] + j * W,), k.a(st, "slot"), W,
       _rect((pl.reducer[0], pl.reducer[0], pl.reducer[1], pl.reducer[1])), k.reduce_counter())
+
+
+def emit_kv_append(e, layer, kbuf, vbuf, n_heads, rows, krec, vhead_stride, vrow_stride):
+    """Emit the append of a batch's K records and V rows to the KV store with ``kvapp``.
+
+    Row ``i`` (position ``r1 + i``) of KV head ``h`` appends the K record at ``kbuf + (i *
+    n_heads + h) * krec`` and the V row at ``vbuf + i * vrow_stride + h * vhead_stride`` to
+    slot ``layer << 8 | h`` (`chipotle.isa.kv.kv_slot`).  ``rows`` is an immediate or a
+    register; uses ``r3``, ``r7``, ``r9`` .. ``r11``."""
+    e("add", "r3", "r1", 0)
+    e("add", "r9", kbuf, 0)
+    e("add", "r7", vbuf, 0)
+
+    def arows():
+        e("add", "r10", "r7", 0)
+        e("add", "r11", (layer << 8,), 0)
+
+        def ah():
+            e("kvapp", "r11", "r9", "r10", "r3")
+            e("add", "r9", f"r9+{krec}", 0)
+            e("add", "r10", f"r10+{vhead_stride}", 0)
+            e("add", "r11", "r11+1", 0)
+        e.loop(n_heads, ah)
+        e("add", "r3", "r3+1", 0)
+        e("add", "r7", f"r7+{vrow_stride}", 0)
+    e.loop(rows, arows)
 
 
 def _reduce(e, k, counter):

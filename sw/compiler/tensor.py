@@ -53,7 +53,7 @@ import numpy as np
 from ..golden import numerics as nx
 from ..golden.quantize import QuantizedModel
 from ..isa.core import OFF_BITS, TABLE_ENTRIES, IsaConfig, TableId
-from .codegen import Emitter, _rect, _reduce
+from .codegen import Emitter, _rect, _reduce, emit_kv_append
 from .placement import (
     _KIND_ORDER,
     _TABLE_ORDER,
@@ -564,23 +564,7 @@ def _attention(e, k, li):
     e.loop("r2", qrows)
     if k.kvl is not None:
         e.comment(f"layer {li} K records and V rows appended to the KV store (kvapp)")
-        e("add", "r3", "r1", 0)
-        e("add", "r9", k.a("kbuf"), 0)
-        e("add", "r7", k.a("vbuf"), 0)
-
-        def arows():
-            e("add", "r10", "r7", 0)
-            e("add", "r11", (li << 8,), 0)
-
-            def ah():
-                e("kvapp", "r11", "r9", "r10", "r3")
-                e("add", "r9", f"r9+{krec}", 0)
-                e("add", "r10", f"r10+{M * pad(hs)}", 0)
-                e("add", "r11", "r11+1", 0)
-            e.loop(nk, ah)
-            e("add", "r3", "r3+1", 0)
-            e("add", "r7", f"r7+{pad(hs)}", 0)
-        e.loop("r2", arows)
+        emit_kv_append(e, li, k.a("kbuf"), k.a("vbuf"), nk, "r2", krec, M * pad(hs), pad(hs))
     aoff = 4 * q0 * hs
     e.comment(f"layer {li} scores, softmax, weighted sums of V per query head")
     e("add", "r3", "r1+1", 0)               # keys of the batch's first row
