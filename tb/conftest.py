@@ -8,6 +8,10 @@ sim
 model_paths
     Paths of the stories260K checkpoint and tok512 tokenizer.  A missing file skips
     the test on a developer's machine but fails it under CI (``CI=true``).
+
+Tests marked ``slow`` (the default 4 x 4 chip, tens of minutes) are deselected unless the
+``-m`` expression names ``slow`` (``make test-default`` runs ``-m slow``), so that
+``make test PYTEST_ARGS="-m rtl"`` does not start them.
 """
 
 from __future__ import annotations
@@ -21,6 +25,15 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 from chipotle.sim import simulators_from_env  # noqa: E402
+
+
+def pytest_collection_modifyitems(config, items):
+    if "slow" in (config.option.markexpr or ""):
+        return
+    slow = [it for it in items if it.get_closest_marker("slow")]
+    if slow:
+        config.hook.pytest_deselected(items=slow)
+        items[:] = [it for it in items if not it.get_closest_marker("slow")]
 
 
 def pytest_generate_tests(metafunc):

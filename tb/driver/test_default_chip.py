@@ -3,7 +3,7 @@ from BOS, every step's token and int32 logits equal to ``GoldenModel``'s, and th
 to the float reference's for as long as the golden model's is.
 
 Slow (the 4 x 4 chip's first Verilator build takes about 20 minutes, then about a million
-cycles of simulation), so it is marked ``slow`` and left out of ``make test``; run it with
+cycles of simulation), so it is marked ``slow``, which ``tb/conftest.py`` deselects unless ``-m`` names it; run it with
 ``make test-default`` (``TEST_STEPS=`` tokens, default 120)."""
 
 from __future__ import annotations
