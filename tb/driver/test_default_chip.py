@@ -2,9 +2,10 @@
 from BOS, every step's token and int32 logits equal to ``GoldenModel``'s, and the text equal
 to the float reference's for as long as the golden model's is.
 
-Slow (the 4 x 4 chip's first Verilator build takes about 20 minutes, then about a million
-cycles of simulation), so it is marked ``slow``, which ``tb/conftest.py`` deselects unless ``-m`` names it; run it with
-``make test-default`` (``TEST_STEPS=`` tokens, default 120)."""
+Slow (the 4 x 4 chip's first Verilator build takes about 30 minutes, then about 1.4 million
+cycles of simulation), so it is marked ``slow``, which ``tb/conftest.py`` deselects unless
+``-m`` names it; run it with ``make test-default`` (``TEST_STEPS=`` tokens, default 120).
+Measured: 40 min 44 s in all on 2 shared cores (``docs/performance.md``)."""
 
 from __future__ import annotations
 
