@@ -38,16 +38,16 @@ MODEL_URL   := https://huggingface.co/karpathy/tinyllamas/resolve/main/stories26
 
 export WAVES
 
-.PHONY: all venv iverilog test test-default sim bench generate bitstream models lint clean \
-        distclean help
+.PHONY: all venv iverilog test test-default sim bench bitstream models lint clean distclean \
+        help
 
 all: help
 
 help:
-	@echo "make sim        generate a story on the chip RTL under Verilator (PROMPT=, STEPS=, SIM=icarus, CONFIG=, WAVES=1)"
+	@echo "make sim        generate a story on the chip RTL under Verilator (PROMPT=, STEPS=, SIM=icarus, CONFIG=, PLACEMENT=, WAVES=1; BACKEND=isasim: fast estimate)"
 	@echo "make test       run the regression (SIM=verilator|icarus, default both; WAVES=1)"
 	@echo "make test-default  the default 4x4 chip under Verilator: TEST_STEPS= tokens greedy from BOS, bit-exact with the golden model (slow)"
-	@echo "make bench      decode/prefill benchmark (BACKEND=, CONFIG=, PLACEMENT=, PROMPTS=1,64,256)"
+	@echo "make bench      decode/prefill benchmark on the RTL under Verilator (slow; BACKEND=isasim|icarus, CONFIG=, PLACEMENT=, PROMPTS=1,64,256, CONTEXT=, CLOCK_MHZ=)"
 	@echo "make bitstream  FPGA bitstream + resource/timing report with YoWASP tools (BOARD=ulx3s-85f|icebreaker, CONFIG=, SYNTH_ONLY=1; docs/fpga.md)"
 	@echo "make models     download stories260K.bin and tok512.bin (needs network)"
 	@echo "make lint       ruff on the Python sources"
@@ -71,10 +71,10 @@ test: venv
 	SIM=$(or $(SIM),verilator$(COMMA)icarus) $(PY) -m pytest -n $(JOBS) --durations=15 $(PYTEST_ARGS)
 
 # The slow check left out of `make test`: the default configuration's RTL, greedy from BOS
-# for TEST_STEPS tokens.
+# for TEST_STEPS tokens (STEPS= on the command line also works).
 TEST_STEPS  ?= 120
 test-default: venv
-	STEPS=$(TEST_STEPS) $(PY) -m pytest -m slow -s $(PYTEST_ARGS) \
+	STEPS=$(if $(filter command line,$(origin STEPS)),$(STEPS),$(TEST_STEPS)) $(PY) -m pytest -m slow -s $(PYTEST_ARGS) \
 	  tb/driver/test_default_chip.py
 
 # The performance benchmark of docs/performance.md: decode at each prompt length's position,

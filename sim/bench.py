@@ -10,10 +10,13 @@ more decode steps, and prints, from the backend's cycle counts and performance c
   decode step must read (``CompiledModel.weight_bytes_per_token() + kv_bytes(L)``) divided by
   the mesh's SRAM read bandwidth (``ChipConfig.sram_read_bytes_per_cycle``, W bytes per tile
   and cycle), over the measured cycles;
-* **prefill**: time to first token (cycles of the prefill steps) and the matrix unit's
-  utilisation over them (``mac_cycles`` summed over tiles / (cycles x tiles); a MAC cycle
-  does W x M MACs, so this is the fraction of the mesh's peak MACs);
-* the matrix unit's utilisation in decode, and tokens/s at ``--clock-mhz``.
+* **prefill**: time to first token (cycles of the prefill steps) and how busy the matrix
+  units were over them: ``mac_cycles`` (the RTL's ``MAC_CYCLES``, cycles a unit issued a
+  weight word) summed over tiles / (cycles x tiles).  A MAC cycle does W x m MACs for an
+  instruction of m activation rows, so the fraction of the mesh's peak MACs is this figure
+  times m / M: about the same in prefill (batches of M rows), at most 1/M of it in decode
+  (one row per weight word);
+* the matrix units' busy fraction in decode, and tokens/s at ``--clock-mhz``.
 
 The prompt is stories260K's own greedy continuation from BOS on ``GoldenModel`` (BOS and EOS
 excluded from the argmax so it never ends early): natural text, the same on every run.
@@ -206,7 +209,8 @@ def main(argv: list[str] | None = None) -> int:
     if max(lengths) + args.decode_steps > compiled.context:
         ap.error(f"a {max(lengths)}-token prompt and {args.decode_steps} decode step(s) need "
                  f"{max(lengths) + args.decode_steps} positions; the compiled context is "
-                 f"{compiled.context} (--context)")
+                 f"{compiled.context} (--context, make's CONTEXT=; at most the model's "
+                 f"seq_len)")
     tok_path = model_path.parent / DEFAULT_TOKENIZER
     tokenizer = str(tok_path) if tok_path.exists() else None
 
@@ -239,7 +243,7 @@ def _row(f: dict, mhz: float) -> str:
     return (f"[bench] prompt {f['prompt_tokens']}: decode at position {f['decode_pos']} "
             f"{f['decode_cycles']:,} cycles ({mhz * 1e6 / f['decode_cycles']:,.0f} tokens/s "
             f"at {mhz:g} MHz), roofline {_pct(f['roofline'])}; TTFT {f['ttft_cycles']:,} "
-            f"cycles, prefill MAC utilisation {_pct(f['prefill_mac_util'])}; "
+            f"cycles, prefill matrix units busy {_pct(f['prefill_mac_util'])}; "
             f"{'bit-exact' if f['bit_exact'] else 'MISMATCH: ' + f['mismatch']}")
 
 
@@ -248,7 +252,7 @@ def _table(rows, args, config) -> str:
             f"(python -m chipotle.sim.bench --backend {args.backend} --config {args.config} "
             f"--placement {args.placement} --prompts {args.prompts})\n"
             "| prompt tokens | decode position | decode cycles/token | roofline | decode MAC "
-            "util. | TTFT cycles | prefill MAC util. | vs GoldenModel |\n"
+            "busy | TTFT cycles | prefill MAC busy | vs GoldenModel |\n"
             "| --- | --- | --- | --- | --- | --- | --- | --- |")
     lines = [head]
     for f in rows:

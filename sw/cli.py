@@ -177,7 +177,8 @@ def _chip_summary(args, g: dict, compiled, config) -> str:
         if not cyc or not any("mac_cycles" in s["perf"] for s in sel):
             return "n/a (no mac_cycles counter)"
         return f"{100 * mac / (cyc * config.n_tiles):.1f}%"
-    lines.append(f"matrix-unit utilisation: prefill {util(steps[:npre])}, decode {util(dec)}")
+    lines.append(f"matrix units busy (MAC_CYCLES / tiles x cycles; x m/M rows for the share "
+                 f"of peak MACs): prefill {util(steps[:npre])}, decode {util(dec)}")
     if dec:
         need = sum(compiled.weight_bytes_per_token() + compiled.kv_bytes(s["pos"]) for s in dec)
         cyc = sum(s["cycles"] for s in dec)
