@@ -2,12 +2,15 @@
 
 from pathlib import Path
 
+import pytest
+
 from chipotle.hw.stream_util import SkidBuffer
 from chipotle.sim import generate_verilog, run_cocotb
 
 TB = Path(__file__).parent
 
 
+@pytest.mark.rtl
 def test_skid_buffer_rtl(sim):
     verilog = generate_verilog(SkidBuffer(16), name="skid_buffer")
     run = run_cocotb(
@@ -17,6 +20,7 @@ def test_skid_buffer_rtl(sim):
     assert len(run.passed) == 5
 
 
+@pytest.mark.rtl
 def test_waves_dump(sim):
     """``waves=True`` (what ``WAVES=1`` selects) leaves a waveform in the build folder."""
     verilog = generate_verilog(SkidBuffer(8), name="skid_buffer_waves")
