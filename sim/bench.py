@@ -140,16 +140,14 @@ def run_one(compiled, prompt: list[int], decode_steps: int, backend: str,
 
 def figures(compiled, prompt_len: int, result: dict) -> dict:
     """Return the benchmark's figures for one run (see the module docstring)."""
+    from chipotle.driver.driver import mac_busy
+
     cfg = compiled.config
     steps, npre = result["steps"], result["prefill_steps"]
     pre, dec = steps[:npre], steps[npre:]
 
     def util(sel):
-        cyc = sum(s["cycles"] for s in sel)
-        mac = sum(s["perf"].get("mac_cycles", 0) for s in sel)
-        if not cyc or not any("mac_cycles" in s["perf"] for s in sel):
-            return None
-        return mac / (cyc * cfg.n_tiles)
+        return mac_busy(sel, cfg.n_tiles)
     first = dec[0]
     need = compiled.weight_bytes_per_token() + compiled.kv_bytes(first["pos"])
     return {"prompt_tokens": prompt_len, "decode_pos": first["pos"],

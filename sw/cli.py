@@ -163,6 +163,8 @@ def _generate(args, out, err) -> int:
 
 def _chip_summary(args, g: dict, compiled, config) -> str:
     """Return the figures of a chip run (``g`` as `chipotle.sim.cocotb_chip` writes it)."""
+    from .driver.driver import mac_busy
+
     steps, npre = g["steps"], g["prefill_steps"]
     dec = steps[npre:]
     lines = [f"time to first token: {g['ttft_cycles']} cycles ({npre} prefill step(s), "
@@ -172,11 +174,8 @@ def _chip_summary(args, g: dict, compiled, config) -> str:
                      f"(positions {dec[0]['pos']} .. {dec[-1]['pos']})")
 
     def util(sel):
-        cyc = sum(s["cycles"] for s in sel)
-        mac = sum(s["perf"].get("mac_cycles", 0) for s in sel)
-        if not cyc or not any("mac_cycles" in s["perf"] for s in sel):
-            return "n/a (no mac_cycles counter)"
-        return f"{100 * mac / (cyc * config.n_tiles):.1f}%"
+        busy = mac_busy(sel, config.n_tiles)
+        return "n/a (no mac_cycles counter)" if busy is None else f"{100 * busy:.1f}%"
     lines.append(f"matrix units busy (MAC_CYCLES / tiles x cycles; x m/M rows for the share "
                  f"of peak MACs): prefill {util(steps[:npre])}, decode {util(dec)}")
     if dec:

@@ -443,6 +443,20 @@ class Driver:
             yield ids[i:i + M], i, None
 
 
+def mac_busy(steps, n_tiles: int) -> float | None:
+    """Return how busy the matrix units were over ``steps``: ``mac_cycles`` summed over the
+    steps / (their cycles x ``n_tiles``), or None if no step has a ``mac_cycles`` counter.
+
+    ``steps`` are dicts with ``cycles`` and ``perf`` (counters summed over tiles), as
+    `chipotle.sim.chiprun.run_rtl` returns them.  A MAC cycle does W x m MACs for a matrix
+    instruction of m rows, so the share of the mesh's peak MACs is this fraction x m / M.
+    """
+    cyc = sum(s["cycles"] for s in steps)
+    if not cyc or not any("mac_cycles" in s["perf"] for s in steps):
+        return None
+    return sum(s["perf"].get("mac_cycles", 0) for s in steps) / (cyc * n_tiles)
+
+
 def _dequantize(logits: np.ndarray) -> np.ndarray:
     """Return int32 logits as float32 real values (``GoldenModel.logit_frac_bits``)."""
     return (np.asarray(logits, np.float64) / (1 << GoldenModel.logit_frac_bits)
