@@ -1,6 +1,8 @@
 """stories260K on the default configuration's RTL (4 x 4 tiles, Verilator): greedy decoding
-from BOS, every step's token and int32 logits equal to ``GoldenModel``'s, and the text equal
-to the float reference's for as long as the golden model's is.
+from BOS, every step's token and int32 logits equal to ``GoldenModel``'s.  Equal to the golden
+model, the RTL reproduces the float reference's text exactly as far as the golden model does;
+the test prints that length (measured, not asserted: it is the golden model's property,
+checked in ``tb/sw/test_golden.py``).
 
 Slow (the 4 x 4 chip's first Verilator build takes about 30 minutes, then about 1.4 million
 cycles of simulation), so it is marked ``slow``, which ``tb/conftest.py`` deselects unless
@@ -53,11 +55,10 @@ def test_default_chip_greedy_from_bos(model_paths):
     for s in res["steps"]:
         assert np.array_equal(s["logits"], logits[s["pos"]]), f"logits differ at {s['pos']}"
 
-    # the float reference: identical tokens for as long as the golden model's are
+    # the float reference: how far the (golden-equal) RTL tokens reproduce it
     ref = greedy(Transformer(ckpt), [1], len(toks) - 1)
     div = next((i for i, (a, b) in enumerate(zip(want[:len(toks)], ref, strict=True))
                 if a != b), len(toks))
-    assert toks[:div] == ref[:div]
     print(f"\n{n} tokens from BOS on the default chip, bit-exact with GoldenModel; identical "
           f"to the float reference for the first {div - 1} generated tokens; decode "
           f"{res['decode_cycles_per_token']:,.0f} cycles/token, "
