@@ -82,7 +82,7 @@ test-default: venv
 PROMPTS     ?= 1,64,256
 bench: venv
 	$(PY) -m chipotle.sim.bench --backend $(BACKEND) --config "$(CONFIG)" \
-	  --placement $(PLACEMENT) --prompts $(PROMPTS) --clock-mhz $(CLOCK_MHZ) \
+	  --placement $(PLACEMENT) --prompts "$(PROMPTS)" --clock-mhz $(CLOCK_MHZ) \
 	  $(if $(CONTEXT),--context $(CONTEXT),)
 
 sim: venv
