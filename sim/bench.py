@@ -183,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     try:
-        lengths = [int(x) for x in args.prompts.split(",") if x.strip()]
+        lengths = [int(x) for x in args.prompts.split(",")]
     except ValueError:
         ap.error(f"--prompts must be comma-separated integers, not {args.prompts!r}")
     if not lengths or min(lengths) < 1:

@@ -156,9 +156,16 @@ def _generate(args, out, err) -> int:
     err.write(f"[{args.backend}] {done.generated} tokens generated, {done.prompt_tokens} prompt "
               f"tokens (BOS included), stopped by {stop}; {done.positions} positions in "
               f"{done.seconds:.3f} s wall, {done.tokens_per_second:.1f} tok/s; "
-              f"temperature {args.temperature:g}, top-p {args.topp:g}, seed {sampler.seed}\n")
+              f"{_sampling(args, sampler.seed)}\n")
     err.flush()
     return 0
+
+
+def _sampling(args, seed: int) -> str:
+    """Return how tokens were chosen: greedy at temperature 0 (no seed), else the sampler's."""
+    if args.temperature == 0:
+        return "greedy (temperature 0: argmax, no random draws)"
+    return f"temperature {args.temperature:g}, top-p {args.topp:g}, seed {seed}"
 
 
 def _chip_summary(args, g: dict, compiled, config) -> str:
@@ -167,10 +174,10 @@ def _chip_summary(args, g: dict, compiled, config) -> str:
 
     steps, npre = g["steps"], g["prefill_steps"]
     dec = steps[npre:]
-    lines = [f"time to first token: {g['ttft_cycles']} cycles ({npre} prefill step(s), "
+    lines = [f"time to first token: {g['ttft_cycles']:,} cycles ({npre} prefill step(s), "
              f"{g['prompt_tokens']} prompt tokens)"]
     if dec:
-        lines.append(f"decode: {g['decode_cycles_per_token']:.0f} cycles per token "
+        lines.append(f"decode: {g['decode_cycles_per_token']:,.0f} cycles per token "
                      f"(positions {dec[0]['pos']} .. {dec[-1]['pos']})")
 
     def util(sel):
@@ -186,9 +193,12 @@ def _chip_summary(args, g: dict, compiled, config) -> str:
                      f"over {config.sram_read_bytes_per_cycle} B/cycle, over measured cycles)")
         tps = args.clock_mhz * 1e6 / g["decode_cycles_per_token"]
         lines.append(f"decode: {tps:,.0f} tokens/s at {args.clock_mhz:g} MHz")
+    if args.backend == "isasim":
+        lines.append("(isasim cycles are the ISA simulator's estimate, not a measurement; the "
+                     "RTL is the authority and takes more: docs/performance.md compares them)")
     if "cycles_per_second" in g:
         lines.append(f"simulation: {g['cycles_per_second']:,.0f} cycles per wall second; "
-                     f"load {g['load_bytes']} bytes in {g['load_cycles']} cycles, "
+                     f"load {g['load_bytes']:,} bytes in {g['load_cycles']:,} cycles, "
                      f"{g['load_seconds']:.1f} s")
     return "\n".join(lines)
 
@@ -264,8 +274,8 @@ def _generate_chip(args, checkpoint, tokenizer, model_path, tok_path, out, err) 
     if stop == StopReason.STEPS.value:
         stop += f" ({args.steps})"
     err.write(f"[{args.backend}] {g['generated']} tokens generated, {g['prompt_tokens']} prompt "
-              f"tokens (BOS included), stopped by {stop}; {seconds:.1f} s wall; temperature "
-              f"{args.temperature:g}, top-p {args.topp:g}, seed {g['seed']}\n")
+              f"tokens (BOS included), stopped by {stop}; {seconds:.1f} s wall; "
+              f"{_sampling(args, g['seed'])}\n")
     err.write(_chip_summary(args, g, compiled, config) + "\n")
     err.flush()
     return 0

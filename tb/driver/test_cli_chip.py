@@ -29,6 +29,7 @@ def test_isasim_equals_golden(capsys, tiny, sampling):
     assert code == 0, err
     assert out == gold and len(gold.strip()) > 0
     assert "time to first token" in err and "decode roofline efficiency" in err
+    assert "estimate, not a measurement" in err
 
 
 def test_bad_config_is_a_usage_error(capsys, tiny):

@@ -48,6 +48,14 @@ def test_synthetic_seeded_run_is_reproducible(capsys, tiny):
     assert "seed 7" in first[2]
 
 
+def test_greedy_run_names_no_seed(capsys, tiny):
+    # At temperature 0 no random number is drawn, so a seed in the summary would mislead.
+    code, out, err = run(capsys, *tiny, "--prompt", "ab", "--steps", "3", "--temperature", "0",
+                         "--seed", "7")
+    assert code == 0
+    assert "greedy (temperature 0" in err and "seed" not in err
+
+
 def test_steps_zero_runs_to_context(capsys, tiny):
     code, out, err = run(capsys, *tiny, "--steps", "0", "--temperature", "0")
     assert code == 0
