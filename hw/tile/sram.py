@@ -144,14 +144,20 @@ class Sram(wiring.Component):
     row ``a // n_banks``), each an :class:`amaranth.lib.memory.Memory` of
     ``depth // n_banks`` words with two ports: a read port (``r``) and a read/write port
     (``rw``, a read port and a byte-granular write port sharing one address), which maps to
-    a true dual-port block RAM.  Because every bank has both ports, ``r`` and ``rw`` never
+    one true dual-port block RAM (one copy: on the ECP5, 2 KiB per ``DP16KD`` once a bank
+    is 1,024 words deep or more).  Because every bank has both ports, ``r`` and ``rw`` never
     conflict: there is no arbitration inside the SRAM, every request is served in the cycle
     it is made (``rw.ready`` is always 1; share ``rw`` between initiators with
     :class:`SramArbiter`).  Banking is the physical organisation (block RAM primitives,
     smaller macros on an ASIC) and the hook for a later wide read of ``n_banks`` words.
 
-    Latency: 1 cycle on both ports.  Transparency: none.  A read on ``r`` in the same cycle
-    as a write on ``rw`` to the same word returns the old word.
+    Latency: 1 cycle on both ports.  Transparency: ``r`` is transparent for ``rw``'s
+    writes: a read on ``r`` in the same cycle as a write on ``rw`` to the same word returns
+    the new word (the bytes ``wmask`` selects from ``wdata``, the others as they were).  A
+    block RAM leaves such a cross-port collision undefined, so synthesis adds a bypass (the
+    write's data and an address match registered, a byte multiplexer on ``r.data``); an
+    old-word ``r`` would need a second copy of every bank instead.  ``rw`` itself cannot
+    read and write in one cycle.
 
     Out-of-range addresses (``addr >= depth``) pulse the port's ``error`` 1 cycle after the
     request; the request touches no bank (a write is dropped, a read returns 0).  Contents
@@ -252,7 +258,9 @@ class Sram(wiring.Component):
             m.submodules[f"bank{b}"] = mem
             wp = mem.write_port(granularity=8)
             rwp = mem.read_port()
-            rp = mem.read_port()
+            # Transparent for the write port: a block RAM has no defined cross-port
+            # read-during-write, so an old-word read here made Yosys build two copies.
+            rp = mem.read_port(transparent_for=(wp,))
             here_r = (r_bank == b) & r_ok
             here_rw = (rw_bank == b) & rw_ok
             m.d.comb += [

@@ -2,9 +2,9 @@
 
 A stimulus coroutine drives random requests on the read port ``r`` and the read/write port
 ``rw`` every cycle (byte-masked writes, same-word collisions between the ports, addresses
-past the end).  A request monitor feeds the reference model (``tilemodel.Shadow``: reads
-see the contents before this cycle's write, out-of-range requests flag ``error`` and touch
-nothing), which queues the expected responses; a response monitor records what the DUT
+past the end).  A request monitor feeds the reference model (``tilemodel.Shadow``: a read on
+``r`` sees this cycle's write on ``rw``, the port is transparent; out-of-range requests flag
+``error`` and touch nothing), which queues the expected responses; a response monitor records what the DUT
 returned one cycle later; a cocotb-bus scoreboard compares them.
 
 Environment: ``SRAM_DEPTH`` (words), ``SEED``.
@@ -92,17 +92,24 @@ class SramModel:
         self.expected = expected
 
     def observe(self, requests):
-        """Queue the responses expected for one cycle of requests, then apply its write."""
+        """Queue the responses expected for one cycle of requests.
+
+        The cycle's write on ``rw`` is applied before its read on ``r`` (``r`` is
+        transparent for ``rw``'s writes)."""
         r, rw = requests
-        if r is not None:
-            self.expected.append(("r", r, self.shadow.read(r), int(r >= DEPTH)))
+        rw_resp = None
         if rw is not None:
             we, addr, wdata, wmask = rw
             if we:
-                self.expected.append(("rw", addr, None, int(addr >= DEPTH)))
+                rw_resp = ("rw", addr, None, int(addr >= DEPTH))
                 self.shadow.write(addr, wdata, wmask)
             else:
-                self.expected.append(("rw", addr, self.shadow.read(addr), int(addr >= DEPTH)))
+                rw_resp = ("rw", addr, self.shadow.read(addr), int(addr >= DEPTH))
+        # Queued in the order the response monitor emits them: r, then rw.
+        if r is not None:
+            self.expected.append(("r", r, self.shadow.read(r), int(r >= DEPTH)))
+        if rw_resp is not None:
+            self.expected.append(rw_resp)
 
 
 async def _setup(dut):
@@ -162,7 +169,7 @@ async def random_traffic(dut):
 
 @cocotb.test(timeout_time=20, timeout_unit="us")
 async def directed(dut):
-    """Byte masks, read-during-write on the other port (old word), no wrap past the end."""
+    """Byte masks, read-during-write on the other port (new word), no wrap past the end."""
     sb, expected = await _setup(dut)
 
     async def cycle(r=None, rw=None):
@@ -177,7 +184,8 @@ async def directed(dut):
 
     await cycle(rw=(1, 3, 0x1111111111111111, FULL))
     await cycle(rw=(1, 3, 0x2222222222222222, 0b10000001))
-    await cycle(r=3, rw=(1, 3, 0x3333333333333333, FULL))     # r sees the old word
+    await cycle(r=3, rw=(1, 3, 0x3333333333333333, FULL))     # r sees the new word
+    await cycle(r=3, rw=(1, 3, 0x4545454545454545, 0b00100100))  # new bytes 2 and 5 only
     await cycle(r=3, rw=(0, 3, 0, 0))
     await cycle(rw=(1, DEPTH + 3, 0x4444444444444444, FULL))  # would alias word 3 on wrap
     await cycle(r=DEPTH + 3, rw=(1, 2 ** 16 - 1, 0x55, FULL))
