@@ -214,8 +214,10 @@ class KvStore(wiring.Component):
     ``APPEND`` reads the K row (``k_row_words`` words: the header word if any, then the
     data) and the V vector from SRAM through ``bus`` and writes them to position ``pos``:
     both as whole words, the last one of each byte-masked to ``head_size``.  It takes
-    ``2 * k_row_words + 2 * v_row_words`` granted bus cycles plus the command cycle.
-    ``STREAM_K`` takes one cycle to compute the addresses and then offers one
+    ``2 * k_row_words + 2 * v_row_words`` granted bus cycles plus two command cycles
+    (acceptance into a register, then the checks and the address products: no
+    combinational path from ``i_cmd`` into the address arithmetic).  ``STREAM_K`` takes the
+    same two cycles to compute the addresses and then offers one
     :class:`MatrixCommand` on ``o_mcmd``; a later command waits until it is taken, and an
     ``APPEND`` completes all its writes before the next command is accepted, so a following
     ``STREAM_K`` (or a vector-unit ``wsum`` over the V rows) sees them.
@@ -324,6 +326,17 @@ class KvStore(wiring.Component):
         end = Signal(51, reset_less=True)
         capacity = Signal(16)
         m.d.sync += end.eq(L.base + n_blocks * block_words)
+        # Stage 2, for the command address arithmetic (addresses are ADDR_WIDTH bits: it is
+        # exact modulo 2**16, and only used for commands whose addresses are all in range):
+        # the words per layer (n_kv_heads blocks), the first K row and the first V row.
+        layer_words = Signal(ADDR_WIDTH, reset_less=True)
+        k_base = Signal(ADDR_WIDTH, reset_less=True)
+        v_base = Signal(ADDR_WIDTH, reset_less=True)
+        m.d.sync += [
+            layer_words.eq(L.n_kv_heads * block_words[:ADDR_WIDTH]),
+            k_base.eq(L.base),
+            v_base.eq(L.base + k_block),
+        ]
         m.d.comb += capacity.eq(Mux(nonzero & (end <= depth), L.max_pos, 0))
         capacity_r = Signal(16, reset_less=True)
         m.d.sync += capacity_r.eq(capacity)
@@ -348,13 +361,19 @@ class KvStore(wiring.Component):
         with m.If(bus.error):
             fail(KvError.SRAM)
 
-        # Address generation for the command being offered (combinational, registered on
-        # acceptance); only used once the checks passed, when every address is below depth.
-        block = Signal(ADDR_WIDTH)
-        m.d.comb += block.eq(L.base + (cmd.layer * L.n_kv_heads + cmd.head) * block_words)
-        k_rows = Signal(ADDR_WIDTH)
-        v_rows = Signal(ADDR_WIDTH)
-        m.d.comb += [k_rows.eq(block), v_rows.eq(block + k_block)]
+        # The accepted command is registered (cycle 1, "Idle") and checked and decoded from
+        # that register (cycle 2, "Decode"), so no path runs from the command's initiator
+        # (the controller's decode) into the address arithmetic.  Address generation:
+        # Decode forms the block's offset (two products in parallel) and the row offsets
+        # pos * kw, pos * vw; an append adds them up in its first K-Read cycle.  Only used
+        # once the checks passed, when every address is below depth.
+        c = Signal(KvCommand)
+        block_off = Signal(ADDR_WIDTH)
+        m.d.comb += block_off.eq(c.layer * layer_words + c.head * block_words[:ADDR_WIDTH])
+        k_rows = Signal(ADDR_WIDTH, reset_less=True)        # first K row of the block
+        v_rows = Signal(ADDR_WIDTH, reset_less=True)        # first V row of the block
+        k_off = Signal(ADDR_WIDTH, reset_less=True)         # pos * kw
+        v_off = Signal(ADDR_WIDTH, reset_less=True)         # pos * vw
 
         # APPEND state.
         k_src = Signal(ADDR_WIDTH)
@@ -375,42 +394,49 @@ class KvStore(wiring.Component):
             with m.State("Idle"):
                 m.d.comb += self.i_cmd.ready.eq(settled)
                 with m.If(self.i_cmd.valid & settled):
-                    is_append = cmd.op == KvOp.APPEND
-                    with m.If((cmd.op != KvOp.APPEND) & (cmd.op != KvOp.STREAM_K)):
-                        fail(KvError.BAD_OP)
-                    with m.Elif((cmd.layer >= L.n_layers) | (cmd.head >= L.n_kv_heads)):
-                        fail(KvError.BAD_HEAD)
-                    with m.Elif(cmd.pos >= capacity_r):
-                        fail(KvError.POS_RANGE)
-                    with m.Elif(is_append & (
-                            (cmd.args.append.k_src + kw > depth)
-                            | (cmd.args.append.v_src + vw > depth))):
-                        fail(KvError.SRC_RANGE)
-                    with m.Elif(is_append):
-                        m.d.sync += [
-                            k_src.eq(cmd.args.append.k_src),
-                            v_src.eq(cmd.args.append.v_src),
-                            k_dst.eq(k_rows + cmd.pos * kw),
-                            v_dst.eq(v_rows + cmd.pos * vw),
-                            i.eq(0),
-                        ]
-                        m.next = "K-Read"
-                    with m.Else():
-                        s = cmd.args.stream
-                        mc = self.o_mcmd.payload
-                        m.d.sync += [
-                            mc.x_base.eq(s.x_base),
-                            mc.x_stride.eq(s.x_stride),
-                            mc.m.eq(s.m),
-                            mc.x_keep.eq(s.x_keep),
-                        ]
-                        m.d.sync += [
-                            mc.w_base.eq(k_rows + kh),
-                            mc.w_stride.eq(kw),
-                            mc.n.eq(cmd.pos + 1),
-                            mc.k.eq(L.head_size),
-                        ]
-                        m.next = "Emit"
+                    m.d.sync += c.eq(cmd)
+                    m.next = "Decode"
+
+            with m.State("Decode"):
+                is_append = c.op == KvOp.APPEND
+                m.next = "Idle"
+                with m.If((c.op != KvOp.APPEND) & (c.op != KvOp.STREAM_K)):
+                    fail(KvError.BAD_OP)
+                with m.Elif((c.layer >= L.n_layers) | (c.head >= L.n_kv_heads)):
+                    fail(KvError.BAD_HEAD)
+                with m.Elif(c.pos >= capacity_r):
+                    fail(KvError.POS_RANGE)
+                with m.Elif(is_append & (
+                        (c.args.append.k_src + kw > depth)
+                        | (c.args.append.v_src + vw > depth))):
+                    fail(KvError.SRC_RANGE)
+                with m.Elif(is_append):
+                    m.d.sync += [
+                        k_src.eq(c.args.append.k_src),
+                        v_src.eq(c.args.append.v_src),
+                        k_rows.eq(k_base + block_off),
+                        v_rows.eq(v_base + block_off),
+                        k_off.eq(c.pos * kw),
+                        v_off.eq(c.pos * vw),
+                        i.eq(0),
+                    ]
+                    m.next = "K-Read"
+                with m.Else():
+                    s = c.args.stream
+                    mc = self.o_mcmd.payload
+                    m.d.sync += [
+                        mc.x_base.eq(s.x_base),
+                        mc.x_stride.eq(s.x_stride),
+                        mc.m.eq(s.m),
+                        mc.x_keep.eq(s.x_keep),
+                    ]
+                    m.d.sync += [
+                        mc.w_base.eq(k_base + block_off + kh),
+                        mc.w_stride.eq(kw),
+                        mc.n.eq(c.pos + 1),
+                        mc.k.eq(L.head_size),
+                    ]
+                    m.next = "Emit"
 
             with m.State("Emit"):
                 m.d.comb += self.o_mcmd.valid.eq(1)
@@ -418,6 +444,8 @@ class KvStore(wiring.Component):
                     m.next = "Idle"
 
             with m.State("K-Read"):
+                # The destinations, needed from K-Write on (the sum is the same every cycle).
+                m.d.sync += [k_dst.eq(k_rows + k_off), v_dst.eq(v_rows + v_off)]
                 m.d.comb += [bus.en.eq(1), bus.addr.eq(k_src + i)]
                 with m.If(bus.ready):
                     m.next = "K-Write"

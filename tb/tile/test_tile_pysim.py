@@ -250,10 +250,10 @@ def test_sram_out_of_range_pysim():
 
 
 def test_kv_append_cycles_pysim():
-    """An APPEND takes 1 + 2*kw + 2*vw cycles (docs/tile.md)."""
+    """An APPEND takes 2 + 2*kw + 2*vw cycles (docs/tile.md)."""
     dut = TileDatapath(CFG)
     L = CFG.kv
-    expected = 1 + 2 * L.k_row_words + 2 * L.v_row_words
+    expected = 2 + 2 * L.k_row_words + 2 * L.v_row_words
 
     async def bench(ctx):
         h = Host(ctx, dut)
