@@ -1095,7 +1095,7 @@ def instr_cycles(instr: Instr, config: IsaConfig, n: int = 0) -> int:
     if op == Opcode.COPY:
         return c.issue + -(-n // W) + 2 if n else c.issue
     if op == Opcode.KVAPP:       # n: words appended (K record + V row), each read and written
-        return c.issue + 2 * n
+        return c.issue + 1 + 2 * n    # + the KV store's decode cycle
     if op == Opcode.SEND:
         x0, x1, y0, y1 = rect_decode(instr.imm)
         return c.issue + send_flits(n, (x0, y0) != (x1, y1), config)
