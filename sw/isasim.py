@@ -602,6 +602,11 @@ class IsaSim:
             return send_footprint(d, a, n)
         if i.op.value >> 4 in (1, 2):
             return vector_footprint(i.op, d, a, b, n, i.c, i.imm, W)
+        if i.op == Opcode.KVQK:
+            L = t.kv_layout
+            kv_map = None if L is None else (W * L.base, W * L.end)
+            k = 0 if L is None else L.head_size
+            return matrix_footprint(i.op, d, a, b, n, i.c, i.m, k, i.td, W, kv_map)
         return matrix_footprint(i.op, d, a, b, n, i.c, i.m, i.imm, i.td, W)
 
     def _first_fault(self, t: Tile) -> _InFlight | None:
@@ -637,15 +642,18 @@ class IsaSim:
         if unit == "matrix":
             # the controller retires it after its checks and the issue (3 cycles); its
             # ARITH is the only error found in the background (the checks raised above)
-            until, t.perf.cycles = t.perf.cycles, start + 2 + cfg.cost.issue
+            # (KVQK: 3 more, the KV store's acceptance, decode and hand-over of the command)
+            fg = 2 + cfg.cost.issue + (cfg.cost.kv_stream + 1 if i.op == Opcode.KVQK else 0)
+            until, t.perf.cycles = t.perf.cycles, start + fg
         else:
             until, t.perf.cycles = t.perf.cycles, start + cfg.cost.issue
         t._seq += 1
         t._busy[unit] = _InFlight(reads, write, until, t.pc, fault, t._seq)
         return t.pc + 1
 
-    def _charge(self, t: Tile, instr: Instr, n: int, unit: str | None = None) -> int:
-        cyc = instr_cycles(instr, self.config, n)
+    def _charge(self, t: Tile, instr: Instr, n: int, unit: str | None = None,
+                k: int | None = None) -> int:
+        cyc = instr_cycles(instr, self.config, n, k)
         t.perf.cycles += cyc
         if unit:
             setattr(t.perf, unit, getattr(t.perf, unit) + cyc)
@@ -904,19 +912,54 @@ class IsaSim:
 
     # matrix unit
 
+    def _kvqk_rows(self, t: Tile, i: Instr, N: int) -> int:
+        """Check a ``KVQK`` in the RTL's order after its shape (X, the pair at ``c``, Y, then
+        the KV store's slot and position checks); return the byte address of its first K
+        record (the header of K row 0 of the slot)."""
+        cfg = self.config
+        W = cfg.word_bytes
+        L = t.kv_layout
+        K = L.head_size if L is not None else 0
+        xa, ya = t._val(i.a), t._val(i.d)
+        if xa % W:
+            raise _Fault(ErrorCode.ALIGN, f"matrix operand X at {xa:#x} is not word-aligned "
+                                          f"(W = {W})")
+        t._rows(xa + W, i.m, cfg.record_bytes(K), K, "X")
+        t._span(i.c, 4, 4, "multiplier pair")
+        es = DTYPE_INFO[i.td].size
+        t._span(ya, (i.m - 1) * cfg.pad(N * es) + N * es, es, "Y")
+        slot = t._val(i.b)
+        layer, head = slot >> 8, slot & 0xFF
+        if (L is None or slot >> 16 or layer >= L.n_layers or head >= L.n_kv_heads
+                or not 1 <= N <= t.kv_capacity):
+            raise _Fault(ErrorCode.KV_RANGE,
+                         f"KVQK of (layer {layer}, head {head}) over positions 0..{N - 1} is "
+                         f"outside the KV layout ({'none set' if L is None else L}, capacity "
+                         f"{t.kv_capacity})")
+        return W * L.k_row(layer, head, 0)
+
     def _matrix(self, t: Tile, i: Instr):
         cfg = self.config
         W = cfg.word_bytes
         op, M, K = i.op, i.m, i.imm
         N = t._len(i.n)
+        kv = op == Opcode.KVQK
+        if kv:                          # K is the KV layout's head size
+            K = t.kv_layout.head_size if t.kv_layout is not None else 0
         if M > cfg.max_m:
             raise _Fault(ErrorCode.SHAPE, f"M = {M} is above the matrix unit's {cfg.max_m} rows")
         if K > cfg.k_max:
             raise _Fault(ErrorCode.SHAPE, f"K = {K} is above the matrix unit's k_max = "
                                           f"{cfg.k_max}")
-        if N == 0:
+        if kv:
+            # the K records of positions 0 .. N-1, addressed by the KV store: then as MATQK
+            wa = self._kvqk_rows(t, i, N)
+            op = Opcode.MATQK
+        elif N == 0:
             raise _Fault(ErrorCode.SHAPE, "N must be at least 1")
-        xa, wa, ya = t._val(i.a), t._val(i.b), t._val(i.d)
+        xa, ya = t._val(i.a), t._val(i.d)
+        if not kv:
+            wa = t._val(i.b)
         for name, addr in (("X", xa), ("W", wa)):
             if addr % W:
                 raise _Fault(ErrorCode.ALIGN, f"matrix operand {name} at {addr:#x} is not "
@@ -949,7 +992,7 @@ class IsaSim:
             else:
                 y = acc
         except ValueError as e:
-            fault = _Fault(ErrorCode.ARITH, f"{op.name.lower()}: {e}")
+            fault = _Fault(ErrorCode.ARITH, f"{i.op.name.lower()}: {e}")
             if not cfg.overlap:
                 raise fault from None
             y = None            # the RTL checks Y before it finds the ARITH (above)
@@ -961,7 +1004,7 @@ class IsaSim:
                 t._write(ya + r * ystride, y[r], i.td)
             t.perf.macs += M * N * K
             t.perf.mac_cycles += N * -(-K // W)
-        self._charge(t, i, N, "matrix_cycles")
+        self._charge(t, i, N, "matrix_cycles", k=K)
         if fault is not None:
             raise fault
         return t.pc + 1

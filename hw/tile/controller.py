@@ -147,6 +147,9 @@ class PerfIndex(py_enum.IntEnum):
 N_PERF = len(PerfIndex)
 
 _MATRIX_OPS = (Opcode.MATMUL, Opcode.MATQK, Opcode.MATRAW)
+#: Instructions of the matrix unit's scoreboard entry (KVQK: the K rows streamed by the KV
+#: store).
+_MATRIX_UNIT_OPS = (*_MATRIX_OPS, Opcode.KVQK)
 _FIELD_BITS = {"d.reg": 4, "d.off": 17, "a.reg": 4, "a.off": 17, "b.reg": 4, "b.off": 17,
                "n.reg": 4, "n.imm": 16, "c": C_BITS, "imm": 16}
 
@@ -255,6 +258,15 @@ class Controller(wiring.Component):
     kv_k_words, kv_v_words : ``In(16)``
         Words of a K record (header included) and of a V row in the current KV layout (the
         source range checks of ``KVAPP``).
+    kv_head_size : ``In(16)``
+        The KV layout's ``head_size``: K of ``KVQK``.
+    kv_stream : ``In(1)``
+        The KV store offers the matrix command of a ``STREAM_K`` (its ``o_mcmd.valid``).
+    kv_k_hdr : ``In(16)``
+        Word address of the first K record of that ``STREAM_K`` (the write-back job's
+        ``w_hdr``).
+    kv_map_lo, kv_map_hi : ``In(16)``, ``In(17)``
+        The KV map's words ``[lo, hi)``: what a ``KVQK`` may read, for the scoreboard.
     retired : ``Out(1)``
         An instruction retired this cycle.
     stall_wait, stall_net, stall_sram, matrix_active : ``Out(1)``
@@ -291,6 +303,11 @@ class Controller(wiring.Component):
             "kv_error_code": In(KvError),
             "kv_k_words": In(16),
             "kv_v_words": In(16),
+            "kv_head_size": In(16),
+            "kv_stream": In(1),
+            "kv_k_hdr": In(16),
+            "kv_map_lo": In(16),
+            "kv_map_hi": In(17),
             "retired": Out(1),
             "stall_wait": Out(1),
             "stall_net": Out(1),
@@ -448,7 +465,7 @@ class Controller(wiring.Component):
         opv = ins.op.as_value()
         vec_ops = [o for o in Opcode if o.value >> 4 in (1, 2)]
         is_vec = Cat(*(opv == o.value for o in vec_ops)).any()
-        is_mat = Cat(*(opv == o.value for o in _MATRIX_OPS)).any()
+        is_mat = Cat(*(opv == o.value for o in _MATRIX_UNIT_OPS)).any()
         is_scalar = Cat(*(opv == o.value for o in sorted(SCALAR_OPS,
                                                          key=lambda o: o.value))).any()
         uses_b = Cat(*(opv == o.value for o in vec_ops if "b.reg" in SPECS[o].fields)).any()
@@ -499,6 +516,7 @@ class Controller(wiring.Component):
 
         # ---- matrix instruction registers -----------------------------------------------------
         mx_op = Signal(MatrixOp)
+        mx_kv = Signal()        # KVQK: W is the KV store's K rows of the slot in mx_wa
         mx_m = Signal(4)
         mx_k = Signal(16)
         mx_n = Signal(32)
@@ -698,13 +716,18 @@ class Controller(wiring.Component):
                             cp_left.eq(n_val),
                         ]
                         m.next = "Copy-Read"
-                with m.Elif((op == Opcode.MATMUL) | (op == Opcode.MATQK) | (op == Opcode.MATRAW)):
+                with m.Elif(is_mat):
+                    is_kvqk = op == Opcode.KVQK
+                    # KVQK: K is the KV layout's head size, W the KV store's K records
+                    k_val = Mux(is_kvqk, self.kv_head_size, ins.imm)
                     m.d.sync += [
                         mx_op.eq(Mux(op == Opcode.MATMUL, MatrixOp.MATMUL,
-                                     Mux(op == Opcode.MATQK, MatrixOp.MATQK, MatrixOp.MATRAW))),
+                                     Mux(op == Opcode.MATRAW, MatrixOp.MATRAW,
+                                         MatrixOp.MATQK))),
+                        mx_kv.eq(is_kvqk),
                         mx_m.eq(ins.ts.m1 + 1),
-                        mx_k.eq(ins.imm),
-                        mx_kw.eq((ins.imm + W - 1) >> wb),
+                        mx_k.eq(k_val),
+                        mx_kw.eq((k_val + W - 1) >> wb),
                         mx_n.eq(n_val),
                         mx_xa.eq(a_val), mx_wa.eq(b_val), mx_ya.eq(d_val), mx_c.eq(ins.c),
                         mx_td.eq(ins.td.as_value()[:2]),
@@ -851,11 +874,11 @@ class Controller(wiring.Component):
                         with m.If((mc_sync & fault3).any()):
                             m.next = "Drain"
                     first = m.Elif
-                with first((mx_m > max_m) | (mx_k > p["k_max"]) | (mx_n == 0)):
+                with first((mx_m > max_m) | (mx_k > p["k_max"]) | ~mx_kv & (mx_n == 0)):
                     fail(ErrorCode.SHAPE)
-                with m.Elif(misaligned(mx_xa, W) | misaligned(mx_wa, W)):
+                with m.Elif(misaligned(mx_xa, W) | ~mx_kv & misaligned(mx_wa, W)):
                     fail(ErrorCode.ALIGN)
-                with m.Elif((x_end > size) | (w_end > size)):
+                with m.Elif((x_end > size) | ~mx_kv & (w_end > size)):
                     fail(ErrorCode.SRAM_RANGE)
                 with m.Elif(~is_raw & misaligned(mx_c, 4)):
                     fail(ErrorCode.ALIGN)
@@ -865,8 +888,69 @@ class Controller(wiring.Component):
                     fail(ErrorCode.ALIGN)
                 with m.Elif(y_end > size):
                     fail(ErrorCode.SRAM_RANGE)
+                with m.Elif(mx_kv & ((mx_n == 0) | mx_n[16:].any() | mx_wa[16:].any())):
+                    fail(ErrorCode.KV_RANGE)    # beyond the KV store's 16-bit fields
+                with m.Elif(mx_kv):
+                    m.next = "Kv-Stream"
                 with m.Else():
                     m.next = "Matrix-Issue"
+
+            with m.State("Kv-Stream"):
+                # KVQK: the KV store checks the slot and the positions and, if they are
+                # inside the layout, offers the matrix command over the slot's K records.
+                m.d.comb += [st.eq(ControllerState.RUNNING), self.matrix_active.eq(1)]
+                kc = self.o_kv.payload
+                m.d.comb += [
+                    self.o_kv.valid.eq(1),
+                    kc.op.eq(KvOp.STREAM_K),
+                    kc.layer.eq(mx_wa[8:16]),
+                    kc.head.eq(mx_wa[:8]),
+                    kc.pos.eq((mx_n - 1)[:16]),
+                    kc.args.stream.x_base.eq(x_first[wb:]),
+                    kc.args.stream.x_stride.eq(rec[wb:]),
+                    kc.args.stream.m.eq(mx_m),
+                    kc.args.stream.x_keep.eq(0),
+                ]
+                m.d.sync += mjob_sent.eq(0)
+                with m.If(self.o_kv.ready):
+                    m.next = "Kv-Stream-Job"
+
+            with m.State("Kv-Stream-Job"):
+                # The KV store refused (error) or offers its matrix command (kv_stream, with
+                # the rows' header address on kv_k_hdr) to the matrix unit through the
+                # tile's command mux; the write-back job goes with it.  Done when both were
+                # taken (the store is idle again).
+                m.d.comb += [st.eq(ControllerState.RUNNING), self.matrix_active.eq(1)]
+                with m.If(self.kv_error):
+                    with m.Switch(self.kv_error_code):
+                        with m.Case(KvError.BAD_HEAD, KvError.POS_RANGE):
+                            fail(ErrorCode.KV_RANGE)
+                        with m.Default():       # BAD_OP, SRC_RANGE, SRAM: cannot happen
+                            fail(ErrorCode.ILLEGAL)
+                with m.Else():
+                    job = self.o_mjob.payload
+                    m.d.comb += [
+                        self.o_mjob.valid.eq(~mjob_sent & self.kv_stream),
+                        job.op.eq(MatrixOp.MATQK),
+                        job.td.eq(mx_td),
+                        job.m.eq(mx_m),
+                        job.x_hdr.eq(mx_xa[wb:]),
+                        job.x_stride.eq(rec[wb:]),
+                        job.w_hdr.eq(self.kv_k_hdr),
+                        job.w_stride.eq(rec[wb:]),
+                        job.c.eq(mx_c),
+                        job.y.eq(mx_ya),
+                        job.y_stride.eq(y_stride),
+                    ]
+                    job_done = mjob_sent | self.o_mjob.valid & self.o_mjob.ready
+                    m.d.sync += mjob_sent.eq(job_done)
+                    with m.If(job_done & ~self.kv_busy):
+                        if ov:
+                            m.d.sync += [mx_busy.eq(1), mx_fault.eq(0), mx_pc.eq(pc)]
+                            issued(0)
+                            do_retire(pc1)
+                        else:
+                            m.next = "Matrix-Run"
 
             with m.State("Matrix-Issue"):
                 m.d.comb += [st.eq(ControllerState.RUNNING), self.matrix_active.eq(1)]
@@ -966,7 +1050,8 @@ class Controller(wiring.Component):
                 return (r1[0] < r2[1]) & (r2[0] < r1[1])
 
             m_x = (mx_xa, x_end)
-            m_w = (mx_wa, w_end)
+            m_w = (Mux(mx_kv, self.kv_map_lo << wb, mx_wa),
+                   Mux(mx_kv, self.kv_map_hi << wb, w_end))
             m_t = (mx_c, mx_c + tab_bytes)
             m_y = (mx_ya, y_end)
             is_ld = opv == Opcode.LD.value

@@ -24,7 +24,36 @@ from .kvstore import KvCommand, KvError, KvLayout, KvParams, KvStore
 from .matrix import MatrixCommand, MatrixError, MatrixUnit, matrix_result_layout
 from .sram import Sram, SramArbiter, SramSignature
 
-__all__ = ["TileConfig", "TileDatapath"]
+__all__ = ["TileConfig", "TileDatapath", "mux_matrix_commands"]
+
+
+def mux_matrix_commands(m, kv, other, sink):
+    """Add to `m` the matrix unit's command mux: `kv` (the KV store's ``STREAM_K`` commands)
+    first, else `other`; once a command is offered the choice holds until `sink` takes it (a
+    stream's payload must not change while valid).
+
+    Parameters
+    ----------
+    m : Module
+    kv, other : stream interfaces of ``stream.Signature(MatrixCommand)``
+        The sources, as seen from their producers (``Out`` members, or ``flipped`` inputs).
+    sink : stream interface
+        The matrix unit's ``i_cmd``.
+    """
+    held = Signal()
+    held_kv = Signal()
+    pick_kv = Signal()
+    m.d.comb += pick_kv.eq(Mux(held, held_kv, kv.valid))
+    with m.If(sink.valid & ~sink.ready):
+        m.d.sync += [held.eq(1), held_kv.eq(pick_kv)]
+    with m.Else():
+        m.d.sync += held.eq(0)
+    with m.If(pick_kv):
+        m.d.comb += [sink.payload.eq(kv.payload), sink.valid.eq(1),
+                     kv.ready.eq(sink.ready)]
+    with m.Else():
+        m.d.comb += [sink.payload.eq(other.payload), sink.valid.eq(other.valid),
+                     other.ready.eq(sink.ready)]
 
 
 @dataclass(frozen=True)
@@ -124,8 +153,8 @@ class TileDatapath(wiring.Component):
 
     The matrix unit owns the SRAM read port.  The read/write port is shared round-robin
     (:class:`SramArbiter`) between ``host`` and the KV store.  The matrix unit's commands
-    come from ``i_mcmd`` or from the KV store (``STREAM_K`` / ``STREAM_V``); the KV store's
-    have priority, and once a command is offered the choice holds until it is taken.
+    come from ``i_mcmd`` or from the KV store (``STREAM_K``), through
+    `mux_matrix_commands`.
 
     Parameters
     ----------
@@ -194,28 +223,7 @@ class TileDatapath(wiring.Component):
         connect(m, flipped(self.i_kvcmd), kv.i_cmd)
         connect(m, mx.o, flipped(self.o_res))
 
-        # Matrix command mux: the KV store first; once a command is offered, the choice
-        # holds until it is taken (a stream's payload must not change while valid).
-        held = Signal()
-        held_kv = Signal()
-        pick_kv = Signal()
-        m.d.comb += pick_kv.eq(Mux(held, held_kv, kv.o_mcmd.valid))
-        with m.If(mx.i_cmd.valid & ~mx.i_cmd.ready):
-            m.d.sync += [held.eq(1), held_kv.eq(pick_kv)]
-        with m.Else():
-            m.d.sync += held.eq(0)
-        with m.If(pick_kv):
-            m.d.comb += [
-                mx.i_cmd.payload.eq(kv.o_mcmd.payload),
-                mx.i_cmd.valid.eq(1),
-                kv.o_mcmd.ready.eq(mx.i_cmd.ready),
-            ]
-        with m.Else():
-            m.d.comb += [
-                mx.i_cmd.payload.eq(self.i_mcmd.payload),
-                mx.i_cmd.valid.eq(self.i_mcmd.valid),
-                self.i_mcmd.ready.eq(mx.i_cmd.ready),
-            ]
+        mux_matrix_commands(m, kv.o_mcmd, flipped(self.i_mcmd), mx.i_cmd)
 
         m.d.comb += [
             self.busy.eq(mx.busy | kv.busy),

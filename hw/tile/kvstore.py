@@ -218,7 +218,11 @@ class KvStore(wiring.Component):
     (acceptance into a register, then the checks and the address products: no
     combinational path from ``i_cmd`` into the address arithmetic).  ``STREAM_K`` takes the
     same two cycles to compute the addresses and then offers one
-    :class:`MatrixCommand` on ``o_mcmd``; a later command waits until it is taken, and an
+    :class:`MatrixCommand` on ``o_mcmd`` over K rows ``0 .. pos`` of the slot as the ISA's
+    ``matqk`` reads them (records: ``w_base`` the first row's data word, past its header,
+    ``w_stride = k_row_words``) and, on ``k_hdr``, the word address of the first row's
+    header (what the matrix write-back stage reads each row's scale code from); a later
+    command waits until it is taken, and an
     ``APPEND`` completes all its writes before the next command is accepted, so a following
     ``STREAM_K`` (or a vector-unit ``wsum`` over the V rows) sees them.
 
@@ -249,6 +253,13 @@ class KvStore(wiring.Component):
         fit the SRAM.
     k_row_words, v_row_words : ``Out(16)``
         Words per K row (header included) and per V row of the current map.
+    k_hdr : ``Out(16)``
+        ``STREAM_K``: word address of K row 0 (its header word with ``k_header``) of the
+        slot of the last ``STREAM_K`` accepted; valid with ``o_mcmd.valid`` and held until
+        the next ``STREAM_K`` is accepted.
+    map_end : ``Out(17)``
+        First word after the map (``base`` + the blocks), saturated at ``2**16``; with a
+        non-zero capacity the map is the words ``layout.base .. map_end - 1``.
     busy : ``Out(1)``
         A command is being executed.
     error : ``Out(1)``
@@ -273,6 +284,8 @@ class KvStore(wiring.Component):
             "capacity": Out(16),
             "k_row_words": Out(16),
             "v_row_words": Out(16),
+            "k_hdr": Out(ADDR_WIDTH),
+            "map_end": Out(ADDR_WIDTH + 1),
             "busy": Out(1),
             "error": Out(1),
             "error_code": Out(KvError),
@@ -352,7 +365,8 @@ class KvStore(wiring.Component):
         settled = Signal()
         m.d.comb += settled.eq((age == 3) & (prev.as_value() == L.as_value()))
         m.d.comb += [self.capacity.eq(capacity_r), self.k_row_words.eq(kw),
-                     self.v_row_words.eq(vw)]
+                     self.v_row_words.eq(vw),
+                     self.map_end.eq(Mux(end > 2 ** ADDR_WIDTH, 2 ** ADDR_WIDTH, end))]
 
         def fail(code):
             with m.If(~self.error):
@@ -431,6 +445,7 @@ class KvStore(wiring.Component):
                         mc.x_keep.eq(s.x_keep),
                     ]
                     m.d.sync += [
+                        self.k_hdr.eq(k_base + block_off),
                         mc.w_base.eq(k_base + block_off + kh),
                         mc.w_stride.eq(kw),
                         mc.n.eq(c.pos + 1),

@@ -20,7 +20,7 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out, connect, flipped
 
 from .controller import N_PERF, Controller, PerfIndex, Status
-from .datapath import TileConfig
+from .datapath import TileConfig, mux_matrix_commands
 from .kvstore import KvParams, KvStore
 from .matrix import MatrixUnit, MatrixWriteback
 from .netif import ImemWrite, NetCommand, NetCompletion, NetifConfig, NetworkInterface, WaitRequest
@@ -37,7 +37,8 @@ class TileCore(wiring.Component):
     round-robin (:class:`SramArbiter`) by ``sram`` (the network interface), the controller,
     the matrix write-back stage, the vector unit (:class:`VectorUnit`, ``lanes`` wide;
     it needs ``word_bytes >= 8``) and the KV store (:class:`KvStore`, always present, K rows
-    with a header word: the ISA's records; ``KVAPP`` drives it).  ``soft_reset`` resets the
+    with a header word: the ISA's records; ``KVAPP`` and ``KVQK`` drive it; its ``STREAM_K``
+    commands reach the matrix unit through `mux_matrix_commands`).  ``soft_reset`` resets the
     controller, the units and the performance counters (not the SRAM, the instruction
     memory nor the KV layout, which is an input).
 
@@ -121,7 +122,6 @@ class TileCore(wiring.Component):
         connect(m, flipped(self.sram), arb.i[0])
         connect(m, ctrl.bus, arb.i[1])
         connect(m, wb.bus, arb.i[2])
-        connect(m, ctrl.o_mcmd, mx.i_cmd)
         connect(m, ctrl.o_mjob, wb.i_job)
         connect(m, mx.o, wb.i_res)
         connect(m, flipped(self.i_imem), ctrl.i_imem)
@@ -140,11 +140,18 @@ class TileCore(wiring.Component):
         connect(m, vec.bus, arb.i[3])
         vec_busy = vec.busy
 
-        # KV store: APPEND from the controller (KVAPP); its STREAM_K output is not used by
-        # the ISA (matqk reads the K records), so o_mcmd stays unconnected (never offered).
+        # KV store: APPEND (KVAPP) and STREAM_K (KVQK) from the controller; STREAM_K's
+        # matrix command reaches the matrix unit through the command mux, the controller
+        # sends the write-back job with the K records' header address.
         connect(m, kv.bus, arb.i[4])
         connect(m, ctrl.o_kv, kv.i_cmd)
+        mux_matrix_commands(m, kv.o_mcmd, ctrl.o_mcmd, mx.i_cmd)
         m.d.comb += [
+            ctrl.kv_head_size.eq(self.kv_layout.head_size),
+            ctrl.kv_stream.eq(kv.o_mcmd.valid),
+            ctrl.kv_k_hdr.eq(kv.k_hdr),
+            ctrl.kv_map_lo.eq(self.kv_layout.base),
+            ctrl.kv_map_hi.eq(kv.map_end),
             kv.layout.eq(self.kv_layout),
             self.kv_capacity.eq(kv.capacity),
             ctrl.kv_busy.eq(kv.busy),

@@ -94,6 +94,7 @@ class Opcode(enum.Enum, shape=unsigned(6)):
     MATMUL = 48
     MATQK = 49
     MATRAW = 50
+    KVQK = 51
 
 
 class Dtype(enum.Enum, shape=unsigned(3)):
@@ -191,8 +192,9 @@ class ErrorCode(enum.Enum, shape=unsigned(4)):
     COUNTER
         A counter number is not below the tile's number of counters.
     KV_RANGE
-        A ``KVAPP`` names a (layer, KV head) outside the tile's KV layout, or a position not
-        below its capacity (0 when the host has not set a layout that fits the SRAM).
+        A ``KVAPP`` or ``KVQK`` names a (layer, KV head) outside the tile's KV layout, or a
+        position not below its capacity (0 when the host has not set a layout that fits the
+        SRAM); a ``KVQK`` of no position (``n = 0``).
     """
 
     NONE = 0
@@ -447,6 +449,7 @@ SPECS: dict[Opcode, OpSpec] = {
     Opcode.MATMUL: _s("matmul", "D A B C N I M", _I8_16_32, "m"),
     Opcode.MATQK: _s("matqk", "D A B C N I M", _I8_16_32, "m"),
     Opcode.MATRAW: _s("matraw", "D A B N I M", frozenset({Dtype.I32}), "m"),
+    Opcode.KVQK: _s("kvqk", "D A B C N M", _I8_16_32, "m"),
 }
 MNEMONICS = {spec.mnemonic: op for op, spec in SPECS.items()}
 
@@ -621,7 +624,7 @@ def decode(word: int) -> Instr:
 SCALAR_OPS = frozenset({Opcode.NOP, Opcode.LI, Opcode.ADD, Opcode.SUB, Opcode.MUL,
                         Opcode.LOOP})
 #: The matrix unit's instructions.
-MATRIX_OPS = frozenset({Opcode.MATMUL, Opcode.MATQK, Opcode.MATRAW})
+MATRIX_OPS = frozenset({Opcode.MATMUL, Opcode.MATQK, Opcode.MATRAW, Opcode.KVQK})
 
 
 #: The units that run an instruction in the background under ``overlap`` (one scoreboard
@@ -730,38 +733,50 @@ def vector_footprint(op: Opcode, d: int, a: int, b: int, n: int, c: int, imm: in
 
 
 def matrix_footprint(op: Opcode, d: int, a: int, b: int, n: int, c: int, m: int, k: int,
-                     td: "Dtype", word_bytes: int) -> tuple[list[tuple[int, int]],
-                                                           tuple[int, int]]:
-    """Return the SRAM byte ranges a matrix instruction reads and writes (exact).
+                     td: "Dtype", word_bytes: int, kv_map: tuple[int, int] | None = None
+                     ) -> tuple[list[tuple[int, int]], tuple[int, int]]:
+    """Return the SRAM byte ranges a matrix instruction reads and writes.
+
+    Exact for ``MATMUL``, ``MATQK`` and ``MATRAW``; for ``KVQK`` the K rows it reads are
+    bounded by the whole KV map (conservative: the controller resolves the rows' addresses
+    only in the KV store).
 
     Parameters
     ----------
     op : Opcode
-        ``MATMUL``, ``MATQK`` or ``MATRAW``.
+        ``MATMUL``, ``MATQK``, ``MATRAW`` or ``KVQK``.
     d, a, b, n : int
-        Resolved Y, X, W addresses and N.
+        Resolved Y, X, W addresses (``KVQK``: the slot, not an address) and N.
     c, m, k : int
-        Table address, M and K.
+        Table address, M and K (``KVQK``: the layout's ``head_size``).
     td : Dtype
         Destination type.
     word_bytes : int
         W.
+    kv_map : (int, int) or None
+        ``KVQK``: the byte range ``[W base, W end)`` of the tile's KV layout (None: no
+        layout, no K rows read).
 
     Returns
     -------
     reads : list of (int, int)
-        X (records with their headers, or plain rows), W (rows or K records) and, unless
-        ``MATRAW``, the requantisation table (``4 N`` bytes, 4 for ``MATQK``).
+        X (records with their headers, or plain rows), W (rows, K records, or for ``KVQK``
+        the KV map) and, unless ``MATRAW``, the requantisation table (``4 N`` bytes, 4 for
+        ``MATQK`` and ``KVQK``).
     write : (int, int)
         Y: ``(M - 1) pad(N size) + N size`` bytes from ``d``.
     """
     W = word_bytes
     kw = -(-k // W) * W
     rec = kw + W
-    raw, qk = op == Opcode.MATRAW, op == Opcode.MATQK
+    raw, qk = op == Opcode.MATRAW, op in (Opcode.MATQK, Opcode.KVQK)
     x_first, x_stride = (a, kw) if raw else (a + W, rec)
     w_first, w_stride = (b + W, rec) if qk else (b, kw)
-    reads = [(a, x_first + (m - 1) * x_stride + k), (b, w_first + (n - 1) * w_stride + k)]
+    reads = [(a, x_first + (m - 1) * x_stride + k)]
+    if op != Opcode.KVQK:
+        reads.append((b, w_first + (n - 1) * w_stride + k))
+    elif kv_map is not None:
+        reads.append(tuple(kv_map))
     if not raw:
         reads.append((c, c + (4 if qk else 4 * n)))
     es = DTYPE_INFO[td].size
@@ -788,6 +803,9 @@ class CostModel:
         Extra cycles of ``LD`` (SRAM read latency).
     hop : int
         NoC cycles per router hop.
+    kv_stream : int
+        Extra cycles of ``KVQK`` over ``MATQK``: the KV store's command cycle and the hand-over
+        of its matrix command.
     """
 
     issue: int = 1
@@ -795,6 +813,7 @@ class CostModel:
     mat_latency: int = 5
     load_latency: int = 1
     hop: int = 2
+    kv_stream: int = 2
 
 
 @dataclass(frozen=True)
@@ -1065,7 +1084,7 @@ def vector_cycles(op: Opcode, td: Dtype, ts: Dtype, n: int, imm: int = 0, c: int
     return total
 
 
-def instr_cycles(instr: Instr, config: IsaConfig, n: int = 0) -> int:
+def instr_cycles(instr: Instr, config: IsaConfig, n: int = 0, k: int | None = None) -> int:
     """Return the estimated cycles an instruction keeps the tile's controller busy.
 
     An estimate (``docs/isa.md``, "Cost model"): the RTL is the authority on cycles.  Stalls
@@ -1079,6 +1098,8 @@ def instr_cycles(instr: Instr, config: IsaConfig, n: int = 0) -> int:
     n : int
         The instruction's resolved length operand (elements, bytes, positions or iterations);
         for ``KVAPP`` the words it appends (K record and V row).
+    k : int or None
+        ``KVQK``: K, the KV layout's ``head_size`` (the instruction does not hold it).
 
     Returns
     -------
@@ -1107,6 +1128,12 @@ def instr_cycles(instr: Instr, config: IsaConfig, n: int = 0) -> int:
     if unit == 0:
         return c.issue
     # matrix unit: load M activation rows (with their header word), stream N weight rows
+    if op == Opcode.KVQK:
+        if k is None:
+            raise ValueError("instr_cycles of kvqk needs k, the KV layout's head_size")
+        # matqk's, plus the KV store's command cycle and its matrix command's hand-over
+        kw = -(-k // W)
+        return c.issue + instr.m * (kw + 1) + n * (kw + 1) + c.mat_latency + c.kv_stream
     kw = -(-instr.imm // W)
     hx = 0 if op == Opcode.MATRAW else 1
     hw = 1 if op == Opcode.MATQK else 0

@@ -572,3 +572,100 @@ def test_kv_layout_is_host_state():
     with pytest.raises(ValueError, match="layer"):
         kv_slot(256, 0)
     assert kv_slot(3, 5) == 0x305
+
+
+# -- KVQK ----------------------------------------------------------------------------------
+
+def _kvqk_sim(seed=13, overlap=False):
+    """`_kv_sim` with every K record and 4 query records at 0 given small scale codes, and the
+    score pair at 0x2f00 (no score reaches ``ARITH``)."""
+    cfg = IsaConfig(sram_bytes=CFG.sram_bytes, word_bytes=W, max_m=4, lanes=8, k_max=512,
+                    overlap=overlap)
+    sim = IsaSim(1, 1, cfg)
+    rng = np.random.default_rng(seed)
+    image = rng.integers(0, 256, CFG.sram_bytes, dtype=np.uint8)
+    rec = CFG.record_bytes(KV.head_size)
+    heads = [r * rec for r in range(4)] + [W * KV.k_row(la, h, p) for la in range(KV.n_layers)
+                                           for h in range(KV.n_kv_heads)
+                                           for p in range(KV.max_pos)]
+    for a in heads:
+        image[a:a + 4] = np.array([rng.integers(-300, 300), rng.integers(-8, 8)],
+                                  "<i2").view(np.uint8)
+    image[0x2F00:0x2F04] = np.array([18285, 30], "<u2").view(np.uint8)
+    sim.write((0, 0), 0, image)
+    sim.set_kv_layout((0, 0), KV)
+    return sim
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+@pytest.mark.parametrize("layer, head, n, M, td", [
+    (0, 0, 1, 1, "i32"), (1, 2, KV.max_pos, 2, "i32"), (1, 0, 3, 4, "i16"),
+    (0, 1, KV.max_pos - 1, 4, "i8")])
+def test_kvqk_equals_matqk_on_the_same_rows(layer, head, n, M, td, overlap):
+    """``kvqk`` writes exactly what ``matqk`` over ``W * k_row(layer, head, 0)`` with K =
+    head_size writes (positions 0 .. n-1, M query records), and costs ``kv_stream`` more."""
+    slot = kv_slot(layer, head)
+    runs = []
+    for line in (f"kvqk.{td} 0x3000, 0x0, {slot}, 0x2f00, {n}, {M}",
+                 f"matqk.{td} 0x3000, 0x0, {W * KV.k_row(layer, head, 0)}, 0x2f00, {n}, "
+                 f"{KV.head_size}, {M}"):
+        t = _run_prog(_kvqk_sim(overlap=overlap), line + "\nhalt")
+        assert t.error == ErrorCode.NONE, t.error_message
+        runs.append(t)
+    np.testing.assert_array_equal(runs[0].sram, runs[1].sram)
+    assert not np.array_equal(runs[0].sram, _kvqk_sim().tile((0, 0)).sram)   # it wrote Y
+    assert runs[0].perf.macs == runs[1].perf.macs == M * n * KV.head_size
+    assert runs[0].perf.mac_cycles == runs[1].perf.mac_cycles
+    assert (runs[0].perf.matrix_cycles
+            == runs[1].perf.matrix_cycles + CFG.cost.kv_stream)
+
+
+def test_kvqk_register_operands():
+    """Slot and n from registers, as a loop over heads and positions writes them."""
+    sim = _kvqk_sim()
+    t = _run_prog(sim, f"""
+        li r1, {kv_slot(1, 1)}
+        li r2, {KV.max_pos - 3}
+        kvqk.i32 0x3000, 0x0, r1+1, 0x2f00, r2+3, 2
+        halt""")
+    assert t.error == ErrorCode.NONE, t.error_message
+    ref = _run_prog(_kvqk_sim(), f"matqk.i32 0x3000, 0x0, {W * KV.k_row(1, 2, 0)}, 0x2f00, "
+                                 f"{KV.max_pos}, {KV.head_size}, 2\nhalt")
+    np.testing.assert_array_equal(t.sram, ref.sram)
+
+
+@pytest.mark.parametrize("program, code", [
+    (f"kvqk.i32 0x3000, 0x0, 0, 0x2f00, {KV.max_pos + 1}, 1", ErrorCode.KV_RANGE),
+    ("kvqk.i32 0x3000, 0x0, 0, 0x2f00, 0, 1", ErrorCode.KV_RANGE),
+    (f"kvqk.i32 0x3000, 0x0, {kv_slot(KV.n_layers, 0)}, 0x2f00, 1, 1", ErrorCode.KV_RANGE),
+    (f"kvqk.i32 0x3000, 0x0, {kv_slot(0, KV.n_kv_heads)}, 0x2f00, 1, 1", ErrorCode.KV_RANGE),
+    ("li r1, 0x10000\nkvqk.i32 0x3000, 0x0, r1, 0x2f00, 1, 1", ErrorCode.KV_RANGE),
+    ("kvqk.i32 0x3000, 0x0, 0, 0x2f00, 1, 5", ErrorCode.SHAPE),
+    ("kvqk.i32 0x3000, 0x4, 0, 0x2f00, 1, 1", ErrorCode.ALIGN),
+    (f"kvqk.i32 0x3000, {CFG.sram_bytes - W:#x}, 0, 0x2f00, 1, 1", ErrorCode.SRAM_RANGE),
+    ("kvqk.i32 0x3000, 0x0, 0, 0x2f02, 1, 1", ErrorCode.ALIGN),
+    ("kvqk.i32 0x3002, 0x0, 0, 0x2f00, 1, 1", ErrorCode.ALIGN),
+    (f"kvqk.i32 {CFG.sram_bytes - 4:#x}, 0x0, 0, 0x2f00, 2, 1", ErrorCode.SRAM_RANGE),
+    # order: X, the pair and Y before the KV store's checks; n past 16 bits: Y first
+    ("kvqk.i32 0x3002, 0x0, 0, 0x2f00, 0, 1", ErrorCode.ALIGN),
+    ("li r1, 0x10001\nkvqk.i32 0x3000, 0x0, 0, 0x2f00, r1, 1", ErrorCode.SRAM_RANGE),
+])
+def test_kvqk_refusals_write_nothing(program, code):
+    """A refused ``kvqk`` writes nothing (the one before it did), with either issue policy."""
+    for overlap in (False, True):
+        sim = _kvqk_sim(overlap=overlap)
+        ok = "kvqk.i32 0x3800, 0x0, 1, 0x2f00, 2, 1"
+        ref = _run_prog(_kvqk_sim(overlap=overlap), ok + "\nhalt").sram
+        t = _run_prog(sim, ok + "\n" + program + "\nhalt")
+        assert t.state == TileState.ERROR and t.error == code, t.error_message
+        assert t.error_pc == len(program.splitlines())
+        np.testing.assert_array_equal(t.sram, ref)
+
+
+def test_kvqk_without_a_layout_is_refused():
+    sim = _kvqk_sim()
+    sim.set_kv_layout((0, 0), None)
+    before = sim.tile((0, 0)).sram.copy()
+    t = _run_prog(sim, "kvqk.i32 0x3000, 0x0, 0, 0x2f00, 1, 1\nhalt")
+    assert t.error == ErrorCode.KV_RANGE
+    np.testing.assert_array_equal(t.sram, before)

@@ -446,6 +446,118 @@ async def kv_append(dut):
     _dump(tb)
 
 
+def _kv_image(tb, L, xa, n_x):
+    """Return an SRAM image with every K record of layout `L` and `n_x` query records at
+    `xa` filled: random int8 data, scale codes small enough that no score hits ``ARITH``
+    (``|mu| < 300``, ``b`` in [-8, 8), with the pair's shift at least 20)."""
+    image = tb.image()
+    K = L.head_size
+    rec = ISA.record_bytes(K)
+    heads = [xa + r * rec for r in range(n_x)]
+    heads += [W * L.k_row(la, h, p) for la in range(L.n_layers) for h in range(L.n_kv_heads)
+              for p in range(L.max_pos)]
+    for a in heads:
+        image[a:a + 4] = np.array([tb.np_rng.integers(-300, 300), tb.np_rng.integers(-8, 8)],
+                                  "<i2").view(np.uint8)
+    return image
+
+
+@cocotb.test()
+async def kv_stream(dut):
+    """KVQK against the simulator: scores of M query records against the K records of a
+    (layer, head) for positions 0 .. n-1 streamed by the KV store, on random layouts (head
+    size a multiple of W or not, random base), n = 1 (position 0) to the capacity, M = 1
+    and M = max (GQA); after KVAPP (the rows just appended), under overlap with vector work;
+    refusals (n = 0, n past the capacity, layer, head, slot beyond 16 bits, no layout; X,
+    pair and Y checks) writing nothing."""
+    tb = await _bench(dut, seed=SEED + 11)
+    words = CFG.sram_words
+    for case, hs in enumerate((W + 4, 2 * W)):
+        rec_w = 1 + -(-hs // W)
+        max_pos = int(tb.np_rng.integers(5, 9))
+        size = 2 * 2 * max_pos * (rec_w + rec_w - 1)
+        base = int(tb.np_rng.integers(words // 2, words - size))
+        L = KvLayout(n_layers=2, n_kv_heads=2, head_size=hs, max_pos=max_pos, base=base,
+                     word_bytes=W, k_header=True)
+        await tb.set_kv_layout(L)
+        rec = ISA.record_bytes(hs)
+        xa, ca, ya, F = 0, 0x100, 0x180, 0x400
+        image = _kv_image(tb, L, xa, M)
+        image[F:F + 4] = image[xa:xa + 4]       # the K record kvapp appends: a small code
+        image[ca:ca + 4] = np.array([int(tb.np_rng.integers(0, 2 ** 16)),
+                                     int(tb.np_rng.integers(20, 40))], "<u2").view(np.uint8)
+        cap = L.max_pos
+        lines = []
+        for td, slot, n, m in [("i32", 0, 1, M), ("i32", 1 << 8 | 1, cap, M),
+                               ("i16", 1, cap - 1, 1), ("i8", 1 << 8, 2, M),
+                               ("i32", 1 << 8 | 1, int(tb.np_rng.integers(1, cap + 1)), 1)]:
+            lines.append(f"kvqk.{td} {ya:#x}, {xa:#x}, {slot:#x}, {ca:#x}, {n}, {m}")
+            lines.append(f"copy {F + 0x40 * len(lines):#x}, {ya:#x}, 0x20")
+        await tb.check_program(f"kvqk {case}: slots and lengths", "\n".join(lines) + "\nhalt",
+                               image, expect=ErrorCode.NONE)
+        await tb.check_program(f"kvqk {case}: register operands", f"""
+            li    r1, 0                          ; slot
+            li    r2, 1                          ; n
+            loop  {L.n_layers}, e_layer
+            loop  {L.n_kv_heads}, e_head
+            kvqk.i32 r3+{ya:#x}, {xa:#x}, r1, {ca:#x}, r2, {M}
+            add   r3, r3+{4 * cap * M}, 0
+            add   r1, r1+1, 0
+            add   r2, r2+1, 0
+        e_head:
+            add   r1, r1+{256 - L.n_kv_heads}, 0
+        e_layer:
+            halt
+        """, image, expect=ErrorCode.NONE)
+        # append then score the row just appended (RAW through the KV store), the query
+        # rebuilt by a vector instruction under the scoring (overlap)
+        await tb.check_program(f"kvqk {case}: after kvapp, under vector work", f"""
+            kvapp {1 << 8}, {F:#x}, {F + 0x80:#x}, {cap - 1}
+            kvqk.i32 {ya:#x}, {xa:#x}, {1 << 8:#x}, {ca:#x}, {cap}, {M}
+            vadd.i16.i16 {F + 0x100:#x}, {F + 0x200:#x}, {F + 0x280:#x}, 32
+            kvqk.i16 {ya + 0x80:#x}, {xa:#x}, {1 << 8:#x}, {ca:#x}, {cap}, 1
+            kvapp 1, {F:#x}, {F + 0x80:#x}, 0
+            kvqk.i32 {ya + 0x100:#x}, {xa:#x}, 1, {ca:#x}, 1, 1
+            halt
+        """, image, expect=ErrorCode.NONE)
+        # WAR through the KV map: a vector instruction rewriting a K record read by KVQK
+        k1 = W * L.k_row(1, 1, 1)
+        await tb.check_program(f"kvqk {case}: vector writes a K record", f"""
+            kvqk.i32 {ya:#x}, {xa:#x}, {1 << 8 | 1:#x}, {ca:#x}, {cap}, {M}
+            rsum.i32.i16 {k1 + W:#x}, {F:#x}, 4
+            kvqk.i32 {ya + 0x80:#x}, {xa:#x}, {1 << 8 | 1:#x}, {ca:#x}, {cap}, {M}
+            halt
+        """, image, expect=ErrorCode.NONE)
+        ok = f"kvqk.i32 {ya:#x}, {xa:#x}, 1, {ca:#x}, 2, 1"
+        cases = [
+            (f"kvqk.i32 {ya + 0x40:#x}, {xa:#x}, 0, {ca:#x}, {cap + 1}, {M}", ErrorCode.KV_RANGE),
+            (f"kvqk.i32 {ya + 0x40:#x}, {xa:#x}, 0, {ca:#x}, 0, {M}", ErrorCode.KV_RANGE),
+            # n past 16 bits: Y (n elements) is past the SRAM first
+            (f"li r1, 0x10001\nkvqk.i32 {ya:#x}, {xa:#x}, 0, {ca:#x}, r1, 1",
+             ErrorCode.SRAM_RANGE),
+            (f"kvqk.i32 {ya:#x}, {xa:#x}, {L.n_layers << 8:#x}, {ca:#x}, 1, 1",
+             ErrorCode.KV_RANGE),
+            (f"kvqk.i32 {ya:#x}, {xa:#x}, {L.n_kv_heads:#x}, {ca:#x}, 1, 1", ErrorCode.KV_RANGE),
+            (f"li r1, 0x10000\nkvqk.i32 {ya:#x}, {xa:#x}, r1, {ca:#x}, 1, 1", ErrorCode.KV_RANGE),
+            (f"kvqk.i32 {ya:#x}, {xa + 4:#x}, 0, {ca:#x}, 1, 1", ErrorCode.ALIGN),
+            (f"kvqk.i32 {ya:#x}, {SIZE - rec + W:#x}, 0, {ca:#x}, 1, 1", ErrorCode.SRAM_RANGE),
+            (f"kvqk.i32 {ya:#x}, {xa:#x}, 0, {ca + 2:#x}, 1, 1", ErrorCode.ALIGN),
+            (f"kvqk.i32 {ya + 2:#x}, {xa:#x}, 0, {ca:#x}, 1, 1", ErrorCode.ALIGN),
+            (f"kvqk.i32 {SIZE - 4:#x}, {xa:#x}, 0, {ca:#x}, 2, 1", ErrorCode.SRAM_RANGE),
+            # order: the operand checks come before the KV store's
+            (f"kvqk.i32 {ya + 2:#x}, {xa:#x}, 0, {ca:#x}, 0, 1", ErrorCode.ALIGN),
+        ]
+        if M < 8:
+            cases.append((f"kvqk.i32 {ya:#x}, {xa:#x}, 0, {ca:#x}, 1, {M + 1}", ErrorCode.SHAPE))
+        for prog, code in cases:
+            await tb.check_program(f"kvqk {case}: " + prog.splitlines()[-1],
+                                   f"{ok}\n{prog}\nst {F:#x}, r1\nhalt", image, expect=code)
+    await tb.set_kv_layout(None)
+    await tb.check_program("kvqk: no layout", "kvqk.i32 0x180, 0x0, 0, 0x100, 1, 1\nhalt",
+                           expect=ErrorCode.KV_RANGE)
+    _dump(tb)
+
+
 def _overlap_matmul(tb, *, arith=False):
     """Return (program line, image, addresses) of a long ``matmul.i16`` (N 12, K k_max).
 
