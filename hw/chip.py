@@ -140,11 +140,15 @@ def chip_verilog(config: ChipConfig | None = None, name: str = "chip") -> str:
     tile = verilog.convert(Tile(config.tile_config(), x=None, y=None), name=TILE_MODULE,
                            emit_src=False)
     top = verilog.convert(Chip(config, tile_instances=True), name=name, emit_src=False)
-    # Verilator inlines modules into their parent by default; this metacomment (a plain
-    # comment to other tools) keeps the tile a module of its own in the C++ model, which
-    # cut the 4 x 4 chip's C++ from 173 MB to 130 MB (with --public-flat-rw).  Verilator
-    # still emits the tile's functions once per instance.
+    # Metacomments, plain comments to other tools.  Verilator inlines modules into their
+    # parent by default; `no_inline_module` keeps the tile a module of its own in a flat
+    # C++ model, which cut the 4 x 4 chip's C++ from 173 MB to 130 MB (with
+    # --public-flat-rw), though the tile's functions are still emitted once per instance.
+    # `hier_block` makes the tile a hierarchy block when Verilator runs with
+    # --hierarchical (`chipotle.sim.flow.run_cocotb`): verilated and compiled once, its
+    # code shared by every instance; without --hierarchical Verilator ignores it.
     header = f"module {TILE_MODULE}("
     at = tile.index(";", tile.index(header)) + 1
-    tile = tile[:at] + "\n  /* verilator no_inline_module */" + tile[at:]
+    tile = (tile[:at] + "\n  /* verilator no_inline_module */\n  /* verilator hier_block */"
+            + tile[at:])
     return tile + "\n" + top

@@ -13,13 +13,17 @@ for ``--model synthetic`` (the default for ``--config small``), else a llama2.c 
     python -m chipotle.sim.bench_simspeed --config small --steps 8 --idle 20000
     python -m chipotle.sim.bench_simspeed --config default --steps 16 --placement tensor
 
-The first run of a configuration pays the Verilator build (the 4 x 4 chip: tens of minutes
-at ``-O2``); builds are cached in ``build/verilator/``.
+The first run of a configuration pays the Verilator build, hierarchical by default (the
+tile verilated and compiled once, `chipotle.sim.flow.run_cocotb`); ``--flat`` builds the flat
+model instead (``HIERARCHICAL=0``), for comparison.  Builds are cached in
+``build/verilator/``; the benchmark prints how long the build it used took and which kind it
+is (from the build's ``built.ok``).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -51,6 +55,21 @@ def decode_speed(result: dict) -> tuple[int, float, float]:
     return c1 - c0, t1 - t0, p1 - p0
 
 
+def build_record(build_dir: str | Path) -> dict[str, str]:
+    """Return the ``key value`` lines of a build's ``built.ok`` (`chipotle.sim.flow.run_cocotb`
+    writes ``build_seconds`` and ``build``, flat or hierarchical) as a dict; empty for an
+    older stamp without them."""
+    lines = (Path(build_dir) / "built.ok").read_text().splitlines()
+    return dict(line.split(" ", 1) for line in lines if " " in line)
+
+
+def _build_line(result: dict) -> str:
+    rec = build_record(result["build_dir"])
+    secs = rec.get("build_seconds", "?")
+    return f"build: {rec.get('build', 'unknown kind')}, {secs} s (C++ compile included; " \
+           f"cached in {result['build_dir']})"
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m chipotle.sim.bench_simspeed",
                                 description=__doc__.split("\n\n")[0])
@@ -69,6 +88,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="cocotb clock implementation (default gpi)")
     p.add_argument("--threads", type=int, default=1,
                    help="Verilator model threads (--threads; default 1)")
+    p.add_argument("--flat", action="store_true",
+                   help="flat Verilator build instead of the hierarchical one (HIERARCHICAL=0)")
+    p.add_argument("--verilog", type=Path, default=None, metavar="FILE",
+                   help="the chip's Verilog (e.g. a build folder's chip.v) instead of the "
+                        "current sources' (keeps runs on one design while hw/ changes)")
     p.add_argument("--idle", type=int, default=0, metavar="CYCLES",
                    help="also time CYCLES cycles of the clock alone (no generation)")
     p.add_argument("--no-generate", action="store_true", help="only the --idle run")
@@ -88,6 +112,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.steps < 2 and not args.no_generate:
         print("--steps must be at least 2 (the first token ends the prefill)", file=sys.stderr)
         return 2
+    if args.flat:
+        os.environ["HIERARCHICAL"] = "0"    # read by chipotle.sim.flow.run_cocotb
     name = args.model or ("synthetic" if args.config == "small" else str(DEFAULT_CHECKPOINT))
 
     def progress(msg):
@@ -95,8 +121,10 @@ def main(argv: list[str] | None = None) -> int:
 
     from chipotle.sim.chiprun import chip_verilog
 
-    verilog = chip_verilog(config, progress)    # once: both runs use one build
-    head = f"{config}, {args.sim} {args.cxx_opt if args.sim == 'verilator' else ''}, " \
+    # once: both runs use one build
+    verilog = args.verilog.read_text() if args.verilog else chip_verilog(config, progress)
+    kind = ("flat" if args.flat else "hierarchical") if args.sim == "verilator" else ""
+    head = f"{config}, {args.sim} {kind} {args.cxx_opt if args.sim == 'verilator' else ''}, " \
            f"{args.threads} thread(s), clock {args.clock}"
     if args.idle:
         job = Job(config=config.as_dict(), model=None, kind="idle", idle_cycles=args.idle,
@@ -106,6 +134,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"idle: {r['sim_cycles']} cycles in {r['sim_seconds']:.2f} s = "
               f"{r['cycles_per_second']:,.0f} cycles/s; CPU {r['sim_cpu_seconds']:.2f} s = "
               f"{r['sim_cycles'] / r['sim_cpu_seconds']:,.0f} cycles/CPU-s ({head})", flush=True)
+        print(_build_line(r), flush=True)
     if args.no_generate:
         return 0
 
@@ -134,6 +163,8 @@ def main(argv: list[str] | None = None) -> int:
           f"{r['sim_cycles'] / r['sim_cpu_seconds']:,.0f} cycles/CPU-s")
     print(f"load: {r['load_cycles']} cycles in {r['load_seconds']:.2f} s = "
           f"{r['load_cycles'] / r['load_seconds']:,.0f} cycles/s")
+    if not args.idle:
+        print(_build_line(r))
     print(f"wall: {wall:.1f} s in all (Verilog, build if not cached, compile, load, run)")
     return 0
 

@@ -1,5 +1,6 @@
 """The simulation-speed plumbing: ``run_cocotb(public=False)``'s port-only configuration,
-and the decode-speed arithmetic of ``chipotle.sim.bench_simspeed``."""
+its hierarchical Verilator build, and the decode-speed arithmetic of
+``chipotle.sim.bench_simspeed``."""
 
 from pathlib import Path
 
@@ -7,7 +8,7 @@ import pytest
 
 from chipotle.sim import run_cocotb
 from chipotle.sim.bench_simspeed import decode_speed
-from chipotle.sim.flow import _public_ports_config
+from chipotle.sim.flow import _public_ports_config, hier_blocks
 
 TB = Path(__file__).parent
 
@@ -53,3 +54,63 @@ def test_ports_only_build_under_verilator():
                      test_module="cocotb_ports", test_dir=TB, public=False)
     assert run.passed == ["ports_only"]
     assert (run.build_dir / "ports.vlt").is_file()
+
+
+HIER_TOP = """module hier_leaf(clk, a, q);
+  /* verilator no_inline_module */
+  /* verilator hier_block */
+  input clk;
+  wire clk;
+  input [7:0] a;
+  wire [7:0] a;
+  output [7:0] q;
+  reg [7:0] q = 8'h00;
+  always @(posedge clk)
+    q <= a + 8'h01;
+endmodule
+
+module hier_top(clk, a, q);
+  input clk;
+  wire clk;
+  input [7:0] a;
+  wire [7:0] a;
+  output [7:0] q;
+  wire [7:0] mid;
+  hier_leaf first(.clk(clk), .a(a), .q(mid));
+  hier_leaf second(.clk(clk), .a(mid), .q(q));
+endmodule
+"""
+
+
+def test_hier_blocks_names_the_marked_modules():
+    assert hier_blocks(HIER_TOP) == ["hier_leaf"]
+    assert hier_blocks(PORTS_TOP) == []
+    with pytest.raises(ValueError, match="outside a module"):
+        hier_blocks("/* verilator hier_block */\n" + PORTS_TOP)
+
+
+def test_chip_verilog_marks_the_tile_only():
+    from chipotle.config import CONFIGS
+    from chipotle.hw.chip import TILE_MODULE
+    from chipotle.sim.chiprun import chip_verilog
+
+    assert hier_blocks(chip_verilog(CONFIGS["small"])) == [TILE_MODULE]
+
+
+@pytest.mark.rtl
+@pytest.mark.parametrize("hierarchical", [True, False])
+def test_hierarchical_build_under_verilator(hierarchical):
+    run = run_cocotb(sim="verilator", verilog=HIER_TOP, toplevel="hier_top",
+                     test_module="cocotb_hier", test_dir=TB, public=False,
+                     hierarchical=hierarchical)
+    assert run.passed == ["through_two_blocks"]
+    # the hierarchy block is verilated into a library of its own (Verilator's prefix V<name>)
+    assert (run.build_dir / "Vhier_leaf").is_dir() == hierarchical
+
+
+@pytest.mark.rtl
+def test_hierarchical_build_falls_back_to_flat_for_public_signals():
+    run = run_cocotb(sim="verilator", verilog=HIER_TOP, toplevel="hier_top",
+                     test_module="cocotb_hier", test_dir=TB, public=True, hierarchical=True)
+    assert run.passed == ["through_two_blocks"]
+    assert not (run.build_dir / "Vhier_leaf").exists()
