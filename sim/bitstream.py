@@ -5,6 +5,8 @@ Usage (from the top of the checkout)::
     .venv/bin/python -m chipotle.sim.bitstream --board ulx3s-85f            # full build
     .venv/bin/python -m chipotle.sim.bitstream --board icebreaker --synth-only
     .venv/bin/python -m chipotle.sim.bitstream --board ulx3s-85f --config small,mesh=1x1
+    .venv/bin/python -m chipotle.sim.bitstream --board ulx3s-85f --config small,mesh=1x1 \
+        --nextpnr-opts "--router router2"
 
 The design is ``chipotle.hw.fpga.boards.BoardTop`` through Amaranth's platform API
 (amaranth-boards): Yosys (``synth_ecp5`` / ``synth_ice40``), nextpnr, then ``ecppack`` /
@@ -82,7 +84,8 @@ def _synth_counts(cells: dict[str, int], family: str) -> dict[str, int]:
 
 
 def build(board_name: str, config=None, *, synth_only: bool = False,
-          tile_blackbox: bool = False, build_dir: Path | None = None, progress=print) -> dict:
+          tile_blackbox: bool = False, build_dir: Path | None = None, nextpnr_opts: str = "",
+          progress=print) -> dict:
     """Build ``board_name``'s bitstream (or only synthesise it); return the report.
 
     Parameters
@@ -99,6 +102,9 @@ def build(board_name: str, config=None, *, synth_only: bool = False,
         ``synth_only``).
     build_dir : path, optional
         Default ``build/fpga/<board>``.
+    nextpnr_opts : str
+        Extra nextpnr options, appended to the flow's (e.g. ``"--router router2"``,
+        ``"--seed 2"``); recorded in the report.
     progress : callable of str
 
     Returns
@@ -140,6 +146,8 @@ def build(board_name: str, config=None, *, synth_only: bool = False,
         synth_only = True
     if board.family == "ecp5":
         overrides["nextpnr_opts"] += " --timing-allow-fail"
+    if nextpnr_opts:
+        overrides["nextpnr_opts"] += " " + nextpnr_opts
     plan = platform.build(BoardTop(board, config), name="top", do_build=False, **overrides)
     plan.extract(str(bdir))
     seconds["elaborate"] = round(time.monotonic() - t, 1)
@@ -149,7 +157,7 @@ def build(board_name: str, config=None, *, synth_only: bool = False,
 
     report = {"board": board_name, "device": f"{platform.device} {platform.package}",
               "config": str(config), "config_fields": config.as_dict(),
-              "tile_blackbox": tile_blackbox,
+              "tile_blackbox": tile_blackbox, "nextpnr_opts": overrides["nextpnr_opts"],
               "clk_hz": board.clk_hz, "baud": board.baud,
               "device_resources": dict(board.resources), "seconds": seconds}
     t = time.monotonic()
@@ -206,6 +214,8 @@ def format_report(r: dict) -> str:
         ok = "met" if r["fmax_mhz"] >= r["target_mhz"] else "NOT met"
         lines.append(f"  Fmax {r['fmax_mhz']:.1f} MHz against the {r['target_mhz']:.1f} MHz "
                      f"target ({ok})")
+    if "fmax_mhz" in r and r.get("nextpnr_opts"):
+        lines.append(f"  nextpnr options: {r['nextpnr_opts']}")
     if r.get("bitstream"):
         lines.append(f"  bitstream {r['bitstream']}")
     lines.append("  seconds: " + ", ".join(f"{k} {v}" for k, v in r["seconds"].items()))
@@ -225,6 +235,8 @@ def main(argv=None):
     parser.add_argument("--tile-blackbox", action="store_true", help="synthesise the top "
                         "with the tile as a black box (implies --synth-only)")
     parser.add_argument("--build-dir", type=Path)
+    parser.add_argument("--nextpnr-opts", default="", help="extra nextpnr options, e.g. "
+                        "\"--router router2\"")
     args = parser.parse_args(argv)
     board = BOARDS[args.board]
     try:
@@ -233,6 +245,7 @@ def main(argv=None):
         parser.error(f"--config: {e}")
     report = build(args.board, config, synth_only=args.synth_only,
                    tile_blackbox=args.tile_blackbox, build_dir=args.build_dir,
+                   nextpnr_opts=args.nextpnr_opts,
                    progress=lambda s: print(s, flush=True))
     print(format_report(report))
 

@@ -4,6 +4,7 @@ Usage (from the top of the checkout)::
 
     .venv/bin/python -m chipotle.sim.synth router          # one NoC router, (1, 1) of 4 x 4
     .venv/bin/python -m chipotle.sim.synth tile-datapath   # SRAM + matrix unit + KV store
+    .venv/bin/python -m chipotle.sim.synth sram --config sram_kib=128   # one tile's SRAM
     .venv/bin/python -m chipotle.sim.synth vector-unit     # V = 8, W = 8 (about 8 minutes)
     .venv/bin/python -m chipotle.sim.synth tile --config small --hierarchy   # per module
 
@@ -127,6 +128,12 @@ def _tile_datapath():
     return TileDatapath()
 
 
+def _sram(config):
+    from chipotle.hw.tile.sram import Sram
+    t = config.tile_config()
+    return Sram(size_bytes=t.sram_bytes, word_bytes=t.word_bytes, n_banks=t.n_banks)
+
+
 def _vector_unit():
     from chipotle.hw.tile.vector import VectorUnit
     return VectorUnit()
@@ -139,10 +146,11 @@ def _tile(config):
 
 #: Designs the command line knows: name -> (factory of a ChipConfig, top-level module name).
 #: The router, datapath and vector unit are built with their own defaults; ``tile`` is one
-#: tile of ``--config`` (as a board build instantiates it).
+#: tile of ``--config`` (as a board build instantiates it), ``sram`` the SRAM of that tile.
 DESIGNS = {
     "router": (lambda config: _router(), "noc_router"),
     "tile-datapath": (lambda config: _tile_datapath(), "tile_datapath"),
+    "sram": (_sram, "tile_sram"),
     "vector-unit": (lambda config: _vector_unit(), "vector_unit"),
     "tile": (_tile, "tile"),
 }
@@ -155,7 +163,7 @@ def main(argv=None):
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("design", choices=sorted(DESIGNS))
     parser.add_argument("--config", default="default", help="chip configuration of the "
-                        "tile design (as make sim's CONFIG), default: default")
+                        "tile and sram designs (as make sim's CONFIG), default: default")
     parser.add_argument("--hierarchy", action="store_true", help="a table per module "
                         "(synth_ecp5 -noflatten)")
     args = parser.parse_args(argv)
@@ -165,12 +173,15 @@ def main(argv=None):
         parser.error(f"--config: {e}")
     factory, top = DESIGNS[args.design]
     if args.hierarchy:
-        print(f"{args.design} ({top}, {config if args.design == 'tile' else 'defaults'}), "
+        print(f"{args.design} ({top}, "
+              f"{config if args.design in ('tile', 'sram') else 'defaults'}), "
               f"ECP5 synth_ecp5 -noflatten, cells per module:")
         print(format_hierarchy(synth_ecp5_hierarchy(factory(config), top)))
         return
     cells = synth_ecp5(factory(config), top)
-    print(f"{args.design} ({top}), ECP5 synth_ecp5: "
+    what = (f", {config.sram_bytes // 1024} KiB, {config.n_banks} banks"
+            if args.design == "sram" else "")
+    print(f"{args.design} ({top}{what}), ECP5 synth_ecp5: "
           + ", ".join(f"{k} {v}" for k, v in cells.items()))
 
 
