@@ -13,6 +13,7 @@ from __future__ import annotations
 from ..golden import numerics as nx
 from ..golden.quantize import QuantizedModel
 from ..isa.core import OFF_BITS, IsaConfig
+from ..isa.kv import kv_slot
 from .placement import REDUCE_COUNTER, STEP_BLOCK, Placement, TileLayout, step_block_layout
 
 __all__ = ["Emitter", "tile_program", "DONE_CODE"]
@@ -225,8 +226,10 @@ def _att_batch(e, k, st, m, idx):
     if kv is not None:          # V rows of each KV head into its buffer, appended below
         L, li = kv
         M, W = isa.max_m, isa.word_bytes
-        kbase, vbase = W * L.k_row(li, 0, 0), W * L.v_row(li, 0, 0)
-        kblock = vstep = W * L.block_words
+        # the scores name K by slot (kvqk): the KV store generates the addresses
+        kbase, kblock = kv_slot(li, 0), 1
+        vbase = W * L.v_row(li, 0, 0)
+        vstep = W * L.block_words
         vstride = W * L.v_row_words
         for h in range(KV):
             e("matmul.i8", k.a(st, "vbuf", 0, h * M * pad(hs)), k.a(st, "xq"),
@@ -288,13 +291,13 @@ def _att_batch(e, k, st, m, idx):
             e("mul", "r12", "r2", 4)
             e("ld", "r12", k.a(st, "padt", 12))
 
-        # the g query heads of a KV head read its K block together: matqk with M = gc (the
-        # largest divisor of g the matrix unit takes), g / gc times
+        # the g query heads of a KV head read its K block together: matqk / kvqk with M = gc
+        # (the largest divisor of g the matrix unit takes), g / gc times
         gc = max(d for d in range(1, min(g, isa.max_m) + 1) if g % d == 0)
 
         def kvh():
             for _ in range(g // gc):
-                e("matqk.i32", k.a(st, "t"), "r6", "r8", att_ms, "r2", hs, gc)
+                emit_scores(e, k.a(st, "t"), "r6", "r8", att_ms, "r2", hs, gc, kv is not None)
                 e("add", "r9", k.a(st, "t"), 0)
 
                 def qh():
@@ -394,6 +397,20 @@ def _cls(e, k, st):
     red = pl.tiles[pl.reducer]
     e("send", (red["red.slots"] + j * W,), k.a(st, "slot"), W,
       _rect((pl.reducer[0], pl.reducer[0], pl.reducer[1], pl.reducer[1])), k.reduce_counter())
+
+
+def emit_scores(e, y, q, kreg, att_ms, n, hs, m, kvstore):
+    """Emit the scores of `m` query records at `q` against the first `n` K records of a KV
+    head, into `y` (int32).
+
+    With `kvstore` register `kreg` holds the head's slot ``layer << 8 | head``
+    (`chipotle.isa.kv.kv_slot`) and the instruction is ``kvqk``: the KV store generates the K
+    addresses from the tile's layout and refuses positions past its capacity.  Otherwise
+    `kreg` holds the byte address of the head's first K record (``matqk``, K = `hs`)."""
+    if kvstore:
+        e("kvqk.i32", y, q, kreg, att_ms, n, m)
+    else:
+        e("matqk.i32", y, q, kreg, att_ms, n, hs, m)
 
 
 def emit_kv_append(e, layer, kbuf, vbuf, n_heads, rows, krec, vhead_stride, vrow_stride):

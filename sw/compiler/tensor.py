@@ -53,7 +53,8 @@ import numpy as np
 from ..golden import numerics as nx
 from ..golden.quantize import QuantizedModel
 from ..isa.core import OFF_BITS, TABLE_ENTRIES, IsaConfig, TableId
-from .codegen import Emitter, _rect, _reduce, emit_kv_append
+from ..isa.kv import kv_slot
+from .codegen import Emitter, _rect, _reduce, emit_kv_append, emit_scores
 from .placement import (
     _KIND_ORDER,
     _TABLE_ORDER,
@@ -495,10 +496,14 @@ def _attention(e, k, li):
     NQ, NK = nq * hs, nk * hs
     qs, ks, vs, krec = pad(2 * NQ), pad(2 * NK), pad(NK), rec(hs)
     as_ = pad(4 * dim)
-    if k.kvl is not None:                   # the KV store's layout (`KvLayout`)
+    kvs = k.kvl is not None
+    if kvs:                                 # the KV store's layout (`KvLayout`)
         L, W = k.kvl, isa.word_bytes
-        kbase, vbase = W * L.k_row(li, 0, 0), W * L.v_row(li, 0, 0)
-        kstep = vstep = W * L.block_words   # from one KV head's block to the next
+        # scores name K by slot (kvqk, the KV store generates the addresses): kbase is the
+        # slot of local KV head 0, the next head's slot is one more
+        kbase, kstep = kv_slot(li, 0), 1
+        vbase = W * L.v_row(li, 0, 0)
+        vstep = W * L.block_words           # from one KV head's block to the next
         vstride = W * L.v_row_words
     else:
         kbase, vbase = k.lay[p + "kcache"], k.lay[p + "vcache"]
@@ -575,7 +580,7 @@ def _attention(e, k, li):
     gc = max(d for d in range(1, min(g, isa.max_m) + 1) if g % d == 0)
 
     if nk == 1 and g == gc and k.pipe_att:
-        _scores_pipelined(e, k, att_ms, kbase, vbase, vstride, gc, as_ - 4 * NQ)
+        _scores_pipelined(e, k, att_ms, kbase, vbase, vstride, gc, as_ - 4 * NQ, kvs)
     else:
         def arow():
             e("add", "r8", (kbase,), 0)
@@ -586,7 +591,7 @@ def _attention(e, k, li):
 
             def kvh():
                 for _ in range(g // gc):
-                    e("matqk.i32", k.a("t"), "r6", "r8", att_ms, "r3", hs, gc)
+                    emit_scores(e, k.a("t"), "r6", "r8", att_ms, "r3", hs, gc, kvs)
                     e("add", "r9", k.a("t"), 0)
 
                     def qh():
@@ -611,8 +616,9 @@ def _attention(e, k, li):
     e.loop("r2", send)
 
 
-def _scores_pipelined(e, k, att_ms, kbase, vbase, vstride, gc, row_skip):
-    """Scores, softmax and weighted sums of the batch's rows when one ``matqk`` serves a row
+def _scores_pipelined(e, k, att_ms, kbase, vbase, vstride, gc, row_skip, kvs):
+    """Scores, softmax and weighted sums of the batch's rows when one ``matqk`` (``kvqk``
+    with `kvs`: ``kbase`` is then the KV head's slot, `emit_scores`) serves a row
     (one KV head, its ``gc`` query heads together), software-pipelined: the matrix unit
     scores row ``i + 1`` (into the other of two score buffers) while the vector unit runs
     row ``i``'s softmax and weighted sums.  Registers: ``r3`` keys of the current row,
@@ -626,7 +632,7 @@ def _scores_pipelined(e, k, att_ms, kbase, vbase, vstride, gc, row_skip):
     if gc > 1:
         e("mul", "r12", "r3", 4)
         e("ld", "r12", k.a("padt", 12))
-    e("matqk.i32", "r9", "r6", "r8", att_ms, "r3", hs, gc)
+    emit_scores(e, "r9", "r6", "r8", att_ms, "r3", hs, gc, kvs)
 
     def heads():                            # softmax and weighted sum of the current row
         if gc == 1:
@@ -648,7 +654,7 @@ def _scores_pipelined(e, k, att_ms, kbase, vbase, vstride, gc, row_skip):
         if gc > 1:
             e("mul", "r4", "r3+1", 4)
             e("ld", "r4", k.a("padt", 4))
-        e("matqk.i32", "r5", f"r6+{gc * krec}", "r8", att_ms, "r3+1", hs, gc)
+        emit_scores(e, "r5", f"r6+{gc * krec}", "r8", att_ms, "r3+1", hs, gc, kvs)
         heads()
         e("add", "r6", f"r6+{gc * krec}", 0)
         e("add", "r3", "r3+1", 0)

@@ -88,6 +88,8 @@ def test_kvapp_bit_exact_and_cache_layout(small_qm, placement, mesh):
         assert L.end * cfg.word_bytes <= lay["kv"] + lay.regions["kv"].size
         assert not any("cache" in name for name in lay.regions)
         assert "kvapp" in compiled.sources[xy]
+        # the scores name K by slot (kvqk): no program computes a K-cache address
+        assert "kvqk" in compiled.sources[xy] and "matqk" not in compiled.sources[xy]
         assert L.n_layers == len(_kv_owner(compiled, xy)[0])
     golden = GoldenModel(small_qm)
     sim = load_isasim(compiled)
