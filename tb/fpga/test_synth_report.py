@@ -4,8 +4,10 @@ unit's tables rely on (``docs/fpga.md``, "Where a tile's resources go").
 A memory with one write port and two read ports becomes one ECP5 ``DP16KD`` (a true
 dual-port block RAM) only if one read port has the write port's address and the memory
 carries ``no_rw_check``; without the attribute Yosys (YoWASP 0.70) builds two copies.  The vector
-unit's lane tables use the first form; the tile SRAM's banks the second (so they cost twice
-their size in block RAM).  A few seconds of Yosys per case.
+unit's lane tables use the first form.  The tile SRAM's banks use a third: the other read port
+transparent for the write port (Yosys adds a bypass), one copy, 2 KiB per ``DP16KD``
+(``test_sram_single_copy``; before commit ``4a9ae4d`` the port returned the old word and
+each bank was built twice).  A few seconds of Yosys per case.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ from amaranth import Module, Mux, Signal, unsigned
 from amaranth.lib import memory, wiring
 from amaranth.lib.wiring import In, Out
 
-from chipotle.sim.synth import format_hierarchy, synth_ecp5_hierarchy
+from chipotle.hw.tile.sram import Sram
+from chipotle.sim.synth import format_hierarchy, synth_ecp5, synth_ecp5_hierarchy
 
 
 class _Table(wiring.Component):
@@ -73,3 +76,12 @@ def test_table_block_rams(shared, no_rw_check, blocks):
     rows = text.splitlines()
     assert rows[0].startswith("| module |") and rows[-1].startswith("| total |")
     assert "| `outer.table` |" in text
+
+
+def test_sram_single_copy():
+    """The tile SRAM takes one DP16KD per 2 KiB: each bank (1,024 x 64 bits here) is one
+    copy of 1,024 x 18-bit blocks, 16 data bits each; two copies would double the count."""
+    size = 16 * 1024
+    cells = synth_ecp5(Sram(size_bytes=size, word_bytes=8, n_banks=2), "tile_sram")
+    block_data_bytes = 1024 * 16 // 8          # a DP16KD as 1,024 x 18: 16 data bits a row
+    assert cells.get("DP16KD") == size // block_data_bytes, cells
