@@ -49,12 +49,14 @@ from .isa.core import (
     decode,
     hazard,
     instr_cycles,
+    kvapp_footprint,
     matrix_footprint,
     mem_footprint,
     rect_decode,
     send_flits,
     send_footprint,
     signed_imm,
+    table_footprint,
     vector_footprint,
 )
 from .isa.kv import KvLayout
@@ -586,11 +588,14 @@ class IsaSim:
         if op in SCALAR_OPS:
             return []
         unit = background_unit(op)
-        if unit not in ("matrix", "vector") and op not in _MEM_OPS:
+        if op == Opcode.TABLE:          # the vector unit's, and a RAW hazard on its entries
+            unit = "vector"
+        elif unit not in ("matrix", "vector", "kv") and op not in _MEM_OPS:
             return list(t._busy)
         reads, write = self._footprint(t, i)
         return [u for u, e in t._busy.items()
-                if u == unit or hazard(reads, write, e.reads, e.write)]
+                if u == unit or (op == Opcode.KVQK and u == "kv")
+                or hazard(reads, write, e.reads, e.write)]
 
     def _footprint(self, t: Tile, i: Instr) -> tuple:
         """The SRAM byte ranges (reads, write) of a background instruction, resolved now."""
@@ -600,6 +605,12 @@ class IsaSim:
             return mem_footprint(i.op, d, a, n)
         if i.op == Opcode.SEND:
             return send_footprint(d, a, n)
+        if i.op == Opcode.TABLE:
+            return table_footprint(a, i.c)
+        if i.op == Opcode.KVAPP:
+            L = t.kv_layout
+            return kvapp_footprint(a, b, None if L is None else (W * L.base, W * L.end), W,
+                                   0 if L is None else L.head_size)
         if i.op.value >> 4 in (1, 2):
             return vector_footprint(i.op, d, a, b, n, i.c, i.imm, W)
         if i.op == Opcode.KVQK:
@@ -634,7 +645,7 @@ class IsaSim:
         try:
             self._execute(t, i)
         except _Fault as f:
-            if unit == "matrix" and f.code != ErrorCode.ARITH:
+            if unit == "kv" or unit == "matrix" and f.code != ErrorCode.ARITH:
                 raise               # its checks come before it retires: not deferred
             fault = f               # the matrix unit's ARITH (charged), the others' checks
             if unit != "matrix":
@@ -645,6 +656,9 @@ class IsaSim:
             # (KVQK: 3 more, the KV store's acceptance, decode and hand-over of the command)
             fg = 2 + cfg.cost.issue + (cfg.cost.kv_stream + 1 if i.op == Opcode.KVQK else 0)
             until, t.perf.cycles = t.perf.cycles, start + fg
+        elif unit == "kv":
+            # the controller retires it once the KV store accepted and checked it (3 cycles)
+            until, t.perf.cycles = t.perf.cycles, start + cfg.cost.issue + 2
         else:
             until, t.perf.cycles = t.perf.cycles, start + cfg.cost.issue
         t._seq += 1

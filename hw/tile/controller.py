@@ -54,6 +54,7 @@ from chipotle.isa.core import (
     C_BITS,
     SCALAR_OPS,
     SPECS,
+    TABLE_ENTRIES,
     Dtype,
     ErrorCode,
     Instruction,
@@ -252,6 +253,9 @@ class Controller(wiring.Component):
     kv_busy, kv_error : ``In(1)``
         The KV store is working; its sticky error flag (the instruction is finished when
         ``kv_busy`` is low in the cycle after the command was taken).
+    kv_running : ``In(1)``
+        The KV store's command passed its checks (with ``overlap`` a ``KVAPP`` retires then
+        and copies in the background).
     kv_error_code : ``In(KvError)``
         The KV store's first error (``BAD_HEAD`` and ``POS_RANGE`` stop the tile with
         ``KV_RANGE``).
@@ -303,6 +307,7 @@ class Controller(wiring.Component):
             "kv_error_code": In(KvError),
             "kv_k_words": In(16),
             "kv_v_words": In(16),
+            "kv_running": In(1),
             "kv_head_size": In(16),
             "kv_stream": In(1),
             "kv_k_hdr": In(16),
@@ -452,11 +457,19 @@ class Controller(wiring.Component):
         # older[(u, v)]: unit u's entry was issued before unit v's
         older = {(u, v): Signal(name=f"older_{u}_{v}") for u in range(3) for v in range(3)
                  if u != v}
+        # entry 3: a KVAPP the KV store is copying (its checks are made before it retires,
+        # so it never faults); it reads its K record and V row, writes (conservatively) the
+        # whole KV map
+        kq_busy = Signal()
+        kr_k, kr_v = rng("kv_k"), rng("kv_v")
         busy3 = Cat(mx_busy, vx_busy, nt_busy)
         fault3 = Cat(mx_fault, vx_fault, nt_fault)
         live3 = busy3 | fault3
-        ex_sync = Signal(3)     # Execute: the live entries the decoded instruction waits for
-        mc_sync = Signal(3)     # Matrix-Check: the live entries the matrix instruction waits for
+        busy4 = Cat(busy3, kq_busy)
+        fault4 = Cat(fault3, C(0, 1))
+        live4 = Cat(live3, kq_busy)
+        ex_sync = Signal(4)     # Execute: the live entries the decoded instruction waits for
+        mc_sync = Signal(4)     # Matrix-Check: the live entries the matrix instruction waits for
         err_pc = Signal(pcw)
 
         # The decoded instruction's class and, for a vector instruction, its footprint
@@ -576,7 +589,7 @@ class Controller(wiring.Component):
                         # A sync point: wait for those entries; if one failed, drain every
                         # unit and stop with the first error in program order.
                         m.d.comb += self.stall_net.eq(ex_sync[2] & nt_busy)
-                        with m.If((ex_sync & fault3).any()):
+                        with m.If((ex_sync & fault4).any()):
                             m.next = "Drain"
                     first = m.Elif
                 with first(~legal):
@@ -699,6 +712,13 @@ class Controller(wiring.Component):
                             kc.args.append.v_src.eq(b_val[wb:]),
                         ]
                         with m.If(self.o_kv.ready):
+                            if ov:
+                                m.d.sync += [
+                                    kr_k[0].eq(a_val),
+                                    kr_k[1].eq(sat33(a_val + (self.kv_k_words << wb))),
+                                    kr_v[0].eq(b_val),
+                                    kr_v[1].eq(sat33(b_val + (self.kv_v_words << wb))),
+                                ]
                             m.next = "Kv"
                 with m.Elif(op == Opcode.COPY):
                     with m.If(past(a_val, n_val)):
@@ -822,18 +842,22 @@ class Controller(wiring.Component):
                         do_retire(pc1)
 
             with m.State("Kv"):
+                # The store's verdict comes after its decode cycle.  With overlap the KVAPP
+                # retires once the store runs it (it cannot be refused any more) and copies
+                # in the background under the KV scoreboard entry; else once it is done.
                 m.d.comb += st.eq(ControllerState.RUNNING)
-                with m.If(~self.kv_busy):
-                    with m.If(self.kv_error):
-                        with m.Switch(self.kv_error_code):
-                            with m.Case(KvError.BAD_HEAD, KvError.POS_RANGE):
-                                fail(ErrorCode.KV_RANGE)
-                            with m.Case(KvError.BAD_OP):
-                                fail(ErrorCode.ILLEGAL)
-                            with m.Default():       # SRC_RANGE, SRAM: checked above
-                                fail(ErrorCode.SRAM_RANGE)
-                    with m.Else():
-                        do_retire(pc1)
+                with m.If(self.kv_error):
+                    with m.Switch(self.kv_error_code):
+                        with m.Case(KvError.BAD_HEAD, KvError.POS_RANGE):
+                            fail(ErrorCode.KV_RANGE)
+                        with m.Case(KvError.BAD_OP):
+                            fail(ErrorCode.ILLEGAL)
+                        with m.Default():       # SRC_RANGE, SRAM: checked above
+                            fail(ErrorCode.SRAM_RANGE)
+                with m.Elif(self.kv_running if ov else ~self.kv_busy):
+                    if ov:
+                        m.d.sync += kq_busy.eq(1)
+                    do_retire(pc1)
 
             with m.State("Vector"):
                 m.d.comb += [st.eq(ControllerState.RUNNING), self.i_vec_done.ready.eq(1)]
@@ -871,7 +895,7 @@ class Controller(wiring.Component):
                     # Hazards with the in-flight vector instruction and SEND (the matrix
                     # entry was synced at Execute: the same unit).
                     with m.If(mc_sync.any()):
-                        with m.If((mc_sync & fault3).any()):
+                        with m.If((mc_sync & fault4).any()):
                             m.next = "Drain"
                     first = m.Elif
                 with first((mx_m > max_m) | (mx_k > p["k_max"]) | ~mx_kv & (mx_n == 0)):
@@ -1005,7 +1029,7 @@ class Controller(wiring.Component):
                     # Wait for every unit; the first error in program order wins (an entry's
                     # over a later instruction's, which fail() recorded).
                     m.d.comb += st.eq(ControllerState.RUNNING)
-                    with m.If(~busy3.any()):
+                    with m.If(~busy4.any()):
                         firsts = [fault3[u] & ~Cat(*(fault3[v] & older[(v, u)]
                                                      for v in range(3) if v != u)).any()
                                   for u in range(3)]
@@ -1031,6 +1055,8 @@ class Controller(wiring.Component):
                     code = self.i_vec_done.payload.error
                     m.d.sync += [vx_busy.eq(0), vx_fault.eq(code != ErrorCode.NONE),
                                  vx_code.eq(code)]
+            with m.If(kq_busy & ~self.kv_busy):
+                m.d.sync += kq_busy.eq(0)
             with m.If(nt_busy):
                 m.d.comb += self.i_net_done.ready.eq(1)
                 with m.If(self.i_net_done.valid):
@@ -1058,10 +1084,22 @@ class Controller(wiring.Component):
             is_st = opv == Opcode.ST.value
             is_copy = opv == Opcode.COPY.value
             is_mem = is_ld | is_st | is_copy
+            is_kvapp = opv == Opcode.KVAPP.value
+            is_kvqk = opv == Opcode.KVQK.value
+            is_table = opv == Opcode.TABLE.value
+            k_map = (self.kv_map_lo << wb, self.kv_map_hi << wb)
+            tab_src = Signal(13)        # TABLE: bytes of its entries (table_footprint)
+            with m.Switch(ins.c):
+                for tid, entries in TABLE_ENTRIES.items():
+                    with m.Case(tid.value):
+                        m.d.comb += tab_src.eq(2 * entries)
             f_reads = [(is_vec, v_a), (is_vec & uses_b, v_b), (is_vec & is_rms, v_c),
-                       (is_ld, (a_val, a_val + 4)), (is_copy, (a_val, a_val + n_val))]
+                       (is_ld, (a_val, a_val + 4)), (is_copy, (a_val, a_val + n_val)),
+                       (is_kvapp, (a_val, a_val + (self.kv_k_words << wb))),
+                       (is_kvapp, (b_val, b_val + (self.kv_v_words << wb))),
+                       (is_table, (a_val, a_val + tab_src))]
             f_writes = [(is_vec, v_d), (is_st, (d_val, d_val + 4)),
-                        (is_copy, (d_val, d_val + n_val))]
+                        (is_copy, (d_val, d_val + n_val)), (is_kvapp, k_map)]
 
             def hz(e_reads, e_write):
                 terms = [en & meet(r, e_write) for en, r in f_reads + f_writes]
@@ -1071,16 +1109,25 @@ class Controller(wiring.Component):
             hz_mx = hz([(C(1, 1), m_x), (C(1, 1), m_w), (~is_raw, m_t)], m_y)
             hz_vx = hz([(C(1, 1), vr_a), (vr_b_en, vr_b), (vr_c_en, vr_c)], vr_d)
             hz_nt = hz([(C(1, 1), nr_src)], nr_dst)
-            need_mx = Mux(is_scalar, 0, Mux(is_vec | is_mem, hz_mx, 1))
-            need_vx = Mux(is_scalar | is_mat, 0, Mux(is_mem, hz_vx, 1))
-            need_nt = Mux(is_scalar | is_mat, 0, Mux(is_vec | is_mem, hz_nt, 1))
-            m.d.comb += ex_sync.eq(Cat(need_mx, need_vx, need_nt) & live3)
+            hz_kv = hz([(C(1, 1), kr_k), (C(1, 1), kr_v)], k_map)
+            # KVAPP: its own entry (the store), hazards with the others; TABLE: the vector
+            # entry (it loads the vector unit's tables), hazards with the others on its
+            # source; KVQK: the KV entry (it uses the store), its hazards in Matrix-Check
+            hazard_only = is_vec | is_mem | is_kvapp | is_table
+            need_mx = Mux(is_scalar, 0, Mux(hazard_only, hz_mx, 1))
+            need_vx = Mux(is_scalar | is_mat, 0, Mux(is_mem | is_kvapp, hz_vx, 1))
+            need_nt = Mux(is_scalar | is_mat, 0, Mux(hazard_only, hz_nt, 1))
+            need_kv = Mux(is_scalar | is_mat & ~is_kvqk, 0,
+                          Mux(is_vec | is_mem | is_table, hz_kv, 1))
+            m.d.comb += ex_sync.eq(Cat(need_mx, need_vx, need_nt, need_kv) & live4)
 
             mat_vs_vx = (meet(m_x, vr_d) | meet(m_w, vr_d) | ~is_raw & meet(m_t, vr_d)
                          | meet(m_y, vr_d) | meet(m_y, vr_a) | vr_b_en & meet(m_y, vr_b)
                          | vr_c_en & meet(m_y, vr_c))
             mat_vs_nt = (meet(m_x, nr_dst) | meet(m_w, nr_dst) | ~is_raw & meet(m_t, nr_dst)
                          | meet(m_y, nr_dst) | meet(m_y, nr_src))
-            m.d.comb += mc_sync.eq(Cat(C(0, 1), mat_vs_vx, mat_vs_nt) & live3)
+            mat_vs_kv = (meet(m_x, k_map) | meet(m_w, k_map) | ~is_raw & meet(m_t, k_map)
+                         | meet(m_y, k_map) | meet(m_y, kr_k) | meet(m_y, kr_v))
+            m.d.comb += mc_sync.eq(Cat(C(0, 1), mat_vs_vx, mat_vs_nt, mat_vs_kv) & live4)
 
         return m

@@ -207,9 +207,9 @@ class KvStore(wiring.Component):
     registers).  Its derived sizes (row words, block words, the end of the map and the
     capacity) are computed in two registered stages that follow it (not reset: a reset
     does not disturb them); commands are accepted only once they have settled (three
-    cycles after the last change), so a command never sees a half-updated map.  The **capacity** is ``max_pos`` when every
-    field is non-zero and the map ends inside the SRAM, else 0: an append can then never
-    write outside the map nor outside the SRAM.
+    cycles after the last change), so a command never sees a half-updated map.  The
+    **capacity** is ``max_pos`` when every field is non-zero and the map ends inside the
+    SRAM, else 0: an append can then never write outside the map nor outside the SRAM.
 
     ``APPEND`` reads the K row (``k_row_words`` words: the header word if any, then the
     data) and the V vector from SRAM through ``bus`` and writes them to position ``pos``:
@@ -262,6 +262,9 @@ class KvStore(wiring.Component):
         non-zero capacity the map is the words ``layout.base .. map_end - 1``.
     busy : ``Out(1)``
         A command is being executed.
+    running : ``Out(1)``
+        The command being executed passed its checks (``APPEND`` copying, ``STREAM_K``
+        offering its matrix command): from here on it cannot be refused.
     error : ``Out(1)``
         Sticky: a command was refused or the bus flagged an error since reset.
     error_code : ``Out(KvError)``
@@ -287,6 +290,7 @@ class KvStore(wiring.Component):
             "k_hdr": Out(ADDR_WIDTH),
             "map_end": Out(ADDR_WIDTH + 1),
             "busy": Out(1),
+            "running": Out(1),
             "error": Out(1),
             "error_code": Out(KvError),
         })
@@ -501,5 +505,6 @@ class KvStore(wiring.Component):
                     with m.If(last):
                         m.next = "Idle"
 
-        m.d.comb += self.busy.eq(~fsm.ongoing("Idle"))
+        m.d.comb += [self.busy.eq(~fsm.ongoing("Idle")),
+                     self.running.eq(~fsm.ongoing("Idle") & ~fsm.ongoing("Decode"))]
         return m

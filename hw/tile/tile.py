@@ -155,6 +155,7 @@ class TileCore(wiring.Component):
             kv.layout.eq(self.kv_layout),
             self.kv_capacity.eq(kv.capacity),
             ctrl.kv_busy.eq(kv.busy),
+            ctrl.kv_running.eq(kv.running),
             ctrl.kv_error.eq(kv.error),
             ctrl.kv_error_code.eq(kv.error_code),
             ctrl.kv_k_words.eq(kv.k_row_words),

@@ -29,6 +29,7 @@ __all__ = [
     "CostModel", "IsaConfig", "instr_cycles", "send_flits", "vector_cycles",
     "SCALAR_OPS", "MATRIX_OPS", "vector_footprint", "matrix_footprint", "ranges_overlap",
     "BACKGROUND_UNITS", "background_unit", "send_footprint", "mem_footprint", "hazard",
+    "kvapp_footprint", "table_footprint",
 ]
 
 #: Width of an instruction word in bits (and bytes).
@@ -629,18 +630,21 @@ MATRIX_OPS = frozenset({Opcode.MATMUL, Opcode.MATQK, Opcode.MATRAW, Opcode.KVQK}
 
 #: The units that run an instruction in the background under ``overlap`` (one scoreboard
 #: entry each): the matrix unit, the vector unit (not ``TABLE``), the network interface
-#: (``SEND``).
-BACKGROUND_UNITS = ("matrix", "vector", "net")
+#: (``SEND``), the KV store (``KVAPP``, once the store accepted it: its errors are found
+#: before it retires).
+BACKGROUND_UNITS = ("matrix", "vector", "net", "kv")
 
 
 def background_unit(op: Opcode) -> str | None:
     """Return the `BACKGROUND_UNITS` member that runs `op` in the background, or None.
 
     None for every instruction the controller finishes before the next one issues (scalar,
-    control, ``LD``, ``ST``, ``COPY``, ``KVAPP``, ``TABLE``, ``WAIT``, ``DONE``, ``HALT``).
+    control, ``LD``, ``ST``, ``COPY``, ``TABLE``, ``WAIT``, ``DONE``, ``HALT``).
     """
     if op in MATRIX_OPS:
         return "matrix"
+    if op == Opcode.KVAPP:
+        return "kv"
     if op.value >> 4 in (1, 2):
         return "vector"
     if op == Opcode.SEND:
@@ -653,6 +657,24 @@ def send_footprint(d: int, a: int, n: int) -> tuple[list[tuple[int, int]], tuple
     ``[d, d + n)`` (conservative: the tile's own SRAM is written only when the rectangle
     holds the tile itself, which the controller does not know)."""
     return [(a, a + n)], (d, d + n)
+
+
+def kvapp_footprint(a: int, b: int, kv_map: tuple[int, int] | None, word_bytes: int,
+                    head_size: int) -> tuple[list[tuple[int, int]], tuple[int, int] | None]:
+    """Return the scoreboard's SRAM byte ranges of a ``KVAPP``.
+
+    Reads the K record ``[a, a + W + pad(head_size))`` and the V row ``[b, b +
+    pad(head_size))``; writes the whole KV map `kv_map` (``[W base, W end)``, conservative:
+    the controller does not hold the row addresses; None without a layout: nothing).
+    """
+    kw = -(-head_size // word_bytes) * word_bytes
+    return [(a, a + word_bytes + kw), (b, b + kw)], (None if kv_map is None else tuple(kv_map))
+
+
+def table_footprint(a: int, c: int) -> tuple[list[tuple[int, int]], None]:
+    """Return the SRAM byte ranges of a ``TABLE``: reads its uint16 entries ``[a, a + 2
+    TABLE_ENTRIES[c])``; writes no SRAM (the vector unit's tables)."""
+    return [(a, a + 2 * TABLE_ENTRIES[TableId(c)])], None
 
 
 def mem_footprint(op: Opcode, d: int, a: int, n: int) -> tuple[list[tuple[int, int]],

@@ -775,3 +775,104 @@ async def overlap_units(dut):
             ("send COUNTER before vector ALIGN", f"{bad_send}\n{bad_vec}", ErrorCode.COUNTER)]:
         await tb.check_program(f"units: {name}", prog + "\nhalt", image, expect=code)
     _dump(tb)
+
+
+def _kv_units_setup(tb):
+    """The long matmul of `_overlap_matmul`, a KV layout at the end of the SRAM (head size
+    64: appends long enough to time), a K record / V row source pair at S and a free area G."""
+    line, image, a = _overlap_matmul(tb)
+    hs = 64
+    kw, vw = 1 + -(-hs // W), -(-hs // W)
+    max_pos = 4
+    words = 2 * max_pos * (kw + vw)
+    L = KvLayout(n_layers=1, n_kv_heads=2, head_size=hs, max_pos=max_pos,
+                 base=CFG.sram_words - words, word_bytes=W, k_header=True)
+    S = a["F"] + 0x100                      # K record, V row sources
+    G = ISA.pad(S + W * (kw + vw) + W)      # free: vector operands
+    assert G + 0x200 <= W * L.base, (G, W * L.base)
+    a.update(line=line, L=L, S=S, SV=S + W * kw, G=G)
+    return image, a
+
+
+def _kv_unit_cases(a):
+    """(name, head, tail, expect, overlaps) for the KV store and TABLE under the issue
+    policy: KVAPP in the background (its own entry: reads its sources, writes the KV map),
+    TABLE waiting only for the vector unit and its RAW hazards."""
+    L, S, SV, G, F = a["L"], a["S"], a["SV"], a["G"], a["F"]
+    mm = a["line"]
+    W_ = W
+    app = f"kvapp 1, {S:#x}, {SV:#x}, 2"                       # (0, 1) position 2
+    vrow = W_ * L.v_row(0, 1, 2)
+    vec_g = f"vadd.i16.i16 {G + 0x100:#x}, {G:#x}, {G + 0x80:#x}, 32"
+    tab = f"table exp2, {G:#x}"
+    return [
+        ("kvapp under matrix", mm, app, ErrorCode.NONE, True),
+        ("matrix under kvapp", app, mm, ErrorCode.NONE, True),
+        # not timed: the vector unit and the KV store share the SRAM read/write port
+        ("vector under kvapp", app, vec_g, ErrorCode.NONE, None),
+        ("RAW: vector reads the appended V row", app,
+         f"rsum.i32.i8 {G:#x}, {vrow:#x}, {L.head_size}", ErrorCode.NONE, False),
+        ("WAR: vector writes the kvapp's K source", app,
+         f"rsum.i32.i16 {S + W_:#x}, {G:#x}, 4", ErrorCode.NONE, False),
+        ("RAW: kvapp reads the vector's result",
+         f"vadd.i16.i16 {SV:#x}, {G:#x}, {G + 0x80:#x}, 32", app, ErrorCode.NONE, None),
+        ("kvqk after kvapp (the store)", app,
+         f"kvqk.i32 {G:#x}, {S:#x}, 1, {a['ca']:#x}, 3, 1", ErrorCode.NONE, None),
+        ("kvapp after kvapp (the store)", app, f"kvapp 0, {S:#x}, {SV:#x}, 3",
+         ErrorCode.NONE, None),
+        ("ld under kvapp, st of it", app, f"ld r1, {G:#x}\nst {F:#x}, r1", ErrorCode.NONE,
+         None),
+        ("kvapp refused, nothing in flight", mm, f"kvapp 0, {S:#x}, {SV:#x}, {L.max_pos}",
+         ErrorCode.KV_RANGE, None),
+        ("table under matrix", mm, tab, ErrorCode.NONE, True),
+        ("RAW: table reads the matrix's Y", mm, f"table exp2, {a['ya']:#x}", ErrorCode.NONE,
+         False),
+        ("table waits for the vector unit",
+         f"vadd.i16.i16 {F:#x}, {F + 0x40:#x}, {F + 0x80:#x}, 32", tab,
+         ErrorCode.NONE, False),
+        ("table after send (not a reader of its destination)",
+         f"send {G + 0x100:#x}, {F:#x}, {4 * W_}, (0, 0), 1", f"{tab}\nwait 1, 1",
+         ErrorCode.NONE, None),
+    ]
+
+
+@cocotb.test()
+async def overlap_kv(dut):
+    """The issue policy for KVAPP and TABLE: KVAPP retires once the KV store accepted and
+    checked it and copies in the background (the KV scoreboard entry: reads its K record
+    and V row, writes the whole KV map); TABLE waits for the vector unit and its RAW
+    hazards only.  Each program against isasim (same policy); timed cases must overlap iff
+    `overlap` and no hazard."""
+    tb = await _bench(dut, seed=SEED + 13)
+    image, a = _kv_units_setup(tb)
+    await tb.set_kv_layout(a["L"])
+    # the K record kvapp appends gets a small scale code (kvqk after it must not hit ARITH)
+    image[a["S"]:a["S"] + 4] = np.array([5, 0], "<i2").view(np.uint8)
+    L = a["L"]
+    for h in range(L.n_kv_heads):
+        for p in range(L.max_pos):
+            k = W * L.k_row(0, h, p)
+            image[k:k + 4] = np.array([7, 1], "<i2").view(np.uint8)
+    alone = {}
+
+    async def cycles(name, text):
+        if text not in alone:
+            alone[text] = (await tb.check_program(name, text + "\nhalt", image,
+                                                  expect=ErrorCode.NONE))["rtl_cycles"]
+        return alone[text]
+
+    for name, head, tail, code, overlaps in _kv_unit_cases(a):
+        both = await tb.check_program(f"kv units: {name}", f"{head}\n{tail}\nhalt", image,
+                                      expect=code)
+        if overlaps is None:
+            continue
+        h = await cycles(f"kv units: {name} (head alone)", head)
+        t = await cycles(f"kv units: {name} (tail alone)", tail)
+        serial = h + t - 1                      # one halt
+        ran_under = both["rtl_cycles"] < serial - min(h, t) // 2
+        tb.log.info("%s: %d cycles, serially %d (%d + %d)", name, both["rtl_cycles"], serial,
+                    h, t)
+        assert ran_under == (overlaps and CFG.overlap), \
+            f"{name}: {both['rtl_cycles']} cycles, serially {serial} (overlap {CFG.overlap})"
+    await tb.set_kv_layout(None)
+    _dump(tb)

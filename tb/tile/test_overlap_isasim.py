@@ -16,6 +16,7 @@ from chipotle.isa.core import (
     ranges_overlap,
     vector_footprint,
 )
+from chipotle.isa.kv import KvLayout
 from chipotle.isasim import IsaSim, TileState
 
 W = 8
@@ -157,6 +158,59 @@ def test_units_overlap_iff_no_hazard(prog, overlaps):
         cyc[text] = ov.perf.cycles
     both, h, t = cyc[prog], cyc[head], cyc[tail]
     assert (both < h + t - min(h, t) // 2) == overlaps, (both, h, t)
+
+
+# -- KVAPP (the KV store's entry) and TABLE (the vector unit's) ------------------------------
+
+KVL = KvLayout(n_layers=1, n_kv_heads=2, head_size=64, max_pos=4, base=(4096 - 1088) // W,
+               word_bytes=W, k_header=True)                        # the SRAM's last 1088 bytes
+KS, VS = F + 0x300, F + 0x380                                       # K record, V row sources
+APP = f"kvapp 1, {KS:#x}, {VS:#x}, 2"                               # (0, 1) at position 2
+TAB = f"table exp2, {F + 0x100:#x}"
+
+
+def _kv_sim(overlap):
+    sim = _sim(overlap)
+    sim.set_kv_layout((0, 0), KVL)
+    return sim
+
+
+@pytest.mark.parametrize("prog, overlaps", [
+    (f"{MATMUL}\n{APP}", True),                                      # kvapp under matrix
+    (f"{APP}\n{MATMUL}", True),                                      # matrix under kvapp
+    (f"{APP}\n{VEC}", True),                                         # vector under kvapp
+    (f"{APP}\nrsum.i32.i8 {F:#x}, {W * KVL.v_row(0, 1, 2):#x}, 64", False),   # RAW (map)
+    (f"{APP}\nrsum.i32.i16 {KS + 8:#x}, {F:#x}, 4", False),          # WAR (its K source)
+    (f"vadd.i16.i16 {VS:#x}, {F:#x}, {F + 0x80:#x}, 32\n{APP}", False),       # RAW (V source)
+    (f"{APP}\nkvapp 0, {KS:#x}, {VS:#x}, 3", False),                 # the store: one at a time
+    (f"{APP}\n{SEND}", False),                                       # send releases
+    (f"{MATMUL}\n{TAB}", True),                                      # table under matrix
+    (f"{SEND}\n{TAB}", True),                                        # table under send
+    (f"{MATMUL}\ntable exp2, {YA:#x}", False),                       # RAW (Y)
+    (f"{VEC}\n{TAB}", False),                                        # the vector unit's
+])
+def test_kvapp_and_table_overlap_iff_no_hazard(prog, overlaps):
+    """KVAPP runs in the background under the KV store's entry (reads its sources, writes
+    the whole KV map), TABLE waits only for the vector unit and its RAW hazards: same SRAM
+    under both policies, and the estimate overlaps iff there is no hazard."""
+    head, tail = prog.split("\n")
+    cyc = {}
+    for text in (head, tail, prog):
+        serial = _run(_kv_sim(False), text + "\nhalt")
+        ov = _run(_kv_sim(True), text + "\nhalt")
+        assert serial.state == ov.state == TileState.HALTED, (serial.error, ov.error)
+        assert np.array_equal(serial.sram, ov.sram)
+        cyc[text] = ov.perf.cycles
+    both, h, t = cyc[prog], cyc[head], cyc[tail]
+    assert (both < h + t - min(h, t) // 2) == overlaps, (both, h, t)
+
+
+def test_kvapp_errors_are_not_deferred():
+    """A refused KVAPP stops the tile at once (its checks come before it retires), after the
+    matmul before it finished."""
+    t = _run(_kv_sim(True), f"{MATMUL}\nkvapp 0, {KS:#x}, {VS:#x}, {KVL.max_pos}\nli r1, 3\nhalt")
+    assert (t.state, t.error, t.error_pc) == (TileState.ERROR, ErrorCode.KV_RANGE, 1)
+    assert t.regs[1] == 0
 
 
 def test_vector_error_deferred():
