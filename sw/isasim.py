@@ -815,7 +815,9 @@ class IsaSim:
         t._span(src, n, 1, "COPY source")
         t._span(dst, n, 1, "COPY destination")
         t.sram[dst:dst + n] = t.sram[src:src + n].copy()
-        self._charge(t, i, n, "dma_cycles")
+        cyc = instr_cycles(i, self.config, n, addrs=(dst, src))
+        t.perf.cycles += cyc
+        t.perf.dma_cycles += cyc
         return t.pc + 1
 
     def _kvapp(self, t, i):

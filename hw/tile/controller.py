@@ -17,9 +17,9 @@ instruction that uses a unit waits for that unit to finish before the next instr
 issues. With ``overlap=True`` the matrix unit (``KVQK`` included), the vector unit (not
 ``TABLE``), the network interface (``SEND``) and the KV store (``KVAPP``, once the store
 checked it: its errors are never deferred) each run one instruction in the background: it
-retires once its unit took it, and a scoreboard entry per unit (its PC, its SRAM byte ranges resolved at
-issue, busy and fault bits) makes a later instruction wait only for its own unit (a) or on a
-RAW / WAR / WAW overlap with an in-flight instruction (b)
+retires once its unit took it, and a scoreboard entry per unit (its PC, its SRAM byte
+ranges resolved at issue, busy and fault bits) makes a later instruction wait only for its
+own unit (a) or on a RAW / WAR / WAW overlap with an in-flight instruction (b)
 (``chipotle.isa.core.vector_footprint``, ``matrix_footprint``, ``send_footprint``,
 ``kvapp_footprint``, ``mem_footprint``, ``table_footprint``, ``hazard``; ``LD``, ``ST`` and
 ``COPY``, which the controller runs itself, wait on (b) only; ``TABLE``, run by the vector
@@ -528,7 +528,9 @@ class Controller(wiring.Component):
         cp_dst = Signal(32)
         cp_left = Signal(32)
         cp_back = Signal()
-        cp_byte = Signal(8)
+        cp_word = Signal(8 * W)     # the word read
+        cp_wm = Signal()            # this step moves a whole word (source and destination
+        #                             word-aligned in the copy's direction, W bytes left)
 
         # ---- matrix instruction registers -----------------------------------------------------
         mx_op = Signal(MatrixOp)
@@ -810,27 +812,38 @@ class Controller(wiring.Component):
                 with m.If(self.bus.ready):
                     do_retire(pc1)
 
+            # COPY: a word per step where source and destination are both at a word
+            # boundary in the copy's direction (forward: their first byte, backward: their
+            # last) and a word is left, else a byte; 3 cycles a step (read, latch, write).
+            # Backward steps go down from the last byte, so overlapping ranges copy as
+            # through a buffer in either mode.
             with m.State("Copy-Read"):
                 m.d.comb += [st.eq(ControllerState.RUNNING), self.bus.en.eq(1),
                              self.bus.addr.eq(cp_src[wb:])]
+                edge = Mux(cp_back, W - 1, 0)
+                m.d.sync += cp_wm.eq((cp_src[:wb] == edge) & (cp_dst[:wb] == edge)
+                                     & (cp_left >= W))
                 with m.If(self.bus.ready):
                     m.next = "Copy-Latch"
 
             with m.State("Copy-Latch"):
                 m.d.comb += st.eq(ControllerState.RUNNING)
-                m.d.sync += cp_byte.eq(self.bus.rdata.word_select(cp_src[:wb], 8))
+                m.d.sync += cp_word.eq(self.bus.rdata)
                 m.next = "Copy-Write"
 
             with m.State("Copy-Write"):
                 m.d.comb += [st.eq(ControllerState.RUNNING), self.bus.en.eq(1),
                              self.bus.we.eq(1), self.bus.addr.eq(cp_dst[wb:]),
-                             self.bus.wdata.eq(cp_byte.replicate(W)),
-                             self.bus.wmask.eq(C(1, W) << cp_dst[:wb])]
+                             self.bus.wdata.eq(Mux(cp_wm, cp_word, cp_word.word_select(
+                                 cp_src[:wb], 8).replicate(W))),
+                             self.bus.wmask.eq(Mux(cp_wm, (1 << W) - 1,
+                                                   C(1, W) << cp_dst[:wb]))]
                 with m.If(self.bus.ready):
-                    step = Mux(cp_back, -1, 1)
+                    moved = Mux(cp_wm, W, 1)
+                    step = Mux(cp_back, -moved, moved)
                     m.d.sync += [cp_src.eq(cp_src + step), cp_dst.eq(cp_dst + step),
-                                 cp_left.eq(cp_left - 1)]
-                    with m.If(cp_left == 1):
+                                 cp_left.eq(cp_left - moved)]
+                    with m.If(cp_left == moved):
                         do_retire(pc1)
                     with m.Else():
                         m.next = "Copy-Read"

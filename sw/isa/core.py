@@ -29,7 +29,7 @@ __all__ = [
     "CostModel", "IsaConfig", "instr_cycles", "send_flits", "vector_cycles",
     "SCALAR_OPS", "MATRIX_OPS", "vector_footprint", "matrix_footprint", "ranges_overlap",
     "BACKGROUND_UNITS", "background_unit", "send_footprint", "mem_footprint", "hazard",
-    "kvapp_footprint", "table_footprint",
+    "kvapp_footprint", "table_footprint", "copy_steps",
 ]
 
 #: Width of an instruction word in bits (and bytes).
@@ -1106,7 +1106,29 @@ def vector_cycles(op: Opcode, td: Dtype, ts: Dtype, n: int, imm: int = 0, c: int
     return total
 
 
-def instr_cycles(instr: Instr, config: IsaConfig, n: int = 0, k: int | None = None) -> int:
+def copy_steps(d: int, a: int, n: int, word_bytes: int) -> int:
+    """Return the steps of a ``COPY`` of `n` bytes from `a` to `d` on the tile.
+
+    The controller moves a whole word when the source and the destination are both at a
+    word boundary in the copy's direction (forward from the start when ``d <= a``; backward
+    from the last byte, where a word ends, when ``d > a``) and at least a word is left, else
+    one byte (``docs/tile.md``, "Decode, legality, operands").  Source and destination reach
+    word boundaries together only when ``a - d`` is a multiple of W: then the steps are the
+    bytes before the first common boundary, the whole words, and the bytes after them.
+    """
+    W = word_bytes
+    if n <= 0:
+        return 0
+    if (a - d) % W:
+        return n
+    back = d > a
+    head = min(n, (a + n) % W if back else (-a) % W)   # bytes before the first boundary
+    words = (n - head) // W
+    return head + words + (n - head - words * W)
+
+
+def instr_cycles(instr: Instr, config: IsaConfig, n: int = 0, k: int | None = None,
+                 addrs: tuple[int, int] | None = None) -> int:
     """Return the estimated cycles an instruction keeps the tile's controller busy.
 
     An estimate (``docs/isa.md``, "Cost model"): the RTL is the authority on cycles.  Stalls
@@ -1122,6 +1144,8 @@ def instr_cycles(instr: Instr, config: IsaConfig, n: int = 0, k: int | None = No
         for ``KVAPP`` the words it appends (K record and V row).
     k : int or None
         ``KVQK``: K, the KV layout's ``head_size`` (the instruction does not hold it).
+    addrs : (int, int) or None
+        ``COPY``: its resolved ``(d, a)`` (`copy_steps`); None: both word-aligned.
 
     Returns
     -------
@@ -1135,8 +1159,9 @@ def instr_cycles(instr: Instr, config: IsaConfig, n: int = 0, k: int | None = No
 
     if op == Opcode.LD:
         return c.issue + c.load_latency
-    if op == Opcode.COPY:
-        return c.issue + -(-n // W) + 2 if n else c.issue
+    if op == Opcode.COPY:       # read, latch, write per step (a word or a byte)
+        d, a = addrs if addrs is not None else (0, 0)
+        return c.issue + 3 * copy_steps(d, a, n, W)
     if op == Opcode.KVAPP:       # n: words appended (K record + V row), each read and written
         return c.issue + 1 + 2 * n    # + the KV store's decode cycle
     if op == Opcode.SEND:

@@ -114,6 +114,17 @@ async def scalar_loops_copy(dut):
         copy  0x7f0, 0x100, 0       ; nothing
         halt
     """)
+    # word steps: source and destination at a common word boundary (in the direction of the
+    # copy), with head and tail bytes around the words, overlapping both ways
+    await tb.check_program("copy words", f"""
+        copy  {0x400 + 3:#x}, {0x100 + 3:#x}, {3 * W + 5}       ; same offset: head, words, tail
+        copy  {0x500 + W:#x}, 0x500, {4 * W + 3}      ; backward, overlapping by words
+        copy  {0x600 + 5:#x}, {0x600 + W + 5:#x}, {4 * W + 1}  ; forward, overlapping by words
+        copy  {0x700 + 2:#x}, {0x700 + 2 - 2 * W:#x}, {3 * W - 2}  ; backward, end aligned
+        copy  0x780, 0x100, {W - 1}                  ; less than a word
+        halt
+    """)
+    await tb.check_program("copy 96 aligned", "copy 0x400, 0x100, 96\nhalt")
     # started at a PC other than 0, after a DONE, with loop bodies of one instruction
     await tb.check_program("start_pc", """
         halt
