@@ -56,6 +56,11 @@ class Chip(wiring.Component):
         True: each tile is an ``Instance`` of the external module `TILE_MODULE` (a
         ``Tile(config, x=None, y=None)``, position on its ``i_x`` / ``i_y`` ports); the
         design is then complete only with that module's Verilog (`chip_verilog`).
+    tile_reset_register : bool, optional
+        With ``tile_instances`` only.  False (default): each ``Instance`` gets the chip's
+        reset register.  True: it gets the ``sync`` reset itself, and the module must
+        register it (one register, the same timing): `chip_verilog`'s `TILE_MODULE` does,
+        so that a Verilator hierarchy block of it has no input in its next-state logic.
 
     Members
     -------
@@ -68,9 +73,13 @@ class Chip(wiring.Component):
         reads the same word as register ``STATUS``).
     """
 
-    def __init__(self, config: ChipConfig | None = None, *, tile_instances: bool = False):
+    def __init__(self, config: ChipConfig | None = None, *, tile_instances: bool = False,
+                 tile_reset_register: bool = False):
+        if tile_reset_register and not tile_instances:
+            raise ValueError("tile_reset_register needs tile_instances")
         self._config = config = ChipConfig() if config is None else config
         self._tile_instances = tile_instances
+        self._tile_reset_register = tile_reset_register
         self._tile_config = config.tile_config()
         flit = stream.Signature(self._tile_config.noc.flit_layout)
         super().__init__({
@@ -103,9 +112,11 @@ class Chip(wiring.Component):
         for i, (x, y) in enumerate(c.tiles):
             if self._tile_instances:
                 into, outof = mesh.o_local[i], mesh.i_local[i]
+                tile_rst = ResetSignal("sync") if self._tile_reset_register else \
+                    ResetSignal("core")
                 m.submodules[f"tile_{x}_{y}"] = Instance(
                     TILE_MODULE,
-                    i_clk=ClockSignal("core"), i_rst=ResetSignal("core"),
+                    i_clk=ClockSignal("core"), i_rst=tile_rst,
                     i_i_noc__payload=into.payload.as_value(), i_i_noc__valid=into.valid,
                     o_i_noc__ready=into.ready,
                     o_o_noc__payload=outof.payload.as_value(), o_o_noc__valid=outof.valid,
@@ -124,9 +135,21 @@ class Chip(wiring.Component):
 def chip_verilog(config: ChipConfig | None = None, name: str = "chip") -> str:
     """Return the Verilog of ``Chip(config)`` with the tile generated once.
 
-    The text holds the module `TILE_MODULE` (``Tile(config.tile_config(), x=None, y=None)``)
-    and the top module `name` (``Chip(config, tile_instances=True)``), which instantiates it
-    ``n_tiles`` times with constant positions.  Ports of `name` are those of `Chip`.
+    The text holds the module `TILE_MODULE` (``Tile(config.tile_config(), x=None, y=None)``
+    with registers on its inputs ``rst``, ``i_x`` and ``i_y``) and the top module `name`
+    (``Chip(config, tile_instances=True, tile_reset_register=True)``), which instantiates it
+    ``n_tiles`` times with constant positions.  The tiles leave reset one cycle after
+    ``rst`` falls, as in ``Chip``; the hierarchy below each instance is the ``Tile``'s
+    (``tile_<x>_<y>.core.sram``...).  Ports of `name` are those of `Chip`.
+
+    `TILE_MODULE` carries two Verilator metacomments (plain comments to other tools):
+    ``no_inline_module`` (one module in a flat C++ model; Verilator would inline it into
+    every instance: 173 against 130 MB of C++ for the 4 x 4 chip with --public-flat-rw)
+    and ``hier_block`` (with ``--hierarchical``, `chipotle.sim.flow.run_cocotb`: verilated
+    and compiled once, its code shared by every instance; Verilator ignores it otherwise).
+    The registers are for the hierarchy block: Verilator evaluates the logic that depends
+    on a block's inputs at every call of the block (its "ico" region), and with ``rst`` an
+    input that is most of the tile's next-state logic.
 
     Parameters
     ----------
@@ -139,16 +162,50 @@ def chip_verilog(config: ChipConfig | None = None, name: str = "chip") -> str:
     config = ChipConfig() if config is None else config
     tile = verilog.convert(Tile(config.tile_config(), x=None, y=None), name=TILE_MODULE,
                            emit_src=False)
-    top = verilog.convert(Chip(config, tile_instances=True), name=name, emit_src=False)
-    # Metacomments, plain comments to other tools.  Verilator inlines modules into their
-    # parent by default; `no_inline_module` keeps the tile a module of its own in a flat
-    # C++ model, which cut the 4 x 4 chip's C++ from 173 MB to 130 MB (with
-    # --public-flat-rw), though the tile's functions are still emitted once per instance.
-    # `hier_block` makes the tile a hierarchy block when Verilator runs with
-    # --hierarchical (`chipotle.sim.flow.run_cocotb`): verilated and compiled once, its
-    # code shared by every instance; without --hierarchical Verilator ignores it.
-    header = f"module {TILE_MODULE}("
-    at = tile.index(";", tile.index(header)) + 1
-    tile = (tile[:at] + "\n  /* verilator no_inline_module */\n  /* verilator hier_block */"
-            + tile[at:])
-    return tile + "\n" + top
+    top = verilog.convert(Chip(config, tile_instances=True, tile_reset_register=True),
+                          name=name, emit_src=False)
+    return _register_tile_inputs(tile) + "\n" + top
+
+
+#: Inputs of `TILE_MODULE` that `chip_verilog` registers, and the registers' names.
+_TILE_INPUT_REGISTERS = {"rst": "chipotle_rst_q", "i_x": "chipotle_x_q", "i_y": "chipotle_y_q"}
+
+
+def _register_tile_inputs(tile: str) -> str:
+    """Return the Verilog ``tile`` (`TILE_MODULE` and its submodules) with the metacomments
+    and the registers of `chip_verilog`: inside `TILE_MODULE`, every use of an input of
+    `_TILE_INPUT_REGISTERS` reads its register instead (``rst``'s starts at 1, as ``Chip``'s
+    reset register).
+
+    Raises
+    ------
+    ValueError
+        If the module lacks one of those inputs or already uses a register's name.
+    """
+    import re
+
+    m = re.search(rf"^module {TILE_MODULE}\((.*?)\);\n(.*?)^endmodule", tile, re.M | re.S)
+    if m is None:
+        raise ValueError(f"no module {TILE_MODULE} in the tile's Verilog")
+    body = m.group(2)
+    widths = {}
+    for port, reg in _TILE_INPUT_REGISTERS.items():
+        decl = re.search(rf"^  input (\[\d+:0\] )?{port};$", body, re.M)
+        if decl is None or reg in body:
+            raise ValueError(f"{TILE_MODULE}: no input {port!r}, or {reg!r} already used")
+        widths[port] = decl.group(1) or ""
+    names = "|".join(_TILE_INPUT_REGISTERS)
+    use = re.compile(rf"(?<![.\w$\\])({names})(?![\w$])")
+    # uses only: not the port's own `input` / `wire` declarations
+    lines = [ln if re.match(rf"^  (input|wire) (\[\d+:0\] )?({names});$", ln)
+             else use.sub(lambda u: _TILE_INPUT_REGISTERS[u.group(1)], ln)
+             for ln in body.split("\n")]
+    regs = ["  /* verilator no_inline_module */", "  /* verilator hier_block */"]
+    regs += [f"  reg {widths[p]}{r} = {1 if p == 'rst' else 0};"
+             for p, r in _TILE_INPUT_REGISTERS.items()]
+    # declared first (used by the instances below), updated last (after `clk`'s declaration)
+    update = ["  always @(posedge clk) begin"]
+    update += [f"    {r} <= {p};" for p, r in _TILE_INPUT_REGISTERS.items()]
+    update += ["  end", ""]
+    new_body = "\n".join(regs + lines[:-1] + update)
+    return tile[:m.start(2)] + new_body + tile[m.end(2):]

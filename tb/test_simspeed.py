@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from chipotle.sim import run_cocotb
-from chipotle.sim.bench_simspeed import decode_speed
+from chipotle.sim.bench_simspeed import build_record, decode_speed
 from chipotle.sim.flow import _public_ports_config, hier_blocks
 
 TB = Path(__file__).parent
@@ -114,3 +114,49 @@ def test_hierarchical_build_falls_back_to_flat_for_public_signals():
                      test_module="cocotb_hier", test_dir=TB, public=True, hierarchical=True)
     assert run.passed == ["through_two_blocks"]
     assert not (run.build_dir / "Vhier_leaf").exists()
+
+
+def test_chip_refuses_a_tile_reset_register_without_tile_instances():
+    from chipotle.config import CONFIGS
+    from chipotle.hw.chip import Chip
+
+    with pytest.raises(ValueError, match="needs tile_instances"):
+        Chip(CONFIGS["small"], tile_reset_register=True)
+
+
+def test_build_record_reads_the_stamp(tmp_path):
+    (tmp_path / "built.ok").write_text("ok\nbuild_seconds 12.5\nbuild hierarchical t\n")
+    assert build_record(tmp_path) == {"build_seconds": "12.5", "build": "hierarchical t"}
+
+
+@pytest.mark.rtl
+def test_hierarchical_small_chip_is_bit_exact_with_the_golden_model(monkeypatch):
+    """The regression's end-to-end job (``tb/driver/test_driver_e2e.py``, tensor placement,
+    the same build) on a build that is hierarchical: every step's logits and token equal
+    the golden model's."""
+    import numpy as np
+
+    from chipotle.compiler import small_model
+    from chipotle.config import CONFIGS
+    from chipotle.golden import GoldenModel
+    from chipotle.hw.chip import TILE_MODULE
+    from chipotle.sim.chiprun import Job, run_rtl
+
+    monkeypatch.setenv("HIERARCHICAL", "1")
+    qm, prompt, n_new = small_model(), [1, 5, 9, 13, 17, 21], 4
+    job = Job(config=CONFIGS["small"].as_dict(), model=qm, context=16, prompt_tokens=prompt,
+              steps=n_new, read_logits=True, placement="tensor")
+    res = run_rtl(job, sim="verilator", cxx_opt="-O0")
+    assert build_record(res["build_dir"])["build"] == f"hierarchical {TILE_MODULE}"
+
+    golden, ids, want = GoldenModel(qm), list(prompt), {}
+    for pos in range(len(prompt) + n_new - 1):
+        want[pos] = golden.forward(ids[pos], pos)
+        if pos >= len(prompt) - 1:
+            ids.append(int(np.argmax(want[pos])))
+    assert list(res["tokens"]) == ids
+    assert len(res["steps"]) >= n_new
+    for step in res["steps"]:
+        last = step["pos"] + len(step["tokens"]) - 1
+        assert np.array_equal(step["logits"], want[last]), f"logits differ at position {last}"
+        assert step["token"] == int(np.argmax(want[last])), f"token differs at position {last}"
