@@ -109,6 +109,17 @@ def test_hierarchical_build_under_verilator(hierarchical):
 
 
 @pytest.mark.rtl
+def test_hierarchical_build_falls_back_to_flat_for_waveforms():
+    run = run_cocotb(sim="verilator", verilog=HIER_TOP, toplevel="hier_top",
+                     test_module="cocotb_hier", test_dir=TB, public=False, hierarchical=True,
+                     waves=True)
+    assert run.passed == ["through_two_blocks"]
+    assert not (run.build_dir / "Vhier_leaf").exists()
+    assert (run.build_dir / "dump.vcd").stat().st_size > 0
+    assert build_record(run.build_dir)["build"] == "flat"
+
+
+@pytest.mark.rtl
 def test_hierarchical_build_falls_back_to_flat_for_public_signals():
     run = run_cocotb(sim="verilator", verilog=HIER_TOP, toplevel="hier_top",
                      test_module="cocotb_hier", test_dir=TB, public=True, hierarchical=True)
