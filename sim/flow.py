@@ -1,11 +1,12 @@
 """Turn Amaranth components into cocotb runs under Verilator or Icarus, with cached builds.
 
-A build is keyed by a hash of the generated Verilog, the simulator, its arguments and the
-waveform setting, so an unchanged design is never rebuilt: the first Verilator build of a
-design pays the C++ compile, every later test of the same design starts at once.  Builds
-are serialised with a file lock so that parallel pytest workers (``pytest -n``) share
-them safely.  Generated files go to ``build/`` at the top of the checkout (or
-``$CHIPOTLE_BUILD_DIR``) and are never committed.
+A build is keyed by a hash of the generated Verilog, the simulator, its arguments (among
+them ``--hierarchical``: Verilator builds the modules the Verilog marks as hierarchy blocks
+once for all their instances, see `run_cocotb`) and the waveform setting, so an unchanged
+design is never rebuilt: the first Verilator build of a design pays the C++ compile, every
+later test of the same design starts at once.  Builds are serialised with a file lock so
+that parallel pytest workers (``pytest -n``) share them safely.  Generated files go to
+``build/`` at the top of the checkout (or ``$CHIPOTLE_BUILD_DIR``) and are never committed.
 """
 
 from __future__ import annotations
@@ -321,7 +322,8 @@ def run_cocotb(
     SimulatorNotFound
         If the simulator is not installed (with how to install it).
     ValueError
-        If ``threads`` is below 1.
+        If ``threads`` is below 1, or (Verilator) a ``hier_block`` metacomment of `verilog`
+        is outside a module.
     """
     from cocotb_tools.runner import get_runner
 
