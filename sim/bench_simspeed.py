@@ -58,7 +58,13 @@ def decode_speed(result: dict) -> tuple[int, float, float]:
 def build_record(build_dir: str | Path) -> dict[str, str]:
     """Return the ``key value`` lines of a build's ``built.ok`` (`chipotle.sim.flow.run_cocotb`
     writes ``build_seconds`` and ``build``, flat or hierarchical) as a dict; empty for an
-    older stamp without them."""
+    older stamp without them.
+
+    Raises
+    ------
+    FileNotFoundError
+        If ``build_dir`` holds no ``built.ok`` (not a finished build).
+    """
     lines = (Path(build_dir) / "built.ok").read_text().splitlines()
     return dict(line.split(" ", 1) for line in lines if " " in line)
 
@@ -111,6 +117,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.steps < 2 and not args.no_generate:
         print("--steps must be at least 2 (the first token ends the prefill)", file=sys.stderr)
+        return 2
+    if args.verilog is not None and not args.verilog.is_file():
+        print(f"--verilog: no file {args.verilog}", file=sys.stderr)
         return 2
     if args.flat:
         os.environ["HIERARCHICAL"] = "0"    # read by chipotle.sim.flow.run_cocotb
