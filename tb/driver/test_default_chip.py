@@ -4,10 +4,11 @@ model, the RTL reproduces the float reference's text exactly as far as the golde
 the test prints that length (measured, not asserted: it is the golden model's property,
 checked in ``tb/sw/test_golden.py``).
 
-Slow (the 4 x 4 chip's first Verilator build takes about 30 minutes, then about 1.4 million
-cycles of simulation), so it is marked ``slow``, which ``tb/conftest.py`` deselects unless
-``-m`` names it; run it with ``make test-default`` (``TEST_STEPS=`` tokens, default 120).
-Measured: 40 min 44 s in all on 2 shared cores (``docs/performance.md``)."""
+Slow (the 4 x 4 chip's first hierarchical Verilator build takes about 4 minutes, then about
+1.6 million cycles of simulation), so it is marked ``slow``, which ``tb/conftest.py`` deselects
+unless ``-m`` names it; run it with ``make test-default`` (``TEST_STEPS=`` tokens, default 120).
+Measured: 6 min 51 s in all from a cold build cache at a5723e2 (``docs/performance.md``; it was
+40 min 44 s with the flat build)."""
 
 from __future__ import annotations
 
