@@ -669,6 +669,33 @@ async def overlap(dut):
 
 
 
+async def _check_unit_pairs(tb, image, cases, label):
+    """Run each (name, head, tail, code, overlaps) case of `cases` on the RTL against the ISA
+    simulator; where `overlaps` is not None, also run head and tail alone and assert that the
+    pair ran under serial time exactly when the units overlap (and the config overlaps)."""
+    alone = {}
+
+    async def cycles(name, text):
+        if text not in alone:
+            alone[text] = (await tb.check_program(name, text + "\nhalt", image,
+                                                  expect=ErrorCode.NONE))["rtl_cycles"]
+        return alone[text]
+
+    for name, head, tail, code, overlaps in cases:
+        both = await tb.check_program(f"{label}: {name}", f"{head}\n{tail}\nhalt", image,
+                                      expect=code)
+        if overlaps is None:
+            continue
+        h = await cycles(f"{label}: {name} (head alone)", head)
+        t = await cycles(f"{label}: {name} (tail alone)", tail)
+        serial = h + t - 1                      # one halt
+        ran_under = both["rtl_cycles"] < serial - min(h, t) // 2
+        tb.log.info("%s: %d cycles, serially %d (%d + %d)", name, both["rtl_cycles"], serial,
+                    h, t)
+        assert ran_under == (overlaps and CFG.overlap), \
+            f"{name}: {both['rtl_cycles']} cycles, serially {serial} (overlap {CFG.overlap})"
+
+
 def _unit_cases(a):
     """(name, head, tail, expect, overlaps) of the general policy: `tail` after `head`, the
     error expected and whether they must overlap (None: not timed; timed heads and tails
@@ -753,27 +780,7 @@ async def overlap_units(dut):
     vn = min(512, (SIZE - G) // 6 // W * W)
     assert vn >= 128, vn
     a.update(G=G, vn=vn, line=line)
-    alone = {}
-
-    async def cycles(name, text):
-        if text not in alone:
-            alone[text] = (await tb.check_program(name, text + "\nhalt", image,
-                                                  expect=ErrorCode.NONE))["rtl_cycles"]
-        return alone[text]
-
-    for name, head, tail, code, overlaps in _unit_cases(a):
-        both = await tb.check_program(f"units: {name}", f"{head}\n{tail}\nhalt", image,
-                                      expect=code)
-        if overlaps is None:
-            continue
-        h = await cycles(f"units: {name} (head alone)", head)
-        t = await cycles(f"units: {name} (tail alone)", tail)
-        serial = h + t - 1                      # one halt
-        ran_under = both["rtl_cycles"] < serial - min(h, t) // 2
-        tb.log.info("%s: %d cycles, serially %d (%d + %d)", name, both["rtl_cycles"], serial,
-                    h, t)
-        assert ran_under == (overlaps and CFG.overlap), \
-            f"{name}: {both['rtl_cycles']} cycles, serially {serial} (overlap {CFG.overlap})"
+    await _check_unit_pairs(tb, image, _unit_cases(a), "units")
     # two faults in flight: the first in program order wins, whichever unit it is on
     line, image, a = _overlap_matmul(tb, arith=True)
     F, e = a["F"], 2 * vn
@@ -864,26 +871,6 @@ async def overlap_kv(dut):
         for p in range(L.max_pos):
             k = W * L.k_row(0, h, p)
             image[k:k + 4] = np.array([7, 1], "<i2").view(np.uint8)
-    alone = {}
-
-    async def cycles(name, text):
-        if text not in alone:
-            alone[text] = (await tb.check_program(name, text + "\nhalt", image,
-                                                  expect=ErrorCode.NONE))["rtl_cycles"]
-        return alone[text]
-
-    for name, head, tail, code, overlaps in _kv_unit_cases(a):
-        both = await tb.check_program(f"kv units: {name}", f"{head}\n{tail}\nhalt", image,
-                                      expect=code)
-        if overlaps is None:
-            continue
-        h = await cycles(f"kv units: {name} (head alone)", head)
-        t = await cycles(f"kv units: {name} (tail alone)", tail)
-        serial = h + t - 1                      # one halt
-        ran_under = both["rtl_cycles"] < serial - min(h, t) // 2
-        tb.log.info("%s: %d cycles, serially %d (%d + %d)", name, both["rtl_cycles"], serial,
-                    h, t)
-        assert ran_under == (overlaps and CFG.overlap), \
-            f"{name}: {both['rtl_cycles']} cycles, serially {serial} (overlap {CFG.overlap})"
+    await _check_unit_pairs(tb, image, _kv_unit_cases(a), "kv units")
     await tb.set_kv_layout(None)
     _dump(tb)
