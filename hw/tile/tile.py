@@ -19,6 +19,7 @@ from amaranth import *  # house style (STYLE.md)
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out, connect, flipped
 
+from ..stream_util import SkidBuffer
 from .controller import N_PERF, Controller, PerfIndex, Status
 from .datapath import TileConfig, mux_matrix_commands
 from .kvstore import KvParams, KvStore
@@ -242,8 +243,17 @@ class Tile(wiring.Component):
         m = Module()
         m.submodules.core = core = TileCore(self._config)
         m.submodules.netif = ni = NetworkInterface(self._netif_config)
-        connect(m, flipped(self.i_noc), ni.i_noc)
-        connect(m, ni.o_noc, flipped(self.o_noc))
+        # Registered NoC boundary: a skid buffer each way, so no path from the router's
+        # outputs (flit valid/payload, local-port ready) reaches the network interface, the
+        # SRAM arbiter or the units combinationally (FPGA timing; Verilator evaluates the
+        # hierarchical tile only on its clock).  Full throughput, 1 cycle of latency each way.
+        flit = self._config.noc.flit_layout
+        m.submodules.rx_skid = rx = SkidBuffer(flit)
+        m.submodules.tx_skid = tx = SkidBuffer(flit)
+        connect(m, flipped(self.i_noc), rx.i)
+        connect(m, rx.o, ni.i_noc)
+        connect(m, ni.o_noc, tx.i)
+        connect(m, tx.o, flipped(self.o_noc))
         connect(m, ni.sram, core.sram)
         connect(m, ni.o_imem, core.i_imem)
         connect(m, ni.o_start, core.i_start)
