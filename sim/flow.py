@@ -245,6 +245,51 @@ def _parse_results(sim: str, path: Path) -> CocotbRun:
     return run
 
 
+@contextlib.contextmanager
+def _build_progress(log: Path, what: str, every: float = 30.0):
+    """Send a simulator build's output to `log` and report progress on stderr instead.
+
+    Prints one line when the build starts, one every `every` seconds (elapsed time and the
+    C++ files compiled so far, counted in `log`), and one at the end; if the build fails,
+    the last 40 lines of `log` and its path, then the error propagates.
+    """
+    import threading
+
+    t0 = time.perf_counter()
+    print(f"chipotle.sim.flow: {what} (compiler output in {log})", file=sys.stderr, flush=True)
+    stop = threading.Event()
+
+    def beat():
+        while not stop.wait(every):
+            try:
+                n = sum(1 for line in log.read_text(errors="replace").splitlines()
+                        if line.startswith(("c++ ", "g++ ", "clang++ ")))
+            except OSError:
+                n = 0
+            done = f", {n} C++ file(s) compiled so far" if n else ""
+            print(f"chipotle.sim.flow: {what}: {time.perf_counter() - t0:.0f} s{done}",
+                  file=sys.stderr, flush=True)
+
+    thread = threading.Thread(target=beat, daemon=True)
+    thread.start()
+    try:
+        yield
+    except BaseException:
+        stop.set()
+        try:
+            tail = log.read_text(errors="replace").splitlines()[-40:]
+        except OSError:
+            tail = []
+        print("\n".join([f"chipotle.sim.flow: {what} FAILED; last lines of {log}:", *tail]),
+              file=sys.stderr, flush=True)
+        raise
+    finally:
+        stop.set()
+        thread.join()
+    print(f"chipotle.sim.flow: {what} done in {time.perf_counter() - t0:.0f} s",
+          file=sys.stderr, flush=True)
+
+
 def run_cocotb(
     *,
     sim: str,
@@ -393,15 +438,20 @@ def run_cocotb(
             # a cache hit keep that bookkeeping but skip the compile commands.
             runner._build_command = lambda: []
         t_build = time.perf_counter()
-        runner.build(
-            sources=[src],
-            hdl_toplevel=toplevel,
-            build_args=build_args,
-            build_dir=build_dir,
-            waves=bool(waves) and sim == "verilator",
-            timescale=("1ns", "1ps"),
-            always=True,
-        )
+        log = build_dir / "build.log"
+        with contextlib.ExitStack() as stack:
+            if not cached:
+                stack.enter_context(_build_progress(log, f"{sim} build of {toplevel}"))
+            runner.build(
+                sources=[src],
+                hdl_toplevel=toplevel,
+                build_args=build_args,
+                build_dir=build_dir,
+                waves=bool(waves) and sim == "verilator",
+                timescale=("1ns", "1ps"),
+                always=True,
+                log_file=None if cached else log,
+            )
         if not cached:
             mode = f"hierarchical {' '.join(blocks)}" if blocks else "flat"
             stamp.write_text(f"ok\nbuild_seconds {time.perf_counter() - t_build:.1f}\n"

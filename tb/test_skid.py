@@ -36,3 +36,27 @@ def test_waves_dump(sim):
     )
     # 420 ns of a small design: a few hundred bytes of FST, tens of kilobytes of VCD.
     assert dump.is_file() and dump.stat().st_size > 500, dump
+
+
+@pytest.mark.rtl
+def test_build_output_goes_to_the_log(sim, capfd, tmp_path, monkeypatch):
+    """A fresh build writes the compiler's output to ``build.log`` and only progress lines to
+    stderr; a failing build prints the log's last lines and raises."""
+    monkeypatch.setenv("CHIPOTLE_BUILD_DIR", str(tmp_path))
+    verilog = generate_verilog(SkidBuffer(8), name="skid_buffer_log")
+    run = run_cocotb(sim=sim, verilog=verilog, toplevel="skid_buffer_log",
+                     test_module="cocotb_skid", test_dir=TB, testcase="full_throughput",
+                     extra_env={"SKID_WIDTH": "8"})
+    err = capfd.readouterr().err
+    assert f"{sim} build of skid_buffer_log" in err and "done in" in err
+    log = run.build_dir / "build.log"
+    assert log.is_file()              # iverilog prints nothing when all is well
+    if sim == "verilator":
+        assert "Verilator: Built from" in log.read_text() and "Built from" not in err
+    broken = verilog.replace("endmodule", "this is not verilog;\nendmodule", 1)
+    with pytest.raises(RuntimeError):
+        run_cocotb(sim=sim, verilog=broken, toplevel="skid_buffer_log",
+                   test_module="cocotb_skid", test_dir=TB, testcase="full_throughput",
+                   extra_env={"SKID_WIDTH": "8"})
+    err = capfd.readouterr().err
+    assert "FAILED; last lines of" in err and "build.log" in err
