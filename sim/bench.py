@@ -160,6 +160,7 @@ def figures(compiled, prompt_len: int, result: dict) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark (``python -m chipotle.sim.bench --help``)."""
+    from chipotle.cli import clock_mhz
     from chipotle.compiler import FitError, compile_model
     from chipotle.config import ChipConfig
     from chipotle.model import CheckpointError, load_checkpoint
@@ -177,7 +178,8 @@ def main(argv: list[str] | None = None) -> int:
                     "(figures are those of the first; default 1)")
     ap.add_argument("--context", type=int, default=None, help="positions to compile for "
                     "(default: the compiler's)")
-    ap.add_argument("--clock-mhz", type=float, default=100.0)
+    ap.add_argument("--clock-mhz", type=clock_mhz, default=100.0,
+                    help="assumed clock of the tokens/s figures (default: %(default)s)")
     ap.add_argument("--model", type=Path, default=None)
     ap.add_argument("--json", type=Path, default=None, help="also write the figures here")
     args = ap.parse_args(argv)

@@ -30,6 +30,26 @@ __all__ = ["main", "build_parser"]
 EXIT_USAGE = 2
 
 
+def clock_mhz(text: str) -> float:
+    """argparse type of ``--clock-mhz``: a positive, finite clock frequency in MHz.
+
+    Raises
+    ------
+    argparse.ArgumentTypeError
+        If `text` is not a number, or is zero, negative, NaN or infinite.
+    """
+    import argparse
+    import math
+
+    try:
+        f = float(text)
+    except ValueError:
+        f = math.nan
+    if not (math.isfinite(f) and f > 0):
+        raise argparse.ArgumentTypeError(f"must be a positive clock frequency in MHz, not {text!r}")
+    return f
+
+
 class UsageError(Exception):
     """A problem the user can fix (reported without a traceback, exit code 2)."""
 
@@ -74,9 +94,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="how the compiler maps the model on the mesh (docs/architecture.md): "
                         "a pipeline of stages, or every layer split over all tiles (tensor) "
                         "(default: %(default)s)")
-    g.add_argument("--clock-mhz", type=float, default=100.0, metavar="F",
-                   help="clock frequency for the tokens/s figure of the chip backends "
-                        "(default: %(default)s)")
+    g.add_argument("--clock-mhz", type=clock_mhz, default=100.0, metavar="F",
+                   help="assumed clock frequency for the tokens/s figure of the chip backends "
+                        "(default: %(default)s; docs/fpga.md gives the measured Fmax)")
     g.add_argument("--backdoor-load", action="store_true",
                    help="verilator, icarus: write the SRAM images straight into the simulated "
                         "memories instead of through the host link (faster)")
@@ -153,12 +173,18 @@ def _generate(args, out, err) -> int:
     stop = done.reason.value
     if done.reason is StopReason.STEPS:
         stop += f" ({args.steps})"
-    err.write(f"[{args.backend}] {done.generated} tokens generated, {done.prompt_tokens} prompt "
-              f"tokens (BOS included), stopped by {stop}; {done.positions} positions in "
+    err.write(f"[{args.backend}] {_count(done.generated, 'token')} generated, "
+              f"{_count(done.prompt_tokens, 'prompt token')} (BOS included), stopped by {stop}; "
+              f"{done.positions} positions in "
               f"{done.seconds:.3f} s wall, {done.tokens_per_second:.1f} tok/s; "
               f"{_sampling(args, sampler.seed)}\n")
     err.flush()
     return 0
+
+
+def _count(n: int, noun: str) -> str:
+    """Return ``"1 token"`` / ``"2 tokens"``."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 def _sampling(args, seed: int) -> str:
@@ -192,7 +218,8 @@ def _chip_summary(args, g: dict, compiled, config) -> str:
         lines.append(f"decode roofline efficiency: {100 * ideal / cyc:.1f}% (weight + KV bytes "
                      f"over {config.sram_read_bytes_per_cycle} B/cycle, over measured cycles)")
         tps = args.clock_mhz * 1e6 / g["decode_cycles_per_token"]
-        lines.append(f"decode: {tps:,.0f} tokens/s at {args.clock_mhz:g} MHz")
+        lines.append(f"decode: {tps:,.0f} tokens/s at an assumed {args.clock_mhz:g} MHz clock "
+                     f"(--clock-mhz)")
     if args.backend == "isasim":
         lines.append("(isasim cycles are the ISA simulator's estimate, not a measurement; the "
                      "RTL is the authority and takes more: docs/performance.md compares them)")
@@ -273,8 +300,9 @@ def _generate_chip(args, checkpoint, tokenizer, model_path, tok_path, out, err) 
     stop = g["stop_reason"]
     if stop == StopReason.STEPS.value:
         stop += f" ({args.steps})"
-    err.write(f"[{args.backend}] {g['generated']} tokens generated, {g['prompt_tokens']} prompt "
-              f"tokens (BOS included), stopped by {stop}; {seconds:.1f} s wall; "
+    err.write(f"[{args.backend}] {_count(g['generated'], 'token')} generated, "
+              f"{_count(g['prompt_tokens'], 'prompt token')} (BOS included), stopped by {stop}; "
+              f"{seconds:.1f} s of simulation wall time (build and weight load not included); "
               f"{_sampling(args, g['seed'])}\n")
     err.write(_chip_summary(args, g, compiled, config) + "\n")
     err.flush()

@@ -61,6 +61,8 @@ def test_mismatch_is_reported():
 
 def test_bad_arguments_are_usage_errors(capsys):
     for argv in (["--prompts", "0"], ["--prompts", "a,b"], ["--prompts", "1,,9"], ["--prompts", ""],
+                 ["--clock-mhz", "0"], ["--clock-mhz", "-5"], ["--clock-mhz", "nan"],
+                 ["--clock-mhz", "inf"],
                  ["--decode-steps", "0"],
                  ["--config", "mesh=banana"]):
         with pytest.raises(SystemExit) as e:

@@ -23,7 +23,7 @@ def test_reference_greedy(capsys, model_paths):
     assert code == 0
     assert out.startswith("Once upon a time, there was a little girl named Lily.")
     assert out.endswith("\n")
-    assert err.startswith("[reference] 20 tokens generated, 1 prompt tokens (BOS included), "
+    assert err.startswith("[reference] 20 tokens generated, 1 prompt token (BOS included), "
                           "stopped by steps (20); 20 positions in ")
     assert "tok/s" in err
 
@@ -107,6 +107,11 @@ def test_bad_options(capsys, tiny):
     with pytest.raises(SystemExit) as e:
         cli.main(["generate", "--backend", "abacus"])
     assert e.value.code == 2
+    for bad in ("0", "-5", "nan", "inf", "fast"):
+        with pytest.raises(SystemExit) as e:
+            cli.main(["generate", *tiny, "--clock-mhz", bad])
+        assert e.value.code == 2
+        assert "must be a positive clock frequency in MHz" in capsys.readouterr().err
 
 
 def test_unavailable_backend(capsys, tiny, monkeypatch):
