@@ -129,7 +129,8 @@ def encode_prompt(tokenizer: Tokenizer, prompt: str | bytes, context_length: int
     ids = tokenizer.encode(prompt, bos=True, eos=False)
     if len(ids) > context_length:
         raise PromptTooLongError(f"the prompt is {len(ids)} tokens (BOS included), longer than "
-                                 f"the model's context length of {context_length} positions")
+                                 f"the context length of {context_length} positions (the "
+                                 f"model's seq_len, or the --context compiled for)")
     return ids
 
 

@@ -949,7 +949,8 @@ class IsaSim:
         if (L is None or slot >> 16 or layer >= L.n_layers or head >= L.n_kv_heads
                 or not 1 <= N <= t.kv_capacity):
             raise _Fault(ErrorCode.KV_RANGE,
-                         f"KVQK of (layer {layer}, head {head}) over positions 0..{N - 1} is "
+                         f"KVQK of (layer {layer}, head {head}) over "
+                         f"{f'positions 0..{N - 1}' if N else 'no positions (n = 0)'} is "
                          f"outside the KV layout ({'none set' if L is None else L}, capacity "
                          f"{t.kv_capacity})")
         return W * L.k_row(layer, head, 0)

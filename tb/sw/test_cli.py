@@ -95,7 +95,7 @@ def test_malformed_checkpoint(capsys, tmp_path, tiny):
 def test_prompt_longer_than_context(capsys, tiny):
     code, out, err = run(capsys, *tiny, "--prompt", "b" * 10)
     assert code == 2 and out == ""
-    assert "the prompt is 12 tokens (BOS included), longer than the model's context length of 8" \
+    assert "the prompt is 12 tokens (BOS included), longer than the context length of 8" \
         in err
 
 
