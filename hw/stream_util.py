@@ -7,6 +7,7 @@ SkidBuffer
     paths and still sustains one transfer per cycle.
 """
 
+# ruff: noqa: F403, F405  (names come from `from amaranth import *`)
 from amaranth import *
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out

@@ -124,7 +124,8 @@ class HostScoreboard(Scoreboard):
             raise AssertionError(f"unexpected packet at the host: {pkt.describe(NOC)}")
         want = queue.popleft()
         if pkt != want:
-            diff = [i for i, (a, b) in enumerate(zip(pkt.payload, want.payload)) if a != b]
+            pairs = zip(pkt.payload, want.payload, strict=False)
+            diff = [i for i, (a, b) in enumerate(pairs) if a != b]
             raise AssertionError(
                 f"packet from {src} at cycle {cycle()}: got {pkt.describe(NOC)}, expected "
                 f"{want.describe(NOC)}; payload differs at words {diff[:8]}")
@@ -212,8 +213,8 @@ class NetifBench:
                       counter=0, code=0, timeout=20_000) -> ErrorCode:
         """Issue a command on tile ``xy``'s ``i_cmd``; return the completion's error."""
         fields = {"op": op, "src": src, "dst": dst, "length": length,
-                  "rect": dict(zip(("x0", "x1", "y0", "y1"), rect)), "counter": counter,
-                  "code": code}
+                  "rect": dict(zip(("x0", "x1", "y0", "y1"), rect, strict=True)),
+                  "counter": counter, "code": code}
         if op == NetOp.DONE:
             # Expected before it is issued: the doorbell may beat the completion back.
             head = Head.unicast(PacketType.CONTROL, HOST, xy, addr=Reg.DOORBELL, length=1,
@@ -409,7 +410,6 @@ def _isasim(tb) -> IsaSim:
 async def send_and_wait(dut):
     """SEND unicast and multicast from one tile to others, WAITs, against chipotle.isasim."""
     tb = await _bench(dut)
-    rng = tb.rng
     sender = (0, 0)
     for xy in TILES:
         tb.fill(xy)

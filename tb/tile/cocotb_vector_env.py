@@ -30,7 +30,9 @@ import random
 from dataclasses import dataclass, field
 
 import numpy as np
-from amaranth import *  # noqa: F403
+
+# ruff: noqa: F403, F405  (names come from `from amaranth import *`)
+from amaranth import *
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out, connect, flipped
 

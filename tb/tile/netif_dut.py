@@ -100,9 +100,10 @@ class NetifMesh(wiring.Component):
     ``noc_errors``.
     """
 
-    def __init__(self, width: int, height: int, *, noc: NocConfig = NocConfig(),
+    def __init__(self, width: int, height: int, *, noc: NocConfig | None = None,
                  sram_bytes: int = 2048, imem_words: int = 64, n_counters: int = 4,
                  counter_width: int = 8, n_perf: int = 2, sram_banks: int = 2):
+        noc = NocConfig() if noc is None else noc
         self._size = (width, height)
         self._banks = sram_banks
         self._cfgs = [NetifConfig(x=x, y=y, width=width, height=height, noc=noc,
