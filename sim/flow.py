@@ -173,8 +173,11 @@ def hier_blocks(verilog: str) -> list[str]:
     return names
 
 
-def _hierarchical_default() -> bool:
-    return os.environ.get("HIERARCHICAL", "1") not in ("0", "false", "no")
+def _env_flag(name: str, default: bool) -> bool:
+    """Return the boolean environment variable `name` (``0``, ``false`` or ``no``: False),
+    or `default` when it is unset or empty."""
+    value = os.environ.get(name, "")
+    return default if value == "" else value not in ("0", "false", "no")
 
 
 @contextlib.contextmanager
@@ -376,9 +379,9 @@ def run_cocotb(
         raise ValueError(f"`threads` must be at least 1, not {threads}")
     toolchain.check_simulator(sim)
     if waves is None:
-        waves = os.environ.get("WAVES", "0") not in ("", "0", "false", "no")
+        waves = _env_flag("WAVES", False)
     if hierarchical is None:
-        hierarchical = _hierarchical_default()
+        hierarchical = _env_flag("HIERARCHICAL", True)
     flat_because, blocks = None, []
     if sim == "verilator":
         blocks = hier_blocks(verilog) if hierarchical else []

@@ -511,6 +511,19 @@ class Controller(wiring.Component):
             else:
                 m.next = "Error"
 
+        def kv_refused():
+            # The KV store's verdict on a KVAPP or a KVQK: a bad slot or position is the
+            # program's KV_RANGE; BAD_OP, SRC_RANGE and SRAM cannot reach the store (the
+            # controller checks the op and the sources first) and map to ILLEGAL /
+            # SRAM_RANGE should they ever.
+            with m.Switch(self.kv_error_code):
+                with m.Case(KvError.BAD_HEAD, KvError.POS_RANGE):
+                    fail(ErrorCode.KV_RANGE)
+                with m.Case(KvError.BAD_OP):
+                    fail(ErrorCode.ILLEGAL)
+                with m.Default():
+                    fail(ErrorCode.SRAM_RANGE)
+
         pc1 = (pc + 1)[:pcw]
 
         # ---- operand checks ---------------------------------------------------------------------
@@ -863,13 +876,7 @@ class Controller(wiring.Component):
                 # in the background under the KV scoreboard entry; else once it is done.
                 m.d.comb += st.eq(ControllerState.RUNNING)
                 with m.If(self.kv_error):
-                    with m.Switch(self.kv_error_code):
-                        with m.Case(KvError.BAD_HEAD, KvError.POS_RANGE):
-                            fail(ErrorCode.KV_RANGE)
-                        with m.Case(KvError.BAD_OP):
-                            fail(ErrorCode.ILLEGAL)
-                        with m.Default():       # SRC_RANGE, SRAM: checked above
-                            fail(ErrorCode.SRAM_RANGE)
+                    kv_refused()
                 with m.Elif(self.kv_running if ov else ~self.kv_busy):
                     if ov:
                         m.d.sync += kq_busy.eq(1)
@@ -962,11 +969,7 @@ class Controller(wiring.Component):
                 # taken (the store is idle again).
                 m.d.comb += [st.eq(ControllerState.RUNNING), self.matrix_active.eq(1)]
                 with m.If(self.kv_error):
-                    with m.Switch(self.kv_error_code):
-                        with m.Case(KvError.BAD_HEAD, KvError.POS_RANGE):
-                            fail(ErrorCode.KV_RANGE)
-                        with m.Default():       # BAD_OP, SRC_RANGE, SRAM: cannot happen
-                            fail(ErrorCode.ILLEGAL)
+                    kv_refused()
                 with m.Else():
                     job = self.o_mjob.payload
                     m.d.comb += [
