@@ -607,17 +607,16 @@ class IsaSim:
             return send_footprint(d, a, n)
         if i.op == Opcode.TABLE:
             return table_footprint(a, i.c)
-        if i.op == Opcode.KVAPP:
-            L = t.kv_layout
-            return kvapp_footprint(a, b, None if L is None else (W * L.base, W * L.end), W,
-                                   0 if L is None else L.head_size)
         if i.op.value >> 4 in (1, 2):
             return vector_footprint(i.op, d, a, b, n, i.c, i.imm, W)
-        if i.op == Opcode.KVQK:
+        if i.op in (Opcode.KVAPP, Opcode.KVQK):
+            # the KV map's bytes and head size (none without a layout)
             L = t.kv_layout
             kv_map = None if L is None else (W * L.base, W * L.end)
-            k = 0 if L is None else L.head_size
-            return matrix_footprint(i.op, d, a, b, n, i.c, i.m, k, i.td, W, kv_map)
+            head_size = 0 if L is None else L.head_size
+            if i.op == Opcode.KVAPP:
+                return kvapp_footprint(a, b, kv_map, W, head_size)
+            return matrix_footprint(i.op, d, a, b, n, i.c, i.m, head_size, i.td, W, kv_map)
         return matrix_footprint(i.op, d, a, b, n, i.c, i.m, i.imm, i.td, W)
 
     def _first_fault(self, t: Tile) -> _InFlight | None:
