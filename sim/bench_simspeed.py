@@ -72,7 +72,8 @@ def build_record(build_dir: str | Path) -> dict[str, str]:
 def _build_line(result: dict) -> str:
     rec = build_record(result["build_dir"])
     secs = rec.get("build_seconds", "?")
-    return f"build: {rec.get('build', 'unknown kind')}, {secs} s (C++ compile included; " \
+    pgo = ", profile-guided (PGO=1; training run included)" if rec.get("pgo") == "yes" else ""
+    return f"build: {rec.get('build', 'unknown kind')}{pgo}, {secs} s (C++ compile included; " \
            f"cached in {result['build_dir']})"
 
 

@@ -127,6 +127,21 @@ def _environ(**values: str):
                 os.environ[k] = v
 
 
+def _make_vars(**values: str):
+    """Context manager: pass ``values`` to every ``make`` the runner starts, as command-line
+    variables through ``$MAKEFLAGS`` (spaces escaped, as make itself writes them)."""
+    flags = " ".join(f"{k}={v.replace(' ', chr(92) + ' ')}" for k, v in values.items())
+    return _environ(MAKEFLAGS=(os.environ.get("MAKEFLAGS", "") + " " + flags).strip())
+
+
+# GCC profile-guided optimisation of the Verilated model (`run_cocotb`'s ``pgo_train``):
+# instrument, train, rebuild from the profile.  ``-fprofile-partial-training`` keeps the
+# code the training run did not reach optimised as without a profile.
+PGO_GENERATE = {"CXXFLAGS": "-fprofile-generate -fprofile-update=prefer-atomic",
+                "USER_LDFLAGS": "-fprofile-generate"}
+PGO_USE = {"CXXFLAGS": "-fprofile-use -fprofile-partial-training -Wno-missing-profile"}
+
+
 def _with_icarus_dump(verilog: str, toplevel: str, path: Path) -> str:
     """Return ``verilog`` with a Verilog-2005 ``$dumpvars`` block in module ``toplevel``.
 
@@ -293,6 +308,38 @@ def _build_progress(log: Path, what: str, every: float = 30.0):
           file=sys.stderr, flush=True)
 
 
+def _run_tests(runner, sim: str, toplevel: str, test_module: str, test_dir, build_dir: Path,
+               testcase, extra_env: Mapping[str, str] | None, waves: bool, seed: int | None,
+               tag: str = "") -> CocotbRun:
+    """Run ``test_module``'s cocotb tests on the build in ``build_dir``; return the results."""
+    # Each run gets its own results file so parallel workers do not collide.
+    what = repr((test_module, testcase, sorted((extra_env or {}).items())))
+    tag = f"{tag}{os.getpid()}-{hashlib.sha256(what.encode()).hexdigest()[:8]}"
+    results = build_dir / f"results-{tag}.xml"
+    env = {"PYTHONPATH": os.pathsep.join([str(test_dir or "."), *sys.path])}
+    env.update(extra_env or {})
+    try:
+        with _environ(WAVES="1" if waves else "0"):
+            runner.test(
+                hdl_toplevel=toplevel,
+                test_module=test_module,
+                test_dir=build_dir,
+                build_dir=build_dir,
+                testcase=testcase,
+                extra_env=env,
+                waves=bool(waves),
+                seed=seed,
+                results_xml=str(results),
+                timescale=("1ns", "1ps") if sim == "verilator" else None,
+            )
+    except SystemExit:
+        # Under pytest the runner exits on a failed cocotb test; report the failures from
+        # the results file instead, with their messages.
+        if not results.exists():
+            raise
+    return _parse_results(sim, results)
+
+
 def run_cocotb(
     *,
     sim: str,
@@ -309,6 +356,7 @@ def run_cocotb(
     public: bool = True,
     threads: int = 1,
     hierarchical: bool | None = None,
+    pgo_train: Mapping[str, str] | None = None,
 ) -> CocotbRun:
     """Build (cached) and run cocotb tests of a Verilog design.
 
@@ -360,6 +408,15 @@ def run_cocotb(
         Verilator can neither trace nor reach through VPI the signals inside a hierarchy
         block: with ``public`` or ``waves`` the build is flat, and says so on stderr when
         it builds.  A design without marked modules is always built flat.
+    pgo_train : mapping, optional
+        Verilator only: build the model with GCC profile-guided optimisation, trained by a
+        run of ``test_module`` with this extra environment (instead of ``extra_env``): the
+        model is compiled instrumented (``-fprofile-generate``), the training run writes
+        its ``.gcda`` profile into the build folder, and the model is compiled again with
+        ``-fprofile-use``.  The build costs two compiles and the training run; the
+        simulation is about 20 % faster (``docs/performance.md``).  Behaviour does not
+        change: the profile only steers GCC's code layout, inlining and branch
+        decisions.  Cached apart from the plain build.  Ignored under Icarus.
 
     Returns
     -------
@@ -372,6 +429,9 @@ def run_cocotb(
     ValueError
         If ``threads`` is below 1, or (Verilator) a ``hier_block`` metacomment of `verilog`
         is outside a module.
+    AssertionError
+        If the ``pgo_train`` run failed (the build is not stamped, so the next run
+        rebuilds).
     """
     from cocotb_tools.runner import get_runner
 
@@ -405,11 +465,12 @@ def run_cocotb(
         session = contextlib.nullcontext()
         build_args = toolchain.icarus_build_args()
         cxx_opt = ""
+        pgo_train = None
     if sim != "verilator" or public:
         port_config = ""
 
     key = "\0".join([sim, toplevel, verilog, " ".join(build_args), str(bool(waves)), cxx_opt,
-                     port_config])
+                     port_config] + (["pgo"] if pgo_train is not None else []))
     key = hashlib.sha256(key.encode()).hexdigest()[:16]
     build_dir = build_root() / sim / f"{toplevel}-{key}"
     src = build_dir / f"{toplevel}.v"
@@ -442,50 +503,49 @@ def run_cocotb(
             runner._build_command = lambda: []
         t_build = time.perf_counter()
         log = build_dir / "build.log"
-        with contextlib.ExitStack() as stack:
-            if not cached:
-                stack.enter_context(_build_progress(log, f"{sim} build of {toplevel}"))
-            runner.build(
-                sources=[src],
-                hdl_toplevel=toplevel,
-                build_args=build_args,
-                build_dir=build_dir,
-                waves=bool(waves) and sim == "verilator",
-                timescale=("1ns", "1ps"),
-                always=True,
-                log_file=None if cached else log,
-            )
+
+        def build(what: str = "", make_vars: Mapping[str, str] | None = None,
+                  log: Path = log) -> None:
+            with contextlib.ExitStack() as stack:
+                if not cached:
+                    stack.enter_context(_build_progress(log, f"{sim} {what}build of {toplevel}"))
+                stack.enter_context(_make_vars(**(make_vars or {})))
+                runner.build(
+                    sources=[src],
+                    hdl_toplevel=toplevel,
+                    build_args=build_args,
+                    build_dir=build_dir,
+                    waves=bool(waves) and sim == "verilator",
+                    timescale=("1ns", "1ps"),
+                    always=True,
+                    log_file=None if cached else log,
+                )
+
+        if cached or pgo_train is None:
+            build()
+        else:
+            for stale in build_dir.rglob("*.gcda"):    # a profile of an interrupted build
+                stale.unlink()
+            build("instrumented (profile-guided, 1 of 2) ", PGO_GENERATE,
+                  build_dir / "build-instrumented.log")
+            t_train = time.perf_counter()
+            print(f"chipotle.sim.flow: profile-guided build of {toplevel}: training run",
+                  file=sys.stderr, flush=True)
+            _run_tests(runner, sim, toplevel, test_module, test_dir, build_dir, testcase,
+                       pgo_train, waves, seed, tag="pgo-train").raise_on_failure()
+            print(f"chipotle.sim.flow: training run done in "
+                  f"{time.perf_counter() - t_train:.0f} s", file=sys.stderr, flush=True)
+            for obj in [*build_dir.rglob("*.o"), *build_dir.rglob("*.a")]:
+                obj.unlink()                              # make would keep them: same sources
+            build("profile-guided (2 of 2) ", PGO_USE)
         if not cached:
             mode = f"hierarchical {' '.join(blocks)}" if blocks else "flat"
+            pgo = "" if pgo_train is None else "pgo yes\n"
             stamp.write_text(f"ok\nbuild_seconds {time.perf_counter() - t_build:.1f}\n"
-                             f"build {mode}\n")
+                             f"build {mode}\n{pgo}")
 
-    # Each run gets its own results file so parallel workers do not collide.
-    what = repr((test_module, testcase, sorted((extra_env or {}).items())))
-    tag = f"{os.getpid()}-{hashlib.sha256(what.encode()).hexdigest()[:8]}"
-    results = build_dir / f"results-{tag}.xml"
-    env = {"PYTHONPATH": os.pathsep.join([str(test_dir or "."), *sys.path])}
-    env.update(extra_env or {})
-    try:
-        with _environ(WAVES="1" if waves else "0"):
-            runner.test(
-                hdl_toplevel=toplevel,
-                test_module=test_module,
-                test_dir=build_dir,
-                build_dir=build_dir,
-                testcase=testcase,
-                extra_env=env,
-                waves=bool(waves),
-                seed=seed,
-                results_xml=str(results),
-                timescale=("1ns", "1ps") if sim == "verilator" else None,
-            )
-    except SystemExit:
-        # Under pytest the runner exits on a failed cocotb test; report the failures from
-        # the results file instead, with their messages.
-        if not results.exists():
-            raise
-    run = _parse_results(sim, results)
+    run = _run_tests(runner, sim, toplevel, test_module, test_dir, build_dir, testcase,
+                     extra_env, waves, seed)
     if check:
         run.raise_on_failure()
     return run

@@ -242,6 +242,10 @@ def _generate_chip(args, checkpoint, tokenizer, model_path, tok_path, out, err) 
         config = ChipConfig.from_string(args.config)
     except ValueError as e:
         raise UsageError(f"--config: {e}") from None
+    try:   # before the compile: the context compiled for is at most this
+        encode_prompt(tokenizer, args.prompt, args.context or checkpoint.config.seq_len)
+    except PromptTooLongError as e:
+        raise UsageError(str(e)) from None
     err.write(f"[{args.backend}] compiling {model_path.name} for {config}, "
               f"{args.placement} placement\n")
     err.flush()

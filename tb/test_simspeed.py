@@ -171,3 +171,38 @@ def test_hierarchical_small_chip_is_bit_exact_with_the_golden_model(monkeypatch)
         last = step["pos"] + len(step["tokens"]) - 1
         assert np.array_equal(step["logits"], want[last]), f"logits differ at position {last}"
         assert step["token"] == int(np.argmax(want[last])), f"token differs at position {last}"
+
+
+@pytest.mark.rtl
+def test_profile_guided_build_under_verilator():
+    plain = run_cocotb(sim="verilator", verilog=HIER_TOP, toplevel="hier_top",
+                       test_module="cocotb_hier", test_dir=TB, public=False, hierarchical=True)
+    run = run_cocotb(sim="verilator", verilog=HIER_TOP, toplevel="hier_top",
+                     test_module="cocotb_hier", test_dir=TB, public=False, hierarchical=True,
+                     pgo_train={"CHIPOTLE_PGO_TRAINING": "1"})
+    assert run.passed == ["through_two_blocks"]
+    assert run.build_dir != plain.build_dir, "a profile-guided build is cached apart"
+    assert build_record(run.build_dir)["pgo"] == "yes"
+    assert "pgo" not in build_record(plain.build_dir)
+    # the training run profiled the top level and the hierarchy block's library
+    assert list(run.build_dir.glob("*.gcda"))
+    assert list((run.build_dir / "Vhier_leaf").glob("*.gcda"))
+    assert not list(plain.build_dir.rglob("*.gcda"))
+    # the second build used the profile (GCC's -fprofile-use on every compile)
+    assert "-fprofile-generate" in (run.build_dir / "build-instrumented.log").read_text()
+    assert "-fprofile-use" in (run.build_dir / "build.log").read_text()
+
+
+def test_training_job_is_a_short_greedy_run_of_the_same_model():
+    from chipotle.sim.chiprun import TRAINING_STEPS, Job, training_job
+
+    job = Job(config={"mesh": "2x2"}, model="m.bin", placement="tensor",
+              prompt_tokens=list(range(1, 40)), steps=256, temperature=0.8, stream=True,
+              read_logits=True, step_list=[([1], 0)] * 10, idle_cycles=10**6)
+    t = training_job(job)
+    assert (t.config, t.model, t.placement) == (job.config, job.model, job.placement)
+    assert t.prompt_tokens == job.prompt_tokens[:9] and t.steps == TRAINING_STEPS
+    assert (t.temperature, t.stream, t.read_logits) == (0.0, False, False)
+    assert len(t.step_list) == 4 and t.idle_cycles == 20_000
+    assert training_job(Job(config={}, model=None, steps=2)).steps == 2
+    assert job.steps == 256, "the job itself is left as it was"

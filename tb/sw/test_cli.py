@@ -99,6 +99,15 @@ def test_prompt_longer_than_context(capsys, tiny):
         in err
 
 
+def test_prompt_longer_than_context_is_refused_before_the_compile(capsys, tiny):
+    code, out, err = run(capsys, *tiny, "--backend", "isasim", "--prompt", "b" * 10)
+    assert code == 2 and out == "" and "compiling" not in err
+    assert "the prompt is 12 tokens (BOS included), longer than the context length of 8" in err
+    code, out, err = run(capsys, *tiny, "--backend", "isasim", "--context", "4", "--prompt", "bbb")
+    assert code == 2 and "compiling" not in err
+    assert "the prompt is 5 tokens (BOS included), longer than the context length of 4" in err
+
+
 def test_bad_options(capsys, tiny):
     code, _, err = run(capsys, *tiny, "--temperature", "-1")
     assert code == 2 and "--temperature must be a finite number >= 0, not -1.0" in err
