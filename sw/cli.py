@@ -30,6 +30,25 @@ __all__ = ["main", "build_parser"]
 EXIT_USAGE = 2
 
 
+def positive_int(text: str) -> int:
+    """argparse type of a count that must be at least 1 (``--sim-threads``).
+
+    Raises
+    ------
+    argparse.ArgumentTypeError
+        If `text` is not a whole number of at least 1.
+    """
+    import argparse
+
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, not {text!r}")
+    return n
+
+
 def clock_mhz(text: str) -> float:
     """argparse type of ``--clock-mhz``: a positive, finite clock frequency in MHz.
 
@@ -97,6 +116,11 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--clock-mhz", type=clock_mhz, default=100.0, metavar="F",
                    help="assumed clock frequency for the tokens/s figure of the chip backends "
                         "(default: %(default)s; docs/fpga.md gives the measured Fmax)")
+    g.add_argument("--sim-threads", type=positive_int, default=1, metavar="N",
+                   help="verilator: threads of the simulated model (Verilator --threads; a "
+                        "build of its own).  2 is about a quarter faster when two cores are "
+                        "free, and far slower when other jobs share them "
+                        "(docs/performance.md) (default: %(default)s)")
     g.add_argument("--backdoor-load", action="store_true",
                    help="verilator, icarus: write the SRAM images straight into the simulated "
                         "memories instead of through the host link (faster)")
@@ -298,7 +322,8 @@ def _generate_chip(args, checkpoint, tokenizer, model_path, tok_path, out, err) 
         job = Job(config=config.as_dict(), model=compiled, tokenizer=str(tok_path),
                   prompt_tokens=ids, steps=steps, temperature=args.temperature, topp=args.topp,
                   seed=args.seed, stream=True, backdoor=args.backdoor_load)
-        g = run_rtl(job, sim=args.backend, progress=progress)
+        g = run_rtl(job, sim=args.backend, progress=progress,
+                    threads=args.sim_threads if args.backend == "verilator" else 1)
         seconds = g["sim_seconds"]
     out.flush()
     stop = g["stop_reason"]

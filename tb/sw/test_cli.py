@@ -121,6 +121,12 @@ def test_bad_options(capsys, tiny):
             cli.main(["generate", *tiny, "--clock-mhz", bad])
         assert e.value.code == 2
         assert "must be a positive clock frequency in MHz" in capsys.readouterr().err
+    for bad in ("0", "-1", "1.5", "two"):
+        with pytest.raises(SystemExit) as e:
+            cli.main(["generate", *tiny, "--sim-threads", bad])
+        assert e.value.code == 2
+        assert f"--sim-threads: must be a whole number >= 1, not {bad!r}" in \
+            capsys.readouterr().err
 
 
 def test_unavailable_backend(capsys, tiny, monkeypatch):
