@@ -102,6 +102,12 @@ class Job:
         cocotb clock implementation (`chipotle.driver.rtl.RtlBackend`'s ``clock``).
     idle_cycles : int
         Cycles of an ``"idle"`` job.
+    trace_step : int
+        For `chipotle.sim.cocotb_trace`: the index in ``step_list`` of the step whose
+        instruction retires are recorded.
+    trace_retires : bool
+        For `chipotle.sim.cocotb_trace`: record the retires (needs ``public``); else only the
+        per-tile performance counters of every step.
     """
 
     config: dict
@@ -123,6 +129,8 @@ class Job:
     backdoor: bool = False
     clock: str = "gpi"
     idle_cycles: int = 0
+    trace_step: int = -1
+    trace_retires: bool = False
 
 
 TRAINING_STEPS = 6
@@ -143,7 +151,8 @@ def training_job(job: Job) -> Job:
 
 def run_rtl(job: Job, *, sim: str = "verilator", cxx_opt: str = "-O2", waves: bool | None = None,
             public: bool | None = None, threads: int = 1, verilog: str | None = None,
-            progress: Callable[[str], None] | None = None, pgo: bool | None = None) -> dict:
+            progress: Callable[[str], None] | None = None,
+            test_module: str = "chipotle.sim.cocotb_chip", pgo: bool | None = None) -> dict:
     """Build the chip of ``job.config`` and run ``job`` on it; return the result.
 
     Parameters
@@ -165,6 +174,9 @@ def run_rtl(job: Job, *, sim: str = "verilator", cxx_opt: str = "-O2", waves: bo
         design stay on one build while the hardware sources change.
     progress : callable of str, optional
         Told about the slow phases (Verilog generation, the simulator build).
+    test_module : str
+        The cocotb module that runs the job (default `chipotle.sim.cocotb_chip`;
+        `chipotle.sim.cocotb_trace` records instruction retires for `chipotle.sim.trace`).
     pgo : bool, optional
         Verilator: a profile-guided build (`run_cocotb`'s ``pgo_train``), trained by
         `training_job` of ``job`` (a few decode steps); about 20 % faster, and a build costs
@@ -212,7 +224,7 @@ def run_rtl(job: Job, *, sim: str = "verilator", cxx_opt: str = "-O2", waves: bo
             pgo_train = {**env, "CHIPOTLE_JOB": str(train_path),
                          "CHIPOTLE_RESULT": str(Path(tmp) / "train-result.pkl")}
         run = run_cocotb(sim=sim, verilog=verilog, toplevel=TOPLEVEL,
-                         test_module="chipotle.sim.cocotb_chip", extra_env=env, waves=waves,
+                         test_module=test_module, extra_env=env, waves=waves,
                          cxx_opt=cxx_opt, check=False, threads=threads,
                          public=job.backdoor if public is None else public, pgo_train=pgo_train)
         if not result_path.exists():
