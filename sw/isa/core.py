@@ -26,7 +26,7 @@ __all__ = [
     "TABLE_ENTRIES", "DTYPE_INFO", "SRC_DTYPES", "ALL_DTYPES",
     "Addr", "Len", "Instr", "OpSpec", "SPECS", "IllegalInstruction",
     "encode", "decode", "rect_encode", "rect_decode", "signed_imm",
-    "CostModel", "IsaConfig", "instr_cycles", "send_flits", "vector_cycles",
+    "CostModel", "IsaConfig", "instr_cycles", "send_flits", "vector_cycles", "matrix_cycles",
     "SCALAR_OPS", "MATRIX_OPS", "vector_footprint", "matrix_footprint", "ranges_overlap",
     "BACKGROUND_UNITS", "background_unit", "send_footprint", "mem_footprint", "hazard",
     "kvapp_footprint", "table_footprint", "copy_steps",
@@ -820,7 +820,8 @@ class CostModel:
         Result slots of the vector unit (``RESULT_SLOTS`` of ``hw/tile/vector.py``); the
         vector unit's cycles are `vector_cycles`, its schedule played cycle by cycle.
     mat_latency : int
-        Matrix unit pipeline (3) plus requantisation and write-back of the last result (2).
+        Matrix unit pipeline: cycles from the issue of a row's last weight word to its result
+        leaving the unit (3); the write-back's own timing is `matrix_cycles`'.
     load_latency : int
         Extra cycles of ``LD`` (SRAM read latency).
     hop : int
@@ -832,7 +833,7 @@ class CostModel:
 
     issue: int = 1
     vec_slots: int = 3
-    mat_latency: int = 5
+    mat_latency: int = 3
     load_latency: int = 1
     hop: int = 2
     kv_stream: int = 2
@@ -1174,14 +1175,75 @@ def instr_cycles(instr: Instr, config: IsaConfig, n: int = 0, k: int | None = No
                                        lanes=V, word_bytes=W, slots=c.vec_slots)
     if unit == 0:
         return c.issue
-    # matrix unit: load M activation rows (with their header word), stream N weight rows
+    # matrix unit and its write-back, from the command's acceptance to the last write
     if op == Opcode.KVQK:
         if k is None:
             raise ValueError("instr_cycles of kvqk needs k, the KV layout's head_size")
         # matqk's, plus the KV store's command cycle and its matrix command's hand-over
-        kw = -(-k // W)
-        return c.issue + instr.m * (kw + 1) + n * (kw + 1) + c.mat_latency + c.kv_stream
-    kw = -(-instr.imm // W)
-    hx = 0 if op == Opcode.MATRAW else 1
-    hw = 1 if op == Opcode.MATQK else 0
-    return c.issue + instr.m * (kw + hx) + n * (kw + hw) + c.mat_latency
+        return c.issue + matrix_cycles(Opcode.MATQK, instr.m, max(n, 1), k, W,
+                                       c.mat_latency) + c.kv_stream
+    return c.issue + matrix_cycles(op, instr.m, max(n, 1), instr.imm, W, c.mat_latency)
+
+
+def matrix_cycles(op: Opcode, m: int, n: int, k: int, word_bytes: int = 8,
+                  latency: int = 3) -> int:
+    """Return the cycles of one matrix command and its write-back (``hw/tile/matrix.py``).
+
+    From the cycle the matrix unit accepts the command to the cycle after the write-back
+    (`MatrixWriteback`) wrote the last element, every SRAM grant immediate.  The schedule,
+    played result by result (``docs/tile.md``, "Matrix unit" Timing and "Matrix write-back"):
+
+    * the unit loads the ``m`` activation rows (``m R`` cycles, ``R = ceil(k / W)``: the
+      records' header words are not read by the unit) and streams ``n`` weight rows of ``R``
+      words; a row's result is offered ``latency`` cycles after its last word issued;
+    * the write-back first reads the ``m`` activation headers (2 cycles each: read, latch)
+      and, for ``MATQK``, the one ``(m, s)`` pair (2), then takes a result (1 cycle), reads
+      its row's pair (``MATMUL``) or K-record header (``MATQK``) (2) and computes and writes
+      the ``m`` elements (2 each): ``P = 3 + 2 m`` cycles per result (``MATRAW``: take and
+      ``m`` writes, ``P = 1 + m``);
+    * while a result waits for the write-back the whole unit freezes, so the next result
+      comes ``R`` cycles after the previous one was taken.
+
+    Without back-pressure (``R >= P`` and the headers read before the first result) this is
+    ``1 + m R + n R + latency + P - 1``; when the write-back is the bottleneck (``R < P``,
+    e.g. ``MATQK`` over K records of head size 8 at W = 8, ``R = 1``) each result costs ``P``
+    cycles.
+
+    Parameters
+    ----------
+    op : Opcode
+        ``MATMUL``, ``MATQK`` or ``MATRAW`` (``KVQK`` counts as ``MATQK``).
+    m, n, k : int
+        Activation rows, weight rows (results) and the inner dimension, each at least 1.
+    word_bytes : int
+        W.
+    latency : int
+        `CostModel.mat_latency`.
+
+    Returns
+    -------
+    int
+
+    Raises
+    ------
+    ValueError
+        If ``op`` is not a matrix opcode or ``m``, ``n`` or ``k`` is below 1.
+    """
+    if op == Opcode.KVQK:
+        op = Opcode.MATQK
+    if op not in (Opcode.MATMUL, Opcode.MATQK, Opcode.MATRAW):
+        raise ValueError(f"`op` must be a matrix opcode, not {op.name}")
+    if min(m, n, k) < 1:
+        raise ValueError(f"`m`, `n` and `k` must be positive integers, not {m}, {n}, {k}")
+    R = -(-k // word_bytes)
+    if op == Opcode.MATRAW:
+        per, headers = 1 + m, 0
+    else:
+        per, headers = 3 + 2 * m, 2 * m + (2 if op == Opcode.MATQK else 0)
+    wb = 1 + headers                        # the write-back waits for a result from here
+    offered = 1 + m * R + R + latency - 1   # the first result on the unit's output
+    for _ in range(n):
+        taken = max(offered, wb)
+        wb = taken + per
+        offered = taken + R
+    return wb
