@@ -84,16 +84,15 @@ test-default: venv
 PROMPTS     ?= 1,64,256
 bench: venv
 	$(PY) -m chipotle.sim.bench --backend $(BACKEND) --config "$(CONFIG)" \
-	  --placement $(PLACEMENT) --prompts "$(PROMPTS)" --clock-mhz $(CLOCK_MHZ) \
-	  $(if $(CONTEXT),--context $(CONTEXT),)
+	  --placement $(PLACEMENT) --prompts "$(PROMPTS)" --clock-mhz $(CLOCK_MHZ)$(if $(CONTEXT), --context $(CONTEXT))
 
+# optional `make sim` arguments, only those given (so the echoed command has no blank lines)
+SIM_OPTS = $(strip $(if $(THREADS),--sim-threads $(THREADS)) $(if $(CONTEXT),--context $(CONTEXT)) \
+  $(if $(MODEL_DIR),--model $(MODEL_DIR)/stories260K.bin --tokenizer $(MODEL_DIR)/tok512.bin))
 sim: venv
 	$(VENV)/bin/chipotle generate --backend $(BACKEND) --prompt "$(PROMPT)" --steps $(STEPS) \
 	  --temperature $(TEMPERATURE) --config "$(CONFIG)" --clock-mhz $(CLOCK_MHZ) \
-	  --placement $(PLACEMENT) \
-	  $(if $(THREADS),--sim-threads $(THREADS),) \
-	  $(if $(CONTEXT),--context $(CONTEXT),) \
-	  $(if $(MODEL_DIR),--model $(MODEL_DIR)/stories260K.bin --tokenizer $(MODEL_DIR)/tok512.bin,)
+	  --placement $(PLACEMENT) $(SIM_OPTS)
 
 # `make bitstream` parameters: the board (ulx3s-85f, icebreaker); CONFIG given on the command
 # line or in the environment replaces the board's chip configuration; SYNTH_ONLY=1 stops after
