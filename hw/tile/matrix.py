@@ -477,12 +477,19 @@ class MatrixWriteback(wiring.Component):
     * ``p = acc * mu`` (signed 64; ``|p| < 2**46`` else ``ARITH``), ``sh < 0`` is ``ARITH``;
     * ``y = sat((p * m + (2**min(sh, 62) >> 1)) >> min(sh, 62))``, 0 when ``sh > 62``.
 
-    Latency: 2 cycles per header at the start; per result 2 cycles for its pair or header,
-    then 2 cycles per element (product register, then the write request), all on ``bus``
-    (``SramSignature``, shared through the tile's arbiter: more if not granted at once).
-    The matrix unit is back-pressured through ``i_res.ready`` meanwhile.  After an
-    arithmetic error the remaining results are drained without writing and ``error`` stays
-    high until the next job is accepted.
+    Latency: 2 cycles per activation header (and the ``MATQK`` pair) at the start, then 1
+    to read the first result's side word (its pair, ``MATMUL``, or K-record header,
+    ``MATQK``).  Per result: 1 cycle to take it, 1 for the first element's product (in
+    which the next result's side word is read, unless this result is the last), then one
+    write per element, the product of the next element computed in the cycle that writes
+    one: ``2 + m`` cycles (``MATRAW``: ``1 + m``), all on ``bus`` (``SramSignature``, shared
+    through the tile's arbiter: more if not granted at once; a side word that lost its
+    grant is read after the writes, 1 cycle more).  The matrix unit is back-pressured
+    through ``i_res.ready`` meanwhile.  After an arithmetic error the remaining results are
+    drained without writing and ``error`` stays high until the next job is accepted; the
+    elements written before it are the same as in element-by-element order (the error of
+    element ``r + 1`` is found in the cycle that writes element ``r``, and stops the
+    writes after it).
 
     Parameters
     ----------
@@ -532,7 +539,7 @@ class MatrixWriteback(wiring.Component):
         shift = Signal(16)         # s of the requantisation
         w_mu = Signal(signed(16))
         w_b = Signal(signed(16))
-        r = Signal(range(max(M, 2)))     # row index
+        r = Signal(range(max(M, 2)))     # row of the element being written
         hdr_addr = Signal(ADDR_WIDTH)    # running header address (X rows, then W rows)
         w_addr = Signal(ADDR_WIDTH)
         pair_addr = Signal(24)           # byte address of the next (m, s) pair
@@ -541,8 +548,15 @@ class MatrixWriteback(wiring.Component):
         prod = Signal(signed(64))
         sh = Signal(signed(18))
         failed = Signal()
+        # the next result's side word (its (m, s) pair, MATMUL, or its K-record header,
+        # MATQK), read ahead while the write-back waits or computes the first product
+        side_arrive = Signal()           # a side word read was granted in the last cycle
+        side_off = Signal(range(max(W // 4, 2)))   # its 32-bit lane in the word
+        side_q = Signal(32)              # the side word, held after it arrived
+        side_ok = Signal()               # the next result's side word is (being) read
 
         size_bytes = Array([C(1, 3), C(2, 3), C(4, 3)])[job.td]
+        qk = job.op == MatrixOp.MATQK
 
         m.d.comb += self.error.eq(failed)
 
@@ -551,6 +565,36 @@ class MatrixWriteback(wiring.Component):
 
         word = self.bus.rdata
         pair_sel = word.word_select(pair_addr[2:wb], 32) if wb > 2 else word[:32]
+        side_word = Signal(32)
+        m.d.comb += side_word.eq(Mux(side_arrive,
+                                     word.word_select(side_off, 32) if wb > 2 else word[:32],
+                                     side_q))
+        m.d.sync += side_arrive.eq(0)
+        with m.If(side_arrive):
+            m.d.sync += side_q.eq(side_word)
+
+        def read_side():
+            """Request the next result's side word; returns the grant."""
+            read(Mux(qk, w_addr, pair_addr[wb:]))
+            with m.If(self.bus.ready):
+                m.d.sync += [side_arrive.eq(1), side_ok.eq(1),
+                             side_off.eq(Mux(qk, 0, pair_addr[2:wb] if wb > 2 else 0))]
+                with m.If(qk):
+                    m.d.sync += w_addr.eq(w_addr + job.w_stride)
+                with m.Else():
+                    m.d.sync += pair_addr.eq(pair_addr + 4)
+            return self.bus.ready
+
+        # the product of one element: row `pr` of the current result (the first in Element,
+        # the next while Write writes one)
+        pr = Signal(range(max(M, 2)))
+        mu = Mux(qk, mu_x[pr] * w_mu, mu_x[pr])
+        b = Mux(qk, b_x[pr] + w_b, b_x[pr])
+        p = Signal(signed(64))
+        s = Signal(signed(19))
+        p_bad = Signal()
+        m.d.comb += [p.eq(acc[pr] * mu), s.eq(shift - b),
+                     p_bad.eq((s < 0) | (p >= (1 << 46)) | (p <= -(1 << 46)))]
 
         # requantisation of `prod` (registered) by (mult, sh) to the job's type
         sh_c = Signal(6)
@@ -578,13 +622,13 @@ class MatrixWriteback(wiring.Component):
             with m.State("Idle"):
                 m.d.comb += self.i_job.ready.eq(1)
                 with m.If(self.i_job.valid):
-                    p = self.i_job.payload
+                    p_in = self.i_job.payload
                     m.d.sync += [
-                        job.eq(p), failed.eq(0), r.eq(0),
-                        hdr_addr.eq(p.x_hdr), w_addr.eq(p.w_hdr),
-                        pair_addr.eq(p.c), col_addr.eq(p.y),
+                        job.eq(p_in), failed.eq(0), r.eq(0), side_ok.eq(0),
+                        hdr_addr.eq(p_in.x_hdr), w_addr.eq(p_in.w_hdr),
+                        pair_addr.eq(p_in.c), col_addr.eq(p_in.y),
                     ]
-                    with m.If(p.op == MatrixOp.MATRAW):
+                    with m.If(p_in.op == MatrixOp.MATRAW):
                         m.next = "Result"
                     with m.Else():
                         m.next = "X-Header"
@@ -599,61 +643,50 @@ class MatrixWriteback(wiring.Component):
                              hdr_addr.eq(hdr_addr + job.x_stride), r.eq(r + 1)]
                 with m.If(r == job.m - 1):
                     m.d.sync += r.eq(0)
-                    with m.If(job.op == MatrixOp.MATQK):
+                    with m.If(qk):
                         m.next = "Pair"
                     with m.Else():
-                        m.next = "Result"
+                        m.next = "Side"
                 with m.Else():
                     m.next = "X-Header"
 
-            with m.State("Pair"):      # MATMUL: per result; MATQK: once
+            with m.State("Pair"):      # MATQK: the one (m, s) pair at c
                 read(pair_addr[wb:])
                 with m.If(self.bus.ready):
                     m.next = "Pair-Latch"
 
             with m.State("Pair-Latch"):
                 m.d.sync += [mult.eq(pair_sel[:16]), shift.eq(pair_sel[16:32])]
-                with m.If(job.op == MatrixOp.MATQK):
+                m.next = "Side"
+
+            with m.State("Side"):      # a side word not read ahead (the first; a lost grant)
+                with m.If(read_side()):
                     m.next = "Result"
-                with m.Else():
-                    m.d.sync += pair_addr.eq(pair_addr + 4)
-                    m.next = "Element"
 
             with m.State("Result"):
                 m.d.comb += self.i_res.ready.eq(1)
                 with m.If(self.i_res.valid):
                     m.d.sync += [acc[i].eq(self.i_res.payload.acc[i]) for i in range(M)]
-                    m.d.sync += [last.eq(self.i_res.payload.last), r.eq(0),
-                                 el_addr.eq(col_addr)]
+                    m.d.sync += [last.eq(self.i_res.payload.last), r.eq(0), pr.eq(0),
+                                 el_addr.eq(col_addr), side_ok.eq(0)]
+                    with m.If(qk):
+                        m.d.sync += [w_mu.eq(side_word[:16].as_signed()),
+                                     w_b.eq(side_word[16:32].as_signed())]
+                    with m.Elif(job.op == MatrixOp.MATMUL):
+                        m.d.sync += [mult.eq(side_word[:16]), shift.eq(side_word[16:32])]
                     with m.If(failed):
                         with m.If(self.i_res.payload.last):
                             m.next = "Idle"
-                    with m.Elif(job.op == MatrixOp.MATMUL):
-                        m.next = "Pair"
-                    with m.Elif(job.op == MatrixOp.MATQK):
-                        m.next = "W-Header"
-                    with m.Else():
+                    with m.Elif(job.op == MatrixOp.MATRAW):
                         m.next = "Write"
+                    with m.Else():
+                        m.next = "Element"
 
-            with m.State("W-Header"):
-                read(w_addr)
-                with m.If(self.bus.ready):
-                    m.next = "W-Latch"
-
-            with m.State("W-Latch"):
-                m.d.sync += [w_mu.eq(word[:16].as_signed()), w_b.eq(word[16:32].as_signed()),
-                             w_addr.eq(w_addr + job.w_stride)]
-                m.next = "Element"
-
-            with m.State("Element"):
-                qk = job.op == MatrixOp.MATQK
-                mu = Mux(qk, mu_x[r] * w_mu, mu_x[r])
-                b = Mux(qk, b_x[r] + w_b, b_x[r])
-                p = Signal(signed(64))
-                s = Signal(signed(19))
-                m.d.comb += [p.eq(acc[r] * mu), s.eq(shift - b)]
-                m.d.sync += [prod.eq(p), sh.eq(s)]
-                with m.If((s < 0) | (p >= (1 << 46)) | (p <= -(1 << 46))):
+            with m.State("Element"):   # the first element's product; the next side word
+                m.d.sync += [prod.eq(p), sh.eq(s), pr.eq(1)]
+                with m.If(~last):
+                    read_side()
+                with m.If(p_bad):
                     m.d.sync += failed.eq(1)
                     with m.If(last):
                         m.next = "Idle"
@@ -662,7 +695,7 @@ class MatrixWriteback(wiring.Component):
                 with m.Else():
                     m.next = "Write"
 
-            with m.State("Write"):
+            with m.State("Write"):     # element r; the product of element r + 1 meanwhile
                 m.d.comb += [self.bus.en.eq(1), self.bus.we.eq(1),
                              self.bus.addr.eq(el_addr[wb:])]
                 with m.If(self.bus.ready):
@@ -671,12 +704,18 @@ class MatrixWriteback(wiring.Component):
                         m.d.sync += col_addr.eq(col_addr + size_bytes)
                         with m.If(last):
                             m.next = "Idle"
-                        with m.Else():
+                        with m.Elif((job.op == MatrixOp.MATRAW) | side_ok):
                             m.next = "Result"
-                    with m.Elif(job.op == MatrixOp.MATRAW):
-                        m.next = "Write"
-                    with m.Else():
-                        m.next = "Element"
+                        with m.Else():
+                            m.next = "Side"
+                    with m.Elif(job.op != MatrixOp.MATRAW):
+                        m.d.sync += [prod.eq(p), sh.eq(s), pr.eq(pr + 1)]
+                        with m.If(p_bad):
+                            m.d.sync += failed.eq(1)
+                            with m.If(last):
+                                m.next = "Idle"
+                            with m.Else():
+                                m.next = "Result"
 
         m.d.comb += self.busy.eq(~fsm.ongoing("Idle"))
         return m

@@ -1197,10 +1197,12 @@ def matrix_cycles(op: Opcode, m: int, n: int, k: int, word_bytes: int = 8,
       records' header words are not read by the unit) and streams ``n`` weight rows of ``R``
       words; a row's result is offered ``latency`` cycles after its last word issued;
     * the write-back first reads the ``m`` activation headers (2 cycles each: read, latch)
-      and, for ``MATQK``, the one ``(m, s)`` pair (2), then takes a result (1 cycle), reads
-      its row's pair (``MATMUL``) or K-record header (``MATQK``) (2) and computes and writes
-      the ``m`` elements (2 each): ``P = 3 + 2 m`` cycles per result (``MATRAW``: take and
-      ``m`` writes, ``P = 1 + m``);
+      and, for ``MATQK``, the one ``(m, s)`` pair (2), then the first result's side word
+      (its row's pair, ``MATMUL``, or K-record header, ``MATQK``: 1); per result it takes
+      the result (1 cycle), computes the first element's product while it reads the next
+      result's side word (1), and writes the ``m`` elements, one per cycle, the next
+      element's product computed alongside: ``P = 2 + m`` cycles per result (``MATRAW``:
+      take and ``m`` writes, ``P = 1 + m``);
     * while a result waits for the write-back the whole unit freezes, so the next result
       comes ``R`` cycles after the previous one was taken.
 
@@ -1239,7 +1241,7 @@ def matrix_cycles(op: Opcode, m: int, n: int, k: int, word_bytes: int = 8,
     if op == Opcode.MATRAW:
         per, headers = 1 + m, 0
     else:
-        per, headers = 3 + 2 * m, 2 * m + (2 if op == Opcode.MATQK else 0)
+        per, headers = 2 + m, 2 * m + (2 if op == Opcode.MATQK else 0) + 1
     wb = 1 + headers                        # the write-back waits for a result from here
     offered = 1 + m * R + R + latency - 1   # the first result on the unit's output
     for _ in range(n):

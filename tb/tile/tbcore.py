@@ -357,7 +357,9 @@ class CoreBench:
         rtl_cycles = self.perf(PerfIndex.CYCLES)
         res = {"name": name, "rtl_cycles": rtl_cycles, "est_cycles": rt.perf.cycles,
                "instructions": instr, "error": rt.error.name,
-               "mac_cycles": self.perf(PerfIndex.MAC_CYCLES)}
+               "mac_cycles": self.perf(PerfIndex.MAC_CYCLES),
+               "matrix_cycles": self.perf(PerfIndex.MATRIX_CYCLES),
+               "est_matrix_cycles": rt.perf.matrix_cycles}
         self.log.info("%s: ok (%s, %d RTL cycles, estimate %d)", name, rt.error.name,
                       rtl_cycles, rt.perf.cycles)
         self.results.append(res)
