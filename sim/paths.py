@@ -1,0 +1,298 @@
+"""The longest register-to-register paths of a synthesised ECP5 netlist, in seconds not hours.
+
+Usage (from the top of the checkout)::
+
+    .venv/bin/python -m chipotle.sim.paths build/fpga/<dir>/top.json [--top 20] [--min-ns 0]
+
+Reads the Yosys JSON netlist that ``synth_ecp5`` writes (``top.json`` of
+``python -m chipotle.sim.bitstream``) and lists the longest combinational paths from a start
+point (a flip-flop's ``Q``, a block RAM's data output, a LUT RAM's write side) to an end
+point (a flip-flop's data / enable / reset input, a block RAM's or LUT RAM's inputs), one
+path per end-point signal, worst first, with every net on the way named by its RTL signal.
+
+**This is a proxy, not a timing analysis.**  Delays come from a fixed per-cell model
+(`CELL_NS`, rough ECP5 speed grade 6 figures: a LUT4 0.4 ns, a carry cell 0.4 ns in and
+0.06 ns per carry bit, an unregistered ``MULT18X18D`` 4 ns, a ``DP16KD`` 5.6 ns clock to
+output without output register) plus `NET_NS` per net for routing, which after placement is
+1-2 ns a net and unknown here; dedicated wires (the carry chain's ``CIN``, the data
+inputs of ``PFUMX`` / ``L6MUX21``) cost nothing.  The figures rank paths and show which RTL signals they run through; only
+nextpnr (post-placement estimate, or routed) gives an Fmax.  Cells' names in a Yosys
+netlist are made up from the RTL signal they drive (``core.controller.a_val_LUT4_Z...``);
+`rtl_name` cuts them back to that signal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["CELL_NS", "NET_NS", "Path_", "longest_paths", "rtl_name", "format_paths",
+           "verilog_lines"]
+
+#: Routing estimate per net (ns), except the carry chain's dedicated wires.
+NET_NS = 1.0
+
+#: Per cell type: clock-to-output (ns) of its outputs that start paths (cells without
+#: combinational arcs), and the combinational arcs ``(input port, output port) -> ns``
+#: (port names without their bit index: ``A`` is ``A0`` .. ``A17`` of a ``MULT18X18D``).
+#: Inputs that are no arc's input are end points (setup `SETUP_NS`).
+CELL_NS = {
+    "TRELLIS_FF": (0.5, {}),
+    "DP16KD": (5.6, {}),
+    "TRELLIS_DPR16X4": (0.5, {("RAD", "DO"): 0.5}),
+    "LUT4": (0.0, {(p, "Z"): 0.4 for p in "ABCD"}),
+    "PFUMX": (0.0, {(p, "Z"): 0.25 for p in ("ALUT", "BLUT", "C0")}),
+    "L6MUX21": (0.0, {(p, "Z"): 0.25 for p in ("D0", "D1", "SD")}),
+    "CCU2C": (0.0, {**{(f"{p}{i}", o): 0.4 for p in "ABCD" for i in "01"
+                       for o in ("S0", "S1", "COUT")},
+                    ("CIN", "COUT"): 0.06, ("CIN", "S0"): 0.25, ("CIN", "S1"): 0.25}),
+    "MULT18X18D": (0.0, {(p, "P"): 4.0 for p in ("A", "B", "C", "SIGNEDA", "SIGNEDB")}),
+}
+SETUP_NS = 0.1
+#: Inputs fed by dedicated wires inside or between slices (no routing delay): the carry
+#: chain, and the wide-function multiplexers' data inputs (a PFUMX joins the two LUT4 of its
+#: slice, an L6MUX21 two PFUMX of neighbouring slices).
+_CARRY_PINS = {("CCU2C", "CIN"), ("PFUMX", "ALUT"), ("PFUMX", "BLUT"), ("L6MUX21", "D0"),
+               ("L6MUX21", "D1")}
+_AUTONAME = re.compile(r"_(TRELLIS_FF|TRELLIS_DPR16X4|LUT4|CCU2C|PFUMX|L6MUX21|MULT18X18D|"
+                       r"DP16KD|TRELLIS_IO)_.*$")
+
+
+def rtl_name(name: str) -> str:
+    """Cut a Yosys auto-generated net or cell name back to the RTL signal it starts from.
+
+    ``core.controller.a_val_LUT4_Z_1_C`` -> ``core.controller.a_val``; names without such a
+    suffix are returned unchanged.
+    """
+    return _AUTONAME.sub("", name)
+
+
+@dataclass
+class Path_:
+    """One path: `delay_ns` (the proxy model's), `nets` the net names from start to end
+    (Yosys auto-names, cut by `rtl_name`; consecutive repeats merged), `cells` the cell
+    types on the way, `start` / `end` the start and end cells (``name (type.pin)``),
+    `srcs` the RTL source of each cell on the way (its ``src`` attribute outside the
+    Yosys cell library, e.g. ``chipotle_tile.v:6693.20-6693.36``; repeats merged)."""
+
+    delay_ns: float
+    nets: list[str]
+    cells: list[str]
+    start: str
+    end: str
+    srcs: list[str]
+
+
+def _base(pin: str) -> str:
+    return pin.rstrip("0123456789") if not pin.startswith(("S", "Z")) else pin
+
+
+def longest_paths(netlist: dict, top: str | None = None, n: int = 20,
+                  net_ns: float = NET_NS) -> list[Path_]:
+    """Return the `n` longest paths of `netlist` by the proxy delay model, worst first.
+
+    Parameters
+    ----------
+    netlist : dict
+        A Yosys JSON netlist (``write_json``) after ``synth_ecp5`` (flattened).
+    top : str, optional
+        The module to analyse; default: the one with the most cells.
+    n : int
+        Paths to return, at most one per sequence of RTL sources and end-point module.
+    net_ns : float
+        Routing estimate per net (ns).
+
+    Returns
+    -------
+    list of `Path_`
+
+    Raises
+    ------
+    ValueError
+        If `top` is not in the netlist or the netlist has a cell type the model does not
+        know whose outputs feed a path (it is then treated as a start point with a warning
+        in the path's `start`).
+    """
+    mods = netlist["modules"]
+    if top is None:
+        top = max(mods, key=lambda k: len(mods[k].get("cells", {})))
+    if top not in mods:
+        raise ValueError(f"module {top!r} not in the netlist (has {sorted(mods)})")
+    mod = mods[top]
+    cells = mod["cells"]
+    unknown = sorted({c["type"] for c in cells.values()} - set(CELL_NS)
+                     - {"TRELLIS_IO", "EHXPLLL", "$scopeinfo"})
+    if unknown:
+        raise ValueError(f"cell types without a delay model: {unknown}")
+    # bit -> best name (fewest '$', then shortest)
+    names: dict[int, str] = {}
+    for name, info in mod["netnames"].items():
+        for b in info["bits"]:
+            if isinstance(b, int):
+                old = names.get(b)
+                if old is None or (old.count("$"), len(old)) > (name.count("$"), len(name)):
+                    names[b] = name
+    driver: dict[int, tuple[str, str]] = {}                 # bit -> (cell, output pin)
+    fanin: dict[tuple[str, str], list] = {}                 # (cell, out pin) -> [(bit, ns, wire)]
+    sinks: list[tuple[str, str, int]] = []                  # end points: (cell, pin, bit)
+    for cname, cell in cells.items():
+        ctype = cell["type"]
+        if ctype not in CELL_NS:
+            continue
+        _, arcs = CELL_NS[ctype]
+        arc_in = {a for a, _ in arcs}
+        ins, outs = [], []
+        for port, bits in cell["connections"].items():
+            d = cell["port_directions"].get(port)
+            base = port.rstrip("0123456789") if ctype == "MULT18X18D" else port
+            for i, b in enumerate(bits):
+                pin = port if len(bits) == 1 else f"{port}{i}"
+                if d == "output" and isinstance(b, int):
+                    driver[b] = (cname, pin)
+                    outs.append((base, pin))
+                elif d == "input" and isinstance(b, int):
+                    if base in arc_in:
+                        ins.append((base, b, (ctype, port) in _CARRY_PINS))
+                    elif port not in ("CLK", "CLKA", "CLKB", "WCK"):
+                        sinks.append((cname, pin, b))
+        for obase, opin in outs:
+            fanin[(cname, opin)] = [(b, arcs[(ibase, obase)], carry)
+                                    for ibase, b, carry in ins if (ibase, obase) in arcs]
+
+    # arrival time at each bit's driver output (before its net), iterative DFS with memo
+    arr: dict[int, float] = {}
+    pred: dict[int, int | None] = {}
+    onstack: set[int] = set()
+
+    def arrival(bit):
+        stack = [bit]
+        while stack:
+            b = stack[-1]
+            if b in arr:
+                stack.pop()
+                continue
+            drv = driver.get(b)
+            ins = fanin.get(drv, []) if drv else []
+            if not ins:
+                arr[b] = CELL_NS[cells[drv[0]]["type"]][0] if drv else 0.0
+                pred[b] = None
+                stack.pop()
+                continue
+            if b not in onstack:
+                onstack.add(b)
+                stack.extend(ib for ib, _, _ in ins if ib not in arr and ib not in onstack)
+                continue
+            best, bp = 0.0, None
+            for ib, ns, carry in ins:
+                if ib in arr:               # else a combinational loop: cut here
+                    t = arr[ib] + (0.0 if carry else net_ns) + ns
+                    if t > best:
+                        best, bp = t, ib
+            arr[b], pred[b] = best, bp
+            onstack.discard(b)
+            stack.pop()
+        return arr[bit]
+
+    ends = []
+    for cname, pin, b in sinks:
+        ends.append((arrival(b) + net_ns + SETUP_NS, cname, pin, b))
+    ends.sort(key=lambda e: -e[0])
+    out, seen = [], set()
+    for t, cname, pin, b in ends:
+        chain = []
+        x = b
+        while x is not None:
+            chain.append(x)
+            x = pred.get(x)
+        chain.reverse()
+        nets, types, srcs = [], [], []
+        for x in chain:
+            nm = rtl_name(names.get(x, f"bit{x}"))
+            if not nets or nets[-1] != nm:
+                nets.append(nm)
+            drv = driver.get(x)
+            if drv:
+                types.append(cells[drv[0]]["type"])
+                src = [r for r in cells[drv[0]]["attributes"].get("src", "").split("|")
+                       if r and not r.startswith("/share/")]
+                if src and (not srcs or srcs[-1] != src[0]):
+                    srcs.append(src[0])
+        key = (tuple(srcs), rtl_name(cname).rsplit(".", 1)[0])
+        if key in seen:
+            continue
+        seen.add(key)
+        s = driver.get(chain[0])
+        start = f"{rtl_name(s[0])} ({cells[s[0]]['type']}.{s[1]})" if s else f"bit{chain[0]}"
+        out.append(Path_(round(t, 2), nets, types, start,
+                         f"{rtl_name(cname)} ({cells[cname]['type']}.{pin})", srcs))
+        if len(out) >= n:
+            break
+    return out
+
+
+def verilog_lines(text: str) -> dict[int, str]:
+    """Map each line number of a Verilog file to ``module: line`` (stripped), for `format_paths`."""
+    out, mod = {}, "?"
+    for i, line in enumerate(text.splitlines(), 1):
+        t = line.strip()
+        if t.startswith("module "):
+            mod = t.split()[1].split("(")[0].lstrip("\\")
+        out[i] = f"{mod}: {t}"
+    return out
+
+
+def format_paths(paths: list[Path_], verilog: dict[str, dict[int, str]] | None = None) -> str:
+    """Return `paths` as text: per path the proxy delay, the cell count by type, the start
+    and end cells and the RTL source lines on the way.
+
+    `verilog` maps a Verilog file name of the ``src`` attributes (``chipotle_tile.v``) to
+    `verilog_lines` of it; sources in it are printed as their line (``module: assign ...``).
+    """
+    verilog = verilog or {}
+    lines = []
+    for i, p in enumerate(paths, 1):
+        counts = {}
+        for t in p.cells:
+            counts[t] = counts.get(t, 0) + 1
+        lines.append(f"{i:3}. {p.delay_ns:6.2f} ns (proxy), {len(p.cells)} cells ("
+                     + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())) + ")")
+        lines.append(f"     from {p.start}")
+        lines.append(f"     to   {p.end}")
+        shown = []
+        for src in p.srcs:
+            f, _, pos = src.partition(":")
+            line = verilog.get(f, {}).get(int(pos.split(".")[0])) if pos else None
+            text = line if line else src
+            if not shown or shown[-1] != text:
+                shown.append(text)
+        for text in shown:
+            lines.append(f"       {text[:150]}")
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m chipotle.sim.paths", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("netlist", type=Path, help="Yosys JSON netlist (top.json)")
+    parser.add_argument("--top", type=int, default=20, help="paths to list (default 20)")
+    parser.add_argument("--module", default=None, help="module (default: the largest)")
+    parser.add_argument("--net-ns", type=float, default=NET_NS,
+                        help=f"routing estimate per net in ns (default {NET_NS})")
+    parser.add_argument("--verilog", type=Path, action="append", default=None,
+                        help="Verilog read by Yosys, to print source lines (default: the "
+                        "*.v next to the netlist)")
+    args = parser.parse_args(argv)
+    netlist = json.loads(args.netlist.read_text())
+    vfiles = args.verilog if args.verilog is not None else sorted(
+        args.netlist.parent.glob("*.v"))
+    verilog = {v.name: verilog_lines(v.read_text()) for v in vfiles}
+    print(f"Longest paths of {args.netlist} (proxy delay model: cells per CELL_NS, "
+          f"{args.net_ns} ns a net; not a timing analysis):")
+    print(format_paths(longest_paths(netlist, args.module, args.top, args.net_ns), verilog))
+
+
+if __name__ == "__main__":
+    main()
