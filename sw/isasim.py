@@ -49,6 +49,8 @@ from .isa.core import (
     decode,
     hazard,
     instr_cycles,
+    is_decode_op,
+    issue_cycles,
     kvapp_footprint,
     matrix_footprint,
     mem_footprint,
@@ -545,7 +547,10 @@ class IsaSim:
                     raise _Fault(ErrorCode.ILLEGAL, f"illegal instruction "
                                                     f"{t.imem[pc]:#034x}: {instr}")
                 if t._busy:
-                    self._sync(t, self._sync_units(t, instr))
+                    # an instruction issued from the decode register waits from its second
+                    # cycle on (the first one resolves its operands)
+                    lead = self.config.cost.decode if is_decode_op(instr.op) else 0
+                    self._sync(t, self._sync_units(t, instr), lead)
                 if self.config.overlap and background_unit(instr.op) is not None:
                     nxt = self._issue(t, instr)
                 else:
@@ -624,13 +629,14 @@ class IsaSim:
         bad = [e for e in t._busy.values() if e.fault is not None]
         return min(bad, key=lambda e: e.seq) if bad else None
 
-    def _sync(self, t: Tile, units: list) -> None:
+    def _sync(self, t: Tile, units: list, lead: int = 0) -> None:
         """Wait for the entries of `units`; if one of them failed, raise the oldest error of
-        all entries (the RTL drains every unit and reports the first in program order)."""
+        all entries (the RTL drains every unit and reports the first in program order).
+        `lead`: cycles of the instruction that pass before it waits (charged with it)."""
         if any(t._busy[u].fault is not None for u in units):
             raise self._first_fault(t).fault
         for u in units:
-            t.perf.cycles = max(t.perf.cycles, t._busy.pop(u).until)
+            t.perf.cycles = max(t.perf.cycles, t._busy.pop(u).until - lead)
 
     def _issue(self, t: Tile, i: Instr):
         """Run a background instruction (``overlap``): execute it now (the simulator is
@@ -657,9 +663,9 @@ class IsaSim:
             until, t.perf.cycles = t.perf.cycles, start + fg
         elif unit == "kv":
             # the controller retires it once the KV store accepted and checked it (3 cycles)
-            until, t.perf.cycles = t.perf.cycles, start + cfg.cost.issue + 2
+            until, t.perf.cycles = t.perf.cycles, start + issue_cycles(i.op, cfg.cost) + 2
         else:
-            until, t.perf.cycles = t.perf.cycles, start + cfg.cost.issue
+            until, t.perf.cycles = t.perf.cycles, start + issue_cycles(i.op, cfg.cost)
         t._seq += 1
         t._busy[unit] = _InFlight(reads, write, until, t.pc, fault, t._seq)
         return t.pc + 1

@@ -472,6 +472,7 @@ class Controller(wiring.Component):
         fault4 = Cat(fault3, C(0, 1))
         live4 = Cat(live3, kq_busy)
         ex_sync = Signal(4)     # Execute: the live entries the decoded instruction waits for
+        is_sync = Signal(4)     # Issue: the same for an `is_issue` instruction
         mc_sync = Signal(4)     # Matrix-Check: the live entries the matrix instruction waits for
         err_pc = Signal(pcw)
 
@@ -487,11 +488,30 @@ class Controller(wiring.Component):
         uses_b = Cat(*(opv == o.value for o in vec_ops if "b.reg" in SPECS[o].fields)).any()
         is_wsum = opv == Opcode.WSUM.value
         is_rms = opv == Opcode.RMSNORM.value
-        e = n_val << 2
-        v_a = (a_val, a_val + e)
-        v_b = (b_val, b_val + Mux(is_wsum, n_val * ins.c + (ins.imm << 2), e))
+        is_ld = opv == Opcode.LD.value
+        is_st = opv == Opcode.ST.value
+        is_copy = opv == Opcode.COPY.value
+        is_mem = is_ld | is_st | is_copy
+        is_kvapp = opv == Opcode.KVAPP.value
+        is_kvqk = opv == Opcode.KVQK.value
+        is_table = opv == Opcode.TABLE.value
+        # The instructions the scoreboard checks against the entries' SRAM ranges: they
+        # issue from the decode register, a cycle after Execute ("Issue").
+        hazard_only = is_vec | is_mem | is_kvapp | is_table
+        is_issue = hazard_only
+
+        # ---- decode register ------------------------------------------------------------------
+        # Execute resolves the operands of an `is_issue` instruction (r[reg] + off and the
+        # lengths of its vector ranges) into registers; "Issue" checks, dispatches and
+        # computes its footprint from them, so no path runs from the instruction memory
+        # through the operand adders into the range compares and the retire decision.
+        a_q, b_q, d_q, n_q = (Signal(32, name=f"{x}_q") for x in "abdn")
+        bl_q = Signal(32 + C_BITS + 1)  # b's range length (wsum: n c + 4 imm, else 4 n)
+        dl_q = Signal(35)               # d's range length (wsum: 4 imm, else 4 n + W)
+        v_a = (a_q, a_q + (n_q << 2))
+        v_b = (b_q, b_q + bl_q)
         v_c = (ins.c, ins.c + 8)
-        v_d = (d_val, d_val + Mux(is_wsum, ins.imm << 2, e + W))
+        v_d = (d_q, d_q + dl_q)
 
         def sat33(v):
             return Mux(v >= 2 ** 32, 2 ** 32, v)[:33]
@@ -612,6 +632,14 @@ class Controller(wiring.Component):
                     first = m.Elif
                 with first(~legal):
                     fail(ErrorCode.ILLEGAL)
+                with m.Elif(is_issue):
+                    # Resolve the operands into the decode register; "Issue" checks and
+                    # dispatches from it in the next cycle.
+                    m.d.sync += [a_q.eq(a_val), b_q.eq(b_val), d_q.eq(d_val), n_q.eq(n_val),
+                                 bl_q.eq(Mux(is_wsum, n_val * ins.c + (ins.imm << 2),
+                                             n_val << 2)),
+                                 dl_q.eq(Mux(is_wsum, ins.imm << 2, (n_val << 2) + W))]
+                    m.next = "Issue"
                 with m.Elif(op == Opcode.NOP):
                     do_retire(pc1)
                 with m.Elif(op == Opcode.HALT):
@@ -629,22 +657,6 @@ class Controller(wiring.Component):
                 with m.Elif(op == Opcode.MUL):
                     write_reg(ins.d.reg, (a_val * ins.imm)[:32])
                     do_retire(pc1)
-                with m.Elif(op == Opcode.LD):
-                    with m.If(misaligned(a_val, 4)):
-                        fail(ErrorCode.ALIGN)
-                    with m.Elif(past(a_val, 4)):
-                        fail(ErrorCode.SRAM_RANGE)
-                    with m.Else():
-                        m.d.sync += mem_addr.eq(a_val)
-                        m.next = "Load-Read"
-                with m.Elif(op == Opcode.ST):
-                    with m.If(misaligned(d_val, 4)):
-                        fail(ErrorCode.ALIGN)
-                    with m.Elif(past(d_val, 4)):
-                        fail(ErrorCode.SRAM_RANGE)
-                    with m.Else():
-                        m.d.sync += [mem_addr.eq(d_val), cp_src.eq(a_val)]
-                        m.next = "Store"
                 with m.Elif(op == Opcode.LOOP):
                     end = ins.c
                     with m.If(end <= pc1):
@@ -705,55 +717,6 @@ class Controller(wiring.Component):
                                 m.next = "Net-Done"
                         else:
                             m.next = "Net-Done"
-                with m.Elif(op == Opcode.KVAPP):
-                    # Source checks in the simulator's order (K record, then V row: alignment,
-                    # then range); the slot and position are the KV store's to check.
-                    with m.If(misaligned(a_val, W)):
-                        fail(ErrorCode.ALIGN)
-                    with m.Elif(past(a_val, self.kv_k_words << wb)):
-                        fail(ErrorCode.SRAM_RANGE)
-                    with m.Elif(misaligned(b_val, W)):
-                        fail(ErrorCode.ALIGN)
-                    with m.Elif(past(b_val, self.kv_v_words << wb)):
-                        fail(ErrorCode.SRAM_RANGE)
-                    with m.Elif(d_val[16:].any() | n_val[16:].any()):
-                        fail(ErrorCode.KV_RANGE)      # beyond the store's 16-bit fields
-                    with m.Else():
-                        kc = self.o_kv.payload
-                        m.d.comb += [
-                            self.o_kv.valid.eq(1),
-                            kc.op.eq(KvOp.APPEND),
-                            kc.layer.eq(d_val[8:16]),
-                            kc.head.eq(d_val[:8]),
-                            kc.pos.eq(n_val[:16]),
-                            kc.args.append.k_src.eq(a_val[wb:]),
-                            kc.args.append.v_src.eq(b_val[wb:]),
-                        ]
-                        with m.If(self.o_kv.ready):
-                            if ov:
-                                m.d.sync += [
-                                    kr_k[0].eq(a_val),
-                                    kr_k[1].eq(sat33(a_val + (self.kv_k_words << wb))),
-                                    kr_v[0].eq(b_val),
-                                    kr_v[1].eq(sat33(b_val + (self.kv_v_words << wb))),
-                                ]
-                            m.next = "Kv"
-                with m.Elif(op == Opcode.COPY):
-                    with m.If(past(a_val, n_val)):
-                        fail(ErrorCode.SRAM_RANGE)
-                    with m.Elif(past(d_val, n_val)):
-                        fail(ErrorCode.SRAM_RANGE)
-                    with m.Elif(n_val == 0):
-                        do_retire(pc1)
-                    with m.Else():
-                        back = d_val > a_val
-                        m.d.sync += [
-                            cp_back.eq(back),
-                            cp_src.eq(Mux(back, a_val + n_val - 1, a_val)),
-                            cp_dst.eq(Mux(back, d_val + n_val - 1, d_val)),
-                            cp_left.eq(n_val),
-                        ]
-                        m.next = "Copy-Read"
                 with m.Elif(is_mat):
                     is_kvqk = op == Opcode.KVQK
                     # KVQK: K is the KV layout's head size, W the KV store's K records
@@ -773,6 +736,86 @@ class Controller(wiring.Component):
                         mcmd_sent.eq(0), mjob_sent.eq(0),
                     ]
                     m.next = "Matrix-Check"
+            with m.State("Issue"):
+                # Vector instructions, TABLE, LD, ST, COPY and KVAPP, from the decode
+                # register (their fields from the instruction memory's output, which holds
+                # while the read port is not enabled).
+                m.d.comb += st.eq(ControllerState.RUNNING)
+                op = ins.op
+                first = m.If
+                if ov:
+                    with m.If(is_sync.any()):
+                        # A sync point: wait for those entries; if one failed, drain every
+                        # unit and stop with the first error in program order.
+                        m.d.comb += self.stall_net.eq(is_sync[2] & nt_busy)
+                        with m.If((is_sync & fault4).any()):
+                            m.next = "Drain"
+                    first = m.Elif
+                with first(op == Opcode.LD):
+                    with m.If(misaligned(a_q, 4)):
+                        fail(ErrorCode.ALIGN)
+                    with m.Elif(past(a_q, 4)):
+                        fail(ErrorCode.SRAM_RANGE)
+                    with m.Else():
+                        m.d.sync += mem_addr.eq(a_q)
+                        m.next = "Load-Read"
+                with m.Elif(op == Opcode.ST):
+                    with m.If(misaligned(d_q, 4)):
+                        fail(ErrorCode.ALIGN)
+                    with m.Elif(past(d_q, 4)):
+                        fail(ErrorCode.SRAM_RANGE)
+                    with m.Else():
+                        m.d.sync += [mem_addr.eq(d_q), cp_src.eq(a_q)]
+                        m.next = "Store"
+                with m.Elif(op == Opcode.KVAPP):
+                    # Source checks in the simulator's order (K record, then V row: alignment,
+                    # then range); the slot and position are the KV store's to check.
+                    with m.If(misaligned(a_q, W)):
+                        fail(ErrorCode.ALIGN)
+                    with m.Elif(past(a_q, self.kv_k_words << wb)):
+                        fail(ErrorCode.SRAM_RANGE)
+                    with m.Elif(misaligned(b_q, W)):
+                        fail(ErrorCode.ALIGN)
+                    with m.Elif(past(b_q, self.kv_v_words << wb)):
+                        fail(ErrorCode.SRAM_RANGE)
+                    with m.Elif(d_q[16:].any() | n_q[16:].any()):
+                        fail(ErrorCode.KV_RANGE)      # beyond the store's 16-bit fields
+                    with m.Else():
+                        kc = self.o_kv.payload
+                        m.d.comb += [
+                            self.o_kv.valid.eq(1),
+                            kc.op.eq(KvOp.APPEND),
+                            kc.layer.eq(d_q[8:16]),
+                            kc.head.eq(d_q[:8]),
+                            kc.pos.eq(n_q[:16]),
+                            kc.args.append.k_src.eq(a_q[wb:]),
+                            kc.args.append.v_src.eq(b_q[wb:]),
+                        ]
+                        with m.If(self.o_kv.ready):
+                            if ov:
+                                m.d.sync += [
+                                    kr_k[0].eq(a_q),
+                                    kr_k[1].eq(sat33(a_q + (self.kv_k_words << wb))),
+                                    kr_v[0].eq(b_q),
+                                    kr_v[1].eq(sat33(b_q + (self.kv_v_words << wb))),
+                                ]
+                            m.next = "Kv"
+                with m.Elif(op == Opcode.COPY):
+                    with m.If(past(a_q, n_q)):
+                        fail(ErrorCode.SRAM_RANGE)
+                    with m.Elif(past(d_q, n_q)):
+                        fail(ErrorCode.SRAM_RANGE)
+                    with m.Elif(n_q == 0):
+                        do_retire(pc1)
+                    with m.Else():
+                        back = d_q > a_q
+                        m.d.sync += [
+                            cp_back.eq(back),
+                            cp_src.eq(Mux(back, a_q + n_q - 1, a_q)),
+                            cp_dst.eq(Mux(back, d_q + n_q - 1, d_q)),
+                            cp_left.eq(n_q),
+                        ]
+                        m.next = "Copy-Read"
                 with m.Else():
                     # Vector units 1 and 2, and TABLE.
                     m.d.comb += [
@@ -782,10 +825,10 @@ class Controller(wiring.Component):
                         self.o_vec.payload.ts.eq(ins.ts.as_value()),
                         self.o_vec.payload.c.eq(ins.c),
                         self.o_vec.payload.imm.eq(ins.imm),
-                        self.o_vec.payload.d.eq(d_val),
-                        self.o_vec.payload.a.eq(a_val),
-                        self.o_vec.payload.b.eq(b_val),
-                        self.o_vec.payload.n.eq(n_val),
+                        self.o_vec.payload.d.eq(d_q),
+                        self.o_vec.payload.a.eq(a_q),
+                        self.o_vec.payload.b.eq(b_q),
+                        self.o_vec.payload.n.eq(n_q),
                     ]
                     with m.If(self.o_vec.ready):
                         if ov:
@@ -1099,13 +1142,6 @@ class Controller(wiring.Component):
                    Mux(mx_kv, self.kv_map_hi << wb, w_end))
             m_t = (mx_c, mx_c + tab_bytes)
             m_y = (mx_ya, y_end)
-            is_ld = opv == Opcode.LD.value
-            is_st = opv == Opcode.ST.value
-            is_copy = opv == Opcode.COPY.value
-            is_mem = is_ld | is_st | is_copy
-            is_kvapp = opv == Opcode.KVAPP.value
-            is_kvqk = opv == Opcode.KVQK.value
-            is_table = opv == Opcode.TABLE.value
             k_map = (self.kv_map_lo << wb, self.kv_map_hi << wb)
             tab_src = Signal(13)        # TABLE: bytes of its entries (table_footprint)
             with m.Switch(ins.c):
@@ -1113,12 +1149,12 @@ class Controller(wiring.Component):
                     with m.Case(tid.value):
                         m.d.comb += tab_src.eq(2 * entries)
             f_reads = [(is_vec, v_a), (is_vec & uses_b, v_b), (is_vec & is_rms, v_c),
-                       (is_ld, (a_val, a_val + 4)), (is_copy, (a_val, a_val + n_val)),
-                       (is_kvapp, (a_val, a_val + (self.kv_k_words << wb))),
-                       (is_kvapp, (b_val, b_val + (self.kv_v_words << wb))),
-                       (is_table, (a_val, a_val + tab_src))]
-            f_writes = [(is_vec, v_d), (is_st, (d_val, d_val + 4)),
-                        (is_copy, (d_val, d_val + n_val)), (is_kvapp, k_map)]
+                       (is_ld, (a_q, a_q + 4)), (is_copy, (a_q, a_q + n_q)),
+                       (is_kvapp, (a_q, a_q + (self.kv_k_words << wb))),
+                       (is_kvapp, (b_q, b_q + (self.kv_v_words << wb))),
+                       (is_table, (a_q, a_q + tab_src))]
+            f_writes = [(is_vec, v_d), (is_st, (d_q, d_q + 4)),
+                        (is_copy, (d_q, d_q + n_q)), (is_kvapp, k_map)]
 
             def hz(e_reads, e_write):
                 terms = [en & meet(r, e_write) for en, r in f_reads + f_writes]
@@ -1132,13 +1168,15 @@ class Controller(wiring.Component):
             # KVAPP: its own entry (the store), hazards with the others; TABLE: the vector
             # entry (it loads the vector unit's tables), hazards with the others on its
             # source; KVQK: the KV entry (it uses the store), its hazards in Matrix-Check
-            hazard_only = is_vec | is_mem | is_kvapp | is_table
-            need_mx = Mux(is_scalar, 0, Mux(hazard_only, hz_mx, 1))
-            need_vx = Mux(is_scalar | is_mat, 0, Mux(is_mem | is_kvapp, hz_vx, 1))
-            need_nt = Mux(is_scalar | is_mat, 0, Mux(hazard_only, hz_nt, 1))
-            need_kv = Mux(is_scalar | is_mat & ~is_kvqk, 0,
-                          Mux(is_vec | is_mem | is_table, hz_kv, 1))
+            # Execute (the `is_issue` instructions wait in Issue, not here): by opcode only
+            need_mx = ~is_scalar & ~hazard_only
+            need_vx = ~(is_scalar | is_mat | hazard_only)
+            need_nt = ~(is_scalar | is_mat | hazard_only)
+            need_kv = ~(is_scalar | is_mat & ~is_kvqk | hazard_only)
             m.d.comb += ex_sync.eq(Cat(need_mx, need_vx, need_nt, need_kv) & live4)
+            # Issue: the ranges from the decode register
+            m.d.comb += is_sync.eq(Cat(hz_mx, Mux(is_mem | is_kvapp, hz_vx, 1), hz_nt,
+                                       Mux(is_kvapp, 1, hz_kv)) & live4)
 
             mat_vs_vx = (meet(m_x, vr_d) | meet(m_w, vr_d) | ~is_raw & meet(m_t, vr_d)
                          | meet(m_y, vr_d) | meet(m_y, vr_a) | vr_b_en & meet(m_y, vr_b)

@@ -26,7 +26,8 @@ __all__ = [
     "TABLE_ENTRIES", "DTYPE_INFO", "SRC_DTYPES", "ALL_DTYPES",
     "Addr", "Len", "Instr", "OpSpec", "SPECS", "IllegalInstruction",
     "encode", "decode", "rect_encode", "rect_decode", "signed_imm",
-    "CostModel", "IsaConfig", "instr_cycles", "send_flits", "vector_cycles", "matrix_cycles",
+    "CostModel", "IsaConfig", "instr_cycles", "issue_cycles", "is_decode_op", "DECODE_OPS",
+    "send_flits", "vector_cycles", "matrix_cycles",
     "SCALAR_OPS", "MATRIX_OPS", "vector_footprint", "matrix_footprint", "ranges_overlap",
     "BACKGROUND_UNITS", "background_unit", "send_footprint", "mem_footprint", "hazard",
     "kvapp_footprint", "table_footprint", "copy_steps",
@@ -627,6 +628,10 @@ SCALAR_OPS = frozenset({Opcode.NOP, Opcode.LI, Opcode.ADD, Opcode.SUB, Opcode.MU
 #: The matrix unit's instructions.
 MATRIX_OPS = frozenset({Opcode.MATMUL, Opcode.MATQK, Opcode.MATRAW, Opcode.KVQK})
 
+#: Opcodes besides the vector units' (1 and 2) that the controller issues from its decode
+#: register, a cycle after decoding them (`CostModel.decode`, `is_decode_op`).
+DECODE_OPS = frozenset({Opcode.TABLE, Opcode.LD, Opcode.ST, Opcode.COPY, Opcode.KVAPP})
+
 
 #: The units that run an instruction in the background under ``overlap`` (one scoreboard
 #: entry each): the matrix unit, the vector unit (not ``TABLE``), the network interface
@@ -816,6 +821,12 @@ class CostModel:
     ----------
     issue : int
         Cycles to fetch, decode and issue any instruction.
+    decode : int
+        Extra cycles of the instructions the controller checks against its scoreboard's
+        SRAM ranges (`DECODE_OPS`: vector instructions, ``TABLE``, ``LD``, ``ST``, ``COPY``,
+        ``KVAPP``): it resolves their operands into its decode register first, then issues
+        from it (``docs/tile.md``, "Decode register").  A wait for an in-flight instruction
+        overlaps it.
     vec_slots : int
         Result slots of the vector unit (``RESULT_SLOTS`` of ``hw/tile/vector.py``); the
         vector unit's cycles are `vector_cycles`, its schedule played cycle by cycle.
@@ -832,6 +843,7 @@ class CostModel:
     """
 
     issue: int = 1
+    decode: int = 1
     vec_slots: int = 3
     mat_latency: int = 3
     load_latency: int = 1
@@ -1128,6 +1140,17 @@ def copy_steps(d: int, a: int, n: int, word_bytes: int) -> int:
     return head + words + (n - head - words * W)
 
 
+def issue_cycles(op: Opcode, cost: CostModel) -> int:
+    """Return the cycles the controller takes to issue an instruction with opcode `op`:
+    ``cost.issue``, plus ``cost.decode`` for `DECODE_OPS`."""
+    return cost.issue + (cost.decode if is_decode_op(op) else 0)
+
+
+def is_decode_op(op: Opcode) -> bool:
+    """True for the opcodes that issue from the controller's decode register (`DECODE_OPS`)."""
+    return op in DECODE_OPS or op.value >> 4 in (1, 2)
+
+
 def instr_cycles(instr: Instr, config: IsaConfig, n: int = 0, k: int | None = None,
                  addrs: tuple[int, int] | None = None) -> int:
     """Return the estimated cycles an instruction keeps the tile's controller busy.
@@ -1157,24 +1180,25 @@ def instr_cycles(instr: Instr, config: IsaConfig, n: int = 0, k: int | None = No
     W, V = config.word_bytes, config.lanes
     op = instr.op
     unit = op.value >> 4
+    issue = issue_cycles(op, c)
 
     if op == Opcode.LD:
-        return c.issue + c.load_latency
+        return issue + c.load_latency
     if op == Opcode.COPY:       # read, latch, write per step (a word or a byte)
         d, a = addrs if addrs is not None else (0, 0)
-        return c.issue + 3 * copy_steps(d, a, n, W)
+        return issue + 3 * copy_steps(d, a, n, W)
     if op == Opcode.KVAPP:       # n: words appended (K record + V row), each read and written
-        return c.issue + 1 + 2 * n    # + the KV store's decode cycle
+        return issue + 1 + 2 * n    # + the KV store's decode cycle
     if op == Opcode.SEND:
         x0, x1, y0, y1 = rect_decode(instr.imm)
         return c.issue + send_flits(n, (x0, y0) != (x1, y1), config)
     if op == Opcode.TABLE or unit in (1, 2):
         # the vector unit's own schedule, operands assumed word-aligned (RMSNorm's epsilon
         # address and WSUM's row stride are the `c` immediate)
-        return c.issue + vector_cycles(op, instr.td, instr.src, max(n, 1), instr.imm, instr.c,
+        return issue + vector_cycles(op, instr.td, instr.src, max(n, 1), instr.imm, instr.c,
                                        lanes=V, word_bytes=W, slots=c.vec_slots)
     if unit == 0:
-        return c.issue
+        return issue
     # matrix unit and its write-back, from the command's acceptance to the last write
     if op == Opcode.KVQK:
         if k is None:
