@@ -9,6 +9,8 @@ Usage (from the top of the checkout)::
         --nextpnr-opts "--router router2"
     .venv/bin/python -m chipotle.sim.bitstream --board ulx3s-85f --config small,mesh=1x1 \
         --place-only      # nextpnr's post-placement Fmax estimate, no routing
+    .venv/bin/python -m chipotle.sim.bitstream --board ulx3s-85f --config small,mesh=1x1 \
+        --synth-only --paths 30   # + the 30 longest paths of the netlist (a proxy)
 
 The design is ``chipotle.hw.fpga.boards.BoardTop`` through Amaranth's platform API
 (amaranth-boards): Yosys (``synth_ecp5`` / ``synth_ice40``), nextpnr, then ``ecppack`` /
@@ -106,7 +108,7 @@ def log_fmax(text: str) -> tuple[float, float] | None:
 
 def build(board_name: str, config=None, *, synth_only: bool = False,
           tile_blackbox: bool = False, build_dir: Path | None = None, nextpnr_opts: str = "",
-          place_only: bool = False, progress=print) -> dict:
+          place_only: bool = False, paths: int = 0, progress=print) -> dict:
     """Build ``board_name``'s bitstream (or only synthesise it); return the report.
 
     Parameters
@@ -130,6 +132,10 @@ def build(board_name: str, config=None, *, synth_only: bool = False,
         Run nextpnr with ``--no-route`` and no bitstream packing: the report's Fmax is
         nextpnr's post-placement estimate (``fmax_kind`` says so; nextpnr gives no critical
         path before routing).
+    paths : int
+        After Yosys, write the `paths` longest register-to-register paths of the netlist to
+        ``paths.txt`` (``chipotle.sim.paths``: a proxy delay model, seconds to compute; the
+        report's ``worst_path_proxy_ns``).  0: none.
     progress : callable of str
 
     Returns
@@ -195,6 +201,14 @@ def build(board_name: str, config=None, *, synth_only: bool = False,
     seconds["synth"] = round(time.monotonic() - t, 1)
     report["synth"] = _synth_counts(_stat_cells((bdir / "synth_stat.txt").read_text()),
                                     board.family)
+    if paths and board.family == "ecp5":
+        from .paths import format_paths, longest_paths, verilog_lines
+        found = longest_paths(json.loads((bdir / "top.json").read_text()), n=paths,
+                              strict=not tile_blackbox)
+        vfiles = {v.name: verilog_lines(v.read_text()) for v in bdir.glob("*.v")}
+        (bdir / "paths.txt").write_text(format_paths(found, vfiles) + "\n")
+        report["worst_path_proxy_ns"] = found[0].delay_ns if found else None
+        progress(f"{board_name}: {len(found)} longest paths (proxy) in {bdir / 'paths.txt'}")
     if not synth_only:
         t = time.monotonic()
         progress(f"{board_name}: nextpnr (log {bdir / 'top.tim'})")
@@ -251,6 +265,9 @@ def format_report(r: dict) -> str:
         kind = (f" ({r['fmax_kind']})" if r.get("fmax_kind", "routed") != "routed" else "")
         lines.append(f"  Fmax{kind} {r['fmax_mhz']:.1f} MHz against the {r['target_mhz']:.1f} "
                      f"MHz target ({ok})")
+    if r.get("worst_path_proxy_ns"):
+        lines.append(f"  longest path {r['worst_path_proxy_ns']:.1f} ns by the proxy delay model "
+                     f"(chipotle.sim.paths; paths.txt), not a timing analysis")
     if "fmax_mhz" in r and r.get("nextpnr_opts"):
         lines.append(f"  nextpnr options: {r['nextpnr_opts']}")
     if r.get("bitstream"):
@@ -276,6 +293,9 @@ def main(argv=None):
                         "\"--router router2\"")
     parser.add_argument("--place-only", action="store_true", help="nextpnr without routing "
                         "or bitstream: its post-placement Fmax estimate")
+    parser.add_argument("--paths", type=int, default=0, metavar="N", help="after Yosys, "
+                        "write the N longest paths of the netlist (proxy delays, ECP5) to "
+                        "paths.txt")
     args = parser.parse_args(argv)
     board = BOARDS[args.board]
     try:
@@ -285,7 +305,7 @@ def main(argv=None):
     report = build(args.board, config, synth_only=args.synth_only,
                    tile_blackbox=args.tile_blackbox, build_dir=args.build_dir,
                    nextpnr_opts=args.nextpnr_opts, place_only=args.place_only,
-                   progress=lambda s: print(s, flush=True))
+                   paths=args.paths, progress=lambda s: print(s, flush=True))
     print(format_report(report))
 
 

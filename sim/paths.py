@@ -29,7 +29,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["CELL_NS", "NET_NS", "Path_", "longest_paths", "rtl_name", "format_paths",
+__all__ = ["CELL_NS", "NET_NS", "SETUP_NS", "Path_", "longest_paths", "rtl_name", "format_paths",
            "verilog_lines"]
 
 #: Routing estimate per net (ns), except the carry chain's dedicated wires.
@@ -91,7 +91,7 @@ def _base(pin: str) -> str:
 
 
 def longest_paths(netlist: dict, top: str | None = None, n: int = 20,
-                  net_ns: float = NET_NS) -> list[Path_]:
+                  net_ns: float = NET_NS, strict: bool = True) -> list[Path_]:
     """Return the `n` longest paths of `netlist` by the proxy delay model, worst first.
 
     Parameters
@@ -101,9 +101,13 @@ def longest_paths(netlist: dict, top: str | None = None, n: int = 20,
     top : str, optional
         The module to analyse; default: the one with the most cells.
     n : int
-        Paths to return, at most one per sequence of RTL sources and end-point module.
+        Paths to return, at most one per sequence of RTL sources and end-point register
+        (``r0`` .. ``r15`` count as one).
     net_ns : float
         Routing estimate per net (ns).
+    strict : bool
+        Raise on a cell type without a delay model; False: treat such cells (black boxes)
+        as registers (their outputs start paths at 0 ns, their inputs end them).
 
     Returns
     -------
@@ -112,9 +116,8 @@ def longest_paths(netlist: dict, top: str | None = None, n: int = 20,
     Raises
     ------
     ValueError
-        If `top` is not in the netlist or the netlist has a cell type the model does not
-        know whose outputs feed a path (it is then treated as a start point with a warning
-        in the path's `start`).
+        If `top` is not in the netlist, or with `strict` if it has a cell type without a
+        delay model in `CELL_NS`.
     """
     mods = netlist["modules"]
     if top is None:
@@ -125,8 +128,9 @@ def longest_paths(netlist: dict, top: str | None = None, n: int = 20,
     cells = mod["cells"]
     unknown = sorted({c["type"] for c in cells.values()} - set(CELL_NS)
                      - {"TRELLIS_IO", "EHXPLLL", "$scopeinfo"})
-    if unknown:
+    if unknown and strict:
         raise ValueError(f"cell types without a delay model: {unknown}")
+    model = {**{t: (0.0, {}) for t in unknown}, **CELL_NS}
     # bit -> best name (fewest '$', then shortest)
     names: dict[int, str] = {}
     for name, info in mod["netnames"].items():
@@ -140,9 +144,9 @@ def longest_paths(netlist: dict, top: str | None = None, n: int = 20,
     sinks: list[tuple[str, str, int]] = []                  # end points: (cell, pin, bit)
     for cname, cell in cells.items():
         ctype = cell["type"]
-        if ctype not in CELL_NS:
+        if ctype not in model:
             continue
-        _, arcs = CELL_NS[ctype]
+        _, arcs = model[ctype]
         arc_in = {a for a, _ in arcs}
         ins, outs = [], []
         for port, bits in cell["connections"].items():
@@ -177,7 +181,7 @@ def longest_paths(netlist: dict, top: str | None = None, n: int = 20,
             drv = driver.get(b)
             ins = fanin.get(drv, []) if drv else []
             if not ins:
-                arr[b] = CELL_NS[cells[drv[0]]["type"]][0] if drv else 0.0
+                arr[b] = model[cells[drv[0]]["type"]][0] if drv else 0.0
                 pred[b] = None
                 stack.pop()
                 continue
@@ -220,7 +224,8 @@ def longest_paths(netlist: dict, top: str | None = None, n: int = 20,
                        if r and not r.startswith("/share/")]
                 if src and (not srcs or srcs[-1] != src[0]):
                     srcs.append(src[0])
-        key = (tuple(srcs), rtl_name(cname).rsplit(".", 1)[0])
+        # one path per RTL source sequence and end register (array elements merged)
+        key = (tuple(srcs), rtl_name(cname).rstrip("0123456789_"))
         if key in seen:
             continue
         seen.add(key)

@@ -12,7 +12,12 @@ KV store, ``KVQK`` to the KV store (``STREAM_K``) and the matrix write-back, ``S
 Issue policy (``docs/tile.md``, "Issue policy"), chosen by ``overlap``: **in order**.  A
 scalar or control instruction retires in one cycle, the next one is fetched in the same
 cycle (the instruction memory read port is addressed with the next PC), so straight-line
-scalar code and loop ends cost one cycle per instruction.  With ``overlap=False`` an
+scalar code and loop ends cost one cycle per instruction.  The instructions checked against
+the scoreboard's SRAM ranges (vector, ``TABLE``, ``LD``, ``ST``, ``COPY``, ``KVAPP``) take
+one cycle more: Execute resolves their operands into the decode register and state
+``Issue`` checks, waits and dispatches from it (an FPGA timing cut: no path from the
+instruction memory through the operand adders into the range compares and the retire
+decision; ``docs/tile.md``, "Decode register").  With ``overlap=False`` an
 instruction that uses a unit waits for that unit to finish before the next instruction
 issues. With ``overlap=True`` the matrix unit (``KVQK`` included), the vector unit (not
 ``TABLE``), the network interface (``SEND``) and the KV store (``KVAPP``, once the store

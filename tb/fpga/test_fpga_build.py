@@ -40,13 +40,18 @@ def test_ulx3s_top_synthesises(tmp_path):
     """Board top, PLL, UART bridge and mesh through Yosys ``synth_ecp5``, the tile as a black
     box (a whole tile takes Yosys many minutes: ``make bitstream``)."""
     from chipotle.sim.bitstream import build
-    r = build("ulx3s-85f", TINY, tile_blackbox=True, build_dir=tmp_path,
+    from chipotle.sim.bitstream import format_report
+    r = build("ulx3s-85f", TINY, tile_blackbox=True, build_dir=tmp_path, paths=3,
               progress=lambda s: None)
     s, dev = r["synth"], r["device_resources"]
     assert 0 < s["LUT4"] < dev["LUT4"] and 0 < s["FF"] < dev["FF"], s
     assert s["DSP"] == 0 and s["BRAM"] == 0, s     # those are all in the tiles
     stat = (tmp_path / "synth_stat.txt").read_text()
     assert "chipotle_tile" in stat and "EHXPLLL" in stat, stat[-2000:]
+    # --paths: the longest paths of the netlist (the tile a black box: paths end there)
+    paths = (tmp_path / "paths.txt").read_text()
+    assert paths.count("ns (proxy)") == 3 and r["worst_path_proxy_ns"] > 0, paths
+    assert "longest path" in format_report(r)
 
 
 def test_log_fmax():
