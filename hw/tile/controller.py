@@ -585,6 +585,21 @@ class Controller(wiring.Component):
         mx_td = Signal(2)
         mcmd_sent = Signal()
         mjob_sent = Signal()
+        # The range products, computed in Execute (so that Matrix-Check and the scoreboard
+        # compare from registers: no multiplier between mx_* and the checks or a retire):
+        # X's (M - 1) x_stride, W's (N - 1) w_stride, Y's row stride pad(N size), (M - 1)
+        # times it and a row's N size.
+        mx_xoff = Signal(64)
+        mx_woff = Signal(64)
+        mx_ystride = Signal(32)
+        mx_yoff = Signal(64)
+        mx_ylen = Signal(35)
+
+        def strides(kw, is_raw, is_qk):
+            """x_stride, w_stride (bytes) of a matrix instruction with ceil(K / W) = kw."""
+            rec = (kw + 1) << wb                    # record bytes W + pad(K)
+            plain = kw << wb                        # pad(K)
+            return Mux(is_raw, plain, rec), Mux(is_qk, rec, plain)
 
         # ---- perf strobes -----------------------------------------------------------------------
         m.d.comb += self.stall_sram.eq(self.bus.en & ~self.bus.ready)
@@ -726,6 +741,23 @@ class Controller(wiring.Component):
                     is_kvqk = op == Opcode.KVQK
                     # KVQK: K is the KV layout's head size, W the KV store's K records
                     k_val = Mux(is_kvqk, self.kv_head_size, ins.imm)
+                    kw_e = Signal(16)
+                    es_e = Signal(3)
+                    ys_e = Signal(32)
+                    m.d.comb += [
+                        kw_e.eq((k_val + W - 1) >> wb),
+                        es_e.eq(Mux(ins.td == Dtype.I8, 1, Mux(ins.td == Dtype.I16, 2, 4))),
+                        ys_e.eq(((n_val * es_e + W - 1) >> wb) << wb),
+                    ]
+                    xs_e, ws_e = strides(kw_e, op == Opcode.MATRAW,
+                                         (op == Opcode.MATQK) | is_kvqk)   # mx_op's MATQK
+                    m.d.sync += [
+                        mx_xoff.eq(ins.ts.m1 * xs_e),
+                        mx_woff.eq((n_val - 1) * ws_e),
+                        mx_ystride.eq(ys_e),
+                        mx_yoff.eq(ins.ts.m1 * ys_e),
+                        mx_ylen.eq(n_val * es_e),
+                    ]
                     m.d.sync += [
                         mx_op.eq(Mux(op == Opcode.MATMUL, MatrixOp.MATMUL,
                                      Mux(op == Opcode.MATRAW, MatrixOp.MATRAW,
@@ -733,11 +765,11 @@ class Controller(wiring.Component):
                         mx_kv.eq(is_kvqk),
                         mx_m.eq(ins.ts.m1 + 1),
                         mx_k.eq(k_val),
-                        mx_kw.eq((k_val + W - 1) >> wb),
+                        mx_kw.eq(kw_e),
                         mx_n.eq(n_val),
                         mx_xa.eq(a_val), mx_wa.eq(b_val), mx_ya.eq(d_val), mx_c.eq(ins.c),
                         mx_td.eq(ins.td.as_value()[:2]),
-                        mx_es.eq(Mux(ins.td == Dtype.I8, 1, Mux(ins.td == Dtype.I16, 2, 4))),
+                        mx_es.eq(es_e),
                         mcmd_sent.eq(0), mjob_sent.eq(0),
                     ]
                     m.next = "Matrix-Check"
@@ -940,22 +972,19 @@ class Controller(wiring.Component):
 
             # -- matrix instructions: checks (isasim's order), then command + write-back job
             rec = (mx_kw + 1) << wb                 # record bytes W + pad(K)
-            plain = mx_kw << wb                     # pad(K)
             is_raw = mx_op == MatrixOp.MATRAW
             is_qk = mx_op == MatrixOp.MATQK
-            x_stride = Mux(is_raw, plain, rec)
-            w_stride = Mux(is_qk, rec, plain)
+            x_stride, w_stride = strides(mx_kw, is_raw, is_qk)
             x_first = Mux(is_raw, mx_xa, mx_xa + W)
             w_first = Mux(is_qk, mx_wa + W, mx_wa)
-            y_stride = Signal(32)
-            m.d.comb += y_stride.eq(((mx_n * mx_es + W - 1) >> wb) << wb)
+            y_stride = mx_ystride
             x_end = Signal(64)
             w_end = Signal(64)
             y_end = Signal(64)
             m.d.comb += [
-                x_end.eq(x_first + (mx_m - 1) * x_stride + mx_k),
-                w_end.eq(w_first + (mx_n - 1) * w_stride + mx_k),
-                y_end.eq(mx_ya + (mx_m - 1) * y_stride + mx_n * mx_es),
+                x_end.eq(x_first + mx_xoff + mx_k),
+                w_end.eq(w_first + mx_woff + mx_k),
+                y_end.eq(mx_ya + mx_yoff + mx_ylen),
             ]
             tab_bytes = Mux(is_qk, 4, mx_n << 2)
 
