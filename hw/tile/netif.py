@@ -120,6 +120,29 @@ COUNTER_BASE = 0x100
 #: ``addr - IMEM_BASE`` on, ``ceil(128 / payload_width)`` payload words per instruction,
 #: least significant first.
 IMEM_BASE = 0x10000
+#: Bits of a *write-and-bump* ``CONTROL`` address: the flag `BUMP_WRITE`, the counter in bits
+#: ``[ADDR_WIDTH, ADDR_WIDTH + 8)`` and the first SRAM word address in ``[0, ADDR_WIDTH)``.
+BUMP_WRITE_BITS = ADDR_WIDTH + 8 + 1
+#: Flag of a *write-and-bump* ``CONTROL`` packet (bit 24 of ``addr``, above the instruction
+#: memory's window): its payload words are written to SRAM like an ``SRAM_WRITE``'s and,
+#: once the last one is written, the counter is bumped by 1.  A SEND's last data packet
+#: (`bump_write_addr`), so the bump costs no packet of its own.
+BUMP_WRITE = 1 << (BUMP_WRITE_BITS - 1)
+
+
+def bump_write_addr(counter: int, word_addr: int) -> int:
+    """Return the ``addr`` of a write-and-bump ``CONTROL`` head (see `BUMP_WRITE`).
+
+    Raises
+    ------
+    ValueError
+        If ``counter`` is not in ``0 .. 255`` or ``word_addr`` not in ``0 .. 2**ADDR_WIDTH - 1``.
+    """
+    if not 0 <= counter < 256:
+        raise ValueError(f"`counter` must be in 0 .. 255, not {counter}")
+    if not 0 <= word_addr < 1 << ADDR_WIDTH:
+        raise ValueError(f"`word_addr` must be in 0 .. {(1 << ADDR_WIDTH) - 1}, not {word_addr}")
+    return BUMP_WRITE | counter << ADDR_WIDTH | word_addr
 
 
 class NetError(py_enum.IntFlag):
@@ -294,9 +317,10 @@ class NetifConfig:
         if pw % 8 or (pw // 8) & (pw // 8 - 1):
             raise ValueError(f"`noc.payload_width` must be 8 * W with W a power of two, "
                              f"not {pw}")
-        if noc.addr_width < ADDR_WIDTH + 1:
-            raise ValueError(f"the head's `addr` field must have at least {ADDR_WIDTH + 1} "
-                             f"bits (word addresses and IMEM_BASE), not {noc.addr_width}")
+        if noc.addr_width < BUMP_WRITE_BITS:
+            raise ValueError(f"the head's `addr` field must have at least {BUMP_WRITE_BITS} "
+                             f"bits (word addresses, IMEM_BASE and the write-and-bump "
+                             f"packets' counter and flag), not {noc.addr_width}")
         w = self.word_bytes
         if (not isinstance(self.sram_bytes, int) or self.sram_bytes <= 0
                 or self.sram_bytes % w or self.sram_bytes // w > 2 ** ADDR_WIDTH):
@@ -359,10 +383,12 @@ class NetworkInterface(wiring.Component):
     **Transmit** (into ``o_noc``, the mesh's local input).  Between packets the transmit side
     serves, in this order, a queued read request, the next packet of the current SEND, a new
     command from ``i_cmd``.  A SEND of ``n`` bytes from byte ``src`` to byte ``dst`` of every
-    tile of ``rect`` becomes ``SRAM_WRITE`` packets of at most ``noc.max_length`` (unicast,
-    a 1 x 1 rectangle) or ``mcast_max_flits - 1`` (multicast) words, then one ``CONTROL``
-    packet writing 1 to ``COUNTER_BASE + counter`` (the bump); the NoC delivers the packets
-    of one source to one destination in order, so each receiver's bump follows its data.
+    tile of ``rect`` becomes packets of at most ``noc.max_length`` (unicast, a 1 x 1
+    rectangle) or ``mcast_max_flits - 1`` (multicast) words: ``SRAM_WRITE`` packets, the last
+    one a write-and-bump ``CONTROL`` packet (`BUMP_WRITE`) whose receiver bumps the counter
+    once its last word is written; the NoC delivers the packets of one source to one
+    destination in order, so each receiver's bump follows all its data.  A SEND of 0 bytes is
+    one ``CONTROL`` packet writing 1 to ``COUNTER_BASE + counter``.
     ``done`` becomes a ``CONTROL`` packet to the host writing ``code`` to
     :attr:`Reg.DOORBELL`.  ``o_cmd_done`` offers the completion from the cycle after the
     command's last flit has been injected (or after a SEND is refused) until it is taken; the
@@ -510,6 +536,8 @@ class NetworkInterface(wiring.Component):
         h_addr = Signal(noc.addr_width)
         h_src_x = Signal(noc.coord_width)
         h_src_y = Signal(noc.coord_width)
+        h_bump = Signal()                 # write-and-bump: bump counter h_bump_c at the end
+        h_bump_c = Signal(8)
         rx_k = Signal(noc.length_width)   # payload words taken, stops at h_len
         rx_over = Signal()                # the current word is past `length`
         rx_take = Signal()                # a flit moves this cycle
@@ -546,9 +574,13 @@ class NetworkInterface(wiring.Component):
                         h_addr.eq(i_head.addr),
                         h_src_x.eq(i_head.src_x),
                         h_src_y.eq(i_head.src_y),
+                        h_bump.eq(0),
                         rx_k.eq(0),
                     ]
                     end = i_head.addr + i_head.length
+                    bump_word = i_head.addr[:ADDR_WIDTH]
+                    bump_c = i_head.addr[ADDR_WIDTH:ADDR_WIDTH + 8]
+                    is_bump_write = i_head.addr[BUMP_WRITE_BITS - 1:] == 1
                     imem_idx = i_head.addr - IMEM_BASE
                     with m.Switch(i_head.type):
                         with m.Case(PacketType.SRAM_WRITE, PacketType.READ_RESP):
@@ -564,7 +596,21 @@ class NetworkInterface(wiring.Component):
                             with m.Else():
                                 m.next = "Read-Request"
                         with m.Case(PacketType.CONTROL):
-                            with m.If(i_head.addr >= IMEM_BASE):
+                            with m.If(is_bump_write):
+                                # write-and-bump: the words as an SRAM_WRITE, then the bump
+                                m.d.sync += [h_addr.eq(bump_word), h_bump_c.eq(bump_c)]
+                                with m.If((bump_word + i_head.length > depth)
+                                          | (bump_c >= n_cnt)):
+                                    m.d.comb += strobe("rx", NetError.SRAM_RANGE).eq(1)
+                                    with m.If(~i_flit.last):
+                                        m.next = "Drain"
+                                with m.Elif(i_flit.last):
+                                    m.d.comb += [bump_en.eq(1), bump_idx.eq(bump_c),
+                                                 bump_inc.eq(1)]
+                                with m.Else():
+                                    m.d.sync += h_bump.eq(1)
+                                    m.next = "Write"
+                            with m.Elif(i_head.addr >= IMEM_BASE):
                                 bad = ((imem_idx + (i_head.length >> fpi_bits) > cfg.imem_words)
                                        | (i_head.length[:fpi_bits] != 0 if fpi_bits else 0))
                                 with m.If(bad):
@@ -592,6 +638,9 @@ class NetworkInterface(wiring.Component):
                 with m.If(rx_take):
                     payload_step()
                     with m.If(i_flit.last):
+                        with m.If(h_bump):
+                            m.d.comb += [bump_en.eq(1), bump_idx.eq(h_bump_c),
+                                         bump_inc.eq(1)]
                         m.next = "Head"
 
             with m.State("Read-Request"):
@@ -771,8 +820,15 @@ class NetworkInterface(wiring.Component):
                         per = Mux(s_mcast, cfg.mcast_payload, max_len)
                         n = Signal(noc.length_width)
                         m.d.comb += n.eq(Mux(s_left > per, per, s_left))
-                        start_packet(PacketType.SRAM_WRITE, rect, s_mcast, n, s_dst,
-                                     _Src.SRAM, fetch_addr=s_src)
+                        with m.If(s_left > per):
+                            start_packet(PacketType.SRAM_WRITE, rect, s_mcast, n, s_dst,
+                                         _Src.SRAM, fetch_addr=s_src)
+                        with m.Else():
+                            # the last data packet carries the counter bump
+                            start_packet(PacketType.CONTROL, rect, s_mcast, n,
+                                         Cat(s_dst[:ADDR_WIDTH], s_counter, C(1, 1)),
+                                         _Src.SRAM, fetch_addr=s_src, done=1)
+                            m.d.sync += s_active.eq(0)
                         m.d.sync += [
                             s_src.eq(s_src + n),
                             s_dst.eq(s_dst + n),

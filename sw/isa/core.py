@@ -931,13 +931,17 @@ def send_flits(nbytes: int, multicast: bool, config: IsaConfig) -> int:
     """Return the flits a SEND of `nbytes` puts on the network, heads included.
 
     Data goes in packets of at most ``max_packet_flits`` payload flits (unicast) or
-    ``mcast_max_flits - 1`` (multicast), one W-byte word per flit, then one CONTROL packet
-    (head and one payload flit) bumps the receivers' counter.
+    ``mcast_max_flits - 1`` (multicast), one W-byte word per flit, each with a head; the last
+    one bumps the receivers' counter once its words are written (a write-and-bump packet,
+    ``docs/tile.md`` "Network interface").  A SEND of 0 bytes is one CONTROL packet (head and
+    one payload flit) that bumps the counter.
     """
     words = -(-nbytes // config.word_bytes)
+    if words == 0:
+        return 2
     per = config.mcast_max_flits - 1 if multicast else config.max_packet_flits
     packets = -(-words // per)
-    return words + packets + 2
+    return words + packets
 
 
 # -- the vector unit's schedule ------------------------------------------------------------------

@@ -50,9 +50,10 @@ def test_scenario_on_isasim():
     assert out["statuses"][(0, 0)].state == "halted"
     assert out["idle_status"].state == "idle"
     assert all(c > 0 for c in out["cycles"])
-    # (0,0) runs 8 instructions and its halt per step; 3 flits + 3 flits are sent per step
+    # (0,0) runs 8 instructions and its halt per step; each tile SENDs one word per step:
+    # a head and the word, the packet bumping the receiver's counter
     assert out["perf_instructions"] == [9] * 4
-    assert out["perf_flits"] == [2 * 4] * 4
+    assert out["perf_flits"] == [2 * 2] * 4
 
 
 def test_unaligned_write_merges():

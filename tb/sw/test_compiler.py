@@ -120,14 +120,16 @@ def test_prefill_batch_sizes_match_decode(small_compiled):
 
 def test_prefill_batch_is_cheaper_than_decode_steps(small_compiled):
     """M rows share each weight word: the matrix unit spends far less on a batch of M than on
-    M single steps, and the whole step is cheaper too."""
+    M single steps, and the whole step is cheaper too.  (Not M times less: with this model's
+    short rows, K = 32 or 64, the write-back's 3 + 2 M cycles per result set the batch's pace,
+    not the unit's ceil(K / W) weight words; `chipotle.isa.core.matrix_cycles`.)"""
     M = small_compiled.config.max_m
     prompt = [1, 2, 3, 4, 5, 6, 7, 8][:2 * M]
     one = run_sequence(small_compiled, prompt, 0, 1)
     batched = run_sequence(small_compiled, prompt, 0, M)
     mat_one = sum(p["matrix_cycles"] for *_, p in one)
     mat_batched = sum(p["matrix_cycles"] for *_, p in batched)
-    assert mat_batched < 0.5 * mat_one
+    assert mat_batched < 0.6 * mat_one
     assert sum(s[2] for s in batched) < sum(s[2] for s in one)
 
 

@@ -31,7 +31,17 @@ from chipotle.driver.hostlink import (  # noqa: F401  (re-exported for the bench
 )
 from chipotle.hw.noc import HOST, Head, NocConfig, Packet, PacketType
 from chipotle.hw.tile.kvstore import KvParams
-from chipotle.hw.tile.netif import COUNTER_BASE, IMEM_BASE, KV_REGS, NetError, NetifConfig, Reg
+from chipotle.hw.tile.netif import (
+    BUMP_WRITE_BITS,
+    COUNTER_BASE,
+    IMEM_BASE,
+    KV_REGS,
+    NetError,
+    NetifConfig,
+    Reg,
+    bump_write_addr,
+)
+from chipotle.hw.tile.sram import ADDR_WIDTH
 from chipotle.isa import ErrorCode
 
 __all__ = ["sram_write", "sram_read", "reg_read", "control", "counter_add", "imem_write",
@@ -60,12 +70,14 @@ def send_packets(ni: NetifConfig, src_xy, cmd: dict) -> list[Packet]:
     def head(ptype, addr, length):
         return Head(ptype, x0, y0, x1, y1, mcast, src_xy[0], src_xy[1], length, addr)
 
-    while words:
-        n = min(words, per)
-        out.append(Packet(head(PacketType.SRAM_WRITE, dst, n)))
-        dst += n
-        words -= n
-    out.append(Packet(head(PacketType.CONTROL, COUNTER_BASE + cmd["counter"], 1), (1,)))
+    if not words:
+        return [Packet(head(PacketType.CONTROL, COUNTER_BASE + cmd["counter"], 1), (1,))]
+    while words > per:
+        out.append(Packet(head(PacketType.SRAM_WRITE, dst, per)))
+        dst += per
+        words -= per
+    # the last data packet bumps the receivers' counter once its words are written
+    out.append(Packet(head(PacketType.CONTROL, bump_write_addr(cmd["counter"], dst), words)))
     return out
 
 
@@ -184,6 +196,14 @@ class TileRef:
             dst = (h.src_x, h.src_y)
             dst = HOST if dst == cfg.host else dst
             return [_uni(PacketType.READ_RESP, dst, resp, words, cfg, src=(ni.x, ni.y))]
+        if h.type == PacketType.CONTROL and h.addr >> (BUMP_WRITE_BITS - 1) == 1:
+            word, c = h.addr & ((1 << ADDR_WIDTH) - 1), h.addr >> ADDR_WIDTH & 0xFF
+            if word + h.length > ni.sram_words or c >= ni.n_counters:
+                self.flag(NetError.SRAM_RANGE)
+                return []
+            self.sram[word:word + n] = pay[:n]
+            self.bump(c, 1)
+            return []
         if h.type == PacketType.CONTROL:
             if h.addr >= IMEM_BASE:
                 per = ni.flits_per_instr

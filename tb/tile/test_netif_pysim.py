@@ -27,7 +27,7 @@ from netifmodel import (
 )
 
 from chipotle.hw.noc import NocConfig, Packet, PacketType, decode_head
-from chipotle.hw.tile.netif import NetError, NetifConfig, NetOp, Reg
+from chipotle.hw.tile.netif import NetError, NetifConfig, NetOp, Reg, bump_write_addr
 from chipotle.isa import ErrorCode
 
 NOC = NocConfig()
@@ -220,9 +220,11 @@ def test_send_packetisation(rect):
     got = _run(bench)
     expect = send_packets(CFG, ME, cmd)
     assert [p.head for p in got[:-1]] == [p.head for p in expect]
-    data = [w for p in got[:-2] for w in p.payload]
+    data = [w for p in got[:-1] for w in p.payload]
     assert data == words
-    assert got[-2].payload == (1,)
+    # the last data packet is the write-and-bump CONTROL: no packet of its own for the bump
+    assert got[-2].head.type == PacketType.CONTROL
+    assert got[-2].head.addr == bump_write_addr(cmd["counter"], 100 + 20 - len(got[-2].payload))
     assert got[-1].head.type == PacketType.CONTROL and got[-1].head.addr == Reg.DOORBELL
     assert got[-1].payload == (0xBEEF,)
     assert (got[-1].head.x0, got[-1].head.y0) == NOC.host
