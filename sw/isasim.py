@@ -10,8 +10,9 @@ module reads operands, calls the golden primitive and writes the result, so it i
 with `chipotle.golden.GoldenModel` by construction.  The instruction set is specified in
 ``docs/isa.md``.
 
-Cycle counts are an estimate (`chipotle.isa.instr_cycles` plus WAIT stalls and network
-latency); the RTL is the authority on cycles.
+Cycle counts are an estimate (`chipotle.isa.instr_cycles` plus WAIT stalls, network latency
+and the queueing of arriving flits at each tile's network port); the RTL is the authority on
+cycles.
 
 Example
 -------
@@ -26,6 +27,7 @@ Example
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass
 
 import numpy as np
@@ -263,6 +265,9 @@ class Tile:
         #: The scoreboard: unit (`BACKGROUND_UNITS`) -> its entry, while in flight or faulted.
         self._busy: dict[str, _InFlight] = {}
         self._seq = 0
+        #: Cycles in which the tile's network port delivers a flit (`IsaSim._deliver`):
+        #: sorted, disjoint ``[start, end)`` intervals.
+        self._port: list[list[int]] = []
 
     @property
     def counters(self) -> list[int]:
@@ -796,6 +801,7 @@ class IsaSim:
         self._charge(t, i, n, "dma_cycles")
         t.perf.flits_sent += send_flits(n, (x0, y0) != (x1, y1), cfg)
         t.perf.bytes_sent += n
+        flits = send_flits(n, (x0, y0) != (x1, y1), cfg)
         for y in range(y0, y1 + 1):
             for x in range(x0, x1 + 1):
                 r = self._tiles[(x, y)]
@@ -803,9 +809,42 @@ class IsaSim:
                 r.perf.bytes_received += n
                 arrival = t.perf.cycles + cfg.cost.hop * (abs(x - t.x) + abs(y - t.y))
                 q = r._counters[q_index]
-                q.append(arrival)
+                q.append(self._deliver(r, arrival, flits))
                 q.sort()
         return t.pc + 1
+
+    @staticmethod
+    def _deliver(r: Tile, arrival: int, flits: int) -> int:
+        """Book `flits` cycles of tile `r`'s network port for a SEND whose last flit would
+        arrive at `arrival` on an idle network; return when its last flit (the bump) arrives.
+
+        The tile takes one flit per cycle, so SENDs that reach it together (a gather: every
+        tile multicasting its slice to the whole mesh) queue there: each takes the earliest
+        `flits` free consecutive cycles from ``arrival - flits`` on (first fit: the simulator
+        runs the tiles in turn, not in time order).  The links between routers are not
+        modelled (``docs/isa.md`` section 6).
+        """
+        port = r._port
+        s = arrival - flits
+        i = bisect.bisect_right(port, [s, float("inf")]) - 1
+        if i >= 0 and port[i][1] > s:
+            s = port[i][1]
+        i += 1
+        while i < len(port) and port[i][0] < s + flits:
+            s = max(s, port[i][1])
+            i += 1
+        # merge with the neighbours it touches
+        lo, hi = s, s + flits
+        j = bisect.bisect_left(port, [lo, lo])
+        k = j
+        if j > 0 and port[j - 1][1] == lo:
+            j -= 1
+            lo = port[j][0]
+        while k < len(port) and port[k][0] <= hi:
+            hi = max(hi, port[k][1])
+            k += 1
+        port[j:k] = [[lo, hi]]
+        return s + flits
 
     def _table_op(self, t, i):
         tid = TableId(i.c)

@@ -331,6 +331,25 @@ def test_loops_nested_zero_and_dynamic():
 
 # -- SEND / WAIT across tiles -------------------------------------------------------------------
 
+def test_gather_queues_at_the_receiving_port():
+    """Two tiles one hop from (0, 0) send it 4 words each at once: its network port takes one
+    flit per cycle, so the second SEND's flits (5: a head and 4 words) queue behind the
+    first's and the WAIT for both ends 5 cycles after a lone SEND's bump would."""
+    def run(senders):
+        sim = IsaSim(2, 2, CFG)
+        sim.load_program((0, 0), f"wait 0, {len(senders)}\nhalt")
+        for xy in senders:
+            sim.load_program(xy, "send 0x200, 0x100, 32, (0, 0), 0\nhalt")
+        for xy in ((0, 0), *senders):
+            sim.start(xy)
+        sim.run()
+        return sim.tile((0, 0)).perf.cycles
+
+    alone = run([(1, 0)])
+    assert alone == (1 + 4 + 1) + CFG.cost.hop + 1          # SEND, hops, halt
+    assert run([(1, 0), (0, 1)]) == alone + 4 + 1
+
+
 def test_two_tiles_send_wait_round_trip():
     """(0,0) sends a vector to (1,0), which doubles it and sends it back."""
     sim = IsaSim(2, 1, CFG)
