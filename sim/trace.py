@@ -209,6 +209,8 @@ class TraceReport:
         Tiles whose retire sequences differ (compared up to the first difference).
     bit_exact : bool
         Every step's token and logits equal on both sides.
+    traced : bool
+        The RTL's retires were recorded (else only the counters are compared).
     """
 
     cycles: tuple
@@ -219,6 +221,7 @@ class TraceReport:
     mismatch: list = field(default_factory=list)
     bit_exact: bool = True
     title: str = ""
+    traced: bool = True
 
     def __str__(self) -> str:
         e, r = self.cycles
@@ -237,11 +240,15 @@ class TraceReport:
             t = self.tiles[xy]
             c = t["counters"]
             le, lr = t["last"]
-            out.append(f"{str(xy):<8}{t['group'][:11]:<12}{f'{le:,} / {lr:,}':>16}" + "".join(
+            last = f"{le:,} / {lr:,}" if self.traced else f"{le:,} / -"
+            out.append(f"{str(xy):<8}{t['group'][:11]:<12}{last:>16}" + "".join(
                 f"{_pair(c.get(n)):>16}" for n in names) +
                 f"{c.get('sram_stalls', (None, 0))[1]:>13,}"
                 f"{c.get('ni_net_stalls', (None, 0))[1]:>15,}")
-        for g, members in self.groups.items():
+        if not self.traced:
+            out.append("\n(no retires recorded: the per-phase comparison needs the retire "
+                       "trace, without --counters-only)")
+        for g, members in self.groups.items() if self.traced else ():
             out.append(f"\n{g} ({len(members)} tiles), mean per tile: the phase's cycles "
                        f"(first retire to the next phase's) and the RTL's extra cycles by the "
                        f"class of the instruction that retired late")
@@ -261,7 +268,7 @@ class TraceReport:
                            "".join(f"{d['lost'].get(c, 0.0):+8,.0f}" for c in CLASSES))
             out.append(f"{'total (to the last retire)':<52}{te:9,.0f}{tr:8,.0f}{tr - te:+8,.0f}"
                        + "".join(f"{tl[c]:+8,.0f}" for c in CLASSES))
-        if self.top:
+        if self.top and self.traced:
             out.append("\ninstructions that lost most (RTL - estimate, summed over tiles):")
             out.append(f"{'extra':>8}{'count':>7}  {'opcode':<8}phase")
             for lost, ph, op, n in self.top:
@@ -362,7 +369,8 @@ def compare(compiled, est: dict, rtl: dict, trace_step: int = -1, top: int = 15
     tops = sorted(((v[0], ph, op, v[1]) for (ph, op), v in lost_at.items()),
                   key=lambda r: -abs(r[0]))[:top]
     return TraceReport(cycles=(se["cycles"], sr["cycles"]), tiles=tiles, phases=phases_out,
-                       top=tops, groups=groups, mismatch=mismatch, bit_exact=exact)
+                       top=tops, groups=groups, mismatch=mismatch, bit_exact=exact,
+                       traced=any(rtl["retires"].values()))
 
 
 def main(argv: list[str] | None = None) -> int:
