@@ -596,6 +596,18 @@ class MatrixWriteback(wiring.Component):
         m.d.comb += [p.eq(acc[pr] * mu), s.eq(shift - b),
                      p_bad.eq((s < 0) | (p >= (1 << 46)) | (p <= -(1 << 46)))]
 
+        def take_product():
+            """Register element `pr`'s product and move `pr` on; on an arithmetic error
+            stop writing (drain the results, or end at the last).  Returns the error."""
+            m.d.sync += [prod.eq(p), sh.eq(s), pr.eq(pr + 1)]
+            with m.If(p_bad):
+                m.d.sync += failed.eq(1)
+                with m.If(last):
+                    m.next = "Idle"
+                with m.Else():
+                    m.next = "Result"
+            return p_bad
+
         # requantisation of `prod` (registered) by (mult, sh) to the job's type
         sh_c = Signal(6)
         m.d.comb += sh_c.eq(Mux(sh > 62, 62, sh[:6]))
@@ -683,16 +695,9 @@ class MatrixWriteback(wiring.Component):
                         m.next = "Element"
 
             with m.State("Element"):   # the first element's product; the next side word
-                m.d.sync += [prod.eq(p), sh.eq(s), pr.eq(1)]
                 with m.If(~last):
                     read_side()
-                with m.If(p_bad):
-                    m.d.sync += failed.eq(1)
-                    with m.If(last):
-                        m.next = "Idle"
-                    with m.Else():
-                        m.next = "Result"
-                with m.Else():
+                with m.If(~take_product()):
                     m.next = "Write"
 
             with m.State("Write"):     # element r; the product of element r + 1 meanwhile
@@ -709,13 +714,7 @@ class MatrixWriteback(wiring.Component):
                         with m.Else():
                             m.next = "Side"
                     with m.Elif(job.op != MatrixOp.MATRAW):
-                        m.d.sync += [prod.eq(p), sh.eq(s), pr.eq(pr + 1)]
-                        with m.If(p_bad):
-                            m.d.sync += failed.eq(1)
-                            with m.If(last):
-                                m.next = "Idle"
-                            with m.Else():
-                                m.next = "Result"
+                        take_product()
 
         m.d.comb += self.busy.eq(~fsm.ongoing("Idle"))
         return m
