@@ -397,6 +397,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cxx-opt", default=None, help="Verilator C++ optimisation (default: "
                     "-O1 with the retire trace, -O2 with --counters-only)")
     ap.add_argument("--top", type=int, default=15, help="instructions listed (default 15)")
+    ap.add_argument("--step", type=int, default=-1, help="index of the traced step in the "
+                    "step list: the prompt's prefill steps of M tokens, then the decode step "
+                    "(default -1: the decode step)")
     args = ap.parse_args(argv)
     try:
         config = ChipConfig.from_string(args.config)
@@ -421,12 +424,19 @@ def main(argv: list[str] | None = None) -> int:
         steps = step_list(compiled, args.pos)
     except ValueError as e:
         ap.error(f"--pos: {e}")
-    est = isasim_trace(compiled, steps)
-    rtl = rtl_trace(compiled, steps, sim=args.sim, retires=not args.counters_only,
+    if not -len(steps) <= args.step < len(steps):
+        ap.error(f"--step must be in {-len(steps)} .. {len(steps) - 1} ({len(steps)} steps), "
+                 f"not {args.step}")
+    k = args.step % len(steps)
+    est = isasim_trace(compiled, steps, k)
+    rtl = rtl_trace(compiled, steps, k, sim=args.sim, retires=not args.counters_only,
                     cxx_opt=args.cxx_opt,
                     progress=lambda m: print(f"[trace] {m}", file=sys.stderr, flush=True))
-    rep = compare(compiled, est, rtl, top=args.top)
-    rep.title = (f"# decode step at position {args.pos}, {config}, {args.placement} placement, "
+    rep = compare(compiled, est, rtl, k, top=args.top)
+    toks, p = steps[k]
+    what = (f"decode step at position {p}" if k == len(steps) - 1 else
+            f"prefill step {k} ({len(toks)} tokens at positions {p} .. {p + len(toks) - 1})")
+    rep.title = (f"# {what}, {config}, {args.placement} placement, "
                  f"{'synthetic model' if model == 'synthetic' else 'stories260K'}: ISA "
                  f"simulator estimate against the RTL ({args.sim})")
     print(rep)
