@@ -9,9 +9,9 @@ model_paths
     Paths of the stories260K checkpoint and tok512 tokenizer.  A missing file skips
     the test on a developer's machine but fails it under CI (``CI=true``).
 
-Tests marked ``slow`` (the default 4 x 4 chip, about 7 minutes from a cold build cache) are deselected unless the
-``-m`` expression names ``slow`` (``make test-default`` runs ``-m slow``), so that
-``make test PYTEST_ARGS="-m rtl"`` does not start them.
+Tests marked ``slow`` (the default 4 x 4 chip, about 7 minutes from a cold build cache) are
+deselected unless the ``-m`` expression names ``slow`` (``make test-default`` runs ``-m
+slow``), so that ``make test PYTEST_ARGS="-m rtl"`` does not start them.
 """
 
 from __future__ import annotations
