@@ -86,11 +86,14 @@ bench: venv
 	$(PY) -m chipotle.sim.bench --backend $(BACKEND) --config "$(CONFIG)" \
 	  --placement $(PLACEMENT) --prompts "$(PROMPTS)" --clock-mhz $(CLOCK_MHZ)$(if $(CONTEXT), --context $(CONTEXT))
 
+# the prompt as one single-quoted shell word, exactly as given: no make or shell expansion of
+# `$`, backquotes or double quotes (a single quote becomes '"'"')
+PROMPT_ARG = '$(subst ','"'"',$(value PROMPT))'
 # optional `make sim` arguments, only those given (so the echoed command has no blank lines)
 SIM_OPTS = $(strip $(if $(THREADS),--sim-threads $(THREADS)) $(if $(CONTEXT),--context $(CONTEXT)) \
   $(if $(MODEL_DIR),--model $(MODEL_DIR)/stories260K.bin --tokenizer $(MODEL_DIR)/tok512.bin))
 sim: venv
-	$(VENV)/bin/chipotle generate --backend $(BACKEND) --prompt "$(PROMPT)" --steps $(STEPS) \
+	$(VENV)/bin/chipotle generate --backend $(BACKEND) --prompt $(PROMPT_ARG) --steps $(STEPS) \
 	  --temperature $(TEMPERATURE) --config "$(CONFIG)" --clock-mhz $(CLOCK_MHZ) \
 	  --placement $(PLACEMENT) $(SIM_OPTS)
 

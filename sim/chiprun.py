@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from .flow import SIMULATORS, _env_flag, generate_verilog_cached, run_cocotb
+from .flow import SIMULATORS, env_flag, generate_verilog_cached, run_cocotb
 
 __all__ = ["chip_verilog", "Job", "run_rtl", "training_job", "TOPLEVEL"]
 
@@ -216,7 +216,7 @@ def run_rtl(job: Job, *, sim: str = "verilator", cxx_opt: str = "-O2", waves: bo
                "COCOTB_LOG_LEVEL": os.environ.get("COCOTB_LOG_LEVEL", "WARNING"),
                "GPI_LOG_LEVEL": os.environ.get("GPI_LOG_LEVEL", "WARNING")}
         pgo_train = None
-        if _env_flag("PGO", False) if pgo is None else pgo:
+        if env_flag("PGO", False) if pgo is None else pgo:
             train_path = Path(tmp) / "train.pkl"
             train = training_job(job)
             train_path.write_bytes(pickle.dumps({f.name: getattr(train, f.name)

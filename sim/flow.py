@@ -25,8 +25,8 @@ from pathlib import Path
 
 from . import toolchain
 
-__all__ = ["SIMULATORS", "CocotbRun", "build_root", "generate_verilog", "generate_verilog_cached",
-           "hier_blocks", "source_digest", "run_cocotb"]
+__all__ = ["SIMULATORS", "CocotbRun", "build_root", "env_flag", "generate_verilog",
+           "generate_verilog_cached", "hier_blocks", "source_digest", "run_cocotb"]
 
 SIMULATORS = ("verilator", "icarus")
 
@@ -188,11 +188,25 @@ def hier_blocks(verilog: str) -> list[str]:
     return names
 
 
-def _env_flag(name: str, default: bool) -> bool:
-    """Return the boolean environment variable `name` (``0``, ``false`` or ``no``: False),
-    or `default` when it is unset or empty."""
-    value = os.environ.get(name, "")
-    return default if value == "" else value not in ("0", "false", "no")
+def env_flag(name: str, default: bool) -> bool:
+    """Return the boolean environment variable `name`: ``1``, ``true``, ``yes``, ``on`` are
+    True and ``0``, ``false``, ``no``, ``off`` False (any case); `default` when it is unset
+    or empty.
+
+    Raises
+    ------
+    ValueError
+        For any other value (naming the variable), rather than guessing.
+    """
+    value = os.environ.get(name, "").strip().lower()
+    if value == "":
+        return default
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"${name} must be 1/true/yes/on or 0/false/no/off, not "
+                     f"{os.environ[name]!r}")
 
 
 @contextlib.contextmanager
@@ -439,9 +453,9 @@ def run_cocotb(
         raise ValueError(f"`threads` must be at least 1, not {threads}")
     toolchain.check_simulator(sim)
     if waves is None:
-        waves = _env_flag("WAVES", False)
+        waves = env_flag("WAVES", False)
     if hierarchical is None:
-        hierarchical = _env_flag("HIERARCHICAL", True)
+        hierarchical = env_flag("HIERARCHICAL", True)
     flat_because, blocks = None, []
     if sim == "verilator":
         blocks = hier_blocks(verilog) if hierarchical else []

@@ -31,7 +31,7 @@ EXIT_USAGE = 2
 
 
 def positive_int(text: str) -> int:
-    """argparse type of a count that must be at least 1 (``--sim-threads``).
+    """argparse type of a count that must be at least 1 (``--sim-threads``, ``--context``).
 
     Raises
     ------
@@ -107,7 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="chip configuration of the isasim, verilator and icarus backends: a "
                         "name (default, small) and/or key=value,... (e.g. mesh=2x2,sram_kib=64) "
                         "(default: %(default)s)")
-    g.add_argument("--context", type=int, default=None, metavar="N",
+    g.add_argument("--context", type=positive_int, default=None, metavar="N",
                    help="positions to compile for (chip backends; default: the compiler's)")
     g.add_argument("--placement", choices=("pipeline", "tensor"), default="tensor",
                    help="how the compiler maps the model on the mesh (docs/architecture.md): "
@@ -231,6 +231,8 @@ def _chip_summary(args, g: dict, compiled, config) -> str:
                      f"(positions {dec[0]['pos']} .. {dec[-1]['pos']})")
 
     def util(sel):
+        if not sel:
+            return "n/a (no such steps)"
         busy = mac_busy(sel, config.n_tiles)
         return "n/a (no mac_cycles counter)" if busy is None else f"{100 * busy:.1f}%"
     lines.append(f"matrix units busy (MAC_CYCLES / tiles x cycles; x m/M rows for the share "
@@ -266,6 +268,13 @@ def _generate_chip(args, checkpoint, tokenizer, model_path, tok_path, out, err) 
         config = ChipConfig.from_string(args.config)
     except ValueError as e:
         raise UsageError(f"--config: {e}") from None
+    if args.backend in ("verilator", "icarus"):   # the flow's switches, before any work
+        from chipotle.sim.flow import env_flag
+        try:
+            for name in ("PGO", "WAVES", "HIERARCHICAL"):
+                env_flag(name, False)
+        except ValueError as e:
+            raise UsageError(str(e)) from None
     try:   # before the compile: the context compiled for is at most this
         encode_prompt(tokenizer, args.prompt, args.context or checkpoint.config.seq_len)
     except PromptTooLongError as e:

@@ -465,31 +465,31 @@ class MatrixJob(data.Struct):
 class MatrixWriteback(wiring.Component):
     """Requantise the matrix unit's int32 results and write them to SRAM (one instruction).
 
-    Accepts a :class:`MatrixJob`, reads the ``m`` activation-record headers (``mu`` int16 at
-    byte 0, ``b`` int16 at byte 2 of the header word) and, for ``MATQK``, the ``(m, s)``
-    pair at ``c``; then for every result word of the matrix unit (weight row ``n``) reads
-    the row's ``(m, s)`` pair (``MATMUL``) or the weight record's header (``MATQK``) and
-    writes the ``m`` output elements ``Y[r, n]`` at ``y + r * y_stride + n * size`` with
-    byte enables.  Arithmetic (bit-exact with ``chipotle.golden.numerics.requant_dyn``):
+    Accepts a :class:`MatrixJob`, reads (except for ``MATRAW``) the ``m`` activation-record
+    headers (``mu`` int16 at byte 0, ``b`` int16 at byte 2 of the header word) and, for
+    ``MATQK``, the ``(m, s)`` pair at ``c``; then for every result word of the matrix unit
+    (weight row ``n``) reads the row's ``(m, s)`` pair (``MATMUL``) or the weight record's
+    header (``MATQK``) and writes the ``m`` output elements ``Y[r, n]`` at ``y + r * y_stride +
+    n * size`` with byte enables.  Arithmetic (bit-exact with
+    ``chipotle.golden.numerics.requant_dyn``):
 
     * ``mu = mu_x[r]`` (``* mu_w[n]`` for ``MATQK``), ``b = b_x[r]`` (``+ b_w[n]``),
       ``sh = s - b`` (signed 18 bits);
     * ``p = acc * mu`` (signed 64; ``|p| < 2**46`` else ``ARITH``), ``sh < 0`` is ``ARITH``;
     * ``y = sat((p * m + (2**min(sh, 62) >> 1)) >> min(sh, 62))``, 0 when ``sh > 62``.
 
-    Latency: 2 cycles per activation header (and the ``MATQK`` pair) at the start, then 1
-    to read the first result's side word (its pair, ``MATMUL``, or K-record header,
-    ``MATQK``).  Per result: 1 cycle to take it, 1 for the first element's product (in
-    which the next result's side word is read, unless this result is the last), then one
-    write per element, the product of the next element computed in the cycle that writes
-    one: ``2 + m`` cycles (``MATRAW``: ``1 + m``), all on ``bus`` (``SramSignature``, shared
-    through the tile's arbiter: more if not granted at once; a side word that lost its
-    grant is read after the writes, 1 cycle more).  The matrix unit is back-pressured
-    through ``i_res.ready`` meanwhile.  After an arithmetic error the remaining results are
-    drained without writing and ``error`` stays high until the next job is accepted; the
-    elements written before it are the same as in element-by-element order (the error of
-    element ``r + 1`` is found in the cycle that writes element ``r``, and stops the
-    writes after it).
+    Latency (``MATMUL``, ``MATQK``): 2 cycles per activation header (and the ``MATQK`` pair) at
+    the start, then 1 to read the first result's side word (its pair, ``MATMUL``, or K-record
+    header, ``MATQK``).  Per result: 1 cycle to take it, 1 for the first element's product (in
+    which the next result's side word is read, unless this result is the last), then one write
+    per element, the product of the next element computed in the cycle that writes one: ``2 +
+    m`` cycles (``MATRAW``: ``1 + m``), all on ``bus`` (``SramSignature``, shared through the
+    tile's arbiter: more if not granted at once; a side word that lost its grant is read after
+    the writes, 1 cycle more).  The matrix unit is back-pressured through ``i_res.ready``
+    meanwhile.  After an arithmetic error the remaining results are drained without writing and
+    ``error`` stays high until the next job is accepted; the elements written before it are the
+    same as in element-by-element order (the error of element ``r + 1`` is found in the cycle
+    that writes element ``r``, and stops the writes after it).
 
     Parameters
     ----------

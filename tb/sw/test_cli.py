@@ -108,6 +108,26 @@ def test_prompt_longer_than_context_is_refused_before_the_compile(capsys, tiny):
     assert "the prompt is 5 tokens (BOS included), longer than the context length of 4" in err
 
 
+def test_bad_flow_switch_is_refused_before_the_compile(capsys, tiny, monkeypatch):
+    monkeypatch.setenv("PGO", "maybe")
+    code, out, err = run(capsys, *tiny, "--backend", "verilator")
+    assert code == 2 and "compiling" not in err
+    assert "$PGO must be 1/true/yes/on or 0/false/no/off, not 'maybe'" in err
+
+
+def test_env_flag_values(monkeypatch):
+    from chipotle.sim.flow import env_flag
+    for text, want in (("1", True), ("ON", True), ("yes", True), ("off", False),
+                       ("False", False), ("0", False)):
+        monkeypatch.setenv("CHIPOTLE_TEST_FLAG", text)
+        assert env_flag("CHIPOTLE_TEST_FLAG", not want) is want
+    monkeypatch.setenv("CHIPOTLE_TEST_FLAG", "")
+    assert env_flag("CHIPOTLE_TEST_FLAG", True) is True
+    monkeypatch.setenv("CHIPOTLE_TEST_FLAG", "2")
+    with pytest.raises(ValueError, match=r"\$CHIPOTLE_TEST_FLAG must be"):
+        env_flag("CHIPOTLE_TEST_FLAG", False)
+
+
 def test_bad_options(capsys, tiny):
     code, _, err = run(capsys, *tiny, "--temperature", "-1")
     assert code == 2 and "--temperature must be a finite number >= 0, not -1.0" in err
@@ -121,12 +141,13 @@ def test_bad_options(capsys, tiny):
             cli.main(["generate", *tiny, "--clock-mhz", bad])
         assert e.value.code == 2
         assert "must be a positive clock frequency in MHz" in capsys.readouterr().err
-    for bad in ("0", "-1", "1.5", "two"):
-        with pytest.raises(SystemExit) as e:
-            cli.main(["generate", *tiny, "--sim-threads", bad])
-        assert e.value.code == 2
-        assert f"--sim-threads: must be a whole number >= 1, not {bad!r}" in \
-            capsys.readouterr().err
+    for option in ("--sim-threads", "--context"):
+        for bad in ("0", "-1", "1.5", "two"):
+            with pytest.raises(SystemExit) as e:
+                cli.main(["generate", *tiny, option, bad])
+            assert e.value.code == 2
+            assert f"{option}: must be a whole number >= 1, not {bad!r}" in \
+                capsys.readouterr().err
 
 
 def test_unavailable_backend(capsys, tiny, monkeypatch):
