@@ -242,13 +242,16 @@ def _pct(x) -> str:
 def _row(f: dict, mhz: float) -> str:
     return (f"[bench] prompt {f['prompt_tokens']}: decode at position {f['decode_pos']} "
             f"{f['decode_cycles']:,} cycles ({mhz * 1e6 / f['decode_cycles']:,.0f} tokens/s "
-            f"at {mhz:g} MHz), roofline {_pct(f['roofline'])}; TTFT {f['ttft_cycles']:,} "
-            f"cycles, prefill matrix units busy {_pct(f['prefill_mac_util'])}; "
+            f"at an assumed {mhz:g} MHz), roofline {_pct(f['roofline'])}; "
+            f"TTFT {f['ttft_cycles']:,} cycles, prefill matrix units busy "
+            f"{_pct(f['prefill_mac_util'])}; "
             f"{'bit-exact' if f['bit_exact'] else 'MISMATCH: ' + f['mismatch']}")
 
 
 def _table(rows, args, config) -> str:
-    head = (f"# chipotle benchmark: {args.backend}, {config}, {args.placement} placement "
+    kind = ("cycles are the ISA simulator's estimate, not a measurement; the RTL is the "
+            "authority" if args.backend == "isasim" else "cycles measured on the RTL")
+    head = (f"# chipotle benchmark: {args.backend} ({kind}), {config}, {args.placement} placement "
             f"(python -m chipotle.sim.bench --backend {args.backend} --config {args.config} "
             f"--placement {args.placement} --prompts {args.prompts})\n"
             "| prompt tokens | decode position | decode cycles/token | roofline | decode MAC "

@@ -200,7 +200,7 @@ def _generate(args, out, err) -> int:
     err.write(f"[{args.backend}] {_count(done.generated, 'token')} generated, "
               f"{_count(done.prompt_tokens, 'prompt token')} (BOS included), stopped by {stop}; "
               f"{done.positions} positions in "
-              f"{done.seconds:.3f} s wall, {done.tokens_per_second:.1f} tok/s; "
+              f"{done.seconds:.3f} s wall, {done.tokens_per_second:.1f} positions/s; "
               f"{_sampling(args, sampler.seed)}\n")
     err.flush()
     return 0
