@@ -585,15 +585,18 @@ class Controller(wiring.Component):
         mx_td = Signal(2)
         mcmd_sent = Signal()
         mjob_sent = Signal()
-        # The range products, computed in Execute (so that Matrix-Check and the scoreboard
-        # compare from registers: no multiplier between mx_* and the checks or a retire):
-        # X's (M - 1) x_stride, W's (N - 1) w_stride, Y's row stride pad(N size), (M - 1)
-        # times it and a row's N size.
+        # Parts of the range ends, computed in Execute from the instruction (no multiplier
+        # by a register value there): X's (M - 1) x_stride, Y's row N size and row stride
+        # pad(N size); Matrix-Check multiplies the rest.
         mx_xoff = Signal(64)
-        mx_woff = Signal(64)
         mx_ystride = Signal(32)
-        mx_yoff = Signal(64)
         mx_ylen = Signal(35)
+        # The matrix entry's range ends for the scoreboard, registered in Matrix-Check (the
+        # entry is live from Matrix-Issue on): a later instruction's hazard compare starts at
+        # registers, not at Matrix-Check's products.
+        mx_xend_q = Signal(64)
+        mx_wend_q = Signal(64)
+        mx_yend_q = Signal(64)
 
         def strides(kw, is_raw, is_qk):
             """x_stride, w_stride (bytes) of a matrix instruction with ceil(K / W) = kw."""
@@ -743,20 +746,21 @@ class Controller(wiring.Component):
                     k_val = Mux(is_kvqk, self.kv_head_size, ins.imm)
                     kw_e = Signal(16)
                     es_e = Signal(3)
+                    nes_e = Signal(35)      # N size: N x es_e, by shifts
                     ys_e = Signal(32)
                     m.d.comb += [
                         kw_e.eq((k_val + W - 1) >> wb),
                         es_e.eq(Mux(ins.td == Dtype.I8, 1, Mux(ins.td == Dtype.I16, 2, 4))),
-                        ys_e.eq(((n_val * es_e + W - 1) >> wb) << wb),
+                        nes_e.eq(Mux(ins.td == Dtype.I8, n_val,
+                                     Mux(ins.td == Dtype.I16, n_val << 1, n_val << 2))),
+                        ys_e.eq(((nes_e + W - 1) >> wb) << wb),
                     ]
-                    xs_e, ws_e = strides(kw_e, op == Opcode.MATRAW,
-                                         (op == Opcode.MATQK) | is_kvqk)   # mx_op's MATQK
+                    xs_e, _ = strides(kw_e, op == Opcode.MATRAW,
+                                      (op == Opcode.MATQK) | is_kvqk)   # mx_op's MATQK
                     m.d.sync += [
                         mx_xoff.eq(ins.ts.m1 * xs_e),
-                        mx_woff.eq((n_val - 1) * ws_e),
                         mx_ystride.eq(ys_e),
-                        mx_yoff.eq(ins.ts.m1 * ys_e),
-                        mx_ylen.eq(n_val * es_e),
+                        mx_ylen.eq(nes_e),
                     ]
                     m.d.sync += [
                         mx_op.eq(Mux(op == Opcode.MATMUL, MatrixOp.MATMUL,
@@ -983,13 +987,14 @@ class Controller(wiring.Component):
             y_end = Signal(64)
             m.d.comb += [
                 x_end.eq(x_first + mx_xoff + mx_k),
-                w_end.eq(w_first + mx_woff + mx_k),
-                y_end.eq(mx_ya + mx_yoff + mx_ylen),
+                w_end.eq(w_first + (mx_n - 1) * w_stride + mx_k),
+                y_end.eq(mx_ya + (mx_m - 1) * y_stride + mx_ylen),
             ]
             tab_bytes = Mux(is_qk, 4, mx_n << 2)
 
             with m.State("Matrix-Check"):
                 m.d.comb += st.eq(ControllerState.RUNNING)
+                m.d.sync += [mx_xend_q.eq(x_end), mx_wend_q.eq(w_end), mx_yend_q.eq(y_end)]
                 first = m.If
                 if ov:
                     # Hazards with the in-flight vector instruction and SEND (the matrix
@@ -1195,7 +1200,10 @@ class Controller(wiring.Component):
                 terms += [wen & ren & meet(w, r) for wen, w in f_writes for ren, r in e_reads]
                 return Cat(*terms).any()
 
-            hz_mx = hz([(C(1, 1), m_x), (C(1, 1), m_w), (~is_raw, m_t)], m_y)
+            # the matrix entry's ranges, from the registered ends
+            q_w = (m_w[0], Mux(mx_kv, self.kv_map_hi << wb, mx_wend_q))
+            hz_mx = hz([(C(1, 1), (mx_xa, mx_xend_q)), (C(1, 1), q_w), (~is_raw, m_t)],
+                       (mx_ya, mx_yend_q))
             hz_vx = hz([(C(1, 1), vr_a), (vr_b_en, vr_b), (vr_c_en, vr_c)], vr_d)
             hz_nt = hz([(C(1, 1), nr_src)], nr_dst)
             hz_kv = hz([(C(1, 1), kr_k), (C(1, 1), kr_v)], k_map)
