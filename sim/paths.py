@@ -15,8 +15,8 @@ path per end-point signal, worst first, with every net on the way named by its R
 0.06 ns per carry bit, an unregistered ``MULT18X18D`` 4 ns, a ``DP16KD`` 5.6 ns clock to
 output without output register) plus `NET_NS` per net for routing, which after placement is
 1-2 ns a net and unknown here; dedicated wires (the carry chain's ``CIN``, the data
-inputs of ``PFUMX`` / ``L6MUX21``) cost nothing.  The figures rank paths and show which RTL signals they run through; only
-nextpnr (post-placement estimate, or routed) gives an Fmax.  Cells' names in a Yosys
+inputs of ``PFUMX`` / ``L6MUX21``) cost nothing.  The figures rank paths and show which
+RTL signals they run through; only nextpnr (post-placement estimate, or routed) gives an Fmax.  Cells' names in a Yosys
 netlist are made up from the RTL signal they drive (``core.controller.a_val_LUT4_Z...``);
 `rtl_name` cuts them back to that signal.
 """

@@ -39,8 +39,7 @@ def test_board_top_elaborates(board):
 def test_ulx3s_top_synthesises(tmp_path):
     """Board top, PLL, UART bridge and mesh through Yosys ``synth_ecp5``, the tile as a black
     box (a whole tile takes Yosys many minutes: ``make bitstream``)."""
-    from chipotle.sim.bitstream import build
-    from chipotle.sim.bitstream import format_report
+    from chipotle.sim.bitstream import build, format_report
     r = build("ulx3s-85f", TINY, tile_blackbox=True, build_dir=tmp_path, paths=3,
               progress=lambda s: None)
     s, dev = r["synth"], r["device_resources"]
