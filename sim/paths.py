@@ -16,9 +16,9 @@ path per end-point signal, worst first, with every net on the way named by its R
 output without output register) plus `NET_NS` per net for routing, which after placement is
 1-2 ns a net and unknown here; dedicated wires (the carry chain's ``CIN``, the data
 inputs of ``PFUMX`` / ``L6MUX21``) cost nothing.  The figures rank paths and show which
-RTL signals they run through; only nextpnr (post-placement estimate, or routed) gives an Fmax.  Cells' names in a Yosys
-netlist are made up from the RTL signal they drive (``core.controller.a_val_LUT4_Z...``);
-`rtl_name` cuts them back to that signal.
+RTL signals they run through; only nextpnr (post-placement estimate, or routed) gives an
+Fmax.  Cells' names in a Yosys netlist are made up from the RTL signal they drive
+(``core.controller.a_val_LUT4_Z...``); `rtl_name` cuts them back to that signal.
 """
 
 from __future__ import annotations
