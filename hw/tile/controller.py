@@ -615,6 +615,14 @@ class Controller(wiring.Component):
         else:
             m.d.comb += self.status.pc.eq(pc[:16])
 
+
+        def sync_point(sync):
+            """A sync point (in the current state, while `sync` names scoreboard entries
+            still busy): wait for them; if one failed, drain every unit and stop with the
+            first error in program order."""
+            m.d.comb += self.stall_net.eq(sync[2] & nt_busy)
+            with m.If((sync & fault4).any()):
+                m.next = "Drain"
         with m.FSM(name="fsm"):
             def accept_start():
                 m.d.comb += self.i_start.ready.eq(1)
@@ -647,11 +655,7 @@ class Controller(wiring.Component):
                 first = m.If
                 if ov:
                     with m.If(legal & ex_sync.any()):
-                        # A sync point: wait for those entries; if one failed, drain every
-                        # unit and stop with the first error in program order.
-                        m.d.comb += self.stall_net.eq(ex_sync[2] & nt_busy)
-                        with m.If((ex_sync & fault4).any()):
-                            m.next = "Drain"
+                        sync_point(ex_sync)
                     first = m.Elif
                 with first(~legal):
                     fail(ErrorCode.ILLEGAL)
@@ -786,11 +790,7 @@ class Controller(wiring.Component):
                 first = m.If
                 if ov:
                     with m.If(is_sync.any()):
-                        # A sync point: wait for those entries; if one failed, drain every
-                        # unit and stop with the first error in program order.
-                        m.d.comb += self.stall_net.eq(is_sync[2] & nt_busy)
-                        with m.If((is_sync & fault4).any()):
-                            m.next = "Drain"
+                        sync_point(is_sync)
                     first = m.Elif
                 with first(op == Opcode.LD):
                     with m.If(misaligned(a_q, 4)):
