@@ -615,7 +615,6 @@ class Controller(wiring.Component):
         else:
             m.d.comb += self.status.pc.eq(pc[:16])
 
-
         def sync_point(sync):
             """A sync point (in the current state, while `sync` names scoreboard entries
             still busy): wait for them; if one failed, drain every unit and stop with the
@@ -623,6 +622,7 @@ class Controller(wiring.Component):
             m.d.comb += self.stall_net.eq(sync[2] & nt_busy)
             with m.If((sync & fault4).any()):
                 m.next = "Drain"
+
         with m.FSM(name="fsm"):
             def accept_start():
                 m.d.comb += self.i_start.ready.eq(1)
