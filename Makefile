@@ -44,7 +44,7 @@ export WAVES
 all: help
 
 help:
-	@echo "make sim        generate a story on the chip RTL under Verilator (PROMPT=, STEPS= (0: until EOS or the context), SIM=icarus, CONFIG=, PLACEMENT=, TEMPERATURE=, CONTEXT=, CLOCK_MHZ= (assumed clock of tokens/s), MODEL_DIR=, WAVES=1 or HIERARCHICAL=0 (flat Verilator build, ~30 min), PGO=1 (profile-guided Verilator build: ~20% faster simulation, the first build twice as long), THREADS=2 (Verilator model threads: faster only with 2 free cores); BACKEND=isasim: fast estimate, BACKEND=golden|reference: host models only)"
+	@echo "make sim        generate a story on the chip RTL under Verilator (PROMPT=, STEPS= (0: until EOS or the context), SIM=icarus, CONFIG=, PLACEMENT=, TEMPERATURE=, CONTEXT=, CLOCK_MHZ= (assumed clock of tokens/s), MODEL_DIR=, WAVES=1 or HIERARCHICAL=0 (flat Verilator build, ~30 min), PGO=1 (profile-guided Verilator build: ~20% faster simulation, the first build twice as long), THREADS=2 (Verilator model threads: rarely faster on 2 cores, see docs/performance.md); BACKEND=isasim: fast estimate, BACKEND=golden|reference: host models only)"
 	@echo "make test       run the regression (SIM=verilator|icarus, default both; WAVES=1; JOBS= pytest workers, default 2; PYTEST_ARGS=\"-k noc\")"
 	@echo "make test-default  the default 4x4 chip under Verilator: TEST_STEPS= tokens greedy from BOS, bit-exact with the golden model (slow)"
 	@echo "make bench      decode/prefill benchmark on the RTL under Verilator (slow; BACKEND=isasim|icarus, CONFIG=, PLACEMENT=, PROMPTS=1,64,256, CONTEXT=, CLOCK_MHZ=)"
