@@ -118,8 +118,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default: %(default)s; docs/fpga.md gives the measured Fmax)")
     g.add_argument("--sim-threads", type=positive_int, default=1, metavar="N",
                    help="verilator: threads of the simulated model (Verilator --threads; a "
-                        "build of its own).  2 is about a quarter faster when two cores are "
-                        "free, and far slower when other jobs share them "
+                        "build of its own).  On a 2-core machine 2 was once a quarter faster, "
+                        "but slower with PGO=1 and far slower when other jobs share the cores "
                         "(docs/performance.md) (default: %(default)s)")
     g.add_argument("--backdoor-load", action="store_true",
                    help="verilator, icarus: write the SRAM images straight into the simulated "
