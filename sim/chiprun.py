@@ -149,6 +149,12 @@ def training_job(job: Job) -> Job:
                    idle_cycles=min(job.idle_cycles, 20_000))
 
 
+def _write_job(path: Path, job: Job) -> None:
+    """Pickle ``job``'s fields for the simulator process (``$CHIPOTLE_JOB``); shallow, since
+    ``asdict`` would turn a QuantizedModel (a dataclass) into a dict."""
+    path.write_bytes(pickle.dumps({f.name: getattr(job, f.name) for f in fields(job)}))
+
+
 def run_rtl(job: Job, *, sim: str = "verilator", cxx_opt: str = "-O2", waves: bool | None = None,
             public: bool | None = None, threads: int = 1, verilog: str | None = None,
             progress: Callable[[str], None] | None = None,
@@ -208,8 +214,7 @@ def run_rtl(job: Job, *, sim: str = "verilator", cxx_opt: str = "-O2", waves: bo
         verilog = chip_verilog(config, progress)
     with tempfile.TemporaryDirectory(prefix="chipotle-job-") as tmp:
         job_path, result_path = Path(tmp) / "job.pkl", Path(tmp) / "result.pkl"
-        # shallow: asdict would turn a QuantizedModel (a dataclass) into a dict
-        job_path.write_bytes(pickle.dumps({f.name: getattr(job, f.name) for f in fields(job)}))
+        _write_job(job_path, job)
         if progress:
             progress(f"building and running the {config} chip under {sim}")
         env = {"CHIPOTLE_JOB": str(job_path), "CHIPOTLE_RESULT": str(result_path),
@@ -218,9 +223,7 @@ def run_rtl(job: Job, *, sim: str = "verilator", cxx_opt: str = "-O2", waves: bo
         pgo_train = None
         if env_flag("PGO", False) if pgo is None else pgo:
             train_path = Path(tmp) / "train.pkl"
-            train = training_job(job)
-            train_path.write_bytes(pickle.dumps({f.name: getattr(train, f.name)
-                                                 for f in fields(train)}))
+            _write_job(train_path, training_job(job))
             pgo_train = {**env, "CHIPOTLE_JOB": str(train_path),
                          "CHIPOTLE_RESULT": str(Path(tmp) / "train-result.pkl")}
         run = run_cocotb(sim=sim, verilog=verilog, toplevel=TOPLEVEL,

@@ -262,7 +262,7 @@ def _generate_chip(args, checkpoint, tokenizer, model_path, tok_path, out, err) 
 
     from .compiler import FitError, compile_model
     from .config import ChipConfig
-    from .generate import encode_prompt
+    from .generate import check_prompt_length, encode_prompt
 
     try:
         config = ChipConfig.from_string(args.config)
@@ -276,7 +276,7 @@ def _generate_chip(args, checkpoint, tokenizer, model_path, tok_path, out, err) 
         except ValueError as e:
             raise UsageError(str(e)) from None
     try:   # before the compile: the context compiled for is at most this
-        encode_prompt(tokenizer, args.prompt, args.context or checkpoint.config.seq_len)
+        ids = encode_prompt(tokenizer, args.prompt, args.context or checkpoint.config.seq_len)
     except PromptTooLongError as e:
         raise UsageError(str(e)) from None
     err.write(f"[{args.backend}] compiling {model_path.name} for {config}, "
@@ -288,7 +288,7 @@ def _generate_chip(args, checkpoint, tokenizer, model_path, tok_path, out, err) 
     except (FitError, ValueError) as e:
         raise UsageError(str(e)) from None
     try:
-        ids = encode_prompt(tokenizer, args.prompt, compiled.context)
+        check_prompt_length(len(ids), compiled.context)
     except PromptTooLongError as e:
         raise UsageError(str(e)) from None
     steps = args.steps or None

@@ -28,8 +28,8 @@ import numpy as np
 from .sampling import Sampler
 from .tokenizer import BOS, EOS, Tokenizer
 
-__all__ = ["Model", "StopReason", "Step", "Done", "PromptTooLongError", "encode_prompt",
-           "generate"]
+__all__ = ["Model", "StopReason", "Step", "Done", "PromptTooLongError", "check_prompt_length",
+           "encode_prompt", "generate"]
 
 
 class Model(Protocol):
@@ -127,11 +127,22 @@ def encode_prompt(tokenizer: Tokenizer, prompt: str | bytes, context_length: int
         If the prompt has more tokens than `context_length` positions.
     """
     ids = tokenizer.encode(prompt, bos=True, eos=False)
-    if len(ids) > context_length:
-        raise PromptTooLongError(f"the prompt is {len(ids)} tokens (BOS included), longer than "
+    check_prompt_length(len(ids), context_length)
+    return ids
+
+
+def check_prompt_length(n: int, context_length: int) -> None:
+    """Check that a prompt of `n` tokens (BOS included) fits `context_length` positions.
+
+    Raises
+    ------
+    PromptTooLongError
+        If ``n > context_length``.
+    """
+    if n > context_length:
+        raise PromptTooLongError(f"the prompt is {n} tokens (BOS included), longer than "
                                  f"the context length of {context_length} positions (the "
                                  f"model's seq_len, or the --context compiled for)")
-    return ids
 
 
 def generate(model: Model, tokenizer: Tokenizer, sampler: Sampler, prompt: str | bytes = "",

@@ -564,10 +564,14 @@ class MatrixWriteback(wiring.Component):
             m.d.comb += [self.bus.en.eq(1), self.bus.addr.eq(addr)]
 
         word = self.bus.rdata
-        pair_sel = word.word_select(pair_addr[2:wb], 32) if wb > 2 else word[:32]
+        def lane32(sel):
+            """The 32-bit lane `sel` of the word read (a pair or a header)."""
+            return word.word_select(sel, 32) if wb > 2 else word[:32]
+
+        pair_sel = lane32(pair_addr[2:wb])
         side_word = Signal(32)
         m.d.comb += side_word.eq(Mux(side_arrive,
-                                     word.word_select(side_off, 32) if wb > 2 else word[:32],
+                                     lane32(side_off),
                                      side_q))
         m.d.sync += side_arrive.eq(0)
         with m.If(side_arrive):
