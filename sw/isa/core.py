@@ -297,6 +297,27 @@ class Instruction(data.Struct):
 assert Instruction.as_shape().size == INSTR_BITS
 
 
+def _leaf_fields(layout, prefix="", base=0):
+    """Yield ``(dotted name, bit offset, width)`` of every leaf field of a struct layout.
+
+    A union (`Mode`) is one leaf: its members overlap at its offset.
+    """
+    for name, field in layout:
+        shape = field.shape
+        if isinstance(shape, type) and issubclass(shape, data.Struct):
+            yield from _leaf_fields(data.Layout.cast(shape), f"{prefix}{name}.",
+                                    base + field.offset)
+        else:
+            yield f"{prefix}{name}", base + field.offset, field.width
+
+
+# `encode` and `decode` pack and unpack the word with these (read from `Instruction` once:
+# `Instruction.const` / `from_bits` cost about 1 ms per word, which made assembling a 4 x 4
+# chip's programs take seconds).
+_FIELD_OFFSETS = {n: o for n, o, _ in _leaf_fields(data.Layout.cast(Instruction))}
+_FIELD_MASKS = {n: (1 << w) - 1 for n, _, w in _leaf_fields(data.Layout.cast(Instruction))}
+
+
 # -- Python view --------------------------------------------------------------------------------
 
 class Addr(NamedTuple):
@@ -573,14 +594,13 @@ def encode(instr: Instr) -> int:
         rectangle or size is not legal for the opcode.
     """
     _check(instr)
-    return Instruction.const({
-        "op": instr.op, "td": instr.td, "ts": {"m1": instr.ts},
-        "d": {"reg": instr.d.reg, "off": instr.d.off},
-        "a": {"reg": instr.a.reg, "off": instr.a.off},
-        "b": {"reg": instr.b.reg, "off": instr.b.off},
-        "n": {"reg": instr.n.reg, "imm": instr.n.imm},
-        "c": instr.c, "imm": instr.imm,
-    }).as_bits()
+    o = _FIELD_OFFSETS
+    return (instr.op.value << o["op"] | instr.td.value << o["td"] | int(instr.ts) << o["ts"]
+            | int(instr.d.off) << o["d.off"] | int(instr.d.reg) << o["d.reg"]
+            | int(instr.a.off) << o["a.off"] | int(instr.a.reg) << o["a.reg"]
+            | int(instr.b.off) << o["b.off"] | int(instr.b.reg) << o["b.reg"]
+            | int(instr.n.imm) << o["n.imm"] | int(instr.n.reg) << o["n.reg"]
+            | int(instr.c) << o["c"] | int(instr.imm) << o["imm"])
 
 
 def decode(word: int) -> Instr:
@@ -604,18 +624,22 @@ def decode(word: int) -> Instr:
     if not isinstance(word, (int, np.integer)) or not 0 <= word < (1 << INSTR_BITS):
         raise IllegalInstruction(f"an instruction word must be an integer in [0, 2**128), "
                                  f"not {word!r}")
-    k = Instruction.from_bits(int(word))
+    word = int(word)
+
+    def f(name):
+        return word >> _FIELD_OFFSETS[name] & _FIELD_MASKS[name]
+
     try:
-        op = k.op
+        op = Opcode(f("op"))
     except ValueError:
-        raise IllegalInstruction(f"reserved opcode {int(word) & 63}") from None
+        raise IllegalInstruction(f"reserved opcode {f('op')}") from None
     try:
-        td = k.td
+        td = Dtype(f("td"))
     except ValueError:
-        raise IllegalInstruction(f"{SPECS[op].mnemonic}: reserved type code 7 in `td`"
-                                 ) from None
-    instr = Instr(op, td, k.ts.m1, Addr(k.d.reg, k.d.off), Addr(k.a.reg, k.a.off),
-                  Addr(k.b.reg, k.b.off), Len(k.n.reg, k.n.imm), k.c, k.imm)
+        raise IllegalInstruction(f"{SPECS[op].mnemonic}: reserved type code {f('td')} in "
+                                 f"`td`") from None
+    instr = Instr(op, td, f("ts"), Addr(f("d.reg"), f("d.off")), Addr(f("a.reg"), f("a.off")),
+                  Addr(f("b.reg"), f("b.off")), Len(f("n.reg"), f("n.imm")), f("c"), f("imm"))
     _check(instr)
     return instr
 

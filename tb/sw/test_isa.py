@@ -106,6 +106,24 @@ def test_encode_decode_round_trip(op):
         assert decode(word) == instr
 
 
+def test_encode_decode_agree_with_the_instruction_layout():
+    """`encode`/`decode` pack by shifts; the `Instruction` struct the RTL decodes is the truth."""
+    for _, instr in ALL:
+        ref = Instruction.const({
+            "op": instr.op, "td": instr.td, "ts": {"m1": instr.ts},
+            "d": {"reg": instr.d.reg, "off": instr.d.off},
+            "a": {"reg": instr.a.reg, "off": instr.a.off},
+            "b": {"reg": instr.b.reg, "off": instr.b.off},
+            "n": {"reg": instr.n.reg, "imm": instr.n.imm},
+            "c": instr.c, "imm": instr.imm,
+        }).as_bits()
+        assert encode(instr) == ref, instr
+        k = Instruction.from_bits(ref)
+        assert decode(ref) == Instr(k.op, k.td, k.ts.m1, Addr(k.d.reg, k.d.off),
+                                    Addr(k.a.reg, k.a.off), Addr(k.b.reg, k.b.off),
+                                    Len(k.n.reg, k.n.imm), k.c, k.imm)
+
+
 @pytest.mark.parametrize("op", list(SPECS), ids=lambda op: op.name)
 def test_text_round_trip(op):
     """assemble(format(i)) == encode(i); loop ends are checked inside a program below."""
