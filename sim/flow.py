@@ -331,6 +331,11 @@ def _run_tests(runner, sim: str, toplevel: str, test_module: str, test_dir, buil
     tag = f"{tag}{os.getpid()}-{hashlib.sha256(what.encode()).hexdigest()[:8]}"
     results = build_dir / f"results-{tag}.xml"
     env = {"PYTHONPATH": os.pathsep.join([str(test_dir or "."), *sys.path])}
+    # numpy's BLAS would start a thread per core whose spin-waits after each call take
+    # cycles from the simulator (measured with `perf` in the 4 x 4 bench: 8% of the samples);
+    # the testbench's matrix products are small.  A value in the environment wins.
+    for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        env[var] = os.environ.get(var, "1")
     env.update(extra_env or {})
     try:
         with _environ(WAVES="1" if waves else "0"):
