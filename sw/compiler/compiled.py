@@ -496,12 +496,35 @@ def _verified(qm, config, context, placement="pipeline", kvapp=False) -> str | N
         return f",imem_words={m.group(1)}"
 
 
+def _tensor_places(qm: QuantizedModel, config: ChipConfig, context: int, kvapp: bool) -> bool:
+    """Whether the tensor placement's regions fit (programs are not generated)."""
+    from .tensor import place_tensor
+    isa = config.isa_config()
+    try:
+        place_tensor(qm, isa, config.mesh_width, config.mesh_height, context,
+                     min(DEFAULT_PREFILL_BATCHES, -(-context // isa.max_m)), kvapp)
+        return True
+    except FitError:
+        return False
+
+
 def _suggest_tensor(qm: QuantizedModel, config: ChipConfig, context: int, message: str,
                     kvapp: bool = False) -> str:
-    """Return configurations that fit the tensor placement: the SRAM the refusal names
-    (verified by compiling, a few KiB of alignment slack allowed), or the pipeline
-    placement on the same configuration."""
+    """Return configurations that fit the tensor placement: the largest shorter context
+    (searched by placement, verified by compiling), the SRAM the refusal names (verified by
+    compiling, a few KiB of alignment slack allowed), or the pipeline placement on the same
+    configuration."""
     tips = []
+    if "bytes of SRAM" in message and context > 1:
+        lo, hi = 0, context - 1              # largest context whose regions fit (monotone)
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if _tensor_places(qm, config, mid, kvapp):
+                lo = mid
+            else:
+                hi = mid - 1
+        if lo >= 1 and _verified(qm, config, lo, "tensor", kvapp) == "":
+            tips.append(f"--context {lo}")
     m = re.search(r"needs ([\d,]+) bytes of SRAM", message)
     if m:
         need_kib = -(-int(m.group(1).replace(",", "")) // 1024)

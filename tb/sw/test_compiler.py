@@ -472,8 +472,22 @@ def test_tensor_fit_error_suggests_what_fits(small_qm):
     tips = _suggested(msg, base)
     assert tips and "a configuration that fits" in msg, msg
     for cfg, ctx in tips:                          # every suggestion does fit
-        assert cfg.sram_bytes > base.sram_bytes
+        if ctx is None:
+            assert cfg.sram_bytes > base.sram_bytes
         compile_model(small_qm, cfg, ctx, placement="tensor")
+
+
+def test_tensor_fit_error_suggests_the_longest_context(small_qm):
+    """The refusal names the longest context the configuration holds: it compiles, one more
+    position does not."""
+    base = CONFIGS["small"].replace(sram_bytes=17 * 1024)
+    with pytest.raises(FitError) as e:
+        compile_model(small_qm, base, placement="tensor")
+    [ctx] = [c for _, c in _suggested(str(e.value), base) if c is not None]
+    assert 1 <= ctx < small_qm.config.seq_len, str(e.value)
+    compile_model(small_qm, base, ctx, placement="tensor")
+    with pytest.raises(FitError, match="bytes of SRAM"):
+        compile_model(small_qm, base, ctx + 1, placement="tensor")
 
 
 def test_tensor_batch_at_the_end_of_the_context(small_qm):
