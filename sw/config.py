@@ -12,8 +12,8 @@ Members
 ChipConfig
     The dataclass.
 CONFIGS
-    Named configurations (``default``, ``small``) used by ``make sim``, the benchmarks and
-    the regression.
+    Named configurations (``default``, ``small``, ``ulx3s``) used by ``make sim``, the
+    benchmarks, the board builds and the regression.
 """
 
 from __future__ import annotations
@@ -217,9 +217,14 @@ class ChipConfig:
 
 
 #: Named configurations.  ``default`` is the 4 x 4 product configuration of ``make sim``;
-#: ``small`` a 2 x 2 mesh with small tiles for the regression under Icarus.
+#: ``small`` a 2 x 2 mesh with small tiles for the regression under Icarus; ``ulx3s`` the
+#: ULX3S 85F board's chip, which holds stories260K at a context of up to 51 positions
+#: (``docs/fpga.md``): two tiles of 176 KiB in one bank each (a bank of 22,528 words maps
+#: to 88 DP16KD, where two banks of 11,264 words took 96), V = 2, M = 1, K up to 256.
 CONFIGS = {
     "default": ChipConfig(),
     "small": ChipConfig(mesh_width=2, mesh_height=2, sram_bytes=32 * 1024, lanes=2,
                         imem_words=512, k_max=512),
+    "ulx3s": ChipConfig(mesh_width=2, mesh_height=1, sram_bytes=176 * 1024, n_banks=1,
+                        lanes=2, imem_words=1024, max_m=1, k_max=256),
 }

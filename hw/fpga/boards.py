@@ -24,7 +24,7 @@ from amaranth import *  # house style (STYLE.md)
 from amaranth.hdl import Instance
 from amaranth.lib import io
 
-from chipotle.config import ChipConfig
+from chipotle.config import CONFIGS, ChipConfig
 
 from .uart import UartChip, divisor
 
@@ -51,6 +51,9 @@ class Board:
         The chip configuration built for the board (``docs/fpga.md`` says why).
     resources : dict of str to int
         Device totals: ``LUT4``, ``FF``, ``DSP``, ``BRAM`` (and ``SPRAM`` on the UP5K).
+    context : int or None
+        The longest context (positions) for which ``config`` holds stories260K resident
+        (``chipotle generate --backend uart --context N``); None if the model does not fit.
     """
 
     name: str
@@ -61,6 +64,7 @@ class Board:
     baud: int
     config: ChipConfig
     resources: dict
+    context: int | None = None
 
     def make_platform(self):
         """Return an instance of the board's amaranth-boards platform."""
@@ -69,16 +73,16 @@ class Board:
         return getattr(importlib.import_module(mod), cls)()
 
 
-#: Boards of ``make bitstream BOARD=...``.  Neither device holds stories260K (``docs/fpga.md``
-#: gives the numbers).  A tile of the ``small`` configuration synthesises to about 24k LUT4,
-#: 74 MULT18X18D and 51 DP16KD, so the 85F takes two tiles (its 156 multipliers): the ULX3S
-#: builds 2 x 1 tiles of 64 KiB at V = 2; the iCEBreaker the smallest chip the tile accepts.
+#: Boards of ``make bitstream BOARD=...`` (``docs/fpga.md`` gives the numbers).  The ULX3S
+#: builds ``CONFIGS["ulx3s"]``, which holds stories260K resident at a context of up to 51
+#: positions: one tile of it synthesises to about 24.5k LUT4 + 6.5k CCU2C, 49 MULT18X18D and
+#: 99 DP16KD, so the 85F takes two.  The iCEBreaker builds the smallest chip the tile accepts
+#: (nothing useful fits the UP5K).
 BOARDS = {
     "ulx3s-85f": Board(
         "ulx3s-85f", "amaranth_boards.ulx3s:ULX3S_85F_Platform", "ecp5", 25_000_000,
         50_000_000, 1_000_000,
-        ChipConfig(mesh_width=2, mesh_height=1, sram_bytes=64 * 1024, lanes=2, imem_words=512),
-        {"LUT4": 83_640, "FF": 83_640, "DSP": 156, "BRAM": 208}),
+        CONFIGS["ulx3s"], {"LUT4": 83_640, "FF": 83_640, "DSP": 156, "BRAM": 208}, context=51),
     "icebreaker": Board(
         "icebreaker", "amaranth_boards.icebreaker:ICEBreakerPlatform", "ice40", 12_000_000,
         12_000_000, 1_000_000,

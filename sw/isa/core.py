@@ -302,13 +302,13 @@ def _leaf_fields(layout, prefix="", base=0):
 
     A union (`Mode`) is one leaf: its members overlap at its offset.
     """
-    for name, field in layout:
-        shape = field.shape
+    for name, fld in layout:
+        shape = fld.shape
         if isinstance(shape, type) and issubclass(shape, data.Struct):
             yield from _leaf_fields(data.Layout.cast(shape), f"{prefix}{name}.",
-                                    base + field.offset)
+                                    base + fld.offset)
         else:
-            yield f"{prefix}{name}", base + field.offset, field.width
+            yield f"{prefix}{name}", base + fld.offset, fld.width
 
 
 # `encode` and `decode` pack and unpack the word with these (read from `Instruction` once:

@@ -65,3 +65,18 @@ def test_log_fmax():
     assert log_fmax(routed) == (18.05, 50.0)
     assert log_fmax(log.replace("FAIL", "PASS")) == (10.43, 50.0)
     assert log_fmax("Info: Program finished normally.\n") is None
+
+
+@pytest.mark.model
+def test_ulx3s_config_holds_stories260k(model_paths):
+    """The ULX3S board's chip holds stories260K resident at the board's context, and not one
+    position more (what ``docs/fpga.md`` and the ``uart`` backend's ``--context`` rely on)."""
+    from chipotle.compiler import FitError, compile_model
+    from chipotle.golden.quantize import quantize
+    from chipotle.model import load_checkpoint
+    board = BOARDS["ulx3s-85f"]
+    qm = quantize(load_checkpoint(model_paths[0]))
+    compiled = compile_model(qm, board.config, board.context, placement="tensor")
+    assert set(compiled.programs) == set(board.config.tiles)
+    with pytest.raises(FitError, match="bytes of SRAM"):
+        compile_model(qm, board.config, board.context + 1, placement="tensor")
