@@ -543,13 +543,13 @@ class MatrixWriteback(wiring.Component):
         hdr_addr = Signal(ADDR_WIDTH)    # running header address (X rows, then W rows)
         w_addr = Signal(ADDR_WIDTH)
         pair_addr = Signal(24)           # byte address of the next (m, s) pair
-        col_addr = Signal(24)            # byte address of Y[0, n]
+        col_addr = Signal(24)            # byte address of Y[0, n] of the next result
         el_addr = Signal(24)             # byte address of Y[r, n]
         prod = Signal(signed(64))
         sh = Signal(signed(18))
         failed = Signal()
         # the next result's side word (its (m, s) pair, MATMUL, or its K-record header,
-        # MATQK), read ahead while the write-back waits or computes the first product
+        # MATQK), read ahead while the write-back computes the first product
         side_arrive = Signal()           # a side word read was granted in the last cycle
         side_off = Signal(range(max(W // 4, 2)))   # its 32-bit lane in the word
         side_q = Signal(32)              # the side word, held after it arrived
@@ -557,6 +557,7 @@ class MatrixWriteback(wiring.Component):
 
         size_bytes = Array([C(1, 3), C(2, 3), C(4, 3)])[job.td]
         qk = job.op == MatrixOp.MATQK
+        raw = job.op == MatrixOp.MATRAW
 
         m.d.comb += self.error.eq(failed)
 
@@ -589,21 +590,35 @@ class MatrixWriteback(wiring.Component):
                     m.d.sync += pair_addr.eq(pair_addr + 4)
             return self.bus.ready
 
-        # the product of one element: row `pr` of the current result (the first in Element,
-        # the next while Write writes one)
-        pr = Signal(range(max(M, 2)))
-        mu = Mux(qk, mu_x[pr] * w_mu, mu_x[pr])
-        b = Mux(qk, b_x[pr] + w_b, b_x[pr])
+        # Two stages per element, so that no cycle chains two multipliers: the element's scale
+        # `mu_q = mu_x[r]` (`* mu_w[n]`, MATQK) and shift `s_q = s - b_x[r]` (`- b_w[n]`) are
+        # registered one step ahead (element 0's when its result is taken, element r + 1's
+        # when element r's product is), and the product cycle computes only `acc[pr] * mu_q`.
+        pr = Signal(range(max(M, 2)))    # row of the element whose product is computed
+        mu_q = Signal(signed(32))
+        s_q = Signal(signed(19))
+        nx = Signal(range(max(M, 2)))    # row of the element staged: pr + 1 unless taking
+        nx_mu = Signal(signed(16))       # its weight-side scale code (MATQK) ...
+        nx_b = Signal(signed(16))
+        nx_s = Signal(16)                # ... and its static shift
+        m.d.comb += [nx.eq(pr + 1), nx_mu.eq(w_mu), nx_b.eq(w_b), nx_s.eq(shift)]
+        mu_next = Mux(qk, mu_x[nx] * nx_mu, mu_x[nx])
+        s_next = nx_s - Mux(qk, b_x[nx] + nx_b, b_x[nx])
+
+        def stage():
+            m.d.sync += [mu_q.eq(mu_next), s_q.eq(s_next)]
+
         p = Signal(signed(64))
-        s = Signal(signed(19))
         p_bad = Signal()
-        m.d.comb += [p.eq(acc[pr] * mu), s.eq(shift - b),
-                     p_bad.eq((s < 0) | (p >= (1 << 46)) | (p <= -(1 << 46)))]
+        m.d.comb += [p.eq(acc[pr] * mu_q),
+                     p_bad.eq((s_q < 0) | (p >= (1 << 46)) | (p <= -(1 << 46)))]
 
         def take_product():
-            """Register element `pr`'s product and move `pr` on; on an arithmetic error
-            stop writing (drain the results, or end at the last).  Returns the error."""
-            m.d.sync += [prod.eq(p), sh.eq(s), pr.eq(pr + 1)]
+            """Register element `pr`'s product, stage element `pr + 1` and move `pr` on; on
+            an arithmetic error stop writing (drain the results, or end at the last).
+            Returns the error."""
+            m.d.sync += [prod.eq(p), sh.eq(s_q), pr.eq(pr + 1)]
+            stage()
             with m.If(p_bad):
                 m.d.sync += failed.eq(1)
                 with m.If(last):
@@ -611,6 +626,30 @@ class MatrixWriteback(wiring.Component):
                 with m.Else():
                     m.next = "Result"
             return p_bad
+
+        def take_result():
+            """Take the offered result (``i_res.ready`` is high): latch its accumulators and
+            side word, stage its element 0 and go to its first product (or write)."""
+            res = self.i_res.payload
+            m.d.sync += [acc[i].eq(res.acc[i]) for i in range(M)]
+            m.d.sync += [last.eq(res.last), r.eq(0), pr.eq(0), el_addr.eq(col_addr),
+                         col_addr.eq(col_addr + size_bytes), side_ok.eq(0)]
+            m.d.comb += [nx.eq(0), nx_mu.eq(side_word[:16].as_signed()),
+                         nx_b.eq(side_word[16:32].as_signed())]
+            with m.If(qk):
+                m.d.sync += [w_mu.eq(side_word[:16].as_signed()),
+                             w_b.eq(side_word[16:32].as_signed())]
+            with m.Elif(job.op == MatrixOp.MATMUL):
+                m.d.comb += nx_s.eq(side_word[16:32])
+                m.d.sync += [mult.eq(side_word[:16]), shift.eq(side_word[16:32])]
+            stage()
+            with m.If(failed):
+                with m.If(res.last):
+                    m.next = "Idle"
+            with m.Elif(raw):
+                m.next = "Write"
+            with m.Else():
+                m.next = "Element"
 
         # requantisation of `prod` (registered) by (mult, sh) to the job's type
         sh_c = Signal(6)
@@ -626,7 +665,7 @@ class MatrixWriteback(wiring.Component):
             lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
             with m.If(job.td == code):
                 m.d.comb += value.eq(Mux(shifted > hi, hi, Mux(shifted < lo, lo, shifted)))
-        out = Mux(job.op == MatrixOp.MATRAW, acc[r], value)
+        out = Mux(raw, acc[r], value)
         boff = el_addr[:wb] if wb else C(0, 1)
         m.d.comb += [
             self.bus.wdata.eq((out.as_unsigned()[:32] << Cat(C(0, 3), boff))[:8 * W]),
@@ -679,24 +718,10 @@ class MatrixWriteback(wiring.Component):
                 with m.If(read_side()):
                     m.next = "Result"
 
-            with m.State("Result"):
+            with m.State("Result"):    # waiting for a result (or draining after an error)
                 m.d.comb += self.i_res.ready.eq(1)
                 with m.If(self.i_res.valid):
-                    m.d.sync += [acc[i].eq(self.i_res.payload.acc[i]) for i in range(M)]
-                    m.d.sync += [last.eq(self.i_res.payload.last), r.eq(0), pr.eq(0),
-                                 el_addr.eq(col_addr), side_ok.eq(0)]
-                    with m.If(qk):
-                        m.d.sync += [w_mu.eq(side_word[:16].as_signed()),
-                                     w_b.eq(side_word[16:32].as_signed())]
-                    with m.Elif(job.op == MatrixOp.MATMUL):
-                        m.d.sync += [mult.eq(side_word[:16]), shift.eq(side_word[16:32])]
-                    with m.If(failed):
-                        with m.If(self.i_res.payload.last):
-                            m.next = "Idle"
-                    with m.Elif(job.op == MatrixOp.MATRAW):
-                        m.next = "Write"
-                    with m.Else():
-                        m.next = "Element"
+                    take_result()
 
             with m.State("Element"):   # the first element's product; the next side word
                 with m.If(~last):
@@ -710,14 +735,18 @@ class MatrixWriteback(wiring.Component):
                 with m.If(self.bus.ready):
                     m.d.sync += [r.eq(r + 1), el_addr.eq(el_addr + job.y_stride)]
                     with m.If(r == job.m - 1):
-                        m.d.sync += col_addr.eq(col_addr + size_bytes)
                         with m.If(last):
                             m.next = "Idle"
-                        with m.Elif((job.op == MatrixOp.MATRAW) | side_ok):
-                            m.next = "Result"
+                        with m.Elif(raw | side_ok):
+                            # the last write takes the next result if it is offered
+                            m.d.comb += self.i_res.ready.eq(1)
+                            with m.If(self.i_res.valid):
+                                take_result()
+                            with m.Else():
+                                m.next = "Result"
                         with m.Else():
                             m.next = "Side"
-                    with m.Elif(job.op != MatrixOp.MATRAW):
+                    with m.Elif(~raw):
                         take_product()
 
         m.d.comb += self.busy.eq(~fsm.ongoing("Idle"))

@@ -1250,16 +1250,17 @@ def matrix_cycles(op: Opcode, m: int, n: int, k: int, word_bytes: int = 8,
       words; a row's result is offered ``latency`` cycles after its last word issued;
     * the write-back first reads the ``m`` activation headers (2 cycles each: read, latch)
       and, for ``MATQK``, the one ``(m, s)`` pair (2), then the first result's side word
-      (its row's pair, ``MATMUL``, or K-record header, ``MATQK``: 1); per result it takes
-      the result (1 cycle), computes the first element's product while it reads the next
-      result's side word (1), and writes the ``m`` elements, one per cycle, the next
-      element's product computed alongside: ``P = 2 + m`` cycles per result (``MATRAW``:
-      take and ``m`` writes, ``P = 1 + m``);
+      (its row's pair, ``MATMUL``, or K-record header, ``MATQK``: 1); per result it
+      computes the first element's product while it reads the next result's side word (1
+      cycle), then writes the ``m`` elements, one per cycle, the next element's product
+      computed alongside, and takes the next result in the cycle of its last write when
+      the unit offers it by then (else as soon as it does): ``P = 1 + m`` cycles per result
+      (``MATRAW``: the ``m`` writes, ``P = m``), the floor of one read/write port;
     * while a result waits for the write-back the whole unit freezes, so the next result
       comes ``R`` cycles after the previous one was taken.
 
     Without back-pressure (``R >= P`` and the headers read before the first result) this is
-    ``1 + m R + n R + latency + P - 1``; when the write-back is the bottleneck (``R < P``,
+    ``1 + m R + n R + latency + P``; when the write-back is the bottleneck (``R < P``,
     e.g. ``MATQK`` over K records of head size 8 at W = 8, ``R = 1``) each result costs ``P``
     cycles.
 
@@ -1291,13 +1292,13 @@ def matrix_cycles(op: Opcode, m: int, n: int, k: int, word_bytes: int = 8,
         raise ValueError(f"`m`, `n` and `k` must be positive integers, not {m}, {n}, {k}")
     R = -(-k // word_bytes)
     if op == Opcode.MATRAW:
-        per, headers = 1 + m, 0
+        per, headers = m, 0
     else:
-        per, headers = 2 + m, 2 * m + (2 if op == Opcode.MATQK else 0) + 1
-    wb = 1 + headers                        # the write-back waits for a result from here
+        per, headers = 1 + m, 2 * m + (2 if op == Opcode.MATQK else 0) + 1
+    wb = 1 + headers                        # the write-back can take a result from here
     offered = 1 + m * R + R + latency - 1   # the first result on the unit's output
     for _ in range(n):
         taken = max(offered, wb)
-        wb = taken + per
+        wb = taken + per                    # its last write, which may take the next
         offered = taken + R
-    return wb
+    return wb + 1

@@ -121,8 +121,9 @@ def test_prefill_batch_sizes_match_decode(small_compiled):
 def test_prefill_batch_is_cheaper_than_decode_steps(small_compiled):
     """M rows share each weight word: the matrix unit spends far less on a batch of M than on
     M single steps, and the whole step is cheaper too.  (Not M times less: with this model's
-    short rows, K = 32 or 64, the write-back's 3 + 2 M cycles per result set the batch's pace,
-    not the unit's ceil(K / W) weight words; `chipotle.isa.core.matrix_cycles`.)"""
+    short rows the write-back's 1 + M cycles per result, not the unit's ceil(K / W) weight
+    words, set the pace where K = 32: 4 words against 5 cycles at W = 8, M = 4;
+    `chipotle.isa.core.matrix_cycles`.)"""
     M = small_compiled.config.max_m
     prompt = [1, 2, 3, 4, 5, 6, 7, 8][:2 * M]
     one = run_sequence(small_compiled, prompt, 0, 1)

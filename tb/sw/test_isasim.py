@@ -255,15 +255,18 @@ def test_matqk_and_matraw(M, N, K):
 
 @pytest.mark.parametrize("m", [1, 2, 4])
 def test_matrix_cycles_write_back_bound(m):
-    """With one word per K record (head size 8 at W = 8) the write-back, 2 + m cycles per
+    """With one word per K record (head size 8 at W = 8) the write-back, 1 + m cycles per
     result, sets the pace: after the activation headers (2 m), the pair (2) and the first K
-    header (1) each of the n scores costs 2 + m (``docs/tile.md``, "Matrix write-back")."""
+    header (1) each of the n scores costs 1 + m (the first product and the m writes, the
+    next score taken in the cycle of the last write), + 1 for the cycle after the last
+    write (``docs/tile.md``, "Matrix write-back")."""
     from chipotle.isa.core import matrix_cycles
     for n in (1, 2, 65):
-        assert matrix_cycles(Opcode.MATQK, m, n, 8, 8) == 1 + 2 * m + 2 + 1 + n * (2 + m)
-        assert matrix_cycles(Opcode.MATRAW, m, n, 8, 8) >= 1 + n * (1 + m)
-    # the unit alone would take 1 + m + n + 3 cycles: the write-back, not the unit, is slow
-    assert matrix_cycles(Opcode.MATQK, m, 65, 8, 8) > 2 * (1 + m + 65 + 3)
+        assert matrix_cycles(Opcode.MATQK, m, n, 8, 8) == 1 + 2 * m + 2 + 1 + n * (1 + m) + 1
+        assert matrix_cycles(Opcode.MATRAW, m, n, 8, 8) >= 1 + n * m + 1
+    # the unit alone would take 1 + m + n + 3 cycles: the write-back, not the unit, is slow,
+    # m cycles more per result (1 + m against the unit's one weight word)
+    assert matrix_cycles(Opcode.MATQK, m, 65, 8, 8) > (1 + m + 65 + 3) + 65 * m
     with pytest.raises(ValueError, match="matrix opcode"):
         matrix_cycles(Opcode.VADD, m, 1, 8, 8)
     with pytest.raises(ValueError, match="positive"):
@@ -276,9 +279,10 @@ def test_matmul_cost_and_perf():
     t = sim.tile((0, 0))
     instr = decode(assemble("matmul.i16 0x2000, 0x0, 0x400, 0x2f00, 13, 172, 4")[0])
     kw = 22
-    # R = 22 weight words per row outpace the write-back's 2 + M = 6 cycles per result:
-    # issue, load, stream, the pipeline (3) and the last result's write-back (6 - 1)
-    assert instr_cycles(instr, CFG, 13) == 1 + 1 + 4 * kw + 13 * kw + 3 + (2 + 4) - 1
+    # R = 22 weight words per row outpace the write-back's 1 + M = 5 cycles per result:
+    # issue, load, stream, the pipeline (3) and the last result's write-back (taken in the
+    # cycle it is offered, then its first product and M = 4 writes)
+    assert instr_cycles(instr, CFG, 13) == 1 + 1 + 4 * kw + 13 * kw + 3 + (1 + 4)
     assert t.perf.macs == 4 * 13 * 172
     assert t.perf.matrix_cycles == instr_cycles(instr, CFG, 13)
     table_cycles = sum(instr_cycles(Instr(Opcode.TABLE, c=tid.value), CFG) for tid in TableId)
