@@ -478,18 +478,27 @@ class MatrixWriteback(wiring.Component):
     * ``p = acc * mu`` (signed 64; ``|p| < 2**46`` else ``ARITH``), ``sh < 0`` is ``ARITH``;
     * ``y = sat((p * m + (2**min(sh, 62) >> 1)) >> min(sh, 62))``, 0 when ``sh > 62``.
 
+    The scale and shift of an element (``mu``, ``sh``) are registered one element ahead
+    (element 0's in the cycle that takes its result, from the side word), the cycle that
+    computes a product multiplies only ``acc * mu`` into a register, and the cycle that writes
+    the element checks it: no path chains two multipliers, or a multiplier and a decision.
+
     Latency (``MATMUL``, ``MATQK``): 2 cycles per activation header (and the ``MATQK`` pair) at
     the start, then 1 to read the first result's side word (its pair, ``MATMUL``, or K-record
-    header, ``MATQK``).  Per result: 1 cycle to take it, 1 for the first element's product (in
-    which the next result's side word is read, unless this result is the last), then one write
-    per element, the product of the next element computed in the cycle that writes one: ``2 +
-    m`` cycles (``MATRAW``: ``1 + m``), all on ``bus`` (``SramSignature``, shared through the
-    tile's arbiter: more if not granted at once; a side word that lost its grant is read after
-    the writes, 1 cycle more).  The matrix unit is back-pressured through ``i_res.ready``
-    meanwhile.  After an arithmetic error the remaining results are drained without writing and
+    header, ``MATQK``).  Per result: 1 cycle for the first element's product (in which the
+    next result's side word is read, unless this result is the last), then one write per
+    element, the product of the next element computed in the cycle that writes one; the cycle
+    of the last write also takes the next result if ``i_res`` offers it then (else the
+    write-back takes it in the cycle it is offered): ``P = 1 + m`` cycles per result
+    (``MATRAW``: ``m``), one side-word read and ``m`` writes, the floor of one read/write port.
+    All of it is on ``bus`` (``SramSignature``, shared through the tile's arbiter: more if not
+    granted at once; a write not granted takes no result; a side word that lost its grant is
+    read after the writes, 1 cycle more).  The matrix unit is back-pressured through
+    ``i_res.ready`` meanwhile (in the last write ``i_res.ready`` follows the write's grant).
+    After an arithmetic error the remaining results are drained without writing and
     ``error`` stays high until the next job is accepted; the elements written before it are the
-    same as in element-by-element order (the error of element ``r + 1`` is found in the cycle
-    that writes element ``r``, and stops the writes after it).
+    same as in element-by-element order (the error of an element is found in the cycle that
+    would write it, which writes no byte, and stops the writes).
 
     Parameters
     ----------
@@ -590,10 +599,12 @@ class MatrixWriteback(wiring.Component):
                     m.d.sync += pair_addr.eq(pair_addr + 4)
             return self.bus.ready
 
-        # Two stages per element, so that no cycle chains two multipliers: the element's scale
-        # `mu_q = mu_x[r]` (`* mu_w[n]`, MATQK) and shift `s_q = s - b_x[r]` (`- b_w[n]`) are
-        # registered one step ahead (element 0's when its result is taken, element r + 1's
-        # when element r's product is), and the product cycle computes only `acc[pr] * mu_q`.
+        # Three stages per element, so that no cycle chains two multipliers or a multiplier
+        # and a decision: the element's scale `mu_q = mu_x[r]` (`* mu_w[n]`, MATQK) and shift
+        # `s_q = s - b_x[r]` (`- b_w[n]`) are registered one step ahead (element 0's when its
+        # result is taken, element r + 1's when element r's product is), the product cycle
+        # computes only `prod = acc[pr] * mu_q`, and the write cycle checks `prod` and `sh`
+        # (ARITH) before it writes.
         pr = Signal(range(max(M, 2)))    # row of the element whose product is computed
         mu_q = Signal(signed(32))
         s_q = Signal(signed(19))
@@ -608,39 +619,36 @@ class MatrixWriteback(wiring.Component):
         def stage():
             m.d.sync += [mu_q.eq(mu_next), s_q.eq(s_next)]
 
-        p = Signal(signed(64))
-        p_bad = Signal()
-        m.d.comb += [p.eq(acc[pr] * mu_q),
-                     p_bad.eq((s_q < 0) | (p >= (1 << 46)) | (p <= -(1 << 46)))]
-
         def take_product():
-            """Register element `pr`'s product, stage element `pr + 1` and move `pr` on; on
-            an arithmetic error stop writing (drain the results, or end at the last).
-            Returns the error."""
-            m.d.sync += [prod.eq(p), sh.eq(s_q), pr.eq(pr + 1)]
+            """Register element `pr`'s product and shift, stage element `pr + 1` and move `pr`
+            on."""
+            m.d.sync += [prod.eq(acc[pr] * mu_q), sh.eq(s_q), pr.eq(pr + 1)]
             stage()
-            with m.If(p_bad):
-                m.d.sync += failed.eq(1)
-                with m.If(last):
-                    m.next = "Idle"
-                with m.Else():
-                    m.next = "Result"
-            return p_bad
+
+        # the element in `prod` is an arithmetic error: `requant_dyn` refuses it
+        bad = Signal()
+        m.d.comb += bad.eq(~raw & ((sh < 0) | (prod >= (1 << 46)) | (prod <= -(1 << 46))))
+
+        def select_take():
+            """In a cycle that may take a result, point the staging at its element 0 (by the
+            state alone, so that the staged values do not wait for the decision to take)."""
+            m.d.comb += [nx.eq(0), nx_mu.eq(side_word[:16].as_signed()),
+                         nx_b.eq(side_word[16:32].as_signed())]
+            with m.If(job.op == MatrixOp.MATMUL):
+                m.d.comb += nx_s.eq(side_word[16:32])
 
         def take_result():
-            """Take the offered result (``i_res.ready`` is high): latch its accumulators and
-            side word, stage its element 0 and go to its first product (or write)."""
+            """Take the offered result (``i_res.ready`` is high; `select_take` called): latch
+            its accumulators and side word, stage its element 0 and go to its first product
+            (or write)."""
             res = self.i_res.payload
             m.d.sync += [acc[i].eq(res.acc[i]) for i in range(M)]
             m.d.sync += [last.eq(res.last), r.eq(0), pr.eq(0), el_addr.eq(col_addr),
                          col_addr.eq(col_addr + size_bytes), side_ok.eq(0)]
-            m.d.comb += [nx.eq(0), nx_mu.eq(side_word[:16].as_signed()),
-                         nx_b.eq(side_word[16:32].as_signed())]
             with m.If(qk):
                 m.d.sync += [w_mu.eq(side_word[:16].as_signed()),
                              w_b.eq(side_word[16:32].as_signed())]
             with m.Elif(job.op == MatrixOp.MATMUL):
-                m.d.comb += nx_s.eq(side_word[16:32])
                 m.d.sync += [mult.eq(side_word[:16]), shift.eq(side_word[16:32])]
             stage()
             with m.If(failed):
@@ -669,8 +677,11 @@ class MatrixWriteback(wiring.Component):
         boff = el_addr[:wb] if wb else C(0, 1)
         m.d.comb += [
             self.bus.wdata.eq((out.as_unsigned()[:32] << Cat(C(0, 3), boff))[:8 * W]),
-            self.bus.wmask.eq((Mux(job.td == 0, 0x1, Mux(job.td == 1, 0x3, 0xF)) << boff)
-                              [:W]),
+            # an element in error is not written (the request stays, so that `bus.en` does
+            # not wait for the check; a granted write with no byte enabled changes nothing)
+            self.bus.wmask.eq(Mux(bad, 0,
+                                  (Mux(job.td == 0, 0x1, Mux(job.td == 1, 0x3, 0xF)) << boff)
+                                  [:W])),
         ]
 
         with m.FSM(name="fsm") as fsm:
@@ -720,19 +731,28 @@ class MatrixWriteback(wiring.Component):
 
             with m.State("Result"):    # waiting for a result (or draining after an error)
                 m.d.comb += self.i_res.ready.eq(1)
+                select_take()
                 with m.If(self.i_res.valid):
                     take_result()
 
             with m.State("Element"):   # the first element's product; the next side word
                 with m.If(~last):
                     read_side()
-                with m.If(~take_product()):
-                    m.next = "Write"
+                take_product()
+                m.next = "Write"
 
             with m.State("Write"):     # element r; the product of element r + 1 meanwhile
                 m.d.comb += [self.bus.en.eq(1), self.bus.we.eq(1),
                              self.bus.addr.eq(el_addr[wb:])]
-                with m.If(self.bus.ready):
+                with m.If(r == job.m - 1):
+                    select_take()
+                with m.If(bad):        # stop writing: drain the results, or end at the last
+                    m.d.sync += failed.eq(1)
+                    with m.If(last):
+                        m.next = "Idle"
+                    with m.Else():
+                        m.next = "Result"
+                with m.Elif(self.bus.ready):
                     m.d.sync += [r.eq(r + 1), el_addr.eq(el_addr + job.y_stride)]
                     with m.If(r == job.m - 1):
                         with m.If(last):

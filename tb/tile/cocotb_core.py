@@ -247,6 +247,29 @@ async def matrix(dut):
         # the cost model (`chipotle.isa.matrix_cycles`) is exact for the unit and its
         # write-back when nothing else uses the SRAM port
         assert res["matrix_cycles"] == res["est_matrix_cycles"], res
+    # write-back bound instructions (R = ceil(K / W) below the write-back's 1 + m cycles per
+    # result, or equal: the next result offered just at the last write) with a vector
+    # instruction on the same read/write port in the background: side words and writes
+    # granted late, results not taken at the last write
+    for op, m, n, k, td in [("matqk", M, 12, W, "i32"), ("matmul", M, 7, W, "i8"),
+                            ("matraw", M, 6, 1, "i32"), ("matqk", 1, 9, 2 * W, "i16")]:
+        prog, image = _matrix_case(tb, op, m, n, k, td, "random", "random",
+                                   small_codes=op == "matqk")
+        line = prog.splitlines()[0]
+        ya, ca = (int(v, 0) for v in line.split(None, 1)[1].split(",")[0:4:3])
+        if op == "matqk":   # s - b_x - b_w >= 0 whatever the records' exponents (< 12 each)
+            image[ca + 2:ca + 4] = np.array([24], "<u2").view(np.uint8)
+        es = {"i8": 1, "i16": 2, "i32": 4}[td]
+        free = ISA.pad(ya + (m - 1) * ISA.pad(n * es) + n * es + W)
+        vn = 32                                         # i16 elements: A, B and D at free
+        assert free + 6 * vn <= SIZE, (op, free)
+        vec = f"vadd.i16.i16 {free + 4 * vn:#x}, {free:#x}, {free + 2 * vn:#x}, {vn}"
+        res = await tb.check_program(f"{op}.{td} M={m} N={n} K={k} under a vadd",
+                                     f"{line}\n{vec}\nhalt", image, expect=ErrorCode.NONE)
+        if CFG.overlap:     # the vadd runs alongside and takes grants from the write-back
+            assert res["matrix_cycles"] > res["est_matrix_cycles"], res
+        else:
+            assert res["matrix_cycles"] == res["est_matrix_cycles"], res
     _dump(tb)
 
 
