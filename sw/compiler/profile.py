@@ -180,7 +180,9 @@ def main(argv=None) -> None:
           f"{res.cycles:,} cycles (estimate)")
     groups = {}
     for xy in prof:
-        key = "attention tiles" if "rope" in cm.placement.tiles[xy].regions else "other tiles"
+        regions = cm.placement.tiles[xy].regions
+        key = ("attention tiles" if "rope" in regions else
+               "K / V partner tiles" if "l0.pw0" in regions else "other tiles")
         groups.setdefault(key, []).append(xy)
     for name, tiles in groups.items():
         print(f"\n{name} ({len(tiles)}), mean per tile:")

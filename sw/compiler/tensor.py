@@ -73,6 +73,8 @@ __all__ = ["TensorRoles", "place_tensor", "tensor_program", "tensor_images"]
 C_X, C_XA, C_ACC, C_GATE = 0, 1, 2, 3
 #: Counter of the row records of a batch spread over the tiles (`_row_records`).
 C_REC = 4
+#: Counter of the K records and V rows the K / V partners send to the attention tiles.
+C_KV = 5
 
 
 def _split(units: int, n: int, j: int) -> tuple:
@@ -96,9 +98,18 @@ class TensorRoles:
         of the query heads of its one KV head (whose K and V the tiles sharing it all
         compute and cache).
     att_tiles : list of (x, y)
+    kvp : dict of (x, y) to list of (str, int)
+        The **K / V partners**: tiles without attention that compute the ``wk`` (``"k"``:
+        with RoPE and the K record) or ``wv`` (``"v"``) rows of a KV head for its attention
+        tiles and send them there, so that the attention tiles compute only ``wq``.  Empty
+        (the attention tiles compute K and V themselves) unless `partners`, every attention
+        tile has one KV head, and some tile has no attention.  The jobs ``("k", 0), ("v",
+        0), ("k", 1), ...`` go round-robin over the tiles without attention.
+    kv_tiles : dict of int to list of (x, y)
+        The attention tiles of each KV head (row-major).
     """
 
-    def __init__(self, qm: QuantizedModel, isa: IsaConfig, tiles: list):
+    def __init__(self, qm: QuantizedModel, isa: IsaConfig, tiles: list, partners: bool = True):
         c, W = qm.config, isa.word_bytes
         T = len(tiles)
         # int16 rows per word (x slices), int32 rows per word (gate slices)
@@ -131,6 +142,15 @@ class TensorRoles:
                 g0, g1 = _split(KV, A, j)
                 self.kv[xy], self.q[xy] = (g0, g1), (g0 * g, g1 * g)
         self.att_tiles = [xy for xy in tiles if xy in self.kv]
+        self.kv_tiles = {g: [xy for xy in self.att_tiles if self.kv[xy] == (g, g + 1)]
+                         for g in range(KV)}
+        idle = [xy for xy in tiles if xy not in self.kv]
+        self.kvp = {}
+        if (partners and idle and isa.n_counters > C_KV + 1
+                and all(g1 - g0 == 1 for g0, g1 in self.kv.values())):
+            jobs = [(kind, h) for h in range(KV) for kind in "kv"]
+            for i, job in enumerate(jobs):
+                self.kvp.setdefault(idle[i % len(idle)], []).append(job)
 
 
 def _requests(qm: QuantizedModel, isa: IsaConfig, roles: TensorRoles, xy, context: int,
@@ -168,8 +188,9 @@ def _requests(qm: QuantizedModel, isa: IsaConfig, roles: TensorRoles, xy, contex
         krec = rec(hs)
         g = nq // nk                        # query heads per KV head; one matqk takes gc
         gc = max(d for d in range(1, min(g, M) + 1) if g % d == 0)
-        req += [("q16", M * pad(2 * nq * hs), "act"), ("k16", M * pad(2 * nk * hs), "act"),
-                ("qrec", M * nq * krec, "act"),
+        if not roles.kvp:
+            req += [("k16", M * pad(2 * nk * hs), "act")]
+        req += [("q16", M * pad(2 * nq * hs), "act"), ("qrec", M * nq * krec, "act"),
                 ("t", gc * pad(4 * context), "act"), ("p", 2 * context, "act"),
                 ("t2", gc * pad(4 * context), "act"),
                 ("padt", 4 * (context + 1), "act"), ("rope", context * 2 * hs, "kv")]
@@ -177,9 +198,19 @@ def _requests(qm: QuantizedModel, isa: IsaConfig, roles: TensorRoles, xy, contex
             kvl = _kv_layout(qm, isa, nk, context, 0)
             req += [("kbuf", M * nk * krec, "act"), ("vbuf", nk * M * pad(hs), "act"),
                     ("kv", kvl.size_words * W, "kv")]
+    jobs = roles.kvp.get(xy, [])
+    if jobs:                                # a K / V partner's buffers (`_partner_kv`)
+        req += [("pk16", M * pad(2 * hs), "act"), ("pkrec", M * rec(hs), "act"),
+                ("pv", M * pad(hs), "act")]
+        if any(kind == "k" for kind, _ in jobs):
+            req += [("prope", context * 2 * hs, "kv")]
     for li in range(c.n_layers):
         p = f"l{li}."
         req += [(p + "ffn_eps", 8, "c"), (p + "fg", 2 * dim, "act")]
+        if jobs:
+            req += [(p + "att_eps", 8, "c"), (p + "ag", 2 * dim, "act")]
+            for j, _ in enumerate(jobs):
+                req += [(p + f"pw{j}_ms", 4 * hs, "c"), (p + f"pw{j}", hs * pad(dim), "w")]
         if No:
             req += [(p + "wo_ms", 4 * No, "c"), (p + "w2_ms", 4 * No, "c"),
                     (p + "wo", No * pad(dim), "w"), (p + "w2", No * pad(hid), "w")]
@@ -188,10 +219,11 @@ def _requests(qm: QuantizedModel, isa: IsaConfig, roles: TensorRoles, xy, contex
                     (p + "w1", Nh * pad(dim), "w"), (p + "w3", Nh * pad(dim), "w")]
         if att:
             req += [(p + "att_eps", 8, "c"), (p + "att_ms", 4, "c"),
-                    (p + "wq_ms", 4 * nq * hs, "c"), (p + "wk_ms", 4 * nk * hs, "c"),
-                    (p + "wv_ms", 4 * nk * hs, "c"), (p + "ag", 2 * dim, "act"),
-                    (p + "wq", nq * hs * pad(dim), "w"), (p + "wk", nk * hs * pad(dim), "w"),
-                    (p + "wv", nk * hs * pad(dim), "w")]
+                    (p + "wq_ms", 4 * nq * hs, "c"), (p + "ag", 2 * dim, "act"),
+                    (p + "wq", nq * hs * pad(dim), "w")]
+            if not roles.kvp:
+                req += [(p + "wk_ms", 4 * nk * hs, "c"), (p + "wv_ms", 4 * nk * hs, "c"),
+                        (p + "wk", nk * hs * pad(dim), "w"), (p + "wv", nk * hs * pad(dim), "w")]
             if not kvapp:
                 req += [(p + "kcache", nk * context * krec, "kv"),
                         (p + "vcache", (context + M - 1) * pad(nk * hs), "kv")]
@@ -229,11 +261,14 @@ def _layout(xy, stages, reduce, req, isa) -> TileLayout:
 
 
 def place_tensor(qm: QuantizedModel, isa: IsaConfig, width: int, height: int, context: int,
-                 batches: int = 1, kvapp: bool = False) -> tuple:
+                 batches: int = 1, kvapp: bool = False, partners: bool = True) -> tuple:
     """Lay out every tile of the mesh for the tensor-parallel placement.
 
     With `kvapp`, the attention tiles' K and V caches are one KV store region in the layout
     of `chipotle.isa.kv.KvLayout` (``Placement.kv_layouts``), appended with ``kvapp``.
+    With `partners`, the tiles without attention compute the K and V rows of the KV heads
+    when they can (`TensorRoles.kvp`; not when a tile's SRAM lies beyond the 17-bit offsets,
+    whose addresses would need the registers that hold the batch-size flags).
 
     Returns
     -------
@@ -247,7 +282,7 @@ def place_tensor(qm: QuantizedModel, isa: IsaConfig, width: int, height: int, co
         If a tile's regions exceed its SRAM, or static data lies beyond the ``c`` reach.
     """
     tiles = [(x, y) for y in range(height) for x in range(width)]
-    roles = TensorRoles(qm, isa, tiles)
+    roles = TensorRoles(qm, isa, tiles, partners)
     V = qm.config.vocab_size
     cap = -(-V // len(tiles))
     cls = {}
@@ -271,6 +306,8 @@ def place_tensor(qm: QuantizedModel, isa: IsaConfig, width: int, height: int, co
             raise FitError(f"tile {xy}: static data addressed through the 17-bit `c` "
                            f"immediate lies beyond 128 KiB")
         lays[xy] = lay
+    if roles.kvp and any(lay.size > 1 << OFF_BITS for lay in lays.values()):
+        return place_tensor(qm, isa, width, height, context, batches, kvapp, partners=False)
     kvl = {}
     if kvapp:
         for xy in roles.att_tiles:
@@ -290,6 +327,10 @@ class _K:
         self.T = len(pl.tiles)
         #: the KV store layout when K and V are appended with `kvapp`, else None
         self.kvl = pl.kv_layouts.get(self.xy)
+        #: whether the attention tiles append K and V with `kvapp` (a partner's targets)
+        self.kvl_any = bool(pl.kv_layouts)
+        #: this tile's K / V partner jobs (`TensorRoles.kvp`)
+        self.jobs = roles.kvp.get(self.xy, [])
         #: the batch-size flags (m == 1, m > 1) live in r13 / r14 when no address needs the
         #: Emitter's scratch registers (a tile within the 17-bit offsets), else in `state`
         self.regflags = lay.size <= 1 << OFF_BITS
@@ -511,46 +552,51 @@ def _attention(e, k, li):
     e.comment(f"layer {li} attention RMSNorm (KV heads {g0} .. {g1 - 1}, query heads "
               f"{q0} .. {q1 - 1})")
     _att_norm(e, k, li)
-    e.comment(f"layer {li} q k v projections, RoPE, quantisation of q and k")
-    # the matrix unit runs wk, wq, wv back to back in the background while the vector unit
-    # rotates and quantises k (under wq), then q (under wv)
-    _rows_op(e, k, lambda mm: e("matmul.i16", k.a("k16"), k.a("rec"), k.a(p + "wk"),
-                                k.lay[p + "wk_ms"], NK, dim, mm))
-    _rows_op(e, k, lambda mm: e("matmul.i16", k.a("q16"), k.a("rec"), k.a(p + "wq"),
-                                k.lay[p + "wq_ms"], NQ, dim, mm))
-    e("mul", "r3", "r1", 2 * hs)
-    e("add", "r7", k.a("k16"), 0)
-    if k.kvl is not None:
-        e("add", "r10", k.a("kbuf"), 0)
+    if k.roles.kvp:
+        e.comment(f"layer {li} q projection, RoPE, quantisation of q (K and V from partners)")
+        _rows_op(e, k, lambda mm: e("matmul.i16", k.a("q16"), k.a("rec"), k.a(p + "wq"),
+                                    k.lay[p + "wq_ms"], NQ, dim, mm))
     else:
-        e("mul", "r4", "r1", krec)
+        e.comment(f"layer {li} q k v projections, RoPE, quantisation of q and k")
+        # the matrix unit runs wk, wq, wv back to back in the background while the vector unit
+        # rotates and quantises k (under wq), then q (under wv)
+        _rows_op(e, k, lambda mm: e("matmul.i16", k.a("k16"), k.a("rec"), k.a(p + "wk"),
+                                    k.lay[p + "wk_ms"], NK, dim, mm))
+        _rows_op(e, k, lambda mm: e("matmul.i16", k.a("q16"), k.a("rec"), k.a(p + "wq"),
+                                    k.lay[p + "wq_ms"], NQ, dim, mm))
+        e("mul", "r3", "r1", 2 * hs)
+        e("add", "r7", k.a("k16"), 0)
+        if k.kvl is not None:
+            e("add", "r10", k.a("kbuf"), 0)
+        else:
+            e("mul", "r4", "r1", krec)
 
-    def krows():
-        e("rope.i16.i16", "r7", "r7", k.a("rope", 3), NK, hs, nx.ROPE_FRAC_BITS)
-        e("add", "r9", "r7", 0)
-        if k.kvl is None:
-            e("add", "r10", (kbase, 4), 0)
+        def krows():
+            e("rope.i16.i16", "r7", "r7", k.a("rope", 3), NK, hs, nx.ROPE_FRAC_BITS)
+            e("add", "r9", "r7", 0)
+            if k.kvl is None:
+                e("add", "r10", (kbase, 4), 0)
 
-        def kh():
-            e("dynq.i8.i16", "r10", "r9", hs)
-            e("add", "r9", f"r9+{2 * hs}", 0)
-            e("add", "r10", f"r10+{krec if k.kvl is not None else kstep}", 0)
-        e.loop(nk, kh)
-        e("add", "r3", f"r3+{2 * hs}", 0)
-        if k.kvl is None:
-            e("add", "r4", f"r4+{krec}", 0)
-        e("add", "r7", f"r7+{ks}", 0)
-    e.loop("r2", krows)
-    if k.kvl is not None:                   # V rows of each KV head into its own buffer
-        for h in range(nk):
-            _rows_op(e, k, lambda mm, h=h: e(
-                "matmul.i8", k.a("vbuf", 0, h * M * pad(hs)), k.a("rec"),
-                k.a(p + "wv", 0, h * hs * pad(dim)), k.lay[p + "wv_ms"] + 4 * h * hs,
-                hs, dim, mm))
-    else:                                   # V rows straight into the cache
-        e("mul", "r5", "r1", vs)
-        _rows_op(e, k, lambda mm: e("matmul.i8", (vbase, 5), k.a("rec"),
-                                    k.a(p + "wv"), k.lay[p + "wv_ms"], NK, dim, mm))
+            def kh():
+                e("dynq.i8.i16", "r10", "r9", hs)
+                e("add", "r9", f"r9+{2 * hs}", 0)
+                e("add", "r10", f"r10+{krec if k.kvl is not None else kstep}", 0)
+            e.loop(nk, kh)
+            e("add", "r3", f"r3+{2 * hs}", 0)
+            if k.kvl is None:
+                e("add", "r4", f"r4+{krec}", 0)
+            e("add", "r7", f"r7+{ks}", 0)
+        e.loop("r2", krows)
+        if k.kvl is not None:                   # V rows of each KV head into its own buffer
+            for h in range(nk):
+                _rows_op(e, k, lambda mm, h=h: e(
+                    "matmul.i8", k.a("vbuf", 0, h * M * pad(hs)), k.a("rec"),
+                    k.a(p + "wv", 0, h * hs * pad(dim)), k.lay[p + "wv_ms"] + 4 * h * hs,
+                    hs, dim, mm))
+        else:                                   # V rows straight into the cache
+            e("mul", "r5", "r1", vs)
+            _rows_op(e, k, lambda mm: e("matmul.i8", (vbase, 5), k.a("rec"),
+                                        k.a(p + "wv"), k.lay[p + "wv_ms"], NK, dim, mm))
     e("mul", "r3", "r1", 2 * hs)
     e("add", "r6", k.a("q16"), 0)
     e("add", "r8", k.a("qrec"), 0)
@@ -567,6 +613,9 @@ def _attention(e, k, li):
         e("add", "r3", f"r3+{2 * hs}", 0)
         e("add", "r6", f"r6+{qs}", 0)
     e.loop("r2", qrows)
+    if k.roles.kvp:
+        e.comment(f"layer {li} wait for the K records and V rows of the partners")
+        _wait_all(e, k, C_KV, 2)
     if k.kvl is not None:
         e.comment(f"layer {li} K records and V rows appended to the KV store (kvapp)")
         emit_kv_append(e, li, k.a("kbuf"), k.a("vbuf"), nk, "r2", krec, M * pad(hs), pad(hs))
@@ -680,11 +729,61 @@ def _att_norm(e, k, li):
         e("rmsnorm.i16.i16", k.a("xn"), s_, k.a(p + "ag"), dim, k.lay[p + "att_eps"],
           ly.att_norm.shift)
         e("dynq.i8.i16", d_, k.a("xn"), dim)
+    local = att or bool(k.jobs)             # a K / V partner normalises too
     if not k.dist_att:
-        if att:
+        if local:
             _norm(e, k, "g.x", pad(2 * dim), p + "ag", p + "att_eps", ly.att_norm.shift, "rec")
         return
-    _row_records(e, k, anorm, "g.x", pad(2 * dim), "rec", rec, rec, local=att, mine=att)
+    _row_records(e, k, anorm, "g.x", pad(2 * dim), "rec", rec, rec, local=local, mine=att)
+
+
+def _partner_kv(e, k, li):
+    """A K / V partner's jobs of layer `li` (`TensorRoles.kvp`): the attention RMSNorm
+    record of the batch's rows, then per job the ``wk`` rows of its KV head, RoPE and the K
+    records (``"k"``) or the ``wv`` rows (``"v"``), each row sent to the KV head's attention
+    tiles (bumping `C_KV`): into ``kbuf`` / ``vbuf`` with ``kvapp``, else straight into the
+    K and V caches at the row's position.  The instructions are the attention tiles' own, so
+    the records and rows are theirs bit for bit."""
+    c, isa, p = k.c, k.isa, f"l{li}."
+    dim, hs, pad = c.dim, c.head_size, isa.pad
+    krec = isa.record_bytes(hs)
+    e.comment(f"layer {li} attention RMSNorm for the K / V partner's jobs")
+    _att_norm(e, k, li)
+    for j, (kind, h) in enumerate(k.jobs):
+        e.comment(f"layer {li} partner: {kind.upper()} of KV head {h} for its attention tiles")
+        targets = [(xy, k.pl.tiles[xy]) for xy in k.roles.kv_tiles[h]]
+        if kind == "k":
+            step = krec
+            base = [t["kbuf"] if k.kvl_any else t[p + "kcache"] for _, t in targets]
+            _rows_op(e, k, lambda mm, j=j: e("matmul.i16", k.a("pk16"), k.a("rec"),
+                                             k.a(p + f"pw{j}"), k.lay[p + f"pw{j}_ms"], hs,
+                                             dim, mm))
+            e("mul", "r3", "r1", 2 * hs)
+            e("add", "r7", k.a("pk16"), 0)
+            e("add", "r8", k.a("pkrec"), 0)
+        else:
+            step = pad(hs)
+            base = [t["vbuf"] if k.kvl_any else t[p + "vcache"] for _, t in targets]
+            _rows_op(e, k, lambda mm, j=j: e("matmul.i8", k.a("pv"), k.a("rec"),
+                                             k.a(p + f"pw{j}"), k.lay[p + f"pw{j}_ms"], hs,
+                                             dim, mm))
+            e("add", "r8", k.a("pv"), 0)
+        if k.kvl_any:
+            e("add", "r4", (0,), 0)         # row i of the batch at kbuf / vbuf + i * step
+        else:
+            e("mul", "r4", "r1", step)      # position pos + i of the cache
+
+        def row(kind=kind, base=base, step=step, targets=targets):
+            if kind == "k":
+                e("rope.i16.i16", "r7", "r7", k.a("prope", 3), hs, hs, nx.ROPE_FRAC_BITS)
+                e("dynq.i8.i16", "r8", "r7", hs)
+                e("add", "r3", f"r3+{2 * hs}", 0)
+                e("add", "r7", f"r7+{pad(2 * hs)}", 0)
+            for (xy, _), b in zip(targets, base, strict=True):
+                e("send", (b, 4), "r8", step, _rect((xy[0], xy[0], xy[1], xy[1])), C_KV)
+            e("add", "r4", f"r4+{step}", 0)
+            e("add", "r8", f"r8+{step}", 0)
+        e.loop("r2", row)
 
 
 def _layer(e, k, li):
@@ -698,6 +797,8 @@ def _layer(e, k, li):
     No, Nh = o1 - o0, h1 - h0
     if k.xy in k.roles.kv:
         _attention(e, k, li)
+    elif k.jobs:
+        _partner_kv(e, k, li)
     elif k.dist_att:
         e.comment(f"layer {li} attention RMSNorm records of a batch (spread)")
         _att_norm(e, k, li)
@@ -842,13 +943,15 @@ def tensor_images(qm: QuantizedModel, isa: IsaConfig, pl: Placement, roles: Tens
         if o1 > o0:
             d["e"] = padded_rows(emb.w[:, o0:o1], isa)
         att = xy in roles.kv
+        jobs = roles.kvp.get(xy, [])
+        if att or any(kind == "k" for kind, _ in jobs):
+            d["rope" if att else "prope"] = np.concatenate(
+                [qm.rope_cos[:context], qm.rope_sin[:context]], axis=1).astype("<i2")
         if att:
             g0, g1 = roles.kv[xy]
             qr = slice(roles.q[xy][0] * hs, roles.q[xy][1] * hs)
             kr = slice(g0 * hs, g1 * hs)
             d["padt"] = np.array([isa.pad(4 * t) for t in range(context + 1)], "<u4")
-            d["rope"] = np.concatenate([qm.rope_cos[:context], qm.rope_sin[:context]],
-                                       axis=1).astype("<i2")
         for li, ly in enumerate(qm.layers):
             p = f"l{li}."
             d[p + "ffn_eps"] = np.array([ly.ffn_norm.eps], "<i8")
@@ -859,14 +962,19 @@ def tensor_images(qm: QuantizedModel, isa: IsaConfig, pl: Placement, roles: Tens
             if h1 > h0:
                 mats += [("w1", slice(h0, h1)), ("w3", slice(h0, h1))]
             if att:
-                mats += [("wq", qr), ("wk", kr), ("wv", kr)]
+                mats += [("wq", qr)] if roles.kvp else [("wq", qr), ("wk", kr), ("wv", kr)]
+                d[p + "att_ms"] = requant_table([ly.att_m], [ly.att_s])
+            if att or jobs:
                 d[p + "att_eps"] = np.array([ly.att_norm.eps], "<i8")
                 d[p + "ag"] = ly.att_norm.gain.astype("<i2")
-                d[p + "att_ms"] = requant_table([ly.att_m], [ly.att_s])
             for w, rows in mats:
                 lin = getattr(ly, w)
                 d[p + w] = padded_rows(lin.w[rows], isa)
                 d[p + w + "_ms"] = requant_table(lin.m[rows], lin.s[rows])
+            for j, (kind, h) in enumerate(jobs):      # a K / V partner's rows
+                lin, rows = getattr(ly, "w" + kind), slice(h * hs, (h + 1) * hs)
+                d[p + f"pw{j}"] = padded_rows(lin.w[rows], isa)
+                d[p + f"pw{j}_ms"] = requant_table(lin.m[rows], lin.s[rows])
         if lay.stages:
             first, n, _ = lay.stages[-1].rows
             cl = qm.classifier
