@@ -75,6 +75,8 @@ C_X, C_XA, C_ACC, C_GATE = 0, 1, 2, 3
 C_REC = 4
 #: Counter of the K records and V rows the K / V partners send to the attention tiles.
 C_KV = 5
+#: Counter of the gate slices' maxima (`_gate_slices`).
+C_GMAX = 6
 
 
 def _split(units: int, n: int, j: int) -> tuple:
@@ -107,9 +109,17 @@ class TensorRoles:
         0), ("k", 1), ...`` go round-robin over the tiles without attention.
     kv_tiles : dict of int to list of (x, y)
         The attention tiles of each KV head (row-major).
+    gslot : int
+        Bytes of each tile's int8 slot in the quantised gate when the gate is quantised in
+        slices (`_gate_slices`: each tile quantises its own rows with the maximum gathered
+        from every tile, and the down projection's inner dimension is ``T * gslot``, its
+        weights zero in the slots' padding); 0 when the whole gate is gathered as int32 and
+        quantised on every tile.  Needs `gate_slices`, ``T * pad(rows) <= k_max`` and a
+        seventh counter.
     """
 
-    def __init__(self, qm: QuantizedModel, isa: IsaConfig, tiles: list, partners: bool = True):
+    def __init__(self, qm: QuantizedModel, isa: IsaConfig, tiles: list, partners: bool = True,
+                 gate_slices: bool = True):
         c, W = qm.config, isa.word_bytes
         T = len(tiles)
         # int16 rows per word (x slices), int32 rows per word (gate slices)
@@ -144,6 +154,12 @@ class TensorRoles:
         self.att_tiles = [xy for xy in tiles if xy in self.kv]
         self.kv_tiles = {g: [xy for xy in self.att_tiles if self.kv[xy] == (g, g + 1)]
                          for g in range(KV)}
+        # the gate quantised in slices (`_gate_slices`): int8 slots of `gslot` bytes per
+        # tile, the down projection's inner dimension padded to T * gslot
+        nh = max(b - a for a, b in self.h.values())
+        self.gslot = 0
+        if gate_slices and nh and isa.n_counters > C_GMAX + 1 and T * isa.pad(nh) <= isa.k_max:
+            self.gslot = isa.pad(nh)
         idle = [xy for xy in tiles if xy not in self.kv]
         self.kvp = {}
         if (partners and idle and isa.n_counters > C_KV + 1
@@ -151,6 +167,21 @@ class TensorRoles:
             jobs = [(kind, h) for h in range(KV) for kind in "kv"]
             for i, job in enumerate(jobs):
                 self.kvp.setdefault(idle[i % len(idle)], []).append(job)
+
+
+def _gate_geometry(roles: TensorRoles, isa: IsaConfig) -> dict:
+    """Sizes of the gate quantised in slices (`_gate_slices`), bytes: ``S`` a tile's int8
+    slot, ``K2`` the down projection's padded inner dimension (elements), ``cnt`` the int32
+    elements before a tile's rows in a ``gq`` row (every tile's maximum in a W-byte slot,
+    zeros up to a multiple of W elements, so that the rows' int8 start word-aligned in the
+    record), ``gq`` / ``gqr`` the row strides of ``gq`` (the maxima, then the tile's int32
+    rows) and of ``gqr`` (its record)."""
+    W, pad, rec = isa.word_bytes, isa.pad, isa.record_bytes
+    T = len(roles.h)
+    nh = max(b - a for a, b in roles.h.values())
+    cnt = -(-T * W // 4 // W) * W
+    return dict(S=roles.gslot, K2=T * roles.gslot, cnt=cnt, gq=4 * cnt + pad(4 * nh),
+                gqr=rec(cnt + nh))
 
 
 def _requests(qm: QuantizedModel, isa: IsaConfig, roles: TensorRoles, xy, context: int,
@@ -170,12 +201,17 @@ def _requests(qm: QuantizedModel, isa: IsaConfig, roles: TensorRoles, xy, contex
         tabs += [TableId.EXP2, TableId.RECIP]
     req += [(f"tab.{t.name.lower()}", 2 * TABLE_ENTRIES[t], "table")
             for t in _TABLE_ORDER if t in tabs]
+    k2 = hid
+    if roles.gslot:
+        gg = _gate_geometry(roles, isa)
+        k2 = gg["K2"]
+        req += [("gq", M * gg["gq"], "g"), ("gqr", M * gg["gqr"], "act")]
     req += [("state", 16, "act"), ("mtab", 16 * (M + 1), "act"),
             ("ems", 4 * c.vocab_size, "act"), ("yo", M * pad(2 * max(No, 1)), "act"),
             ("xo", M * pad(2 * max(No, 1)), "act"), ("xn", M * xs, "act"),
-            ("rec", M * rec(dim), "g"), ("grec", M * rec(hid), "g")]
+            ("rec", M * rec(dim), "g"), ("grec", M * rec(k2), "g")]
     if M > 2:
-        req += [("zeros", (M - 2) * rec(hid), "act")]
+        req += [("zeros", (M - 2) * max(rec(dim), rec(hid), rec(k2)), "act")]
     if No:
         req += [("e", c.vocab_size * pad(No), "w")]
     if Nh:
@@ -213,7 +249,7 @@ def _requests(qm: QuantizedModel, isa: IsaConfig, roles: TensorRoles, xy, contex
                 req += [(p + f"pw{j}_ms", 4 * hs, "c"), (p + f"pw{j}", hs * pad(dim), "w")]
         if No:
             req += [(p + "wo_ms", 4 * No, "c"), (p + "w2_ms", 4 * No, "c"),
-                    (p + "wo", No * pad(dim), "w"), (p + "w2", No * pad(hid), "w")]
+                    (p + "wo", No * pad(dim), "w"), (p + "w2", No * pad(k2), "w")]
         if Nh:
             req += [(p + "w1_ms", 4 * Nh, "c"), (p + "w3_ms", 4 * Nh, "c"),
                     (p + "w1", Nh * pad(dim), "w"), (p + "w3", Nh * pad(dim), "w")]
@@ -331,6 +367,8 @@ class _K:
         self.kvl_any = bool(pl.kv_layouts)
         #: this tile's K / V partner jobs (`TensorRoles.kvp`)
         self.jobs = roles.kvp.get(self.xy, [])
+        #: the down projection's inner dimension (padded when the gate is quantised in slices)
+        self.k2 = len(pl.tiles) * roles.gslot if roles.gslot else qm.config.hidden_dim
         #: the batch-size flags (m == 1, m > 1) live in r13 / r14 when no address needs the
         #: Emitter's scratch registers (a tile within the 17-bit offsets), else in `state`
         self.regflags = lay.size <= 1 << OFF_BITS
@@ -403,7 +441,7 @@ def _zero_stale_rows(e, k):
         return
 
     def body():
-        for buf, n in (("rec", k.c.dim), ("grec", k.c.hidden_dim)):
+        for buf, n in (("rec", k.c.dim), ("grec", k.k2)):
             e("mul", "r3", "r2", rec(n))
             e("sub", "r4", (M * rec(n),), "r3")
             e("copy", k.a(buf, 3), k.a("zeros"), "r4")
@@ -818,7 +856,14 @@ def _layer(e, k, li):
           ly.ffn_norm.shift)
         e("dynq.i8.i16", d_, k.a("xn"), dim)
     _row_records(e, k, fnorm, "g.xa", pad(2 * dim), "rec", rec(dim), rec(dim), local=Nh > 0)
-    if Nh:
+    if k.roles.gslot:
+        if Nh:
+            _rows_op(e, k, lambda mm: e("matmul.i16", k.a("h1"), k.a("rec"), k.a(p + "w1"),
+                                        k.lay[p + "w1_ms"], Nh, dim, mm))
+            _rows_op(e, k, lambda mm: e("matmul.i16", k.a("h3"), k.a("rec"), k.a(p + "w3"),
+                                        k.lay[p + "w3_ms"], Nh, dim, mm))
+        _gate_slices(e, k, li)
+    elif Nh:
         hz = pad(2 * Nh)
         _rows_op(e, k, lambda mm: e("matmul.i16", k.a("h1"), k.a("rec"), k.a(p + "w1"),
                                     k.lay[p + "w1_ms"], Nh, dim, mm))
@@ -832,15 +877,72 @@ def _layer(e, k, li):
         _gather_slice(e, k, "gl", "g.y", 4 * h0, pad(4 * Nh), 2 * hz, C_GATE)
     else:
         _gather_slice(e, k, None, "g.y", 0, 0, 0, C_GATE)
-    _wait_all(e, k, C_GATE, k.T)
+    if not k.roles.gslot:
+        _wait_all(e, k, C_GATE, k.T)
     e.comment(f"layer {li} down projection rows {o0} .. {o1 - 1} and residual")
-    _row_records(e, k, lambda s_, d_: e("dynq.i8.i32", d_, s_, hid), "g.y", pad(4 * hid),
-                 "grec", rec(hid), rec(hid))
+    if not k.roles.gslot:
+        _row_records(e, k, lambda s_, d_: e("dynq.i8.i32", d_, s_, hid), "g.y", pad(4 * hid),
+                     "grec", rec(hid), rec(hid))
     if No:
         _rows_op(e, k, lambda mm: e("matmul.i16", k.a("yo"), k.a("grec"), k.a(p + "w2"),
-                                    k.lay[p + "w2_ms"], No, hid, mm))
+                                    k.lay[p + "w2_ms"], No, k.k2, mm))
     _residual(e, k, "yo", "g.xa", C_X)
     _wait_all(e, k, C_X, k.T)
+
+
+def _gate_slices(e, k, li):
+    """SiLU, the gate of this tile's hidden rows and its quantisation, with the gate's
+    maximum gathered instead of the gate: per row of the batch, the tile writes its int32
+    gate rows after the maxima area of its ``gq`` row, multicasts their largest magnitude
+    (``rmaxabs``) into its slot of that area on every tile (`C_GMAX`), and once every tile's
+    arrived, quantises the maxima and its rows together: ``dynq`` takes its scale code from
+    the largest magnitude, which is the whole gate's, and quantises each element on its own,
+    so the record's header and the rows' int8 are those of the whole gate's ``dynq`` (the
+    zero words of the area change neither).  It copies the header into the row's ``grec``
+    record and multicasts its int8 into its slot of ``gslot`` bytes (`C_GATE`).  The down
+    projection's weights are zero in the slots' padding, so its accumulators are the
+    golden model's.  A tile without hidden rows sends a zero maximum and a bare bump."""
+    isa, ly = k.isa, k.qm.layers[li]
+    W, pad = isa.word_bytes, isa.pad
+    gg = _gate_geometry(k.roles, isa)
+    cnt, S = gg["cnt"], gg["S"]
+    h0, h1 = k.roles.h[k.xy]
+    Nh, j = h1 - h0, k.index
+    hz = pad(2 * Nh)
+    e.comment(f"layer {li} gate rows quantised with the gathered maximum of the gate")
+    if Nh:
+        _rows_op(e, k, lambda mm: e("silu.i16.i16", k.a("h1"), k.a("h1"), mm * hz // 2,
+                                    ly.hidden_frac_bits))
+    e("add", "r6", k.a("gq"), 0)
+    e("add", "r7", k.a("h1"), 0)
+    e("add", "r8", k.a("h3"), 0)
+
+    def maxima():
+        if Nh:
+            e("vmul.i32.i16", f"r6+{4 * cnt}", "r7", "r8", Nh)
+            e("rmaxabs.i32.i32", f"r6+{j * W}", f"r6+{4 * cnt}", Nh)
+        e("send", f"r6+{j * W}", f"r6+{j * W}", W, k.all, C_GMAX)
+        e("add", "r6", f"r6+{gg['gq']}", 0)
+        e("add", "r7", f"r7+{hz}", 0)
+        e("add", "r8", f"r8+{hz}", 0)
+    e.loop("r2", maxima)
+    _wait_all(e, k, C_GMAX, k.T)
+    e("add", "r6", k.a("gq"), 0)
+    e("add", "r7", k.a("gqr"), 0)
+    e("add", "r8", k.a("grec"), 0)
+
+    def slices():
+        e("dynq.i8.i32", "r7", "r6", cnt + Nh)
+        e("copy", "r8", "r7", W)
+        if Nh:
+            e("send", f"r8+{W + j * S}", f"r7+{W + cnt}", S, k.all, C_GATE)
+        else:
+            e("send", "r8", "r8", 0, k.all, C_GATE)
+        e("add", "r6", f"r6+{gg['gq']}", 0)
+        e("add", "r7", f"r7+{gg['gqr']}", 0)
+        e("add", "r8", f"r8+{isa.record_bytes(k.k2)}", 0)
+    e.loop("r2", slices)
+    _wait_all(e, k, C_GATE, k.T)
 
 
 def _classifier(e, k):
@@ -928,6 +1030,7 @@ def tensor_images(qm: QuantizedModel, isa: IsaConfig, pl: Placement, roles: Tens
     c = qm.config
     hs = c.head_size
     out = {}
+    tiles = sorted(pl.tiles, key=lambda t: (t[1], t[0]))
     for xy, lay in pl.tiles.items():
         d = {}
         for t in lay.tables:
@@ -969,7 +1072,14 @@ def tensor_images(qm: QuantizedModel, isa: IsaConfig, pl: Placement, roles: Tens
                 d[p + "ag"] = ly.att_norm.gain.astype("<i2")
             for w, rows in mats:
                 lin = getattr(ly, w)
-                d[p + w] = padded_rows(lin.w[rows], isa)
+                wr = lin.w[rows]
+                if w == "w2" and roles.gslot:   # the gate's slots (`_gate_slices`)
+                    S = roles.gslot
+                    wr = np.zeros((wr.shape[0], len(tiles) * S), wr.dtype)
+                    for t, xyt in enumerate(tiles):
+                        a, b = roles.h[xyt]
+                        wr[:, t * S:t * S + b - a] = lin.w[rows, a:b]
+                d[p + w] = padded_rows(wr, isa)
                 d[p + w + "_ms"] = requant_table(lin.m[rows], lin.s[rows])
             for j, (kind, h) in enumerate(jobs):      # a K / V partner's rows
                 lin, rows = getattr(ly, "w" + kind), slice(h * hs, (h + 1) * hs)
