@@ -77,6 +77,20 @@ C_REC = 4
 C_KV = 5
 #: Counter of the gate slices' maxima (`_gate_slices`).
 C_GMAX = 6
+#: Counters of the scores split with the K partner in decode (`_split_at`): the query
+#: records at the partner, the partner's scores at the attention tiles.
+C_Q, C_SC = 7, 8
+
+
+def _split_at(n: int, word_bytes: int) -> int:
+    """Keys ``0 .. a - 1`` of a decode step's ``n`` an attention tile scores itself; its K
+    partner scores ``a .. n - 1`` for the KV head's query heads (one ``matqk`` of
+    ``kv_mul`` rows, 4 cycles per key at 2 rows against the tile's 3 at one row, plus
+    about 20 cycles of sends), so that both finish together: ``a ~ 0.6 n + 2.4``, a multiple
+    of ``W / 4`` (the scores land word-aligned), or ``n`` for short contexts."""
+    step = max(1, word_bytes // 4)
+    a = int(round((18 + 4.5 * n) / 7.5 / step)) * step
+    return n if n < 8 or a >= n else max(step, a)
 
 
 def _split(units: int, n: int, j: int) -> tuple:
@@ -109,6 +123,11 @@ class TensorRoles:
         0), ("k", 1), ...`` go round-robin over the tiles without attention.
     kv_tiles : dict of int to list of (x, y)
         The attention tiles of each KV head (row-major).
+    split : bool
+        Decode splits the scores of each query head between its attention tile (keys ``0 ..
+        a - 1``, `_split_at`) and the KV head's K partner (the rest, for every query head of
+        the KV head at once, from the partner's copy of the K cache).  Needs K partners,
+        `split_scores`, one query head per attention tile and ``kv_mul <= M``.
     gslot : int
         Bytes of each tile's int8 slot in the quantised gate when the gate is quantised in
         slices (`_gate_slices`: each tile quantises its own rows with the maximum gathered
@@ -119,7 +138,7 @@ class TensorRoles:
     """
 
     def __init__(self, qm: QuantizedModel, isa: IsaConfig, tiles: list, partners: bool = True,
-                 gate_slices: bool = True):
+                 gate_slices: bool = True, split_scores: bool = True):
         c, W = qm.config, isa.word_bytes
         T = len(tiles)
         # int16 rows per word (x slices), int32 rows per word (gate slices)
@@ -167,6 +186,12 @@ class TensorRoles:
             jobs = [(kind, h) for h in range(KV) for kind in "kv"]
             for i, job in enumerate(jobs):
                 self.kvp.setdefault(idle[i % len(idle)], []).append(job)
+        #: K partner of each KV head: (tile, index of the job on it)
+        self.kpartner = {h: (xy, j) for xy, jobs in self.kvp.items()
+                         for j, (kind, h) in enumerate(jobs) if kind == "k"}
+        self.split = bool(split_scores and self.kvp and g <= isa.max_m
+                          and isa.n_counters > C_SC + 1
+                          and all(q1 - q0 == 1 for q0, q1 in self.q.values()))
 
 
 def _gate_geometry(roles: TensorRoles, isa: IsaConfig) -> dict:
@@ -230,6 +255,8 @@ def _requests(qm: QuantizedModel, isa: IsaConfig, roles: TensorRoles, xy, contex
                 ("t", gc * pad(4 * context), "act"), ("p", 2 * context, "act"),
                 ("t2", gc * pad(4 * context), "act"),
                 ("padt", 4 * (context + 1), "act"), ("rope", context * 2 * hs, "kv")]
+        if roles.split:
+            req += [("atab", 4 * (context + 1), "act")]
         if kvapp:
             kvl = _kv_layout(qm, isa, nk, context, 0)
             req += [("kbuf", M * nk * krec, "act"), ("vbuf", nk * M * pad(hs), "act"),
@@ -240,13 +267,21 @@ def _requests(qm: QuantizedModel, isa: IsaConfig, roles: TensorRoles, xy, contex
                 ("pv", M * pad(hs), "act")]
         if any(kind == "k" for kind, _ in jobs):
             req += [("prope", context * 2 * hs, "kv")]
+            if roles.split:
+                req += [("ptab", 32 * (context + 1), "act"),
+                        ("pt", c.kv_mul * pad(4 * context), "act")]
+                req += [(f"pq{j}", c.kv_mul * rec(hs), "act") for j, _ in enumerate(jobs)]
     for li in range(c.n_layers):
         p = f"l{li}."
         req += [(p + "ffn_eps", 8, "c"), (p + "fg", 2 * dim, "act")]
         if jobs:
             req += [(p + "att_eps", 8, "c"), (p + "ag", 2 * dim, "act")]
-            for j, _ in enumerate(jobs):
+            for j, (kind, _) in enumerate(jobs):
                 req += [(p + f"pw{j}_ms", 4 * hs, "c"), (p + f"pw{j}", hs * pad(dim), "w")]
+                if kind == "k" and roles.split:
+                    req += [(p + f"pkc{j}", context * rec(hs), "kv")]
+            if roles.split:
+                req += [(p + "att_ms", 4, "c")]
         if No:
             req += [(p + "wo_ms", 4 * No, "c"), (p + "w2_ms", 4 * No, "c"),
                     (p + "wo", No * pad(dim), "w"), (p + "w2", No * pad(k2), "w")]
@@ -651,6 +686,12 @@ def _attention(e, k, li):
         e("add", "r3", f"r3+{2 * hs}", 0)
         e("add", "r6", f"r6+{qs}", 0)
     e.loop("r2", qrows)
+    if k.roles.split:                       # decode: the query record to the K partner
+        pxy, pj = k.roles.kpartner[g0]
+        r = q0 - g0 * c.kv_mul
+        e.loop("r13", lambda: e("send", (k.pl.tiles[pxy][f"pq{pj}"] + r * krec,),
+                                k.a("qrec"), krec, _rect((pxy[0], pxy[0], pxy[1], pxy[1])),
+                                C_Q))
     if k.roles.kvp:
         e.comment(f"layer {li} wait for the K records and V rows of the partners")
         _wait_all(e, k, C_KV, 2)
@@ -663,11 +704,45 @@ def _attention(e, k, li):
     e("add", "r6", k.a("qrec"), 0)
     e("add", "r10", k.a("g.y", 0, aoff), 0)
     att_ms = k.lay[p + "att_ms"]
+
+    def split():                            # decode, keys a .. n - 1 from the K partner
+        e("mul", "r4", "r3", 4)
+        e("ld", "r12", k.a("atab", 4))
+        e("add", "r8", (kbase,), 0)
+        emit_scores(e, k.a("t"), "r6", "r8", att_ms, "r12", hs, 1, kvs)
+        e("wait", C_SC, 1)
+        e("softmax.u16.i32", k.a("p"), k.a("t"), "r3")
+        e("add", "r11", (vbase,), 0)
+        e("wsum.i32.u16", "r10", k.a("p"), "r11", "r3", hs, vstride)
+    if k.roles.split:
+        e.loop("r13", split)
+        e.loop("r14", lambda: _scores(e, k, li, att_ms, kbase, kstep, vbase, vstep, vstride,
+                                      as_ - 4 * NQ, kvs))
+    else:
+        _scores(e, k, li, att_ms, kbase, kstep, vbase, vstep, vstride, as_ - 4 * NQ, kvs)
+    e.comment(f"layer {li} the heads' attention output multicast (gather)")
+    e("add", "r6", k.a("g.y", 0, aoff), 0)
+
+    def send():
+        e("send", "r6", "r6", 4 * NQ, k.all, C_ACC)
+        e("add", "r6", f"r6+{as_}", 0)
+    e.loop("r2", send)
+
+
+def _scores(e, k, li, att_ms, kbase, kstep, vbase, vstep, vstride, row_skip, kvs):
+    """Scores, softmax and weighted sums of V of the batch's rows on an attention tile, all
+    keys on the tile (software-pipelined when one ``matqk`` serves a row)."""
+    c, isa = k.c, k.isa
+    hs, krec = c.head_size, isa.record_bytes(c.head_size)
+    g0, g1 = k.roles.kv[k.xy]
+    q0, q1 = k.roles.q[k.xy]
+    nk, nq = g1 - g0, q1 - q0
+    as_ = isa.pad(4 * c.dim)
+    NQ = nq * hs
     g = nq // nk                            # query heads per KV head on this tile
     gc = max(d for d in range(1, min(g, isa.max_m) + 1) if g % d == 0)
-
     if nk == 1 and g == gc and k.pipe_att:
-        _scores_pipelined(e, k, att_ms, kbase, vbase, vstride, gc, as_ - 4 * NQ, kvs)
+        _scores_pipelined(e, k, att_ms, kbase, vbase, vstride, gc, row_skip, kvs)
     else:
         def arow():
             e("add", "r8", (kbase,), 0)
@@ -694,13 +769,6 @@ def _attention(e, k, li):
             e("add", "r3", "r3+1", 0)
             e("add", "r10", f"r10+{as_ - 4 * NQ}", 0)
         e.loop("r2", arow)
-    e.comment(f"layer {li} the heads' attention output multicast (gather)")
-    e("add", "r6", k.a("g.y", 0, aoff), 0)
-
-    def send():
-        e("send", "r6", "r6", 4 * NQ, k.all, C_ACC)
-        e("add", "r6", f"r6+{as_}", 0)
-    e.loop("r2", send)
 
 
 def _scores_pipelined(e, k, att_ms, kbase, vbase, vstride, gc, row_skip, kvs):
@@ -798,7 +866,11 @@ def _partner_kv(e, k, li):
                                              dim, mm))
             e("mul", "r3", "r1", 2 * hs)
             e("add", "r7", k.a("pk16"), 0)
-            e("add", "r8", k.a("pkrec"), 0)
+            if k.roles.split:               # the records into the partner's K cache
+                e("mul", "r8", "r1", krec)
+                e("add", "r8", k.a(p + f"pkc{j}", 8), 0)
+            else:
+                e("add", "r8", k.a("pkrec"), 0)
         else:
             step = pad(hs)
             base = [t["vbuf"] if k.kvl_any else t[p + "vcache"] for _, t in targets]
@@ -822,6 +894,32 @@ def _partner_kv(e, k, li):
             e("add", "r4", f"r4+{step}", 0)
             e("add", "r8", f"r8+{step}", 0)
         e.loop("r2", row)
+    if k.roles.split and any(kind == "k" for kind, _ in k.jobs):
+        e.comment(f"layer {li} partner: scores of the last keys for the attention tiles")
+        e.loop("r13", lambda: _partner_scores(e, k, li))
+
+
+def _partner_scores(e, k, li):
+    """Decode: the scores of keys ``a .. n - 1`` (`_split_at`) of every query head of this
+    K partner's KV heads, from its K cache and the query records the attention tiles send
+    (`C_Q`), sent into the attention tiles' score buffers at key ``a`` (`C_SC`; a bare bump
+    to key 0 when ``a = n``).  ``ptab`` row ``n``: ``a * krec``, ``n - a``, ``pad(4 (n -
+    a))``, ``n > a``, ``4 a`` (0 when ``a = n``)."""
+    c, p = k.c, f"l{li}."
+    kjobs = [(j, h) for j, (kind, h) in enumerate(k.jobs) if kind == "k"]
+    e("mul", "r3", "r1", 32)                # row n = pos + 1 of ptab
+    for r, off in ((4, 32), (5, 36), (6, 40), (7, 44), (8, 48)):
+        e("ld", f"r{r}", k.a("ptab", 3, off))
+    e("wait", C_Q, c.kv_mul * len(kjobs))
+    for j, h in kjobs:
+        e.loop("r7", lambda j=j: e("matqk.i32", k.a("pt"), k.a(f"pq{j}"),
+                                   k.a(p + f"pkc{j}", 4), k.lay[p + "att_ms"], "r5",
+                                   c.head_size, c.kv_mul))
+        e("add", "r9", k.a("pt"), 0)
+        for xy in k.roles.kv_tiles[h]:      # the query heads' rows, in order
+            e("send", (k.pl.tiles[xy]["t"], 8), "r9", "r6", _rect((xy[0], xy[0], xy[1], xy[1])),
+              C_SC)
+            e("add", "r9", "r9", "r6")
 
 
 def _layer(e, k, li):
@@ -1050,6 +1148,16 @@ def tensor_images(qm: QuantizedModel, isa: IsaConfig, pl: Placement, roles: Tens
         if att or any(kind == "k" for kind, _ in jobs):
             d["rope" if att else "prope"] = np.concatenate(
                 [qm.rope_cos[:context], qm.rope_sin[:context]], axis=1).astype("<i2")
+        W = isa.word_bytes
+        if roles.split and att:             # keys 0 .. a - 1 of n on the tile
+            d["atab"] = np.array([_split_at(n, W) for n in range(context + 1)], "<u4")
+        if roles.split and "ptab" in lay.regions:       # a K partner's share of the keys
+            rows = []
+            for n in range(context + 1):
+                a = _split_at(n, W)
+                rows.append([a * isa.record_bytes(hs), n - a, isa.pad(4 * (n - a)),
+                             int(n > a), 4 * a if n > a else 0, 0, 0, 0])
+            d["ptab"] = np.array(rows, "<u4")
         if att:
             g0, g1 = roles.kv[xy]
             qr = slice(roles.q[xy][0] * hs, roles.q[xy][1] * hs)
@@ -1070,6 +1178,8 @@ def tensor_images(qm: QuantizedModel, isa: IsaConfig, pl: Placement, roles: Tens
             if att or jobs:
                 d[p + "att_eps"] = np.array([ly.att_norm.eps], "<i8")
                 d[p + "ag"] = ly.att_norm.gain.astype("<i2")
+            if jobs and roles.split:
+                d[p + "att_ms"] = requant_table([ly.att_m], [ly.att_s])
             for w, rows in mats:
                 lin = getattr(ly, w)
                 wr = lin.w[rows]
