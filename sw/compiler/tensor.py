@@ -54,7 +54,7 @@ from ..golden import numerics as nx
 from ..golden.quantize import QuantizedModel
 from ..isa.core import OFF_BITS, TABLE_ENTRIES, IsaConfig, TableId
 from ..isa.kv import kv_slot
-from .codegen import Emitter, _rect, _reduce, emit_kv_append, emit_scores
+from .codegen import DONE_CODE, Emitter, _rect, emit_kv_append, emit_scores
 from .placement import (
     _KIND_ORDER,
     _TABLE_ORDER,
@@ -303,9 +303,9 @@ def _requests(qm: QuantizedModel, isa: IsaConfig, roles: TensorRoles, xy, contex
         req += [("cls.eps", 8, "c"), ("cls.ms", 4 * cap, "c"), ("cls.g", 2 * dim, "act"),
                 ("cls.xn", xs, "act"), ("cls.xq", rec(dim), "act"),
                 ("cls.logits", 4 * cap, "act"), ("cls.loc", W, "act"),
-                ("cls.slot", W, "act"), ("cls.w", cap * pad(dim), "w")]
+                ("cls.slot", 2 * W, "act"), ("cls.w", cap * pad(dim), "w")]
     if reduce:
-        req += [("red.slots", reduce * W, "red"), ("red.vals", 4 * reduce, "red"),
+        req += [("red.slots", reduce * W, "red"), ("red.vals", reduce * W, "red"),
                 ("red.j", W, "red"), ("red.token", W, "red")]
     return req
 
@@ -1062,12 +1062,32 @@ def _classifier(e, k):
     e("ld", "r6", k.a("cls.loc"))
     e("mul", "r7", "r6", 4)
     e("ld", "r8", k.a("cls.logits", 7))
-    e("st", k.a("cls.slot"), "r8")
-    e("st", k.a("cls.slot", 0, 4), f"r6+{first}")
+    for b in range(0, W, 4):                # the value in every int32 of a word
+        e("st", k.a("cls.slot", 0, b), "r8")
+    e("st", k.a("cls.slot", 0, W), f"r6+{first}")       # then the vocabulary row
     red = pl.tiles[pl.reducer]
-    e("send", (red["red.slots"] + j * W,), k.a("cls.slot"), W,
-      _rect((pl.reducer[0], pl.reducer[0], pl.reducer[1], pl.reducer[1])),
+    rect = _rect((pl.reducer[0], pl.reducer[0], pl.reducer[1], pl.reducer[1]))
+    e("send", (red["red.vals"] + j * W,), k.a("cls.slot"), W, rect, k.isa.n_counters - 1)
+    e("send", (red["red.slots"] + j * W,), k.a("cls.slot", 0, W), W, rect,
       k.isa.n_counters - 1)
+
+
+def _reduce_pairs(e, k, counter):
+    """The argmax reduction on the reducer tile: each classifier tile ``j`` sent its local
+    maximum, in every int32 of a word, into word ``j`` of ``red.vals`` and its vocabulary
+    row into word ``j`` of ``red.slots`` (`_classifier`), so one ``argmax`` over ``red.vals``
+    finds the first largest (at element ``j W / 4`` of the first such tile: ties go to the
+    lowest vocabulary row, as the golden model's) without gathering the values into a
+    vector first; store its token, ring DONE."""
+    lay, C, W = k.lay, k.lay.reduce, k.isa.word_bytes
+    e.comment(f"argmax over the {C} local maxima (ties: the first, lowest vocabulary row)")
+    e("wait", counter, 2 * C)
+    e("argmax.i32.i32", (lay["red.j"],), (lay["red.vals"],), C * W // 4)
+    e("ld", "r6", (lay["red.j"],))
+    e("mul", "r7", "r6", 4)                 # element j W / 4: word j of red.slots
+    e("ld", "r8", (lay["red.slots"], 7))
+    e("st", (lay["red.token"],), "r8")
+    e("done", DONE_CODE)
 
 
 def tensor_program(qm: QuantizedModel, isa: IsaConfig, pl: Placement, roles: TensorRoles,
@@ -1115,7 +1135,7 @@ def tensor_program(qm: QuantizedModel, isa: IsaConfig, pl: Placement, roles: Ten
     if lay.stages:
         _classifier(e, k)
     if lay.reduce:
-        _reduce(e, k, k.isa.n_counters - 1)
+        _reduce_pairs(e, k, k.isa.n_counters - 1)
     e("halt")
     return e.text()
 
