@@ -87,10 +87,11 @@ def _split_at(n: int, word_bytes: int) -> int:
     partner scores ``a .. n - 1`` for the KV head's query heads (one ``matqk`` of
     ``kv_mul`` rows, 4 cycles per key at 2 rows against the tile's 3 at one row, plus
     about 20 cycles of sends), so that both finish together: ``a ~ 0.6 n + 2.4``, a multiple
-    of ``W / 4`` (the scores land word-aligned), or ``n`` for short contexts."""
+    of ``W / 4`` (the scores land word-aligned) and below ``n``: the partner always scores
+    the step's own key, so the tile scores without waiting for it (0 for short contexts)."""
     step = max(1, word_bytes // 4)
     a = int(round((18 + 4.5 * n) / 7.5 / step)) * step
-    return n if n < 8 or a >= n else max(step, a)
+    return max(0, min(a, (n - 1) // step * step))
 
 
 def _split(units: int, n: int, j: int) -> tuple:
@@ -141,8 +142,14 @@ class TensorRoles:
                  gate_slices: bool = True, split_scores: bool = True):
         c, W = qm.config, isa.word_bytes
         T = len(tiles)
-        # int16 rows per word (x slices), int32 rows per word (gate slices)
-        go, gh = max(1, W // 2), max(1, W // 4)
+        # int16 rows per word (x slices), int32 rows per word (gate slices); the gate
+        # quantised in slices (`_gate_slices`) is gathered as int8 slots of its own, so its
+        # rows are split one by one
+        self.gslot = 0
+        if (gate_slices and isa.n_counters > C_GMAX + 1
+                and T * isa.pad(-(-c.hidden_dim // T)) <= isa.k_max):
+            self.gslot = isa.pad(-(-c.hidden_dim // T))
+        go, gh = max(1, W // 2), 1 if self.gslot else max(1, W // 4)
         uo, uh = -(-c.dim // go), -(-c.hidden_dim // gh)
         self.o, self.h, self.kv = {}, {}, {}
         for j, xy in enumerate(tiles):
@@ -173,12 +180,6 @@ class TensorRoles:
         self.att_tiles = [xy for xy in tiles if xy in self.kv]
         self.kv_tiles = {g: [xy for xy in self.att_tiles if self.kv[xy] == (g, g + 1)]
                          for g in range(KV)}
-        # the gate quantised in slices (`_gate_slices`): int8 slots of `gslot` bytes per
-        # tile, the down projection's inner dimension padded to T * gslot
-        nh = max(b - a for a, b in self.h.values())
-        self.gslot = 0
-        if gate_slices and nh and isa.n_counters > C_GMAX + 1 and T * isa.pad(nh) <= isa.k_max:
-            self.gslot = isa.pad(nh)
         idle = [xy for xy in tiles if xy not in self.kv]
         self.kvp = {}
         if (partners and idle and isa.n_counters > C_KV + 1
@@ -256,7 +257,7 @@ def _requests(qm: QuantizedModel, isa: IsaConfig, roles: TensorRoles, xy, contex
                 ("t2", gc * pad(4 * context), "act"),
                 ("padt", 4 * (context + 1), "act"), ("rope", context * 2 * hs, "kv")]
         if roles.split:
-            req += [("atab", 4 * (context + 1), "act")]
+            req += [("atab", 8 * (context + 1), "act")]
         if kvapp:
             kvl = _kv_layout(qm, isa, nk, context, 0)
             req += [("kbuf", M * nk * krec, "act"), ("vbuf", nk * M * pad(hs), "act"),
@@ -686,40 +687,57 @@ def _attention(e, k, li):
         e("add", "r3", f"r3+{2 * hs}", 0)
         e("add", "r6", f"r6+{qs}", 0)
     e.loop("r2", qrows)
-    if k.roles.split:                       # decode: the query record to the K partner
+    att_ms = k.lay[p + "att_ms"]
+    if k.roles.split:
+        # decode: the query record to the K partner, then the scores of keys 0 .. a - 1
+        # (none of them the step's own: no wait for the partners' K and V)
         pxy, pj = k.roles.kpartner[g0]
         r = q0 - g0 * c.kv_mul
-        e.loop("r13", lambda: e("send", (k.pl.tiles[pxy][f"pq{pj}"] + r * krec,),
-                                k.a("qrec"), krec, _rect((pxy[0], pxy[0], pxy[1], pxy[1])),
-                                C_Q))
+
+        def first_keys():
+            e("send", (k.pl.tiles[pxy][f"pq{pj}"] + r * krec,), k.a("qrec"), krec,
+              _rect((pxy[0], pxy[0], pxy[1], pxy[1])), C_Q)
+            e("mul", "r4", "r1", 8)         # atab row n = pos + 1: a, a > 0
+            e("ld", "r12", k.a("atab", 4, 8))
+            e("ld", "r4", k.a("atab", 4, 12))
+            e("add", "r6", k.a("qrec"), 0)
+            e("add", "r8", (kbase,), 0)
+            e.loop("r4", lambda: emit_scores(e, k.a("t"), "r6", "r8", att_ms, "r12", hs, 1,
+                                             kvs))
+        e.loop("r13", first_keys)
     if k.roles.kvp:
         e.comment(f"layer {li} wait for the K records and V rows of the partners")
         _wait_all(e, k, C_KV, 2)
-    if k.kvl is not None:
+    aoff = 4 * q0 * hs
+
+    def append():
         e.comment(f"layer {li} K records and V rows appended to the KV store (kvapp)")
         emit_kv_append(e, li, k.a("kbuf"), k.a("vbuf"), nk, "r2", krec, M * pad(hs), pad(hs))
-    aoff = 4 * q0 * hs
-    e.comment(f"layer {li} scores, softmax, weighted sums of V per query head")
-    e("add", "r3", "r1+1", 0)               # keys of the batch's first row
-    e("add", "r6", k.a("qrec"), 0)
-    e("add", "r10", k.a("g.y", 0, aoff), 0)
-    att_ms = k.lay[p + "att_ms"]
+
+    def scores():
+        if k.kvl is not None:
+            append()
+        e.comment(f"layer {li} scores, softmax, weighted sums of V per query head")
+        e("add", "r3", "r1+1", 0)           # keys of the batch's first row
+        e("add", "r6", k.a("qrec"), 0)
+        e("add", "r10", k.a("g.y", 0, aoff), 0)
+        _scores(e, k, att_ms, kbase, kstep, vbase, vstep, vstride, as_ - 4 * NQ, kvs)
 
     def split():                            # decode, keys a .. n - 1 from the K partner
-        e("mul", "r4", "r3", 4)
-        e("ld", "r12", k.a("atab", 4))
-        e("add", "r8", (kbase,), 0)
-        emit_scores(e, k.a("t"), "r6", "r8", att_ms, "r12", hs, 1, kvs)
         e("wait", C_SC, 1)
-        e("softmax.u16.i32", k.a("p"), k.a("t"), "r3")
+        e("add", "r4", "r1+1", 0)
+        e("softmax.u16.i32", k.a("p"), k.a("t"), "r4")
+        if k.kvl is not None:               # the row's K and V, under the softmax
+            e("kvapp", (kv_slot(li, 0),), k.a("kbuf"), k.a("vbuf"), "r1")
+        e("add", "r3", "r1+1", 0)
+        e("add", "r10", k.a("g.y", 0, aoff), 0)
         e("add", "r11", (vbase,), 0)
         e("wsum.i32.u16", "r10", k.a("p"), "r11", "r3", hs, vstride)
     if k.roles.split:
         e.loop("r13", split)
-        e.loop("r14", lambda: _scores(e, k, li, att_ms, kbase, kstep, vbase, vstep, vstride,
-                                      as_ - 4 * NQ, kvs))
+        e.loop("r14", scores)
     else:
-        _scores(e, k, li, att_ms, kbase, kstep, vbase, vstep, vstride, as_ - 4 * NQ, kvs)
+        scores()
     e.comment(f"layer {li} the heads' attention output multicast (gather)")
     e("add", "r6", k.a("g.y", 0, aoff), 0)
 
@@ -729,7 +747,7 @@ def _attention(e, k, li):
     e.loop("r2", send)
 
 
-def _scores(e, k, li, att_ms, kbase, kstep, vbase, vstep, vstride, row_skip, kvs):
+def _scores(e, k, att_ms, kbase, kstep, vbase, vstep, vstride, row_skip, kvs):
     """Scores, softmax and weighted sums of V of the batch's rows on an attention tile, all
     keys on the tile (software-pipelined when one ``matqk`` serves a row)."""
     c, isa = k.c, k.isa
@@ -1170,7 +1188,8 @@ def tensor_images(qm: QuantizedModel, isa: IsaConfig, pl: Placement, roles: Tens
                 [qm.rope_cos[:context], qm.rope_sin[:context]], axis=1).astype("<i2")
         W = isa.word_bytes
         if roles.split and att:             # keys 0 .. a - 1 of n on the tile
-            d["atab"] = np.array([_split_at(n, W) for n in range(context + 1)], "<u4")
+            d["atab"] = np.array([(_split_at(n, W), int(_split_at(n, W) > 0))
+                                  for n in range(context + 1)], "<u4")
         if roles.split and "ptab" in lay.regions:       # a K partner's share of the keys
             rows = []
             for n in range(context + 1):
