@@ -47,6 +47,7 @@ def phase_of_pc(source: str) -> list:
             phase = re.sub(r"^layer \d+ ", "layer: ", s[1:].strip())
             phase = re.sub(r"rows? \d+ \.\. \d+", "rows", phase)
             phase = re.sub(r"(KV|query) heads \d+ \.\. \d+", r"\1 heads", phase)
+            phase = re.sub(r"KV head \d+", "KV head", phase)
             phase = re.sub(r"columns \d+ \.\. \d+", "columns", phase)
             continue
         if s.endswith(":") or s.startswith("."):
@@ -165,7 +166,9 @@ def main(argv=None) -> None:
     ap.add_argument("--placement", choices=("pipeline", "tensor"), default="tensor")
     ap.add_argument("--pos", type=int, default=64)
     ap.add_argument("--context", type=int, default=None)
-    ap.add_argument("--kvapp", action="store_true", help="append K and V with kvapp")
+    ap.add_argument("--kvapp", action=argparse.BooleanOptionalAction, default=None,
+                    help="append K and V with kvapp (default: the placement's default, as "
+                         "compile_model: with kvapp for the tensor placement)")
     args = ap.parse_args(argv)
     cfg = ChipConfig.from_string(args.config)
     qm = quantize(load_checkpoint(default_model_dir() / "stories260K.bin"))

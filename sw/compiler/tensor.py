@@ -695,6 +695,8 @@ def _attention(e, k, li):
         r = q0 - g0 * c.kv_mul
 
         def first_keys():
+            e.comment(f"layer {li} scores of the first keys (decode; the rest from the K "
+                      f"partner)")
             e("send", (k.pl.tiles[pxy][f"pq{pj}"] + r * krec,), k.a("qrec"), krec,
               _rect((pxy[0], pxy[0], pxy[1], pxy[1])), C_Q)
             e("mul", "r4", "r1", 8)         # atab row n = pos + 1: a, a > 0
@@ -724,6 +726,7 @@ def _attention(e, k, li):
         _scores(e, k, att_ms, kbase, kstep, vbase, vstep, vstride, as_ - 4 * NQ, kvs)
 
     def split():                            # decode, keys a .. n - 1 from the K partner
+        e.comment(f"layer {li} softmax and weighted sum of V (decode), K and V appended")
         e("wait", C_SC, 1)
         e("add", "r4", "r1+1", 0)
         e("softmax.u16.i32", k.a("p"), k.a("t"), "r4")
