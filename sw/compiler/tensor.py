@@ -21,10 +21,21 @@ decode step one tile works at a time.  Here every tile takes part in every layer
   precomputed accumulator with a record's scale code, so ``w2`` is split by output rows and
   not by its inner dimension);
 * the **classifier** is split by vocabulary rows over every tile, with the local argmaxes
-  reduced on tile (0, 0), as in the pipeline placement.
+  reduced on tile (0, 0) (`_reduce_pairs`).
+
+Where the mesh allows (``docs/architecture.md`` section 8, "K / V partners, split scores, the
+gate in slices"): the tiles without attention are **K / V partners** (`TensorRoles.kvp`,
+`_partner_kv`) that compute ``wk`` (RoPE, K records) and ``wv`` of each KV head and send them
+to its attention tiles, which then compute only ``wq``; in decode the K partner also
+**scores the last keys** of its KV head's query heads from its own copy of the K cache
+(`TensorRoles.split`, `_split_at`, `_partner_scores`); and the **gate is quantised in
+slices** (`TensorRoles.gslot`, `_gate_slices`): each tile quantises its own gate rows with
+the gathered maxima of every tile's and multicasts the int8, instead of every tile
+quantising the whole int32 gate.
 
 Synchronisation: one counter per gathered vector (``x``, ``xa`` the residual after attention,
-the attention output and the gate, which share the buffer ``g.y``).  Every tile sends its
+the attention output and the gate, which share the buffer ``g.y``), and one for each of the
+exchanges above (`C_REC`, `C_KV`, `C_GMAX`, `C_Q`, `C_SC`).  Every tile sends its
 slice of ``x``, ``xa`` and the gate of every row (an empty SEND, a bare counter bump, when it
 owns none), so each gather is a barrier of the whole mesh; this is what makes a single
 buffer per vector safe: a tile can only send the next use of a buffer once every tile has
