@@ -91,6 +91,8 @@ C_GMAX = 6
 #: Counters of the scores split with the K partner in decode (`_split_at`): the query
 #: records at the partner, the partner's scores at the attention tiles.
 C_Q, C_SC = 7, 8
+#: Counter of the attention output's maxima (`TensorRoles.aslot`).
+C_AMAX = 9
 
 
 def _split_at(n: int, word_bytes: int) -> int:
@@ -140,6 +142,12 @@ class TensorRoles:
         a - 1``, `_split_at`) and the KV head's K partner (the rest, for every query head of
         the KV head at once, from the partner's copy of the K cache).  Needs K partners,
         `split_scores`, one query head per attention tile and ``kv_mul <= M``.
+    aslot : bool
+        The attention output quantised in slices, as the gate (`_att_slices`): each
+        attention tile multicasts the largest magnitude of its heads' output, every tile
+        quantises the maxima (and its heads' output) and the attention tiles multicast their
+        int8, instead of every tile quantising the whole gathered int32 output.  Needs
+        `att_slices`, the heads' int8 in whole words and a tenth counter.
     gslot : int
         Bytes of each tile's int8 slot in the quantised gate when the gate is quantised in
         slices (`_gate_slices`: each tile quantises its own rows with the maximum gathered
@@ -150,7 +158,7 @@ class TensorRoles:
     """
 
     def __init__(self, qm: QuantizedModel, isa: IsaConfig, tiles: list, partners: bool = True,
-                 gate_slices: bool = True, split_scores: bool = True):
+                 gate_slices: bool = True, split_scores: bool = True, att_slices: bool = True):
         c, W = qm.config, isa.word_bytes
         T = len(tiles)
         # int16 rows per word (x slices), int32 rows per word (gate slices); the gate
@@ -201,6 +209,10 @@ class TensorRoles:
         #: K partner of each KV head: (tile, index of the job on it)
         self.kpartner = {h: (xy, j) for xy, jobs in self.kvp.items()
                          for j, (kind, h) in enumerate(jobs) if kind == "k"}
+        #: the attention output quantised in slices: the heads' int8 words are whole words
+        self.aslot = bool(att_slices and isa.n_counters > C_AMAX + 1 and all(
+            (q0 * c.head_size) % W == 0 and ((q1 - q0) * c.head_size) % W == 0
+            for q0, q1 in self.q.values()))
         self.split = bool(split_scores and self.kvp and g <= isa.max_m
                           and isa.n_counters > C_SC + 1
                           and all(q1 - q0 == 1 for q0, q1 in self.q.values()))
@@ -221,6 +233,18 @@ def _gate_geometry(roles: TensorRoles, isa: IsaConfig) -> dict:
                 gqr=rec(cnt + nh))
 
 
+def _att_geometry(roles: TensorRoles, isa: IsaConfig, head_size: int) -> dict:
+    """Sizes of the attention output quantised in slices (`_att_slices`), as
+    `_gate_geometry`: ``cnt`` int32 elements of maxima (a word per attention tile, zeros to
+    a multiple of W elements) before an attention tile's heads in an ``aq`` row, ``aq`` /
+    ``aqr`` the row strides of ``aq`` and of ``aqr`` (its record)."""
+    W, pad, rec = isa.word_bytes, isa.pad, isa.record_bytes
+    A = len(roles.att_tiles)
+    nq = max(q1 - q0 for q0, q1 in roles.q.values()) * head_size
+    cnt = -(-A * W // 4 // W) * W
+    return dict(cnt=cnt, aq=4 * cnt + pad(4 * nq), aqr=rec(cnt + nq))
+
+
 def _requests(qm: QuantizedModel, isa: IsaConfig, roles: TensorRoles, xy, context: int,
               batches: int, cls_rows, reduce: int, kvapp: bool = False) -> list:
     """Return the regions of tile `xy` as ``(name, bytes, kind)``."""
@@ -231,7 +255,9 @@ def _requests(qm: QuantizedModel, isa: IsaConfig, roles: TensorRoles, xy, contex
     h0, h1 = roles.h[xy]
     No, Nh = o1 - o0, h1 - h0
     req = [(STEP_BLOCK, pad(step_block_layout(M, batches)["size"]), "step"),
-           ("g.x", M * xs, "g"), ("g.xa", M * xs, "g"), ("g.y", M * max(as_, gs), "g")]
+           ("g.x", M * xs, "g"), ("g.xa", M * xs, "g"),
+           # the attention output and the gate, when gathered as int32
+           ("g.y", max(M * max(0 if roles.aslot else as_, 0 if roles.gslot else gs), W), "g")]
     att = xy in roles.kv
     tabs = [TableId.RSQRT, TableId.DYNQ, TableId.SIGMOID]
     if att:
@@ -243,6 +269,10 @@ def _requests(qm: QuantizedModel, isa: IsaConfig, roles: TensorRoles, xy, contex
         gg = _gate_geometry(roles, isa)
         k2 = gg["K2"]
         req += [("gq", M * gg["gq"], "g"), ("gqr", M * gg["gqr"], "act")]
+    if roles.aslot:
+        ag = _att_geometry(roles, isa, hs)
+        req += [("aq", M * ag["aq"], "g"), ("aqr", M * ag["aqr"], "act"),
+                ("arec", M * rec(dim), "g")]
     req += [("state", 16, "act"), ("mtab", 16 * (M + 1), "act"),
             ("ems", 4 * c.vocab_size, "act"), ("yo", M * pad(2 * max(No, 1)), "act"),
             ("xo", M * pad(2 * max(No, 1)), "act"), ("xn", M * xs, "act"),
@@ -253,7 +283,9 @@ def _requests(qm: QuantizedModel, isa: IsaConfig, roles: TensorRoles, xy, contex
         req += [("e", c.vocab_size * pad(No), "w")]
     if Nh:
         hz = pad(2 * Nh)
-        req += [("h1", M * hz, "act"), ("h3", M * hz, "act"), ("gl", M * 2 * hz, "act")]
+        req += [("h1", M * hz, "act"), ("h3", M * hz, "act")]
+        if not roles.gslot:
+            req += [("gl", M * 2 * hz, "act")]
     if att:
         g0, g1 = roles.kv[xy]
         nk = g1 - g0
@@ -344,14 +376,17 @@ def _layout(xy, stages, reduce, req, isa) -> TileLayout:
 
 
 def place_tensor(qm: QuantizedModel, isa: IsaConfig, width: int, height: int, context: int,
-                 batches: int = 1, kvapp: bool = False, partners: bool = True) -> tuple:
+                 batches: int = 1, kvapp: bool = False, partners: bool = True,
+                 att_slices: bool = True) -> tuple:
     """Lay out every tile of the mesh for the tensor-parallel placement.
 
     With `kvapp`, the attention tiles' K and V caches are one KV store region in the layout
     of `chipotle.isa.kv.KvLayout` (``Placement.kv_layouts``), appended with ``kvapp``.
     With `partners`, the tiles without attention compute the K and V rows of the KV heads
     when they can (`TensorRoles.kvp`; not when a tile's SRAM lies beyond the 17-bit offsets,
-    whose addresses would need the registers that hold the batch-size flags).
+    whose addresses would need the registers that hold the batch-size flags).  With
+    `att_slices`, the attention output is quantised in slices (`TensorRoles.aslot`; not
+    beyond the 17-bit offsets either, where every far address costs instructions).
 
     Returns
     -------
@@ -365,7 +400,7 @@ def place_tensor(qm: QuantizedModel, isa: IsaConfig, width: int, height: int, co
         If a tile's regions exceed its SRAM, or static data lies beyond the ``c`` reach.
     """
     tiles = [(x, y) for y in range(height) for x in range(width)]
-    roles = TensorRoles(qm, isa, tiles, partners)
+    roles = TensorRoles(qm, isa, tiles, partners, att_slices=att_slices)
     V = qm.config.vocab_size
     cap = -(-V // len(tiles))
     cls = {}
@@ -389,8 +424,9 @@ def place_tensor(qm: QuantizedModel, isa: IsaConfig, width: int, height: int, co
             raise FitError(f"tile {xy}: static data addressed through the 17-bit `c` "
                            f"immediate lies beyond 128 KiB")
         lays[xy] = lay
-    if roles.kvp and any(lay.size > 1 << OFF_BITS for lay in lays.values()):
-        return place_tensor(qm, isa, width, height, context, batches, kvapp, partners=False)
+    if (roles.kvp or roles.aslot) and any(lay.size > 1 << OFF_BITS for lay in lays.values()):
+        return place_tensor(qm, isa, width, height, context, batches, kvapp, partners=False,
+                            att_slices=False)
     kvl = {}
     if kvapp:
         for xy in roles.att_tiles:
@@ -722,6 +758,11 @@ def _attention(e, k, li):
         e.comment(f"layer {li} wait for the K records and V rows of the partners")
         _wait_all(e, k, C_KV, 2)
     aoff = 4 * q0 * hs
+    if k.roles.aslot:                       # the heads' output into the tile's aq row
+        ag = _att_geometry(k.roles, isa, hs)
+        out0, row_skip = k.a("aq", 0, 4 * ag["cnt"]), ag["aq"] - 4 * NQ
+    else:
+        out0, row_skip = k.a("g.y", 0, aoff), as_ - 4 * NQ
 
     def append():
         e.comment(f"layer {li} K records and V rows appended to the KV store (kvapp)")
@@ -733,8 +774,8 @@ def _attention(e, k, li):
         e.comment(f"layer {li} scores, softmax, weighted sums of V per query head")
         e("add", "r3", "r1+1", 0)           # keys of the batch's first row
         e("add", "r6", k.a("qrec"), 0)
-        e("add", "r10", k.a("g.y", 0, aoff), 0)
-        _scores(e, k, att_ms, kbase, kstep, vbase, vstep, vstride, as_ - 4 * NQ, kvs)
+        e("add", "r10", out0, 0)
+        _scores(e, k, att_ms, kbase, kstep, vbase, vstep, vstride, row_skip, kvs)
 
     def split():                            # decode, keys a .. n - 1 from the K partner
         e.comment(f"layer {li} softmax and weighted sum of V (decode), K and V appended")
@@ -744,7 +785,7 @@ def _attention(e, k, li):
         if k.kvl is not None:               # the row's K and V, under the softmax
             e("kvapp", (kv_slot(li, 0),), k.a("kbuf"), k.a("vbuf"), "r1")
         e("add", "r3", "r1+1", 0)
-        e("add", "r10", k.a("g.y", 0, aoff), 0)
+        e("add", "r10", out0, 0)
         e("add", "r11", (vbase,), 0)
         e("wsum.i32.u16", "r10", k.a("p"), "r11", "r3", hs, vstride)
     if k.roles.split:
@@ -752,6 +793,17 @@ def _attention(e, k, li):
         e.loop("r14", scores)
     else:
         scores()
+    if k.roles.aslot:
+        e.comment(f"layer {li} the largest magnitude of the heads' output multicast")
+        ja, W = k.roles.att_tiles.index(k.xy), isa.word_bytes
+        e("add", "r6", k.a("aq"), 0)
+
+        def mx():
+            e("rmaxabs.i32.i32", f"r6+{ja * W}", f"r6+{4 * ag['cnt']}", NQ)
+            e("send", f"r6+{ja * W}", f"r6+{ja * W}", W, k.all, C_AMAX)
+            e("add", "r6", f"r6+{ag['aq']}", 0)
+        e.loop("r2", mx)
+        return
     e.comment(f"layer {li} the heads' attention output multicast (gather)")
     e("add", "r6", k.a("g.y", 0, aoff), 0)
 
@@ -769,8 +821,6 @@ def _scores(e, k, att_ms, kbase, kstep, vbase, vstep, vstride, row_skip, kvs):
     g0, g1 = k.roles.kv[k.xy]
     q0, q1 = k.roles.q[k.xy]
     nk, nq = g1 - g0, q1 - q0
-    as_ = isa.pad(4 * c.dim)
-    NQ = nq * hs
     g = nq // nk                            # query heads per KV head on this tile
     gc = max(d for d in range(1, min(g, isa.max_m) + 1) if g % d == 0)
     if nk == 1 and g == gc and k.pipe_att:
@@ -799,7 +849,7 @@ def _scores(e, k, att_ms, kbase, kstep, vbase, vstep, vstride, row_skip, kvs):
                 e("add", "r11", f"r11+{vstep}", 0)
             e.loop(nk, kvh)
             e("add", "r3", "r3+1", 0)
-            e("add", "r10", f"r10+{as_ - 4 * NQ}", 0)
+            e("add", "r10", f"r10+{row_skip}", 0)
         e.loop("r2", arow)
 
 
@@ -971,11 +1021,16 @@ def _layer(e, k, li):
         e.comment(f"layer {li} attention RMSNorm records of a batch (spread)")
         _att_norm(e, k, li)
     e.comment(f"layer {li} output projection rows {o0} .. {o1 - 1} and residual")
-    _wait_all(e, k, C_ACC, len(k.roles.att_tiles))
-    _row_records(e, k, lambda s_, d_: e("dynq.i8.i32", d_, s_, dim), "g.y", pad(4 * dim),
-                 "rec", rec(dim), rec(dim))
+    if k.roles.aslot:
+        _att_slices(e, k)
+        xrec = "arec"
+    else:
+        _wait_all(e, k, C_ACC, len(k.roles.att_tiles))
+        _row_records(e, k, lambda s_, d_: e("dynq.i8.i32", d_, s_, dim), "g.y", pad(4 * dim),
+                     "rec", rec(dim), rec(dim))
+        xrec = "rec"
     if No:
-        _rows_op(e, k, lambda mm: e("matmul.i16", k.a("yo"), k.a("rec"), k.a(p + "wo"),
+        _rows_op(e, k, lambda mm: e("matmul.i16", k.a("yo"), k.a(xrec), k.a(p + "wo"),
                                     k.lay[p + "wo_ms"], No, dim, mm))
     _residual(e, k, "yo", "g.x", C_XA)
     _wait_all(e, k, C_XA, k.T)
@@ -1018,6 +1073,36 @@ def _layer(e, k, li):
                                     k.lay[p + "w2_ms"], No, k.k2, mm))
     _residual(e, k, "yo", "g.xa", C_X)
     _wait_all(e, k, C_X, k.T)
+
+
+def _att_slices(e, k):
+    """The attention output's record, quantised in slices (`TensorRoles.aslot`): once every
+    attention tile's maximum arrived (`C_AMAX`), per row ``dynq`` of the maxima and, on an
+    attention tile, its heads' int32 output (the whole output's scale code and its heads'
+    int8, as `_gate_slices`), the header copied into the row's ``arec`` record, and the
+    heads' int8 multicast into their words of it (`C_ACC`); then wait for them."""
+    isa, hs = k.isa, k.c.head_size
+    W = isa.word_bytes
+    ag = _att_geometry(k.roles, isa, hs)
+    cnt, att = ag["cnt"], k.xy in k.roles.kv
+    q0, q1 = k.roles.q.get(k.xy, (0, 0))
+    NQ = (q1 - q0) * hs
+    A = len(k.roles.att_tiles)
+    _wait_all(e, k, C_AMAX, A)
+    e("add", "r6", k.a("aq"), 0)
+    e("add", "r7", k.a("aqr"), 0)
+    e("add", "r8", k.a("arec"), 0)
+
+    def rows():
+        e("dynq.i8.i32", "r7", "r6", cnt + NQ)
+        e("copy", "r8", "r7", W)
+        if att:
+            e("send", f"r8+{W + q0 * hs}", f"r7+{W + cnt}", NQ, k.all, C_ACC)
+        e("add", "r6", f"r6+{ag['aq']}", 0)
+        e("add", "r7", f"r7+{ag['aqr']}", 0)
+        e("add", "r8", f"r8+{isa.record_bytes(k.c.dim)}", 0)
+    e.loop("r2", rows)
+    _wait_all(e, k, C_ACC, A)
 
 
 def _gate_slices(e, k, li):

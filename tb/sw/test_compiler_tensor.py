@@ -173,11 +173,11 @@ def _count_ops(sim, compiled, plan, mnemonic_op):
 
 
 def test_prefill_rows_spread_over_tiles(small_qm):
-    """A batch of m > 1 rows: the quantisation of the attention output and the RMSNorms
-    (attention and feed-forward) run once per row on the mesh, row j on tile j, instead of m
-    times on every tile; decode (m = 1) keeps them on every tile (no extra gather on the
-    decode path).  The gate, quantised in slices, takes one short ``dynq`` per row on every
-    tile (its own hidden rows and the gathered maxima)."""
+    """A batch of m > 1 rows: the RMSNorms (attention and feed-forward) run once per row on
+    the mesh, row j on tile j, instead of m times on every tile; decode (m = 1) keeps them
+    on every tile (no extra gather on the decode path).  The gate and the attention output,
+    quantised in slices, take one short ``dynq`` per row on every tile (the gathered maxima
+    and the tile's own part); without slices, once per row on the mesh."""
     cfg = CONFIGS["small"]
     compiled = compile_model(small_qm, cfg, placement="tensor")
     L, M = small_qm.config.n_layers, cfg.max_m
@@ -190,12 +190,13 @@ def test_prefill_rows_spread_over_tiles(small_qm):
         rn = _count_ops(sim, compiled, compiled.step(list(range(1, m + 1)), 0), Opcode.RMSNORM)
         for j, xy in enumerate(order):
             mine = int(j < m)
-            # per layer: dynq of the attention output (row j), the FFN norm's dynq (row j),
-            # the gate's (every row's slice, or row j of the whole gate); attention tiles
-            # also the attention norm's (row j) and one dynq per row and head of q and k (and
-            # of k, without K / V partners); the classifier's dynq of the last row
-            sliced = "gq" in compiled.placement.tiles[xy].regions
-            gate = m if sliced else mine
+            # per layer: the FFN norm's dynq (row j), the attention output's and the gate's
+            # (every row's slice, or row j of the whole vector); attention tiles also the
+            # attention norm's (row j) and one dynq per row and head of q and k (and of k,
+            # without K / V partners); the classifier's dynq of the last row
+            regions = compiled.placement.tiles[xy].regions
+            gate = m if "gq" in regions else mine
+            att_out = m if "aq" in regions else mine
             n_att = 0
             if xy in att:
                 lay = compiled.placement.tiles[xy]
@@ -204,8 +205,8 @@ def test_prefill_rows_spread_over_tiles(small_qm):
                 partners = any("l0.pw0" in t.regions
                                for t in compiled.placement.tiles.values())
                 n_att = m * (nq + (not partners))   # q heads and the tile's one KV head
-            assert dq[xy] == L * (2 * mine + gate + (mine if j < len(att) else 0) + n_att) + 1, \
-                (m, xy, dq[xy])
+            assert dq[xy] == L * (mine + att_out + gate + (mine if j < len(att) else 0)
+                                  + n_att) + 1, (m, xy, dq[xy])
             assert rn[xy] == L * (2 * mine) + 1, (m, xy, rn[xy])
     sim = load_isasim(compiled)
     rn = _count_ops(sim, compiled, compiled.step([1], 0), Opcode.RMSNORM)
