@@ -378,7 +378,7 @@ def _layout(xy, stages, reduce, req, isa) -> TileLayout:
 
 def place_tensor(qm: QuantizedModel, isa: IsaConfig, width: int, height: int, context: int,
                  batches: int = 1, kvapp: bool = False, partners: bool = True,
-                 att_slices: bool = True) -> tuple:
+                 att_slices: bool = True, gate_slices: bool = True) -> tuple:
     """Lay out every tile of the mesh for the tensor-parallel placement.
 
     With `kvapp`, the attention tiles' K and V caches are one KV store region in the layout
@@ -387,7 +387,10 @@ def place_tensor(qm: QuantizedModel, isa: IsaConfig, width: int, height: int, co
     when they can (`TensorRoles.kvp`; not when a tile's SRAM lies beyond the 17-bit offsets,
     whose addresses would need the registers that hold the batch-size flags).  With
     `att_slices`, the attention output is quantised in slices (`TensorRoles.aslot`; not
-    beyond the 17-bit offsets either, where every far address costs instructions).
+    beyond the 17-bit offsets either, where every far address costs instructions).  With
+    `gate_slices`, the gate is quantised in slices (`TensorRoles.gslot`).  A mesh on which
+    these schemes do not fit (their buffers, the partners' K cache copies, the padded
+    ``w2``) is laid out without any of them.
 
     Returns
     -------
@@ -401,7 +404,8 @@ def place_tensor(qm: QuantizedModel, isa: IsaConfig, width: int, height: int, co
         If a tile's regions exceed its SRAM, or static data lies beyond the ``c`` reach.
     """
     tiles = [(x, y) for y in range(height) for x in range(width)]
-    roles = TensorRoles(qm, isa, tiles, partners, att_slices=att_slices)
+    roles = TensorRoles(qm, isa, tiles, partners, gate_slices, att_slices=att_slices)
+    extras = bool(roles.kvp or roles.aslot or roles.gslot)
     V = qm.config.vocab_size
     cap = -(-V // len(tiles))
     cls = {}
@@ -416,6 +420,9 @@ def place_tensor(qm: QuantizedModel, isa: IsaConfig, width: int, height: int, co
         red = len(cls) if xy == reducer else 0
         lay = _layout(xy, stages, red,
                       _requests(qm, isa, roles, xy, context, batches, rows, red, kvapp), isa)
+        if lay.size > isa.sram_bytes and extras:
+            return place_tensor(qm, isa, width, height, context, batches, kvapp, False, False,
+                                False)
         if lay.size > isa.sram_bytes:
             what = "attention, " if xy in roles.kv else ""
             raise FitError(f"tile {xy} of the tensor placement ({what}its share of every "
@@ -427,7 +434,7 @@ def place_tensor(qm: QuantizedModel, isa: IsaConfig, width: int, height: int, co
         lays[xy] = lay
     if (roles.kvp or roles.aslot) and any(lay.size > 1 << OFF_BITS for lay in lays.values()):
         return place_tensor(qm, isa, width, height, context, batches, kvapp, partners=False,
-                            att_slices=False)
+                            att_slices=False, gate_slices=gate_slices)
     kvl = {}
     if kvapp:
         for xy in roles.att_tiles:
