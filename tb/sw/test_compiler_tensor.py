@@ -294,3 +294,44 @@ def test_kvapp_default_and_store_path(small_qm, placement, kvapp, expect):
         ref = golden.forward(r.token, pos)
         r = run_step_isasim(sim, compiled, [r.token], pos)
         np.testing.assert_array_equal(r.logits, ref)
+
+
+@pytest.mark.parametrize("kvapp", [True, False], ids=["kvapp", "stores"])
+def test_partners_split_scores_and_slices(small_qm, kvapp):
+    """3 x 2 tiles (4 attention tiles, 2 without): the K / V partners (two jobs each), the
+    decode scores split with the K partner, the gate and the attention output quantised in
+    slices; logits bit-exact for prefill batches of 4 and 2 rows and decode steps up to the
+    context's end (the partner's share of the keys growing), with ``kvapp`` and with the
+    partners storing into the caches."""
+    from chipotle.compiler.tensor import TensorRoles
+    cfg = CONFIGS["small"].replace(mesh_width=3, mesh_height=2, imem_words=1024)
+    compiled = compile_model(small_qm, cfg, placement="tensor", kvapp=kvapp)
+    pl = compiled.placement
+    roles = TensorRoles(small_qm, cfg.isa_config(), sorted(pl.tiles, key=lambda t: t[::-1]))
+    assert len(roles.att_tiles) == 4 and roles.split and roles.gslot and roles.aslot
+    assert sorted(len(j) for j in roles.kvp.values()) == [2, 2]
+    assert {kind for jobs in roles.kvp.values() for kind, _ in jobs} == {"k", "v"}
+    for xy in roles.att_tiles:              # K and V come from the partners
+        assert "l0.wq" in pl.tiles[xy].regions and "l0.wk" not in pl.tiles[xy].regions
+    golden = GoldenModel(small_qm)
+    sim = load_isasim(compiled)
+    toks = [1, 7, 3, 12, 5, 9]
+    for pos, n in ((0, 4), (4, 2)):
+        r = run_step_isasim(sim, compiled, toks[pos:pos + n], pos)
+        np.testing.assert_array_equal(r.logits, golden.forward_batch(toks[pos:pos + n], pos)[-1])
+    tok = r.token
+    for pos in range(6, compiled.context):
+        r = run_step_isasim(sim, compiled, [tok], pos)
+        np.testing.assert_array_equal(r.logits, golden.forward(tok, pos), err_msg=f"{pos}")
+        tok = r.token
+
+
+def test_split_at():
+    """`_split_at`: the attention tile's keys ``a`` are a multiple of W / 4 below ``n`` (the
+    partner always scores the step's own key), about 5/8 of them for long contexts."""
+    from chipotle.compiler.tensor import _split_at
+    for W in (4, 8, 16):
+        for n in range(1, 600):
+            a = _split_at(n, W)
+            assert 0 <= a < n and a % max(1, W // 4) == 0, (W, n, a)
+    assert abs(_split_at(512, 8) / 512 - 0.625) < 0.01
