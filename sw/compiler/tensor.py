@@ -98,13 +98,14 @@ C_AMAX = 9
 def _split_at(n: int, word_bytes: int) -> int:
     """Keys ``0 .. a - 1`` of a decode step's ``n`` an attention tile scores itself; its K
     partner scores ``a .. n - 1`` for the KV head's query heads (one ``matqk`` of
-    ``kv_mul`` rows, 4 cycles per key at 2 rows against the tile's 3 at one row, then a
-    send per head of half a flit per key, about 20 cycles besides), so that both finish
-    together: ``3 a + 8 = 22 + 5 (n - a)``, ``a ~ 0.625 n + 1.75``, a multiple of ``W / 4``
-    (the scores land word-aligned) and below ``n``: the partner always scores the step's own
-    key, so the tile scores without waiting for it (0 for short contexts)."""
+    ``kv_mul`` rows: with the matrix write-back's ``1 + m`` cycles per result, 3 cycles per
+    key at 2 rows against the tile's 2 at one row, then a send per head of half a flit per
+    key, about 20 cycles besides), so that both finish together: ``2 a + 8 = 22 + 4 (n -
+    a)``, ``a ~ (4 n + 14) / 6``, a multiple of ``W / 4`` (the scores land word-aligned) and
+    below ``n``: the partner always scores the step's own key, so the tile scores without
+    waiting for it (0 for short contexts)."""
     step = max(1, word_bytes // 4)
-    a = int(round((14 + 5 * n) / 8 / step)) * step
+    a = int(round((14 + 4 * n) / 6 / step)) * step
     return max(0, min(a, (n - 1) // step * step))
 
 
