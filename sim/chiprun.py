@@ -93,8 +93,10 @@ class Job:
         Print each token's text to standard output as it arrives.
     skip_zero : bool
         Load without the all-zero words (the RTL's SRAM is zero after configuration).
-    perf : bool
-        Read the performance counters around each step.
+    perf : bool or "phase"
+        Read the performance counters around each step (True), only at the generation's
+        phase boundaries (``"phase"``: `chipotle.driver.Driver`'s ``perf``; the result's
+        steps then carry no counters, ``perf_prefill`` / ``perf_decode`` do), or never.
     backdoor : bool
         Load the SRAM images straight into the simulator's memories (the programs still go
         through the host link).
@@ -125,7 +127,7 @@ class Job:
     step_list: list = field(default_factory=list)
     stream: bool = False
     skip_zero: bool = True
-    perf: bool = True
+    perf: bool | str = True
     backdoor: bool = False
     clock: str = "gpi"
     idle_cycles: int = 0

@@ -230,13 +230,17 @@ def _chip_summary(args, g: dict, compiled, config) -> str:
         lines.append(f"decode: {g['decode_cycles_per_token']:,.0f} cycles per token "
                      f"(positions {dec[0]['pos']} .. {dec[-1]['pos']})")
 
-    def util(sel):
+    def util(sel, phase):
         if not sel:
             return "n/a (no such steps)"
+        summed = g.get(f"perf_{phase}")     # the phase's counters (also when read per phase)
+        if summed is not None:
+            sel = [{"cycles": sum(s["cycles"] for s in sel), "perf": summed}]
         busy = mac_busy(sel, config.n_tiles)
         return "n/a (no mac_cycles counter)" if busy is None else f"{100 * busy:.1f}%"
     lines.append(f"matrix units busy (MAC_CYCLES / tiles x cycles; x m/M rows for the share "
-                 f"of peak MACs): prefill {util(steps[:npre])}, decode {util(dec)}")
+                 f"of peak MACs): prefill {util(steps[:npre], 'prefill')}, "
+                 f"decode {util(dec, 'decode')}")
     if dec:
         need = sum(compiled.weight_bytes_per_token() + compiled.kv_bytes(s["pos"]) for s in dec)
         cyc = sum(s["cycles"] for s in dec)
@@ -330,7 +334,8 @@ def _generate_chip(args, checkpoint, tokenizer, model_path, tok_path, out, err) 
             err.flush()
         job = Job(config=config.as_dict(), model=compiled, tokenizer=str(tok_path),
                   prompt_tokens=ids, steps=steps, temperature=args.temperature, topp=args.topp,
-                  seed=args.seed, stream=True, backdoor=args.backdoor_load)
+                  seed=args.seed, stream=True, backdoor=args.backdoor_load,
+                  perf="phase")   # per-step counter reads cost ~1,000 host-link cycles a step
         g = run_rtl(job, sim=args.backend, progress=progress,
                     threads=args.sim_threads if args.backend == "verilator" else 1)
         seconds = g["sim_seconds"]

@@ -82,7 +82,7 @@ BOARDS = {
     "ulx3s-85f": Board(
         "ulx3s-85f", "amaranth_boards.ulx3s:ULX3S_85F_Platform", "ecp5", 25_000_000,
         50_000_000, 1_000_000,
-        CONFIGS["ulx3s"], {"LUT4": 83_640, "FF": 83_640, "DSP": 156, "BRAM": 208}, context=51),
+        CONFIGS["ulx3s"], {"LUT4": 83_640, "FF": 83_640, "DSP": 156, "BRAM": 208}, context=52),
     "icebreaker": Board(
         "icebreaker", "amaranth_boards.icebreaker:ICEBreakerPlatform", "ice40", 12_000_000,
         12_000_000, 1_000_000,

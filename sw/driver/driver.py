@@ -93,6 +93,9 @@ class GenerateResult:
         Wall time.
     seed : int
         The sampler's seed (the time-based one when none was given).
+    phase_perf : dict
+        With ``Driver(perf="phase")``: ``{"prefill": counters, "decode": counters}``, each
+        summed over tiles, read at the phase boundaries (the steps' own ``perf`` is empty).
     """
 
     tokens: tuple[int, ...]
@@ -104,6 +107,7 @@ class GenerateResult:
     prefill_steps: int
     seconds: float
     seed: int = 0
+    phase_perf: dict = field(default_factory=dict)
 
     @property
     def ttft_cycles(self) -> int:
@@ -122,7 +126,20 @@ class GenerateResult:
         return sum(d) / len(d) if d else 0.0
 
     def perf_sum(self, which: str = "all") -> dict:
-        """Return counters summed over steps: ``"prefill"``, ``"decode"`` or ``"all"``."""
+        """Return counters summed over steps: ``"prefill"``, ``"decode"`` or ``"all"``.
+
+        Raises
+        ------
+        KeyError
+            If `which` is none of the three.
+        """
+        if self.phase_perf:
+            phases = ("prefill", "decode") if which == "all" else (which,)
+            out: dict = {}
+            for ph in phases:
+                for k, v in self.phase_perf[ph].items():
+                    out[k] = out.get(k, 0) + v
+            return out
         sel = {"prefill": self.steps[:self.prefill_steps],
                "decode": self.steps[self.prefill_steps:], "all": self.steps}[which]
         out: dict = {}
@@ -143,20 +160,28 @@ class Driver:
         `IsaSimBackend` or ``RtlBackend``.
     tokenizer : chipotle.tokenizer.Tokenizer, optional
         For the text of `generate`.
-    perf : bool
-        Read every tile's performance counters around each step (default True; costs two
-        register reads per tile and step on the RTL).
+    perf : bool or {"step", "phase"}
+        ``True`` or ``"step"`` (default): read every tile's performance counters around each
+        step (two register reads per tile and step: on the RTL about a thousand cycles of
+        host-link traffic per step, besides the step's own cycles).  ``"phase"``: `generate`
+        reads them only before the prefill, between prefill and decode and at the end
+        (`GenerateResult.phase_perf`; `step` and `run_plan` read none): the sums then also
+        span the host's traffic between steps, which only ``cycles`` (every clock) counts.
+        ``False``: never.
     timeout_cycles : int
         Longest a step may take before it is declared hung (default 5,000,000).
 
     Raises
     ------
     ValueError
-        If the compiled model's configuration is not the backend's.
+        If the compiled model's configuration is not the backend's, or `perf` is not one of
+        the values above.
     """
 
-    def __init__(self, compiled, backend: Backend, tokenizer=None, *, perf: bool = True,
+    def __init__(self, compiled, backend: Backend, tokenizer=None, *, perf=True,
                  timeout_cycles: int = 5_000_000):
+        if not (isinstance(perf, bool) or perf in ("step", "phase")):
+            raise ValueError(f"`perf` must be True, False, \"step\" or \"phase\", not {perf!r}")
         if compiled.config != backend.config:
             raise ValueError(f"the model was compiled for {compiled.config}, the backend is "
                              f"{backend.config}")
@@ -164,6 +189,7 @@ class Driver:
         self.backend = backend
         self.tokenizer = tokenizer
         self.perf = perf
+        self._per_step = perf is True or perf == "step"
         self.timeout_cycles = timeout_cycles
         self.loaded = False
         self._last_perf = None
@@ -281,7 +307,7 @@ class Driver:
         tokens = tuple(int(t) for t in tokens)
         be = self.backend
         before = {}
-        if self.perf:
+        if self._per_step:
             # the counters read after the previous step, if nothing ran since
             before = self._last_perf or await self._perf_all()
         self._last_perf = None
@@ -308,14 +334,20 @@ class Driver:
             for xy, addr, first, n in plan.logits_at:
                 out[first:first + n] = np.frombuffer(await be.read_sram(xy, addr, 4 * n), "<i4")
         per_tile, total = {}, {}
-        if self.perf:
+        if self._per_step:
             after = self._last_perf = await self._perf_all()
-            for xy in self.config.tiles:
-                d = {k: (v - before[xy].get(k, 0)) & _MASK32 for k, v in after[xy].items()}
-                per_tile[xy] = d
-                for k, v in d.items():
-                    total[k] = total.get(k, 0) + v
+            total, per_tile = self._perf_delta(before, after)
         return StepResult(tokens, pos, token, out, cycles, total, per_tile)
+
+    def _perf_delta(self, before: dict, after: dict) -> tuple[dict, dict]:
+        """Return ``(summed over tiles, per tile)`` of two `_perf_all` reads (mod 2**32)."""
+        per_tile, total = {}, {}
+        for xy in self.config.tiles:
+            d = {k: (v - before[xy].get(k, 0)) & _MASK32 for k, v in after[xy].items()}
+            per_tile[xy] = d
+            for k, v in d.items():
+                total[k] = total.get(k, 0) + v
+        return total, per_tile
 
     # -- generation ------------------------------------------------------------------------------
 
@@ -392,8 +424,13 @@ class Driver:
             return r
 
         n_prompt = len(ids)
+        phase_reads = []
+        if self.perf == "phase":
+            phase_reads.append(await self._perf_all())
         for toks, pos, plan in self._prefill_plans(ids):
             res = await run(toks, pos, plan)
+        if self.perf == "phase":
+            phase_reads.append(await self._perf_all())
         for p in range(n_prompt - 1):
             emit(p, ids[p], ids[p + 1], True)
         n_prefill = len(results)
@@ -420,8 +457,14 @@ class Driver:
             res = await run([nxt], pos)
         if decoder:
             text.append(decoder.flush())
+        phase_perf = {}
+        if phase_reads:
+            phase_reads.append(await self._perf_all())
+            phase_perf = {"prefill": self._perf_delta(phase_reads[0], phase_reads[1])[0],
+                          "decode": self._perf_delta(phase_reads[1], phase_reads[2])[0]}
         return GenerateResult(tuple(ids), "".join(text), reason, n_prompt, generated, results,
-                              n_prefill, time.perf_counter() - t_start, sampler.seed)
+                              n_prefill, time.perf_counter() - t_start, sampler.seed,
+                              phase_perf)
 
 
     def _prefill_plans(self, ids):

@@ -167,3 +167,25 @@ def test_isasim_step_cycles_equal_the_compilers_estimate(placement):
         assert w.cycles <= g.cycles <= w.cycles + 64, (g.cycles, w.cycles)
     # decode on the pipeline runs every stage in turn: far more than one stage's time
     assert got[-1].cycles > 1000
+
+
+def test_phase_perf_sums_equal_the_per_step_reads():
+    """``perf="phase"`` reads the counters at the phase boundaries only: the same tokens and
+    the same prefill and decode sums as reading them around every step."""
+    from chipotle.compiler import compile_model, small_model
+
+    cm = compile_model(small_model(), SMALL, placement="tensor")
+
+    async def gen(perf):
+        drv = Driver(cm, IsaSimBackend(cm.config), perf=perf)
+        await drv.load()
+        return await drv.generate([1, 5, 9, 17, 23], steps=3)
+
+    per_step, per_phase = run(gen(True)), run(gen("phase"))
+    assert per_phase.tokens == per_step.tokens
+    assert all(not s.perf for s in per_phase.steps) and per_phase.phase_perf
+    for phase in ("prefill", "decode", "all"):
+        want = per_step.perf_sum(phase)
+        assert want["mac_cycles"] > 0 and per_phase.perf_sum(phase) == want, phase
+    with pytest.raises(ValueError, match="`perf` must be"):
+        Driver(cm, IsaSimBackend(cm.config), perf="sometimes")
