@@ -1098,20 +1098,32 @@ def _att_slices(e, k):
     NQ = (q1 - q0) * hs
     A = len(k.roles.att_tiles)
     _wait_all(e, k, C_AMAX, A)
-    e("add", "r6", k.a("aq"), 0)
-    e("add", "r7", k.a("aqr"), 0)
-    e("add", "r8", k.a("arec"), 0)
 
-    def rows():
-        e("dynq.i8.i32", "r7", "r6", cnt + NQ)
-        e("copy", "r8", "r7", W)
+    def send():
         if att:
             e("send", f"r8+{W + q0 * hs}", f"r7+{W + cnt}", NQ, k.all, C_ACC)
-        e("add", "r6", f"r6+{ag['aq']}", 0)
-        e("add", "r7", f"r7+{ag['aqr']}", 0)
-        e("add", "r8", f"r8+{isa.record_bytes(k.c.dim)}", 0)
-    e.loop("r2", rows)
+    _quantise_slices(e, k, ("aq", "aqr", "arec"),
+                     (ag["aq"], ag["aqr"], isa.record_bytes(k.c.dim)), cnt + NQ, send)
     _wait_all(e, k, C_ACC, A)
+
+
+def _quantise_slices(e, k, regions, strides, n, send):
+    """Per row of the batch (``loop r2``): ``dynq`` of the ``n`` int32 (the gathered maxima
+    and this tile's rows) at ``r6`` into the record at ``r7``, its header copied to the
+    row's record at ``r8``, then ``send()`` (the tile's int8 into that record on every tile);
+    ``r6``, ``r7``, ``r8`` start at `regions` and step by `strides` (bytes) per row.  Shared
+    by `_att_slices` and `_gate_slices`."""
+    W = k.isa.word_bytes
+    for reg, region in zip(("r6", "r7", "r8"), regions, strict=True):
+        e("add", reg, k.a(region), 0)
+
+    def rows():
+        e("dynq.i8.i32", "r7", "r6", n)
+        e("copy", "r8", "r7", W)
+        send()
+        for reg, stride in zip(("r6", "r7", "r8"), strides, strict=True):
+            e("add", reg, f"{reg}+{stride}", 0)
+    e.loop("r2", rows)
 
 
 def _gate_slices(e, k, li):
@@ -1151,21 +1163,14 @@ def _gate_slices(e, k, li):
         e("add", "r8", f"r8+{hz}", 0)
     e.loop("r2", maxima)
     _wait_all(e, k, C_GMAX, k.T)
-    e("add", "r6", k.a("gq"), 0)
-    e("add", "r7", k.a("gqr"), 0)
-    e("add", "r8", k.a("grec"), 0)
 
-    def slices():
-        e("dynq.i8.i32", "r7", "r6", cnt + Nh)
-        e("copy", "r8", "r7", W)
+    def send():
         if Nh:
             e("send", f"r8+{W + j * S}", f"r7+{W + cnt}", S, k.all, C_GATE)
         else:
             e("send", "r8", "r8", 0, k.all, C_GATE)
-        e("add", "r6", f"r6+{gg['gq']}", 0)
-        e("add", "r7", f"r7+{gg['gqr']}", 0)
-        e("add", "r8", f"r8+{isa.record_bytes(k.k2)}", 0)
-    e.loop("r2", slices)
+    _quantise_slices(e, k, ("gq", "gqr", "grec"), (gg["gq"], gg["gqr"], isa.record_bytes(k.k2)),
+                     cnt + Nh, send)
     _wait_all(e, k, C_GATE, k.T)
 
 
