@@ -83,18 +83,19 @@ test-default: venv
 # prefill of the prompt (chipotle.sim.bench).
 PROMPTS     ?= 1,64,256
 bench: venv
-	$(PY) -m chipotle.sim.bench --backend $(BACKEND) --config "$(CONFIG)" \
+	$(PY) -m chipotle.sim.bench --backend $(BACKEND) --config "$$CHIPOTLE_MAKE_CONFIG" \
 	  --placement $(PLACEMENT) --prompts "$(PROMPTS)" --clock-mhz $(CLOCK_MHZ)$(if $(CONTEXT), --context $(CONTEXT))
 
-# the prompt as one single-quoted shell word, exactly as given: no make or shell expansion of
-# `$`, backquotes or double quotes (a single quote becomes '"'"')
-PROMPT_ARG = '$(subst ','"'"',$(value PROMPT))'
+# PROMPT and CONFIG reach the command through the environment, exactly as given: the shell
+# never parses their text (quotes, `$`, backquotes, newlines), and make does not expand it.
+sim bench: export CHIPOTLE_MAKE_PROMPT = $(value PROMPT)
+sim bench: export CHIPOTLE_MAKE_CONFIG = $(value CONFIG)
 # optional `make sim` arguments, only those given (so the echoed command has no blank lines)
 SIM_OPTS = $(strip $(if $(THREADS),--sim-threads $(THREADS)) $(if $(CONTEXT),--context $(CONTEXT)) \
   $(if $(MODEL_DIR),--model $(MODEL_DIR)/stories260K.bin --tokenizer $(MODEL_DIR)/tok512.bin))
 sim: venv
-	$(VENV)/bin/chipotle generate --backend $(BACKEND) --prompt $(PROMPT_ARG) --steps $(STEPS) \
-	  --temperature $(TEMPERATURE) --config "$(CONFIG)" --clock-mhz $(CLOCK_MHZ) \
+	$(VENV)/bin/chipotle generate --backend $(BACKEND) --prompt "$$CHIPOTLE_MAKE_PROMPT" --steps $(STEPS) \
+	  --temperature $(TEMPERATURE) --config "$$CHIPOTLE_MAKE_CONFIG" --clock-mhz $(CLOCK_MHZ) \
 	  --placement $(PLACEMENT) $(SIM_OPTS)
 
 # `make bitstream` parameters: the board (ulx3s-85f, icebreaker); CONFIG given on the command

@@ -248,12 +248,27 @@ def _row(f: dict, mhz: float) -> str:
             f"{'bit-exact' if f['bit_exact'] else 'MISMATCH: ' + f['mismatch']}")
 
 
+def command_line(args) -> str:
+    """Return the command that repeats the run of ``args`` (this module's parsed options)."""
+    import shlex
+    words = ["python", "-m", "chipotle.sim.bench", "--backend", args.backend, "--config",
+             args.config, "--placement", args.placement, "--prompts", args.prompts]
+    if args.decode_steps != 1:
+        words += ["--decode-steps", str(args.decode_steps)]
+    if args.context is not None:
+        words += ["--context", str(args.context)]
+    if args.clock_mhz != 100.0:
+        words += ["--clock-mhz", f"{args.clock_mhz:g}"]
+    if args.model is not None:
+        words += ["--model", str(args.model)]
+    return " ".join(shlex.quote(w) for w in words)
+
+
 def _table(rows, args, config) -> str:
     kind = ("cycles are the ISA simulator's estimate, not a measurement; the RTL is the "
             "authority" if args.backend == "isasim" else "cycles measured on the RTL")
     head = (f"# chipotle benchmark: {args.backend} ({kind}), {config}, {args.placement} placement "
-            f"(python -m chipotle.sim.bench --backend {args.backend} --config {args.config} "
-            f"--placement {args.placement} --prompts {args.prompts})\n"
+            f"({command_line(args)})\n"
             "| prompt tokens | decode position | decode cycles/token | roofline | decode MAC "
             "busy | TTFT cycles | prefill MAC busy | vs GoldenModel |\n"
             "| --- | --- | --- | --- | --- | --- | --- | --- |")

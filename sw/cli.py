@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 from . import backends
+from .config import CONFIGS
 from .generate import Done, PromptTooLongError, StopReason, generate
 from .model import CheckpointError, load_checkpoint
 from .paths import DEFAULT_CHECKPOINT, DEFAULT_TOKENIZER, FETCH_HINT, default_model_dir
@@ -105,8 +106,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "used is printed in the summary)")
     g.add_argument("--config", default="default", metavar="CONFIG",
                    help="chip configuration of the isasim, verilator and icarus backends: a "
-                        "name (default, small) and/or key=value,... (e.g. mesh=2x2,sram_kib=64) "
-                        "(default: %(default)s)")
+                        f"name ({', '.join(CONFIGS)}) and/or key=value,... (e.g. "
+                        "mesh=2x2,sram_kib=64) (default: %(default)s)")
     g.add_argument("--context", type=positive_int, default=None, metavar="N",
                    help="positions to compile for (chip backends; default: the compiler's)")
     g.add_argument("--placement", choices=("pipeline", "tensor"), default="tensor",
@@ -127,7 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--port", default=None, metavar="DEV",
                    help="uart: the board's serial port, e.g. /dev/ttyUSB0 (docs/fpga.md; "
                         "--config and --clock-mhz must match the bitstream)")
-    g.add_argument("--baud", type=int, default=1_000_000, metavar="B",
+    g.add_argument("--baud", type=positive_int, default=1_000_000, metavar="B",
                    help="uart: line rate of the bitstream (default: %(default)s)")
     return parser
 
@@ -272,6 +273,8 @@ def _generate_chip(args, checkpoint, tokenizer, model_path, tok_path, out, err) 
         config = ChipConfig.from_string(args.config)
     except ValueError as e:
         raise UsageError(f"--config: {e}") from None
+    if args.backend == "uart" and not args.port:
+        raise UsageError("--backend uart needs --port (e.g. /dev/ttyUSB0)")
     if args.backend in ("verilator", "icarus"):   # the flow's switches, before any work
         from chipotle.sim.flow import env_flag
         try:
@@ -300,8 +303,6 @@ def _generate_chip(args, checkpoint, tokenizer, model_path, tok_path, out, err) 
         from .driver import Driver, IsaSimBackend
         if args.backend == "uart":
             from .driver.uart import SerialTransport, UartBackend
-            if not args.port:
-                raise UsageError("--backend uart needs --port (e.g. /dev/ttyUSB0)")
             try:
                 link = SerialTransport(args.port, args.clock_mhz * 1e6, args.baud)
             except (ValueError, OSError) as e:

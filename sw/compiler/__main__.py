@@ -118,7 +118,8 @@ def main(argv=None) -> None:
     ap.add_argument("--programs", action="store_true")
     ap.add_argument("--bench", action="store_true")
     ap.add_argument("--placement", choices=("pipeline", "tensor"), default="pipeline",
-                    help="pipeline of stages, or every layer on every tile (tensor)")
+                    help="pipeline of stages, or every layer on every tile (tensor; the placement "
+                         "of `chipotle generate` and `make sim`) (default: %(default)s)")
     ap.add_argument("--kvapp", action="store_true",
                     help="append K and V with kvapp (tensor placement; the host writes "
                          "CompiledModel.kv_layouts)")

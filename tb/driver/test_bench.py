@@ -78,3 +78,23 @@ def test_prompt_past_the_context_is_refused(capsys, model_paths):
     assert e.value.code == 2
     err = capsys.readouterr().err
     assert "65 positions" in err and "context is 64" in err
+
+
+@pytest.mark.model
+def test_printed_command_repeats_the_run(capsys, model_paths):
+    """The table's header names a command that reruns the benchmark as it ran (every option
+    that changes a figure: context, clock, model, decode steps)."""
+    import re
+    import shlex
+    argv = ["--backend", "isasim", "--config", "ulx3s", "--prompts", "1", "--context", "8",
+            "--clock-mhz", "15.25", "--decode-steps", "2", "--model", str(model_paths[0])]
+    assert bench.main(argv) == 0
+    first = capsys.readouterr().out
+    [cmd] = re.findall(r"^# chipotle benchmark: .*\((python -m chipotle\.sim\.bench .*)\)$",
+                       first, re.M)
+    words = shlex.split(cmd)
+    assert words[:3] == ["python", "-m", "chipotle.sim.bench"]
+    for opt in ("--context", "--clock-mhz", "--decode-steps", "--model"):
+        assert opt in words, cmd
+    assert bench.main(words[3:]) == 0
+    assert capsys.readouterr().out == first

@@ -165,3 +165,22 @@ def test_registry():
     assert backends.names()[:2] == ["reference", "golden"]
     with pytest.raises(KeyError, match="unknown backend 'abacus' \\(known: reference, golden"):
         backends.get("abacus")
+
+
+@pytest.mark.model
+def test_make_sim_passes_prompt_and_config_verbatim(model_paths):
+    """``make sim`` hands PROMPT and CONFIG to the CLI through the environment: a newline,
+    quotes, ``$`` and backquotes reach the model as typed, and a CONFIG holding shell syntax
+    is refused as a configuration name instead of running."""
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[2]
+    models = f"MODEL_DIR={model_paths[0].parent}"
+    prompt = 'Line one\nLine "two" $HOME `echo x` \\n'
+    r = subprocess.run(["make", "-s", "sim", "BACKEND=reference", "STEPS=1", "TEMPERATURE=0",
+                        f"PROMPT={prompt}", models], cwd=root, capture_output=True, text=True)
+    assert r.returncode == 0 and r.stdout.startswith(prompt), (r.stdout, r.stderr)
+    r = subprocess.run(["make", "-s", "sim", "BACKEND=isasim", "STEPS=1", models,
+                        'CONFIG=default"; echo INJECTED; "'], cwd=root, capture_output=True,
+                       text=True)
+    assert r.returncode != 0 and "INJECTED\n" not in r.stdout + r.stderr
+    assert "unknown configuration 'default\"; echo INJECTED; \"'" in r.stderr, r.stderr
