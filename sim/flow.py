@@ -558,6 +558,10 @@ def run_cocotb(
             for obj in [*build_dir.rglob("*.o"), *build_dir.rglob("*.a")]:
                 obj.unlink()                              # make would keep them: same sources
             build("profile-guided (2 of 2) ", PGO_USE)
+        if not cached and sim == "verilator" and not (build_dir / toplevel).exists():
+            # e.g. a MAKEFLAGS value that make read as its own options (`-n`): never stamp it
+            raise RuntimeError(f"the Verilator build of {toplevel} made no executable "
+                               f"{build_dir / toplevel}: see {log}")
         if not cached:
             mode = f"hierarchical {' '.join(blocks)}" if blocks else "flat"
             pgo = "" if pgo_train is None else "pgo yes\n"
