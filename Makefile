@@ -49,6 +49,7 @@ help:
 	@echo "make test-default  the default 4x4 chip under Verilator: TEST_STEPS= tokens greedy from BOS, bit-exact with the golden model (slow)"
 	@echo "make bench      decode/prefill benchmark on the RTL under Verilator (slow; BACKEND=isasim|icarus, CONFIG=, PLACEMENT=, PROMPTS=1,64,256, CONTEXT=, CLOCK_MHZ=)"
 	@echo "make bitstream  FPGA bitstream + resource/timing report with YoWASP tools (BOARD=ulx3s-85f|icebreaker, CONFIG=, SYNTH_ONLY=1; docs/fpga.md)"
+	@echo "make venv       set-up: .venv with the pinned Python tools (editable chipotle), Icarus Verilog via apt-get if absent"
 	@echo "make models     download stories260K.bin and tok512.bin (needs network)"
 	@echo "make lint       ruff on the Python sources"
 	@echo "make clean      remove build/ (simulator builds, FPGA runs)"
