@@ -31,6 +31,9 @@ CONTEXT     ?=
 CLOCK_MHZ   ?= 100
 PLACEMENT   ?= tensor
 TEMPERATURE ?= 0
+# sampling (TEMPERATURE > 0): top-p mass and xorshift seed (empty: the time, printed at the end)
+TOPP        ?= 0.9
+SEED        ?=
 MODEL_DIR   ?=
 BACKEND     ?= $(or $(SIM),verilator)
 
@@ -44,7 +47,7 @@ export WAVES
 all: help
 
 help:
-	@echo "make sim        generate a story on the chip RTL under Verilator (PROMPT=, STEPS= (0: until EOS or the context), SIM=icarus, CONFIG=, PLACEMENT=, TEMPERATURE=, CONTEXT=, CLOCK_MHZ= (assumed clock of tokens/s), MODEL_DIR=, WAVES=1 or HIERARCHICAL=0 (flat Verilator build, ~30 min), PGO=1 (profile-guided Verilator build: ~20% faster simulation, the first build twice as long), THREADS=2 (Verilator model threads: rarely faster on 2 cores, see docs/performance.md); BACKEND=isasim: fast estimate, BACKEND=golden|reference: host models only)"
+	@echo "make sim        generate a story on the chip RTL under Verilator (PROMPT=, STEPS= (0: until EOS or the context), SIM=icarus, CONFIG=, PLACEMENT=, TEMPERATURE=, TOPP=, SEED= (sampling), CONTEXT=, CLOCK_MHZ= (assumed clock of tokens/s), MODEL_DIR=, WAVES=1 or HIERARCHICAL=0 (flat Verilator build, ~30 min), PGO=1 (profile-guided Verilator build: ~20% faster simulation, the first build twice as long), THREADS=2 (Verilator model threads: rarely faster on 2 cores, see docs/performance.md); BACKEND=isasim: fast estimate, BACKEND=golden|reference: host models only)"
 	@echo "make test       run the regression (SIM=verilator|icarus, default both; WAVES=1; JOBS= pytest workers, default 2; PYTEST_ARGS=\"-k noc\")"
 	@echo "make test-default  the default 4x4 chip under Verilator: TEST_STEPS= tokens greedy from BOS, bit-exact with the golden model (slow)"
 	@echo "make bench      decode/prefill benchmark on the RTL under Verilator (slow; BACKEND=isasim|icarus, CONFIG=, PLACEMENT=, PROMPTS=1,64,256, CONTEXT=, CLOCK_MHZ=)"
@@ -93,10 +96,11 @@ sim bench: export CHIPOTLE_MAKE_PROMPT = $(value PROMPT)
 sim bench: export CHIPOTLE_MAKE_CONFIG = $(value CONFIG)
 # optional `make sim` arguments, only those given (so the echoed command has no blank lines)
 SIM_OPTS = $(strip $(if $(THREADS),--sim-threads $(THREADS)) $(if $(CONTEXT),--context $(CONTEXT)) \
+  $(if $(SEED),--seed $(SEED)) \
   $(if $(MODEL_DIR),--model $(MODEL_DIR)/stories260K.bin --tokenizer $(MODEL_DIR)/tok512.bin))
 sim: venv
 	$(VENV)/bin/chipotle generate --backend $(BACKEND) --prompt "$$CHIPOTLE_MAKE_PROMPT" --steps $(STEPS) \
-	  --temperature $(TEMPERATURE) --config "$$CHIPOTLE_MAKE_CONFIG" --clock-mhz $(CLOCK_MHZ) \
+	  --temperature $(TEMPERATURE) --topp $(TOPP) --config "$$CHIPOTLE_MAKE_CONFIG" --clock-mhz $(CLOCK_MHZ) \
 	  --placement $(PLACEMENT) $(SIM_OPTS)
 
 # `make bitstream` parameters: the board (ulx3s-85f, icebreaker); CONFIG given on the command

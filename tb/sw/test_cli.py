@@ -184,3 +184,22 @@ def test_make_sim_passes_prompt_and_config_verbatim(model_paths):
                        text=True)
     assert r.returncode != 0 and "INJECTED\n" not in r.stdout + r.stderr
     assert "unknown configuration 'default\"; echo INJECTED; \"'" in r.stderr, r.stderr
+
+
+@pytest.mark.model
+def test_make_sim_seed_and_topp_reach_the_sampler(model_paths):
+    """``make sim SEED= TOPP=``: a sampled story is repeatable by its seed, and the summary
+    names the seed and top-p used."""
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[2]
+
+    def story(seed):
+        r = subprocess.run(["make", "-s", "sim", "BACKEND=reference", "STEPS=40",
+                            "TEMPERATURE=1.0", "TOPP=0.8", f"SEED={seed}",
+                            f"MODEL_DIR={model_paths[0].parent}"], cwd=root,
+                           capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        assert f"top-p 0.8, seed {seed}" in r.stderr, r.stderr
+        return r.stdout
+
+    assert story(7) == story(7)
