@@ -77,6 +77,17 @@ class Emitter:
         return "\n".join(self.lines) + "\n"
 
 
+def emit_head_records(e: Emitter, dst: str, src: str, hs: int, count, step: int) -> None:
+    """Emit a loop of `count` iterations quantising one head per iteration: ``dynq`` of the
+    `hs` int16 at register `src` into the record at register `dst`, then `src` advances by
+    the head (``2 hs`` bytes) and `dst` by `step` bytes (a record, or a cache block)."""
+    def head():
+        e("dynq.i8.i16", dst, src, hs)
+        e("add", src, f"{src}+{2 * hs}", 0)
+        e("add", dst, f"{dst}+{step}", 0)
+    e.loop(count, head)
+
+
 def _rect(r) -> str:
     x0, x1, y0, y1 = r
     return f"({x0}:{x1}, {y0}:{y1})"
@@ -253,20 +264,12 @@ def _att_batch(e, k, st, m, idx):
         e("rope.i16.i16", "r7", "r7", k.a(st, "rope", 3), kvd, hs, nx.ROPE_FRAC_BITS)
         e("add", "r9", "r6", 0)
 
-        def qh():
-            e("dynq.i8.i16", "r8", "r9", hs)
-            e("add", "r9", f"r9+{2 * hs}", 0)
-            e("add", "r8", f"r8+{krec}", 0)
-        e.loop(H, qh)
+        emit_head_records(e, "r8", "r9", hs, H, krec)
         e("add", "r9", "r7", 0)
         if kv is None:
             e("add", "r10", k.a(st, "kcache", 4), 0)
 
-        def kh():
-            e("dynq.i8.i16", "r10", "r9", hs)
-            e("add", "r9", f"r9+{2 * hs}", 0)
-            e("add", "r10", f"r10+{krec if kv is not None else kblock}", 0)
-        e.loop(KV, kh)
+        emit_head_records(e, "r10", "r9", hs, KV, krec if kv is not None else kblock)
         e("add", "r3", f"r3+{2 * hs}", 0)
         e("add", "r4", f"r4+{krec}", 0)
         e("add", "r6", f"r6+{xs}", 0)

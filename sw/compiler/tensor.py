@@ -65,7 +65,7 @@ from ..golden import numerics as nx
 from ..golden.quantize import QuantizedModel
 from ..isa.core import OFF_BITS, TABLE_ENTRIES, IsaConfig, TableId
 from ..isa.kv import kv_slot
-from .codegen import DONE_CODE, Emitter, _rect, emit_kv_append, emit_scores
+from .codegen import DONE_CODE, Emitter, _rect, emit_head_records, emit_kv_append, emit_scores
 from .placement import (
     _KIND_ORDER,
     _TABLE_ORDER,
@@ -707,11 +707,7 @@ def _attention(e, k, li):
             if k.kvl is None:
                 e("add", "r10", (kbase, 4), 0)
 
-            def kh():
-                e("dynq.i8.i16", "r10", "r9", hs)
-                e("add", "r9", f"r9+{2 * hs}", 0)
-                e("add", "r10", f"r10+{krec if k.kvl is not None else kstep}", 0)
-            e.loop(nk, kh)
+            emit_head_records(e, "r10", "r9", hs, nk, krec if k.kvl is not None else kstep)
             e("add", "r3", f"r3+{2 * hs}", 0)
             if k.kvl is None:
                 e("add", "r4", f"r4+{krec}", 0)
@@ -735,11 +731,7 @@ def _attention(e, k, li):
         e("rope.i16.i16", "r6", "r6", k.a("rope", 3), NQ, hs, nx.ROPE_FRAC_BITS)
         e("add", "r9", "r6", 0)
 
-        def qh():
-            e("dynq.i8.i16", "r8", "r9", hs)
-            e("add", "r9", f"r9+{2 * hs}", 0)
-            e("add", "r8", f"r8+{krec}", 0)
-        e.loop(nq, qh)
+        emit_head_records(e, "r8", "r9", hs, nq, krec)
         e("add", "r3", f"r3+{2 * hs}", 0)
         e("add", "r6", f"r6+{qs}", 0)
     e.loop("r2", qrows)
