@@ -336,7 +336,7 @@ def _generate_chip(args, checkpoint, tokenizer, model_path, tok_path, out, err) 
         job = Job(config=config.as_dict(), model=compiled, tokenizer=str(tok_path),
                   prompt_tokens=ids, steps=steps, temperature=args.temperature, topp=args.topp,
                   seed=args.seed, stream=True, backdoor=args.backdoor_load,
-                  perf="phase")   # per-step counter reads cost ~1,000 host-link cycles a step
+                  perf="phase")   # per-step counter reads: ~300 host-link cycles a step
         g = run_rtl(job, sim=args.backend, progress=progress,
                     threads=args.sim_threads if args.backend == "verilator" else 1)
         seconds = g["sim_seconds"]

@@ -379,12 +379,18 @@ def _check_source(source):
                     f"{type(source).__name__}")
 
 
+def _default_batches(context: int, isa) -> int:
+    """Prefill batches of M rows in flight by default: `DEFAULT_PREFILL_BATCHES`, or fewer
+    when the context holds fewer batches."""
+    return min(DEFAULT_PREFILL_BATCHES, -(-context // isa.max_m))
+
+
 def _place(qm, isa, config, context, batches, kvapp=False):
     """Place with `batches` prefill batches, or (None) the most of 16, 8, .. 1 that fit."""
     w, h = config.mesh_width, config.mesh_height
     if batches is not None:
         return place(qm, isa, w, h, context, batches, kvapp)
-    most = min(DEFAULT_PREFILL_BATCHES, -(-context // isa.max_m))
+    most = _default_batches(context, isa)
     for b in sorted({most, *(x for x in (8, 4, 2) if x < most)}, reverse=True):
         try:
             return place(qm, isa, w, h, context, b, kvapp)
@@ -441,7 +447,7 @@ def _compile_tensor(qm: QuantizedModel, config: ChipConfig, context: int,
         raise FitError(f"the tensor placement uses 5 counters, but n_counters is "
                        f"{config.n_counters}: use n_counters=5")
     if batches is None:
-        batches = min(DEFAULT_PREFILL_BATCHES, -(-context // isa.max_m))
+        batches = _default_batches(context, isa)
     pl, roles = place_tensor(qm, isa, config.mesh_width, config.mesh_height, context, batches,
                              kvapp)
     # the software-pipelined scores take a few more instructions: without them if the
@@ -502,7 +508,7 @@ def _tensor_places(qm: QuantizedModel, config: ChipConfig, context: int, kvapp: 
     isa = config.isa_config()
     try:
         place_tensor(qm, isa, config.mesh_width, config.mesh_height, context,
-                     min(DEFAULT_PREFILL_BATCHES, -(-context // isa.max_m)), kvapp)
+                     _default_batches(context, isa), kvapp)
         return True
     except FitError:
         return False

@@ -134,17 +134,15 @@ class GenerateResult:
             If `which` is none of the three.
         """
         if self.phase_perf:
-            phases = ("prefill", "decode") if which == "all" else (which,)
-            out: dict = {}
-            for ph in phases:
-                for k, v in self.phase_perf[ph].items():
-                    out[k] = out.get(k, 0) + v
-            return out
-        sel = {"prefill": self.steps[:self.prefill_steps],
-               "decode": self.steps[self.prefill_steps:], "all": self.steps}[which]
+            parts = [self.phase_perf[ph]
+                     for ph in (("prefill", "decode") if which == "all" else (which,))]
+        else:
+            parts = [s.perf for s in {"prefill": self.steps[:self.prefill_steps],
+                                      "decode": self.steps[self.prefill_steps:],
+                                      "all": self.steps}[which]]
         out: dict = {}
-        for s in sel:
-            for k, v in s.perf.items():
+        for counters in parts:
+            for k, v in counters.items():
                 out[k] = out.get(k, 0) + v
         return out
 
@@ -162,9 +160,10 @@ class Driver:
         For the text of `generate`.
     perf : bool or {"step", "phase"}
         ``True`` or ``"step"`` (default): read every tile's performance counters around each
-        step (two register reads per tile and step: on the RTL about a thousand cycles of
-        host-link traffic per step, besides the step's own cycles).  ``"phase"``: `generate`
-        reads them only before the prefill, between prefill and decode and at the end
+        step (two register reads per tile and step: on the 4 x 4 RTL about 300 cycles of
+        host-link traffic per step, besides the step's own cycles, and their handling).
+        ``"phase"``: `generate` reads them only before the prefill, between prefill and
+        decode and at the end
         (`GenerateResult.phase_perf`; `step` and `run_plan` read none): the sums then also
         span the host's traffic between steps, which only ``cycles`` (every clock) counts.
         ``False``: never.
@@ -189,7 +188,6 @@ class Driver:
         self.backend = backend
         self.tokenizer = tokenizer
         self.perf = perf
-        self._per_step = perf is True or perf == "step"
         self.timeout_cycles = timeout_cycles
         self.loaded = False
         self._last_perf = None
@@ -338,6 +336,11 @@ class Driver:
             after = self._last_perf = await self._perf_all()
             total, per_tile = self._perf_delta(before, after)
         return StepResult(tokens, pos, token, out, cycles, total, per_tile)
+
+    @property
+    def _per_step(self) -> bool:
+        """Counters are read around every step (``perf`` True or ``"step"``)."""
+        return self.perf is True or self.perf == "step"
 
     def _perf_delta(self, before: dict, after: dict) -> tuple[dict, dict]:
         """Return ``(summed over tiles, per tile)`` of two `_perf_all` reads (mod 2**32)."""
