@@ -314,8 +314,9 @@ def _leaf_fields(layout, prefix="", base=0):
 # `encode` and `decode` pack and unpack the word with these (read from `Instruction` once:
 # `Instruction.const` / `from_bits` cost about 1 ms per word, which made assembling a 4 x 4
 # chip's programs take seconds).
-_FIELD_OFFSETS = {n: o for n, o, _ in _leaf_fields(data.Layout.cast(Instruction))}
-_FIELD_MASKS = {n: (1 << w) - 1 for n, _, w in _leaf_fields(data.Layout.cast(Instruction))}
+_LEAVES = list(_leaf_fields(data.Layout.cast(Instruction)))
+_FIELD_OFFSETS = {n: o for n, o, _ in _LEAVES}
+_FIELD_MASKS = {n: (1 << w) - 1 for n, _, w in _LEAVES}
 
 
 # -- Python view --------------------------------------------------------------------------------
