@@ -31,10 +31,15 @@ from .noc import Mesh
 from .tile.controller import Status
 from .tile.tile import Tile
 
-__all__ = ["Chip", "TILE_MODULE", "chip_verilog"]
+__all__ = ["Chip", "RESET_LATENCY", "TILE_MODULE", "chip_verilog"]
 
 #: Verilog module name of the tile in `chip_verilog`.
 TILE_MODULE = "chipotle_tile"
+
+
+#: Rising clock edges after ``rst`` falls (sampled low) until the mesh and the tiles leave
+#: reset (`Chip`'s reset pipeline): a host must not offer a flit before them.
+RESET_LATENCY = 2
 
 
 class Chip(wiring.Component):
@@ -44,8 +49,9 @@ class Chip(wiring.Component):
     performance counters, receive ``DONE`` doorbells) goes through ``i_host`` / ``o_host`` as
     packets of ``chipotle.hw.noc.packet`` (``docs/noc.md``, ``docs/tile.md``).
 
-    The reset (of the ``sync`` domain) reaches the mesh and the tiles through one register:
-    they leave reset one cycle after ``rst`` falls.
+    The reset (of the ``sync`` domain) reaches the mesh and the tiles through two registers
+    (a reset pipeline): they leave reset two cycles after ``rst`` falls, all in the same
+    cycle.
 
     Parameters
     ----------
@@ -57,10 +63,11 @@ class Chip(wiring.Component):
         ``Tile(config, x=None, y=None)``, position on its ``i_x`` / ``i_y`` ports); the
         design is then complete only with that module's Verilog (`chip_verilog`).
     tile_reset_register : bool, optional
-        With ``tile_instances`` only.  False (default): each ``Instance`` gets the chip's
-        reset register.  True: it gets the ``sync`` reset itself, and the module must
-        register it (one register, the same timing): `chip_verilog`'s `TILE_MODULE` does,
-        so that a Verilator hierarchy block of it has no input in its next-state logic.
+        With ``tile_instances`` only.  False (default): each ``Instance`` gets the reset
+        pipeline's output.  True: it gets the pipeline's first register, and the module
+        must register it once more (the same timing): `chip_verilog`'s `TILE_MODULE` does,
+        so that a Verilator hierarchy block of it has no input in its next-state logic and
+        the chip's calls of the blocks depend on no top-level input.
 
     Members
     -------
@@ -97,14 +104,17 @@ class Chip(wiring.Component):
         m = Module()
         c, tc = self._config, self._tile_config
         # The mesh and the tiles run in the domain "core": the clock of "sync", and "sync"'s
-        # reset through one register (a reset that ends one cycle later; on an FPGA also a
-        # cut of the reset's fan-out).  Without it every tile's next-state logic depends on
-        # the top-level input ``rst``, which Verilator evaluates again at every call of
-        # eval() (its "ico" region, several per clock cycle under cocotb).
+        # reset through a pipeline of two registers (a reset that ends two cycles later; on
+        # an FPGA also cuts of the reset's fan-out).  Without it every tile's next-state
+        # logic depends on the top-level input ``rst``, which Verilator evaluates again at
+        # every call of eval() (its "ico" region, several per clock cycle under cocotb).
+        # Tile instances that register their reset themselves (`chip_verilog`) get the first
+        # register: their hierarchy blocks then see no top-level input at all.
         m.domains.core = core = ClockDomain("core", local=True)
-        rst_q = Signal(init=1, reset_less=True)
-        m.d.sync += rst_q.eq(ResetSignal("sync"))
-        m.d.comb += [core.clk.eq(ClockSignal("sync")), core.rst.eq(rst_q)]
+        rst_q1 = Signal(init=1, reset_less=True)
+        rst_q2 = Signal(init=1, reset_less=True)
+        m.d.sync += [rst_q1.eq(ResetSignal("sync")), rst_q2.eq(rst_q1)]
+        m.d.comb += [core.clk.eq(ClockSignal("sync")), core.rst.eq(rst_q2)]
         m.submodules.mesh = mesh = DomainRenamer("core")(Mesh(c.mesh_width, c.mesh_height,
                                                                tc.noc))
         connect(m, flipped(self.i_host), mesh.i_host)
@@ -112,8 +122,7 @@ class Chip(wiring.Component):
         for i, (x, y) in enumerate(c.tiles):
             if self._tile_instances:
                 into, outof = mesh.o_local[i], mesh.i_local[i]
-                tile_rst = ResetSignal("sync") if self._tile_reset_register else \
-                    ResetSignal("core")
+                tile_rst = rst_q1 if self._tile_reset_register else ResetSignal("core")
                 m.submodules[f"tile_{x}_{y}"] = Instance(
                     TILE_MODULE,
                     i_clk=ClockSignal("core"), i_rst=tile_rst,
@@ -138,9 +147,9 @@ def chip_verilog(config: ChipConfig | None = None, name: str = "chip") -> str:
     The text holds the module `TILE_MODULE` (``Tile(config.tile_config(), x=None, y=None)``
     with registers on its inputs ``rst``, ``i_x`` and ``i_y``) and the top module `name`
     (``Chip(config, tile_instances=True, tile_reset_register=True)``), which instantiates it
-    ``n_tiles`` times with constant positions.  The tiles leave reset one cycle after
-    ``rst`` falls, as in ``Chip``; the hierarchy below each instance is the ``Tile``'s
-    (``tile_<x>_<y>.core.sram``...).  Ports of `name` are those of `Chip`.
+    ``n_tiles`` times with constant positions.  The tiles leave reset two cycles after
+    ``rst`` falls, with the mesh, as in ``Chip``; the hierarchy below each instance is the
+    ``Tile``'s (``tile_<x>_<y>.core.sram``...).  Ports of `name` are those of `Chip`.
 
     `TILE_MODULE` carries two Verilator metacomments (plain comments to other tools):
     ``no_inline_module`` (one module in a flat C++ model; Verilator would inline it into

@@ -167,6 +167,15 @@ class Driver:
         (`GenerateResult.phase_perf`; `step` and `run_plan` read none): the sums then also
         span the host's traffic between steps, which only ``cycles`` (every clock) counts.
         ``False``: never.
+    incremental : bool
+        ``True`` (default): a step's host writes (the step block of every tile,
+        ``StepPlan.writes``) send only the words that differ from what the driver wrote at
+        the same address since `load` (one packet per run of changed words, runs less than
+        `_MERGE_GAP` words apart joined).  The SRAM then holds the same bytes as after a
+        full write, provided nothing else writes those ranges: the compiler's programs only
+        read the step block (``tb/driver/test_driver_isasim.py`` compares every tile's step
+        block after each step).  A decode step of the 4 x 4 tensor placement then writes 2
+        words per tile instead of 42.  ``False``: every write in full.
     timeout_cycles : int
         Longest a step may take before it is declared hung (default 5,000,000).
 
@@ -178,7 +187,7 @@ class Driver:
     """
 
     def __init__(self, compiled, backend: Backend, tokenizer=None, *, perf=True,
-                 timeout_cycles: int = 5_000_000):
+                 incremental: bool = True, timeout_cycles: int = 5_000_000):
         if not (isinstance(perf, bool) or perf in ("step", "phase")):
             raise ValueError(f"`perf` must be True, False, \"step\" or \"phase\", not {perf!r}")
         if compiled.config != backend.config:
@@ -189,8 +198,10 @@ class Driver:
         self.tokenizer = tokenizer
         self.perf = perf
         self.timeout_cycles = timeout_cycles
+        self.incremental = bool(incremental)
         self.loaded = False
         self._last_perf = None
+        self._written: dict = {}     # (xy, byte address) -> the bytes last written there
 
     @property
     def config(self):
@@ -229,6 +240,8 @@ class Driver:
         """
         total, done = self.load_bytes(), 0
         self._last_perf = None
+        self._written = {}
+        self.loaded = False
         await self.backend.reset()
         write = self.backend.write_sram
         if backdoor:
@@ -310,7 +323,7 @@ class Driver:
             before = self._last_perf or await self._perf_all()
         self._last_perf = None
         for xy, addr, data in plan.writes:
-            await be.write_sram(xy, addr, data)
+            await self._write_step_data(xy, addr, bytes(data))
         c0 = be.cycle
         for xy, pc in plan.starts:
             await be.start(xy, pc)
@@ -336,6 +349,20 @@ class Driver:
             after = self._last_perf = await self._perf_all()
             total, per_tile = self._perf_delta(before, after)
         return StepResult(tokens, pos, token, out, cycles, total, per_tile)
+
+    async def _write_step_data(self, xy, addr: int, data: bytes) -> None:
+        """Write a step's ``data`` at byte ``addr`` of tile ``xy``: in full, or (with
+        ``incremental``) only the word runs that differ from the last write there."""
+        key = (tuple(xy), int(addr))
+        old = self._written.get(key)
+        w = self.config.word_bytes
+        if (not self.incremental or old is None or len(old) != len(data) or addr % w
+                or len(data) % w):
+            await self.backend.write_sram(xy, addr, data)
+        else:
+            for lo, hi in _changed_runs(old, data, w, _MERGE_GAP):
+                await self.backend.write_sram(xy, addr + lo, data[lo:hi])
+        self._written[key] = data
 
     @property
     def _per_step(self) -> bool:
@@ -501,6 +528,27 @@ def mac_busy(steps, n_tiles: int) -> float | None:
     if not cyc or not any("mac_cycles" in s["perf"] for s in steps):
         return None
     return sum(s["perf"].get("mac_cycles", 0) for s in steps) / (cyc * n_tiles)
+
+
+#: `Driver`'s incremental step writes join two runs of changed words when fewer than this
+#: many unchanged words lie between them (a packet's head flit costs about one word).
+_MERGE_GAP = 2
+
+
+def _changed_runs(old: bytes, new: bytes, word: int, gap: int) -> list[tuple[int, int]]:
+    """Return the byte ranges ``[(lo, hi), ...]`` (multiples of ``word``) of the words in
+    which ``new`` differs from ``old`` (same length), runs closer than ``gap`` words
+    joined."""
+    a = np.frombuffer(old, np.uint8).reshape(-1, word)
+    b = np.frombuffer(new, np.uint8).reshape(-1, word)
+    idx = np.flatnonzero((a != b).any(axis=1))
+    runs: list[list[int]] = []
+    for i in idx.tolist():
+        if runs and i - runs[-1][1] < gap:
+            runs[-1][1] = i + 1
+        else:
+            runs.append([i, i + 1])
+    return [(lo * word, hi * word) for lo, hi in runs]
 
 
 def _dequantize(logits: np.ndarray) -> np.ndarray:

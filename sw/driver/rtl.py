@@ -33,6 +33,7 @@ from cocotb.simtime import get_sim_time
 from cocotb.triggers import Event, FallingEdge, First, Lock, ReadOnly, RisingEdge, Timer
 
 from chipotle.config import ChipConfig
+from chipotle.hw.chip import RESET_LATENCY
 from chipotle.hw.noc.packet import Packet
 from chipotle.hw.tile.controller import N_PERF
 from chipotle.hw.tile.netif import PERF_BASE, Reg
@@ -128,7 +129,9 @@ class RtlBackend(PacketBackend):
             await RisingEdge(dut.clk)
         await FallingEdge(dut.clk)
         dut.rst.value = 0
-        await RisingEdge(dut.clk)
+        # the mesh and the tiles leave reset `RESET_LATENCY` edges later: no flit before
+        for _ in range(RESET_LATENCY):
+            await RisingEdge(dut.clk)
         self._t0 = self._now()
         if self._monitor is None:
             self._monitor = cocotb.start_soon(self._receive())
