@@ -686,6 +686,10 @@ def _attention(e, k, li):
         e.comment(f"layer {li} q projection, RoPE, quantisation of q (K and V from partners)")
         _rows_op(e, k, lambda mm: e("matmul.i16", k.a("q16"), k.a("rec"), k.a(p + "wq"),
                                     k.lay[p + "wq_ms"], NQ, dim, mm))
+        if k.roles.split:                   # under wq: atab row n = pos + 1, a, a > 0
+            e("mul", "r4", "r1", 8)
+            e("ld", "r12", k.a("atab", 4, 8))
+            e("ld", "r4", k.a("atab", 4, 12))
     else:
         e.comment(f"layer {li} q k v projections, RoPE, quantisation of q and k")
         # the matrix unit runs wk, wq, wv back to back in the background while the vector unit
@@ -747,9 +751,6 @@ def _attention(e, k, li):
                       f"partner)")
             e("send", (k.pl.tiles[pxy][f"pq{pj}"] + r * krec,), k.a("qrec"), krec,
               _rect((pxy[0], pxy[0], pxy[1], pxy[1])), C_Q)
-            e("mul", "r4", "r1", 8)         # atab row n = pos + 1: a, a > 0
-            e("ld", "r12", k.a("atab", 4, 8))
-            e("ld", "r4", k.a("atab", 4, 12))
             e("add", "r6", k.a("qrec"), 0)
             e("add", "r8", (kbase,), 0)
             e.loop("r4", lambda: emit_scores(e, k.a("t"), "r6", "r8", att_ms, "r12", hs, 1,
@@ -947,6 +948,8 @@ def _partner_kv(e, k, li):
             _rows_op(e, k, lambda mm, j=j: e("matmul.i16", k.a("pk16"), k.a("rec"),
                                              k.a(p + f"pw{j}"), k.lay[p + f"pw{j}_ms"], hs,
                                              dim, mm))
+            if k.roles.split and j == min(i for i, (kd, _) in enumerate(k.jobs) if kd == "k"):
+                _partner_score_table(e, k)  # under the matmul
             e("mul", "r3", "r1", 2 * hs)
             e("add", "r7", k.a("pk16"), 0)
             if k.roles.split:               # the records into the partner's K cache
@@ -990,19 +993,26 @@ def _partner_scores(e, k, li):
     a))``, ``n > a``, ``4 a`` (0 when ``a = n``)."""
     c, p = k.c, f"l{li}."
     kjobs = [(j, h) for j, (kind, h) in enumerate(k.jobs) if kind == "k"]
-    e("mul", "r3", "r1", 32)                # row n = pos + 1 of ptab
-    for r, off in ((4, 32), (5, 36), (6, 40), (7, 44), (8, 48)):
-        e("ld", f"r{r}", k.a("ptab", 3, off))
     e("wait", C_Q, c.kv_mul * len(kjobs))
     for j, h in kjobs:
-        e.loop("r7", lambda j=j: e("matqk.i32", k.a("pt"), k.a(f"pq{j}"),
-                                   k.a(p + f"pkc{j}", 4), k.lay[p + "att_ms"], "r5",
-                                   c.head_size, c.kv_mul))
+        e.loop("r11", lambda j=j: e("matqk.i32", k.a("pt"), k.a(f"pq{j}"),
+                                    k.a(p + f"pkc{j}", 10), k.lay[p + "att_ms"], "r5",
+                                    c.head_size, c.kv_mul))
         e("add", "r9", k.a("pt"), 0)
         for xy in k.roles.kv_tiles[h]:      # the query heads' rows, in order
-            e("send", (k.pl.tiles[xy]["t"], 8), "r9", "r6", _rect((xy[0], xy[0], xy[1], xy[1])),
-              C_SC)
+            e("send", (k.pl.tiles[xy]["t"], 12), "r9", "r6",
+              _rect((xy[0], xy[0], xy[1], xy[1])), C_SC)
             e("add", "r9", "r9", "r6")
+
+
+def _partner_score_table(e, k):
+    """Load ``ptab`` row ``n = pos + 1`` (`_partner_scores`) into ``r10`` (``a * krec``),
+    ``r5`` (``n - a``), ``r6`` (``pad(4 (n - a))``), ``r11`` (``n > a``) and ``r12`` (``4
+    a``); emitted where the tile waits on a unit anyway (under the K job's ``matmul``),
+    in registers the K / V jobs leave alone."""
+    e("mul", "r3", "r1", 32)
+    for r, off in ((10, 32), (5, 36), (6, 40), (11, 44), (12, 48)):
+        e("ld", f"r{r}", k.a("ptab", 3, off))
 
 
 def _layer(e, k, li):
@@ -1101,8 +1111,9 @@ def _att_slices(e, k):
 
 def _quantise_slices(e, k, regions, strides, n, send):
     """Per row of the batch (``loop r2``): ``dynq`` of the ``n`` int32 (the gathered maxima
-    and this tile's rows) at ``r6`` into the record at ``r7``, its header copied to the
-    row's record at ``r8``, then ``send()`` (the tile's int8 into that record on every tile);
+    and this tile's rows) at ``r6`` into the record at ``r7``, then ``send()`` (the tile's
+    int8 into the row's record at ``r8`` on every tile), then the header copied to that
+    record (under the send: the copy's 5 cycles are off the gather);
     ``r6``, ``r7``, ``r8`` start at `regions` and step by `strides` (bytes) per row.  Shared
     by `_att_slices` and `_gate_slices`."""
     W = k.isa.word_bytes
@@ -1111,8 +1122,8 @@ def _quantise_slices(e, k, regions, strides, n, send):
 
     def rows():
         e("dynq.i8.i32", "r7", "r6", n)
+        send()                  # the int8 leave first; the header's copy runs under them
         e("copy", "r8", "r7", W)
-        send()
         for reg, stride in zip(("r6", "r7", "r8"), strides, strict=True):
             e("add", reg, f"{reg}+{stride}", 0)
     e.loop("r2", rows)
