@@ -109,6 +109,28 @@ def _split_at(n: int, word_bytes: int) -> int:
     return max(0, min(a, (n - 1) // step * step))
 
 
+def _split3(n: int, word_bytes: int, vsplit: bool) -> tuple:
+    """Keys ``0 .. a - 1``, ``a .. b - 1`` and ``b .. n - 1`` of a decode step's ``n``: the
+    attention tile's, the V partner's and the K partner's (`TensorRoles.vsplit`; without it
+    ``a = b = _split_at(n)`` and the K partner scores ``a .. n - 1``).  The partners score
+    both query heads in one ``matqk`` (3 cycles per key at 2 rows and a send per head of half
+    a flit per key, about 4 cycles per key and 20 besides) against the tile's 2 cycles per
+    key, so that all three finish together: ``2 a + 8 = 22 + 4 (b - a) = 22 + 4 (n - b)``,
+    ``a ~ (n + 7) / 2``; measured on stories260K (positions 64, 128, 256) the best is a
+    little more for the tile, ``a ~ 0.55 n + 2`` (the partners start scoring when the query
+    record arrives, the tile as it sends it); ``a`` and ``b`` are multiples of ``W / 4`` (the scores land
+    word-aligned) and ``b`` below ``n``: the K partner always scores the step's own key, so
+    that neither the tile nor the V partner waits for it."""
+    if not vsplit:
+        a = _split_at(n, word_bytes)
+        return a, a
+    step = max(1, word_bytes // 4)
+    last = (n - 1) // step * step
+    a = max(0, min(int(round((40 + 11 * n) / 20 / step)) * step, last))
+    b = max(a, min(a + int(round((n - a) / 2 / step)) * step, last))
+    return a, b
+
+
 def _split(units: int, n: int, j: int) -> tuple:
     """Units ``[lo, hi)`` of part `j` when `units` are split as evenly as possible in `n`."""
     return units * j // n, units * (j + 1) // n
@@ -144,6 +166,15 @@ class TensorRoles:
         a - 1``, `_split_at`) and the KV head's K partner (the rest, for every query head of
         the KV head at once, from the partner's copy of the K cache).  Needs K partners,
         `split_scores`, one query head per attention tile and ``kv_mul <= M``.
+    vsplit : bool
+        With `split`, the KV head's V partner scores a middle share of the keys too
+        (`_split3`: the attention tile keys ``0 .. a - 1``, the V partner ``a .. b - 1``, the
+        K partner ``b .. n - 1``), from a copy of the K cache that the K partner fills (it
+        sends each K record there too).  Needs `vscores` and, for every KV head, a V partner
+        on another tile than its K partner, and no partner tile with jobs of both kinds.
+    scorers : dict of int to list of (x, y)
+        The partners that score keys of each KV head in decode: its K partner, then its V
+        partner with `vsplit` (empty without `split`).
     aslot : bool
         The attention output quantised in slices, as the gate (`_att_slices`): each
         attention tile multicasts the largest magnitude of its heads' output, every tile
@@ -160,7 +191,8 @@ class TensorRoles:
     """
 
     def __init__(self, qm: QuantizedModel, isa: IsaConfig, tiles: list, partners: bool = True,
-                 gate_slices: bool = True, split_scores: bool = True, att_slices: bool = True):
+                 gate_slices: bool = True, split_scores: bool = True, att_slices: bool = True,
+                 vscores: bool = True):
         c, W = qm.config, isa.word_bytes
         T = len(tiles)
         # int16 rows per word (x slices), int32 rows per word (gate slices); the gate
@@ -218,6 +250,19 @@ class TensorRoles:
         self.split = bool(split_scores and self.kvp and g <= isa.max_m
                           and isa.n_counters > C_SC + 1
                           and all(q1 - q0 == 1 for q0, q1 in self.q.values()))
+        #: V partner of each KV head: (tile, index of the job on it)
+        self.vpartner = {h: (xy, j) for xy, jobs in self.kvp.items()
+                         for j, (kind, h) in enumerate(jobs) if kind == "v"}
+        self.vsplit = bool(vscores and self.split
+                           and all(self.vpartner[h][0] != self.kpartner[h][0] for h in range(KV))
+                           and all(len({kind for kind, _ in jobs}) == 1
+                                   for jobs in self.kvp.values()))
+        self.scorers = {h: [self.kpartner[h][0]] + ([self.vpartner[h][0]] if self.vsplit else [])
+                        for h in range(KV)} if self.split else {}
+
+    def scores_keys(self, xy) -> bool:
+        """Whether tile `xy` is a partner that scores keys in decode (`_partner_scores`)."""
+        return any(xy in tiles for tiles in self.scorers.values())
 
 
 def _gate_geometry(roles: TensorRoles, isa: IsaConfig) -> dict:
@@ -313,10 +358,13 @@ def _requests(qm: QuantizedModel, isa: IsaConfig, roles: TensorRoles, xy, contex
                 ("pv", M * pad(hs), "act")]
         if any(kind == "k" for kind, _ in jobs):
             req += [("prope", context * 2 * hs, "kv")]
-            if roles.split:
-                req += [("ptab", 32 * (context + 1), "act"),
-                        ("pt", c.kv_mul * pad(4 * context), "act")]
-                req += [(f"pq{j}", c.kv_mul * rec(hs), "act") for j, _ in enumerate(jobs)]
+        if roles.scores_keys(xy):
+            req += [("ptab", 32 * (context + 1), "act"),
+                    ("pt", c.kv_mul * pad(4 * context), "act")]
+            # the query records, per KV head: "g" regions, at the same address on the K and
+            # V partners when they have the same jobs' heads (one multicast reaches both)
+            heads = [h for kind, h in jobs if kind == "k" or roles.vsplit]
+            req += [(f"pq{h}", c.kv_mul * rec(hs), "g") for h in heads]
     for li in range(c.n_layers):
         p = f"l{li}."
         req += [(p + "ffn_eps", 8, "c"), (p + "fg", 2 * dim, "act")]
@@ -324,7 +372,7 @@ def _requests(qm: QuantizedModel, isa: IsaConfig, roles: TensorRoles, xy, contex
             req += [(p + "att_eps", 8, "c"), (p + "ag", 2 * dim, "act")]
             for j, (kind, _) in enumerate(jobs):
                 req += [(p + f"pw{j}_ms", 4 * hs, "c"), (p + f"pw{j}", hs * pad(dim), "w")]
-                if kind == "k" and roles.split:
+                if roles.scores_keys(xy) and (kind == "k" or roles.vsplit):
                     req += [(p + f"pkc{j}", context * rec(hs), "kv")]
             if roles.split:
                 req += [(p + "att_ms", 4, "c")]
@@ -741,16 +789,15 @@ def _attention(e, k, li):
     e.loop("r2", qrows)
     att_ms = k.lay[p + "att_ms"]
     if k.roles.split:
-        # decode: the query record to the K partner, then the scores of keys 0 .. a - 1
-        # (none of them the step's own: no wait for the partners' K and V)
-        pxy, pj = k.roles.kpartner[g0]
+        # decode: the query record to the partners that score, then the scores of keys
+        # 0 .. a - 1 (none of them the step's own: no wait for the partners' K and V)
         r = q0 - g0 * c.kv_mul
 
         def first_keys():
-            e.comment(f"layer {li} scores of the first keys (decode; the rest from the K "
-                      f"partner)")
-            e("send", (k.pl.tiles[pxy][f"pq{pj}"] + r * krec,), k.a("qrec"), krec,
-              _rect((pxy[0], pxy[0], pxy[1], pxy[1])), C_Q)
+            e.comment(f"layer {li} scores of the first keys (decode; the rest from the "
+                      f"partners)")
+            for rect, addr in _query_sends(k, g0):
+                e("send", (addr + r * krec,), k.a("qrec"), krec, rect, C_Q)
             e("add", "r6", k.a("qrec"), 0)
             e("add", "r8", (kbase,), 0)
             e.loop("r4", lambda: emit_scores(e, k.a("t"), "r6", "r8", att_ms, "r12", hs, 1,
@@ -781,7 +828,7 @@ def _attention(e, k, li):
 
     def split():                            # decode, keys a .. n - 1 from the K partner
         e.comment(f"layer {li} softmax and weighted sum of V (decode), K and V appended")
-        e("wait", C_SC, 1)
+        e("wait", C_SC, len(k.roles.scorers[g0]))
         e("add", "r4", "r1+1", 0)
         e("softmax.u16.i32", k.a("p"), k.a("t"), "r4")
         if k.kvl is not None:               # the row's K and V, under the softmax
@@ -813,6 +860,19 @@ def _attention(e, k, li):
         e("send", "r6", "r6", 4 * NQ, k.all, C_ACC)
         e("add", "r6", f"r6+{as_}", 0)
     e.loop("r2", send)
+
+
+def _query_sends(k, h) -> list:
+    """The SENDs of a query record to the partners scoring KV head `h`'s keys: ``(rect,
+    address of pq<h>)``, one multicast when they are adjacent and hold ``pq<h>`` at the
+    same address (the K and V partners of the 4 x 4 mesh), else one per partner."""
+    tiles = k.roles.scorers[h]
+    addrs = {k.pl.tiles[xy][f"pq{h}"] for xy in tiles}
+    xs, ys = [xy[0] for xy in tiles], [xy[1] for xy in tiles]
+    box = (min(xs), max(xs), min(ys), max(ys))
+    if len(addrs) == 1 and (box[1] - box[0] + 1) * (box[3] - box[2] + 1) == len(tiles):
+        return [(_rect(box), addrs.pop())]
+    return [(_rect((x, x, y, y)), k.pl.tiles[(x, y)][f"pq{h}"]) for x, y in tiles]
 
 
 def _scores(e, k, att_ms, kbase, kstep, vbase, vstep, vstride, row_skip, kvs):
@@ -933,12 +993,15 @@ def _partner_kv(e, k, li):
     records (``"k"``) or the ``wv`` rows (``"v"``), each row sent to the KV head's attention
     tiles (bumping `C_KV`): into ``kbuf`` / ``vbuf`` with ``kvapp``, else straight into the
     K and V caches at the row's position.  The instructions are the attention tiles' own, so
-    the records and rows are theirs bit for bit."""
+    the records and rows are theirs bit for bit.  With `TensorRoles.vsplit` the K partner
+    also sends each K record into the V partner's copy of the K cache at the row's
+    position (`C_KV`, which the V partner consumes after its jobs)."""
     c, isa, p = k.c, k.isa, f"l{li}."
     dim, hs, pad = c.dim, c.head_size, isa.pad
     krec = isa.record_bytes(hs)
     e.comment(f"layer {li} attention RMSNorm for the K / V partner's jobs")
     _att_norm(e, k, li)
+    scoring = _scoring_jobs(k)
     for j, (kind, h) in enumerate(k.jobs):
         e.comment(f"layer {li} partner: {kind.upper()} of KV head {h} for its attention tiles")
         targets = [(xy, k.pl.tiles[xy]) for xy in k.roles.kv_tiles[h]]
@@ -948,7 +1011,7 @@ def _partner_kv(e, k, li):
             _rows_op(e, k, lambda mm, j=j: e("matmul.i16", k.a("pk16"), k.a("rec"),
                                              k.a(p + f"pw{j}"), k.lay[p + f"pw{j}_ms"], hs,
                                              dim, mm))
-            if k.roles.split and j == min(i for i, (kd, _) in enumerate(k.jobs) if kd == "k"):
+            if scoring and j == scoring[0][0]:
                 _partner_score_table(e, k)  # under the matmul
             e("mul", "r3", "r1", 2 * hs)
             e("add", "r7", k.a("pk16"), 0)
@@ -963,13 +1026,20 @@ def _partner_kv(e, k, li):
             _rows_op(e, k, lambda mm, j=j: e("matmul.i8", k.a("pv"), k.a("rec"),
                                              k.a(p + f"pw{j}"), k.lay[p + f"pw{j}_ms"], hs,
                                              dim, mm))
+            if scoring and j == scoring[0][0]:
+                _partner_score_table(e, k)  # under the matmul
             e("add", "r8", k.a("pv"), 0)
         if k.kvl_any:
             e("add", "r4", (0,), 0)         # row i of the batch at kbuf / vbuf + i * step
         else:
             e("mul", "r4", "r1", step)      # position pos + i of the cache
+        vcopy = kind == "k" and k.roles.vsplit
+        if vcopy:                           # position pos + i of the V partner's K cache
+            vxy, vj = k.roles.vpartner[h]
+            e("mul", "r9", "r1", krec)
+            e("add", "r9", (k.pl.tiles[vxy][p + f"pkc{vj}"], 9), 0)
 
-        def row(kind=kind, base=base, step=step, targets=targets):
+        def row(kind=kind, base=base, step=step, targets=targets, vcopy=vcopy, h=h):
             if kind == "k":
                 e("rope.i16.i16", "r7", "r7", k.a("prope", 3), hs, hs, nx.ROPE_FRAC_BITS)
                 e("dynq.i8.i16", "r8", "r7", hs)
@@ -977,25 +1047,44 @@ def _partner_kv(e, k, li):
                 e("add", "r7", f"r7+{pad(2 * hs)}", 0)
             for (xy, _), b in zip(targets, base, strict=True):
                 e("send", (b, 4), "r8", step, _rect((xy[0], xy[0], xy[1], xy[1])), C_KV)
+            if vcopy:
+                vx, vy = k.roles.vpartner[h][0]
+                e("send", "r9", "r8", krec, _rect((vx, vx, vy, vy)), C_KV)
+                e("add", "r9", f"r9+{krec}", 0)
             e("add", "r4", f"r4+{step}", 0)
             e("add", "r8", f"r8+{step}", 0)
         e.loop("r2", row)
-    if k.roles.split and any(kind == "k" for kind, _ in k.jobs):
-        e.comment(f"layer {li} partner: scores of the last keys for the attention tiles")
+    if scoring:
+        e.comment(f"layer {li} partner: scores of its share of the keys for the attention "
+                  f"tiles")
         e.loop("r13", lambda: _partner_scores(e, k, li))
+    if k.roles.vsplit and scoring and scoring[0][1] == "v":
+        e.comment(f"layer {li} partner: the K records of its copy of the K cache arrived")
+        _wait_all(e, k, C_KV, len(scoring))
+
+
+def _scoring_jobs(k) -> list:
+    """This partner's jobs whose KV heads' keys it scores in decode (`_partner_scores`), as
+    ``(index, kind, head)``: its ``"k"`` jobs, or with `TensorRoles.vsplit` its ``"v"``
+    jobs on a V partner; empty on other tiles and without `TensorRoles.split`."""
+    if not k.roles.scores_keys(k.xy):
+        return []
+    kinds = {"k", "v"} if k.roles.vsplit else {"k"}
+    return [(j, kind, h) for j, (kind, h) in enumerate(k.jobs) if kind in kinds]
 
 
 def _partner_scores(e, k, li):
-    """Decode: the scores of keys ``a .. n - 1`` (`_split_at`) of every query head of this
-    K partner's KV heads, from its K cache and the query records the attention tiles send
-    (`C_Q`), sent into the attention tiles' score buffers at key ``a`` (`C_SC`; a bare bump
-    to key 0 when ``a = n``).  ``ptab`` row ``n``: ``a * krec``, ``n - a``, ``pad(4 (n -
-    a))``, ``n > a``, ``4 a`` (0 when ``a = n``)."""
+    """Decode: the scores of this partner's share of the keys, ``lo .. hi - 1`` (`_split3`:
+    the K partner's the last ones, the V partner's the middle ones), of every query head of
+    its KV heads, from its copy of the K cache and the query records the attention tiles
+    send (`C_Q`), sent into the attention tiles' score buffers at key ``lo`` (`C_SC`; a bare
+    bump to key 0 when the share is empty).  ``ptab`` row ``n``: ``lo * krec``, ``hi -
+    lo``, ``pad(4 (hi - lo))``, ``hi > lo``, ``4 lo`` (0 when empty)."""
     c, p = k.c, f"l{li}."
-    kjobs = [(j, h) for j, (kind, h) in enumerate(k.jobs) if kind == "k"]
-    e("wait", C_Q, c.kv_mul * len(kjobs))
-    for j, h in kjobs:
-        e.loop("r11", lambda j=j: e("matqk.i32", k.a("pt"), k.a(f"pq{j}"),
+    jobs = _scoring_jobs(k)
+    e("wait", C_Q, c.kv_mul * len(jobs))
+    for j, _, h in jobs:
+        e.loop("r11", lambda j=j, h=h: e("matqk.i32", k.a("pt"), k.a(f"pq{h}"),
                                     k.a(p + f"pkc{j}", 10), k.lay[p + "att_ms"], "r5",
                                     c.head_size, c.kv_mul))
         e("add", "r9", k.a("pt"), 0)
@@ -1303,15 +1392,16 @@ def tensor_images(qm: QuantizedModel, isa: IsaConfig, pl: Placement, roles: Tens
             d["rope" if att else "prope"] = np.concatenate(
                 [qm.rope_cos[:context], qm.rope_sin[:context]], axis=1).astype("<i2")
         W = isa.word_bytes
+        split = [_split3(n, W, roles.vsplit) for n in range(context + 1)]
         if roles.split and att:             # keys 0 .. a - 1 of n on the tile
-            d["atab"] = np.array([(_split_at(n, W), int(_split_at(n, W) > 0))
-                                  for n in range(context + 1)], "<u4")
-        if roles.split and "ptab" in lay.regions:       # a K partner's share of the keys
+            d["atab"] = np.array([(a, int(a > 0)) for a, _ in split], "<u4")
+        if roles.split and "ptab" in lay.regions:       # a partner's share of the keys
+            vp = roles.vsplit and any(kind == "v" for kind, _ in jobs)
             rows = []
-            for n in range(context + 1):
-                a = _split_at(n, W)
-                rows.append([a * isa.record_bytes(hs), n - a, isa.pad(4 * (n - a)),
-                             int(n > a), 4 * a if n > a else 0, 0, 0, 0])
+            for n, (a, b) in enumerate(split):
+                lo, hi = (a, b) if vp else (b, n)
+                rows.append([lo * isa.record_bytes(hs), hi - lo, isa.pad(4 * (hi - lo)),
+                             int(hi > lo), 4 * lo if hi > lo else 0, 0, 0, 0])
             d["ptab"] = np.array(rows, "<u4")
         if att:
             g0, g1 = roles.kv[xy]

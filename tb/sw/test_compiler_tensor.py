@@ -299,7 +299,8 @@ def test_kvapp_default_and_store_path(small_qm, placement, kvapp, expect):
 @pytest.mark.parametrize("kvapp", [True, False], ids=["kvapp", "stores"])
 def test_partners_split_scores_and_slices(small_qm, kvapp):
     """3 x 2 tiles (4 attention tiles, 2 without): the K / V partners (two jobs each), the
-    decode scores split with the K partner, the gate and the attention output quantised in
+    decode scores split three ways (the attention tile, the V partner, the K partner: one
+    multicast of the query record to both), the gate and the attention output quantised in
     slices; logits bit-exact for prefill batches of 4 and 2 rows and decode steps up to the
     context's end (the partner's share of the keys growing), with ``kvapp`` and with the
     partners storing into the caches."""
@@ -309,6 +310,7 @@ def test_partners_split_scores_and_slices(small_qm, kvapp):
     pl = compiled.placement
     roles = TensorRoles(small_qm, cfg.isa_config(), sorted(pl.tiles, key=lambda t: t[::-1]))
     assert len(roles.att_tiles) == 4 and roles.split and roles.gslot and roles.aslot
+    assert roles.vsplit                     # the V partner scores the middle keys
     assert sorted(len(j) for j in roles.kvp.values()) == [2, 2]
     assert {kind for jobs in roles.kvp.values() for kind, _ in jobs} == {"k", "v"}
     for xy in roles.att_tiles:              # K and V come from the partners
@@ -324,6 +326,51 @@ def test_partners_split_scores_and_slices(small_qm, kvapp):
         r = run_step_isasim(sim, compiled, [tok], pos)
         np.testing.assert_array_equal(r.logits, golden.forward(tok, pos), err_msg=f"{pos}")
         tok = r.token
+
+
+@pytest.mark.parametrize("mesh, vsplit", [((5, 2), True), ((5, 1), False)], ids=["5x2", "5x1"])
+def test_vpartner_scores(small_qm, mesh, vsplit):
+    """The V partner's share of the decode scores (`TensorRoles.vsplit`) on 5 x 2 tiles, where
+    the K and V partners of KV head 0 are not neighbours (two sends of the query record, the
+    K record sent to a V partner in the next row), and the fallback on 5 x 1 tiles (one
+    partner with every job: the K partner alone scores the last keys): logits bit-exact for
+    a prefill batch and every decode position to the context's end."""
+    from chipotle.compiler.tensor import TensorRoles
+    cfg = CONFIGS["small"].replace(mesh_width=mesh[0], mesh_height=mesh[1], imem_words=1024)
+    compiled = compile_model(small_qm, cfg, placement="tensor")
+    pl = compiled.placement
+    roles = TensorRoles(small_qm, cfg.isa_config(), sorted(pl.tiles, key=lambda t: t[::-1]))
+    assert roles.split and roles.vsplit is vsplit
+    assert all(len(t) == 1 + vsplit for t in roles.scorers.values())
+    sends = [line for line in compiled.sources[roles.att_tiles[0]].splitlines()
+             if line.split()[:1] == ["send"] and line.rstrip().endswith(", 7")]
+    assert len(sends) == small_qm.config.n_layers * (1 + vsplit), sends
+    golden = GoldenModel(small_qm)
+    sim = load_isasim(compiled)
+    toks = [1, 7, 3, 12]
+    r = run_step_isasim(sim, compiled, toks, 0)
+    np.testing.assert_array_equal(r.logits, golden.forward_batch(toks, 0)[-1])
+    tok = r.token
+    for pos in range(4, compiled.context):
+        r = run_step_isasim(sim, compiled, [tok], pos)
+        np.testing.assert_array_equal(r.logits, golden.forward(tok, pos), err_msg=f"{pos}")
+        tok = r.token
+
+
+def test_split3():
+    """`_split3`: the tile's keys ``0 .. a - 1``, the V partner's ``a .. b - 1`` and the K
+    partner's ``b .. n - 1`` cover the keys, ``a`` and ``b`` multiples of W / 4, ``b`` below
+    ``n`` (the K partner always scores the step's own key, which the V partner's copy of the
+    K cache does not hold yet); without the V partner ``a = b = _split_at(n)``."""
+    from chipotle.compiler.tensor import _split3, _split_at
+    for W in (4, 8, 16):
+        step = max(1, W // 4)
+        for n in range(1, 600):
+            a, b = _split3(n, W, True)
+            assert 0 <= a <= b < n and a % step == 0 and b % step == 0, (W, n, a, b)
+            assert _split3(n, W, False) == (_split_at(n, W),) * 2
+    a, b = _split3(512, 8, True)
+    assert abs(a / 512 - 0.55) < 0.01 and abs((b - a) - (512 - b)) <= 2
 
 
 def test_split_at():
