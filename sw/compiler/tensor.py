@@ -589,9 +589,16 @@ def _zero_stale_rows(e, k):
     e.loop("r9", body)
 
 
-def _wait_all(e, k, cnt, n):
-    """Wait for `n` SENDs per row of the batch on counter `cnt`."""
-    e("mul", "r3", "r2", n)
+def _wait_all(e, k, cnt, n, again=False):
+    """Wait for `n` SENDs per row of the batch on counter `cnt`: ``r2 * n`` into ``r3``, or
+    with `again` ``r3`` as the previous wait left it (the caller's word that nothing wrote
+    ``r3`` in between); the whole mesh's ``n = T`` is in ``r15`` (the batch's prologue) on
+    a tile that never needs the `Emitter`'s scratch registers (`TensorK.regflags`)."""
+    if n == k.T and k.regflags:
+        e("wait", cnt, "r15")
+        return
+    if not again:
+        e("mul", "r3", "r2", n)
     e("wait", cnt, "r3")
 
 
@@ -1195,7 +1202,7 @@ def _att_slices(e, k):
             e("send", f"r8+{W + q0 * hs}", f"r7+{W + cnt}", NQ, k.all, C_ACC)
     _quantise_slices(e, k, ("aq", "aqr", "arec"),
                      (ag["aq"], ag["aqr"], isa.record_bytes(k.c.dim)), cnt + NQ, send)
-    _wait_all(e, k, C_ACC, A)
+    _wait_all(e, k, C_ACC, A, again=True)   # r3 = r2 * A (`_quantise_slices` uses r6 .. r8)
 
 
 def _quantise_slices(e, k, regions, strides, n, send):
@@ -1345,6 +1352,7 @@ def tensor_program(qm: QuantizedModel, isa: IsaConfig, pl: Placement, roles: Ten
         if k.regflags:
             e("ld", "r13", k.a("mtab", 3))
             e("ld", "r14", k.a("mtab", 3, 4))
+            e("mul", "r15", "r2", k.T)      # the whole mesh's SENDs of the batch (_wait_all)
         if k.dist:
             e("ld", "r4", k.a("mtab", 3, 12))
             e("st", k.a("state", 0, 12), "r4")
