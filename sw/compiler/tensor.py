@@ -93,6 +93,9 @@ C_GMAX = 6
 C_Q, C_SC = 7, 8
 #: Counter of the attention output's maxima (`TensorRoles.aslot`).
 C_AMAX = 9
+#: Counters of the weighted sums split with a partner in decode (`TensorRoles.wsplit`): the
+#: tail of the probabilities at the partner, the partner's partial sums at the attention tile.
+C_P, C_WS = 10, 11
 
 
 def _split_at(n: int, word_bytes: int) -> int:
@@ -118,9 +121,9 @@ def _split3(n: int, word_bytes: int, vsplit: bool) -> tuple:
     key, so that all three finish together: ``2 a + 8 = 22 + 4 (b - a) = 22 + 4 (n - b)``,
     ``a ~ (n + 7) / 2``; measured on stories260K (positions 64, 128, 256) the best is a
     little more for the tile, ``a ~ 0.55 n + 2`` (the partners start scoring when the query
-    record arrives, the tile as it sends it); ``a`` and ``b`` are multiples of ``W / 4`` (the scores land
-    word-aligned) and ``b`` below ``n``: the K partner always scores the step's own key, so
-    that neither the tile nor the V partner waits for it."""
+    record arrives, the tile as it sends it); ``a`` and ``b`` are multiples of ``W / 4`` (the
+    scores land word-aligned) and ``b`` below ``n``: the K partner always scores the step's
+    own key, so that neither the tile nor the V partner waits for it."""
     if not vsplit:
         a = _split_at(n, word_bytes)
         return a, a
@@ -129,6 +132,18 @@ def _split3(n: int, word_bytes: int, vsplit: bool) -> tuple:
     a = max(0, min(int(round((40 + 11 * n) / 20 / step)) * step, last))
     b = max(a, min(a + int(round((n - a) / 2 / step)) * step, last))
     return a, b
+
+
+def _wsum_split(n: int, word_bytes: int) -> int:
+    """Keys ``0 .. c - 1`` of a decode step's ``n`` whose weighted sum of V an attention tile
+    computes itself with `TensorRoles.wsplit`; its partner sums ``c .. n - 1`` (none when
+    ``c = n``).  The tile's ``wsum`` takes about ``18 + 1.25 c`` cycles; the partner's path,
+    the probabilities' send (``(n - c) / 4`` flits), its ``wsum`` and the partial sums' way
+    back, about ``36 + 1.5 (n - c)``: ``c ~ 0.545 n + 6.5``, a multiple of ``W / 2`` (the
+    tail of the uint16 probabilities starts word-aligned), at least that."""
+    q = max(1, word_bytes // 2)
+    c = max(q, int(round((6.5 + 0.545 * n) / q)) * q)
+    return n if c >= n else c
 
 
 def _split(units: int, n: int, j: int) -> tuple:
@@ -172,6 +187,16 @@ class TensorRoles:
         K partner ``b .. n - 1``), from a copy of the K cache that the K partner fills (it
         sends each K record there too).  Needs `vscores` and, for every KV head, a V partner
         on another tile than its K partner, and no partner tile with jobs of both kinds.
+    wsplit : bool
+        With `vsplit`, decode splits each query head's weighted sum of V with a partner of its
+        KV head (`helper`): the attention tile sums keys ``0 .. c - 1`` (`_wsum_split`) and
+        sends the probabilities of the rest to the partner, which sums them over its copy of
+        the KV head's V cache (the V partner keeps its V rows, the K partner receives them)
+        and sends the partial sums back, added with ``vadd``.  Needs at most as many
+        attention tiles per KV head as partners scoring it and two more counters.
+    helper : dict of (x, y) to (x, y)
+        With `wsplit`, the partner that sums the tail of each attention tile's weighted sum:
+        the ``i``-th attention tile of a KV head has its ``i``-th scoring partner.
     scorers : dict of int to list of (x, y)
         The partners that score keys of each KV head in decode: its K partner, then its V
         partner with `vsplit` (empty without `split`).
@@ -192,7 +217,7 @@ class TensorRoles:
 
     def __init__(self, qm: QuantizedModel, isa: IsaConfig, tiles: list, partners: bool = True,
                  gate_slices: bool = True, split_scores: bool = True, att_slices: bool = True,
-                 vscores: bool = True):
+                 vscores: bool = True, wsums: bool = True):
         c, W = qm.config, isa.word_bytes
         T = len(tiles)
         # int16 rows per word (x slices), int32 rows per word (gate slices); the gate
@@ -259,6 +284,16 @@ class TensorRoles:
                                    for jobs in self.kvp.values()))
         self.scorers = {h: [self.kpartner[h][0]] + ([self.vpartner[h][0]] if self.vsplit else [])
                         for h in range(KV)} if self.split else {}
+        self.wsplit = bool(wsums and self.vsplit and isa.n_counters > C_WS + 1
+                           and all(len(self.kv_tiles[h]) <= len(self.scorers[h])
+                                   for h in range(KV)))
+        self.helper = {xy: self.scorers[h][i] for h in range(KV)
+                       for i, xy in enumerate(self.kv_tiles[h])} if self.wsplit else {}
+
+    def helped(self, xy) -> list:
+        """The ``(attention tile, KV head)`` pairs whose weighted-sum tails partner `xy` sums
+        (`wsplit`), in row-major order of the attention tiles."""
+        return [(a, self.kv[a][0]) for a in self.att_tiles if self.helper.get(a) == xy]
 
     def scores_keys(self, xy) -> bool:
         """Whether tile `xy` is a partner that scores keys in decode (`_partner_scores`)."""
@@ -345,9 +380,13 @@ def _requests(qm: QuantizedModel, isa: IsaConfig, roles: TensorRoles, xy, contex
         req += [("q16", M * pad(2 * nq * hs), "act"), ("qrec", M * nq * krec, "act"),
                 ("t", gc * pad(4 * context), "act"), ("p", 2 * context, "act"),
                 ("t2", gc * pad(4 * context), "act"),
-                ("padt", 4 * (context + 1), "act"), ("rope", context * 2 * hs, "kv")]
+                ("rope", context * 2 * hs, "kv")]
+        if g > 1:                           # the score rows' strides (several query heads)
+            req += [("padt", 4 * (context + 1), "act")]
         if roles.split:
-            req += [("atab", 8 * (context + 1), "act")]
+            req += [("atab", (32 if roles.wsplit else 8) * (context + 1), "act")]
+        if roles.wsplit:
+            req += [("wloc", pad(4 * hs), "act"), ("wpart", pad(4 * hs), "act")]
         if kvapp:
             kvl = _kv_layout(qm, isa, nk, context, 0)
             req += [("kbuf", M * nk * krec, "act"), ("vbuf", nk * M * pad(hs), "act"),
@@ -365,6 +404,9 @@ def _requests(qm: QuantizedModel, isa: IsaConfig, roles: TensorRoles, xy, contex
             # V partners when they have the same jobs' heads (one multicast reaches both)
             heads = [h for kind, h in jobs if kind == "k" or roles.vsplit]
             req += [(f"pq{h}", c.kv_mul * rec(hs), "g") for h in heads]
+        if roles.helped(xy):                # the weighted sums' tails (`_partner_wsums`)
+            for _, h in roles.helped(xy):
+                req += [(f"pp{h}", pad(2 * context), "act"), (f"pw{h}", 2 * pad(4 * hs), "act")]
     for li in range(c.n_layers):
         p = f"l{li}."
         req += [(p + "ffn_eps", 8, "c"), (p + "fg", 2 * dim, "act")]
@@ -376,6 +418,8 @@ def _requests(qm: QuantizedModel, isa: IsaConfig, roles: TensorRoles, xy, contex
                     req += [(p + f"pkc{j}", context * rec(hs), "kv")]
             if roles.split:
                 req += [(p + "att_ms", 4, "c")]
+            for _, h in roles.helped(xy):   # a copy of the KV head's V cache
+                req += [(p + f"pvc{h}", context * pad(hs), "kv")]
         if No:
             req += [(p + "wo_ms", 4 * No, "c"), (p + "w2_ms", 4 * No, "c"),
                     (p + "wo", No * pad(dim), "w"), (p + "w2", No * pad(k2), "w")]
@@ -427,7 +471,8 @@ def _layout(xy, stages, reduce, req, isa) -> TileLayout:
 
 def place_tensor(qm: QuantizedModel, isa: IsaConfig, width: int, height: int, context: int,
                  batches: int = 1, kvapp: bool = False, partners: bool = True,
-                 att_slices: bool = True, gate_slices: bool = True) -> tuple:
+                 att_slices: bool = True, gate_slices: bool = True, vscores: bool = True,
+                 wsums: bool = True) -> tuple:
     """Lay out every tile of the mesh for the tensor-parallel placement.
 
     With `kvapp`, the attention tiles' K and V caches are one KV store region in the layout
@@ -439,7 +484,9 @@ def place_tensor(qm: QuantizedModel, isa: IsaConfig, width: int, height: int, co
     beyond the 17-bit offsets either, where every far address costs instructions).  With
     `gate_slices`, the gate is quantised in slices (`TensorRoles.gslot`).  A mesh on which
     these schemes do not fit (their buffers, the partners' K cache copies, the padded
-    ``w2``) is laid out without any of them.
+    ``w2``) is laid out without the weighted sums split with the partners (`wsums`,
+    `TensorRoles.wsplit`: the partners' V cache copies), then without the V partner's
+    scores (`vscores`), then without any of them.
 
     Returns
     -------
@@ -453,7 +500,8 @@ def place_tensor(qm: QuantizedModel, isa: IsaConfig, width: int, height: int, co
         If a tile's regions exceed its SRAM, or static data lies beyond the ``c`` reach.
     """
     tiles = [(x, y) for y in range(height) for x in range(width)]
-    roles = TensorRoles(qm, isa, tiles, partners, gate_slices, att_slices=att_slices)
+    roles = TensorRoles(qm, isa, tiles, partners, gate_slices, att_slices=att_slices,
+                        vscores=vscores, wsums=wsums)
     extras = bool(roles.kvp or roles.aslot or roles.gslot)
     V = qm.config.vocab_size
     cap = -(-V // len(tiles))
@@ -469,6 +517,10 @@ def place_tensor(qm: QuantizedModel, isa: IsaConfig, width: int, height: int, co
         red = len(cls) if xy == reducer else 0
         lay = _layout(xy, stages, red,
                       _requests(qm, isa, roles, xy, context, batches, rows, red, kvapp), isa)
+        if lay.size > isa.sram_bytes and (roles.wsplit or roles.vsplit):
+            return place_tensor(qm, isa, width, height, context, batches, kvapp, partners,
+                                att_slices, gate_slices, vscores=roles.wsplit and vscores,
+                                wsums=False)
         if lay.size > isa.sram_bytes and extras:
             return place_tensor(qm, isa, width, height, context, batches, kvapp, False, False,
                                 False)
@@ -742,9 +794,10 @@ def _attention(e, k, li):
         _rows_op(e, k, lambda mm: e("matmul.i16", k.a("q16"), k.a("rec"), k.a(p + "wq"),
                                     k.lay[p + "wq_ms"], NQ, dim, mm))
         if k.roles.split:                   # under wq: atab row n = pos + 1, a, a > 0
-            e("mul", "r4", "r1", 8)
-            e("ld", "r12", k.a("atab", 4, 8))
-            e("ld", "r4", k.a("atab", 4, 12))
+            rb = 32 if k.roles.wsplit else 8
+            e("mul", "r4", "r1", rb)
+            e("ld", "r12", k.a("atab", 4, rb))
+            e("ld", "r4", k.a("atab", 4, rb + 4))
     else:
         e.comment(f"layer {li} q k v projections, RoPE, quantisation of q and k")
         # the matrix unit runs wk, wq, wv back to back in the background while the vector unit
@@ -805,10 +858,14 @@ def _attention(e, k, li):
                       f"partners)")
             for rect, addr in _query_sends(k, g0):
                 e("send", (addr + r * krec,), k.a("qrec"), krec, rect, C_Q)
-            e("add", "r6", k.a("qrec"), 0)
-            e("add", "r8", (kbase,), 0)
-            e.loop("r4", lambda: emit_scores(e, k.a("t"), "r6", "r8", att_ms, "r12", hs, 1,
-                                             kvs))
+            e.loop("r4", lambda: emit_scores(e, k.a("t"), k.a("qrec"), (kbase,), att_ms, "r12",
+                                             hs, 1, kvs))
+            if k.roles.wsplit:              # under the scores: the weighted sum's split
+                e.comment(f"layer {li} the weighted sum's split with the partner (decode)")
+                rb = 32
+                e("mul", "r3", "r1", rb)    # atab row n: c, the tail's address and bytes,
+                for reg, off in ((5, 8), (7, 12), (11, 16), (10, 20), (6, 24)):
+                    e("ld", f"r{reg}", k.a("atab", 3, rb + off))     # wsum's output, n > c
         e.loop("r13", first_keys)
     if k.roles.kvp:
         e.comment(f"layer {li} wait for the K records and V rows of the partners")
@@ -836,10 +893,20 @@ def _attention(e, k, li):
     def split():                            # decode, keys a .. n - 1 from the K partner
         e.comment(f"layer {li} softmax and weighted sum of V (decode), K and V appended")
         e("wait", C_SC, len(k.roles.scorers[g0]))
-        e("add", "r4", "r1+1", 0)
-        e("softmax.u16.i32", k.a("p"), k.a("t"), "r4")
+        e("softmax.u16.i32", k.a("p"), k.a("t"), "r1+1")
         if k.kvl is not None:               # the row's K and V, under the softmax
             e("kvapp", (kv_slot(li, 0),), k.a("kbuf"), k.a("vbuf"), "r1")
+        if k.roles.wsplit:                  # keys c .. n - 1 summed by the partner if n > c
+            hx, hy = k.roles.helper[k.xy]
+            e.loop("r6", lambda: e("send", (k.pl.tiles[(hx, hy)][f"pp{g0}"],), "r7", "r11",
+                                   _rect((hx, hx, hy, hy)), C_P))
+            e("wsum.i32.u16", "r10", k.a("p"), (vbase,), "r5", hs, vstride)   # wloc if n > c
+
+            def add():
+                e("wait", C_WS, 1)
+                e("vadd.i32.i32", out0, k.a("wloc"), k.a("wpart"), hs)
+            e.loop("r6", add)
+            return
         e("add", "r3", "r1+1", 0)
         e("add", "r10", out0, 0)
         e("add", "r11", (vbase,), 0)
@@ -1045,8 +1112,21 @@ def _partner_kv(e, k, li):
             vxy, vj = k.roles.vpartner[h]
             e("mul", "r9", "r1", krec)
             e("add", "r9", (k.pl.tiles[vxy][p + f"pkc{vj}"], 9), 0)
+        # the V rows' copies for the partners that sum the weighted sums' tails: this
+        # tile's own (`r9`), another's (`r3`, one at most: the KV head's K partner)
+        vown = kind == "v" and any(hh == h for _, hh in k.roles.helped(k.xy))
+        vto = [xy for xy in {k.roles.helper[a] for a in k.roles.kv_tiles[h]
+                             if a in k.roles.helper} if xy != k.xy] if kind == "v" else []
+        assert len(vto) <= 1
+        if vown:
+            e("mul", "r9", "r1", pad(hs))
+            e("add", "r9", k.a(p + f"pvc{h}", 9), 0)
+        if vto:
+            e("mul", "r3", "r1", pad(hs))
+            e("add", "r3", (k.pl.tiles[vto[0]][p + f"pvc{h}"], 3), 0)
 
-        def row(kind=kind, base=base, step=step, targets=targets, vcopy=vcopy, h=h):
+        def row(kind=kind, base=base, step=step, targets=targets, vcopy=vcopy, h=h, vown=vown,
+                vto=vto):
             if kind == "k":
                 e("rope.i16.i16", "r7", "r7", k.a("prope", 3), hs, hs, nx.ROPE_FRAC_BITS)
                 e("dynq.i8.i16", "r8", "r7", hs)
@@ -1058,6 +1138,12 @@ def _partner_kv(e, k, li):
                 vx, vy = k.roles.vpartner[h][0]
                 e("send", "r9", "r8", krec, _rect((vx, vx, vy, vy)), C_KV)
                 e("add", "r9", f"r9+{krec}", 0)
+            if vown:
+                e("copy", "r9", "r8", hs)
+                e("add", "r9", f"r9+{pad(hs)}", 0)
+            for vx, vy in vto:
+                e("send", "r3", "r8", pad(hs), _rect((vx, vx, vy, vy)), C_KV)
+                e("add", "r3", f"r3+{pad(hs)}", 0)
             e("add", "r4", f"r4+{step}", 0)
             e("add", "r8", f"r8+{step}", 0)
         e.loop("r2", row)
@@ -1065,9 +1151,47 @@ def _partner_kv(e, k, li):
         e.comment(f"layer {li} partner: scores of its share of the keys for the attention "
                   f"tiles")
         e.loop("r13", lambda: _partner_scores(e, k, li))
-    if k.roles.vsplit and scoring and scoring[0][1] == "v":
-        e.comment(f"layer {li} partner: the K records of its copy of the K cache arrived")
-        _wait_all(e, k, C_KV, len(scoring))
+    recv = _partner_receives(k)
+    if recv:
+        e.comment(f"layer {li} partner: the K records / V rows of its copies arrived")
+        _wait_all(e, k, C_KV, recv)
+    if k.roles.helped(k.xy):
+        e.comment(f"layer {li} partner: the tails of the weighted sums of V")
+        e.loop("r13", lambda: _partner_wsums(e, k, li))
+
+
+def _partner_receives(k) -> int:
+    """The K records and V rows per row of a batch another partner sends this one (`C_KV`):
+    with `TensorRoles.vsplit` a K record per KV head a V partner scores, with
+    `TensorRoles.wsplit` a V row per KV head whose V rows another partner computes and this
+    one sums tails of."""
+    n = sum(1 for kind, _ in k.jobs if kind == "v") if k.roles.vsplit else 0
+    mine = {h for kind, h in k.jobs if kind == "v"}
+    n += len({h for _, h in k.roles.helped(k.xy) if h not in mine})
+    return n
+
+
+def _partner_wsums(e, k, li):
+    """Decode: the weighted sums of V over keys ``c .. n - 1`` (`_wsum_split`) for the
+    attention tiles this partner helps (`TensorRoles.helper`), from the probabilities they
+    send (`C_P`, all of them first: they share the counter) and this partner's copy of their
+    KV head's V cache, sent back into each tile's ``wpart`` (`C_WS`; zeros from the second
+    half of ``pw<h>`` when the tail is empty).  ``ptab`` row ``n`` (`_partner_scores`),
+    words 5 .. 7: ``c * pad(head_size)``, ``n - c``, ``n > c``."""
+    hs, pad, p = k.c.head_size, k.isa.pad, f"l{li}."
+    helped = k.roles.helped(k.xy)
+    e("mul", "r3", "r1", 32)                # row n = pos + 1 of ptab
+    for r, off in ((4, 52), (5, 56), (6, 60)):
+        e("ld", f"r{r}", k.a("ptab", 3, off))
+
+    def tails():
+        e("wait", C_P, len(helped))
+        for (ax, ay), h in helped:
+            e("wsum.i32.u16", k.a(f"pw{h}"), k.a(f"pp{h}"), k.a(p + f"pvc{h}", 4), "r5", hs,
+              pad(hs))
+            e("send", (k.pl.tiles[(ax, ay)]["wpart"],), k.a(f"pw{h}"), pad(4 * hs),
+              _rect((ax, ax, ay, ay)), C_WS)
+    e.loop("r6", tails)
 
 
 def _scoring_jobs(k) -> list:
@@ -1401,21 +1525,35 @@ def tensor_images(qm: QuantizedModel, isa: IsaConfig, pl: Placement, roles: Tens
                 [qm.rope_cos[:context], qm.rope_sin[:context]], axis=1).astype("<i2")
         W = isa.word_bytes
         split = [_split3(n, W, roles.vsplit) for n in range(context + 1)]
-        if roles.split and att:             # keys 0 .. a - 1 of n on the tile
+        if roles.split and att and roles.wsplit:    # and the weighted sum's keys 0 .. c - 1
+            rows = []
+            for n, (a, _) in enumerate(split):
+                cw = _wsum_split(n, W)
+                wdst = lay["aq"] + 4 * _att_geometry(roles, isa, hs)["cnt"] if roles.aslot \
+                    else lay["g.y"] + 4 * roles.q[xy][0] * hs
+                rows.append((a, int(a > 0), cw, lay["p"] + 2 * cw if n > cw else lay["p"],
+                             isa.pad(2 * (n - cw)), lay["wloc"] if n > cw else wdst,
+                             int(n > cw), 0))
+            d["atab"] = np.array(rows, "<u4")
+        elif roles.split and att:           # keys 0 .. a - 1 of n on the tile
             d["atab"] = np.array([(a, int(a > 0)) for a, _ in split], "<u4")
+
         if roles.split and "ptab" in lay.regions:       # a partner's share of the keys
             vp = roles.vsplit and any(kind == "v" for kind, _ in jobs)
             rows = []
             for n, (a, b) in enumerate(split):
                 lo, hi = (a, b) if vp else (b, n)
+                cw = _wsum_split(n, W)      # the weighted sums' tail (`_partner_wsums`)
                 rows.append([lo * isa.record_bytes(hs), hi - lo, isa.pad(4 * (hi - lo)),
-                             int(hi > lo), 4 * lo if hi > lo else 0, 0, 0, 0])
+                             int(hi > lo), 4 * lo if hi > lo else 0, cw * isa.pad(hs), n - cw,
+                             int(n > cw)])
             d["ptab"] = np.array(rows, "<u4")
         if att:
             g0, g1 = roles.kv[xy]
             qr = slice(roles.q[xy][0] * hs, roles.q[xy][1] * hs)
             kr = slice(g0 * hs, g1 * hs)
-            d["padt"] = np.array([isa.pad(4 * t) for t in range(context + 1)], "<u4")
+            if "padt" in lay.regions:
+                d["padt"] = np.array([isa.pad(4 * t) for t in range(context + 1)], "<u4")
         for li, ly in enumerate(qm.layers):
             p = f"l{li}."
             d[p + "ffn_eps"] = np.array([ly.ffn_norm.eps], "<i8")

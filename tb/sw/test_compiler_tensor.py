@@ -300,17 +300,21 @@ def test_kvapp_default_and_store_path(small_qm, placement, kvapp, expect):
 def test_partners_split_scores_and_slices(small_qm, kvapp):
     """3 x 2 tiles (4 attention tiles, 2 without): the K / V partners (two jobs each), the
     decode scores split three ways (the attention tile, the V partner, the K partner: one
-    multicast of the query record to both), the gate and the attention output quantised in
+    multicast of the query record to both), the decode weighted sums' tails on the partners
+    (the K partner helping two attention tiles), the gate and the attention output quantised in
     slices; logits bit-exact for prefill batches of 4 and 2 rows and decode steps up to the
     context's end (the partner's share of the keys growing), with ``kvapp`` and with the
     partners storing into the caches."""
-    from chipotle.compiler.tensor import TensorRoles
+    from chipotle.compiler.tensor import TensorRoles, _wsum_split
     cfg = CONFIGS["small"].replace(mesh_width=3, mesh_height=2, imem_words=1024)
     compiled = compile_model(small_qm, cfg, placement="tensor", kvapp=kvapp)
     pl = compiled.placement
     roles = TensorRoles(small_qm, cfg.isa_config(), sorted(pl.tiles, key=lambda t: t[::-1]))
     assert len(roles.att_tiles) == 4 and roles.split and roles.gslot and roles.aslot
     assert roles.vsplit                     # the V partner scores the middle keys
+    assert roles.wsplit and set(roles.helper) == set(roles.att_tiles)
+    W = cfg.isa_config().word_bytes         # the partners sum the tails from some position on
+    assert _wsum_split(compiled.context, W) < compiled.context
     assert sorted(len(j) for j in roles.kvp.values()) == [2, 2]
     assert {kind for jobs in roles.kvp.values() for kind, _ in jobs} == {"k", "v"}
     for xy in roles.att_tiles:              # K and V come from the partners
@@ -330,17 +334,19 @@ def test_partners_split_scores_and_slices(small_qm, kvapp):
 
 @pytest.mark.parametrize("mesh, vsplit", [((5, 2), True), ((5, 1), False)], ids=["5x2", "5x1"])
 def test_vpartner_scores(small_qm, mesh, vsplit):
-    """The V partner's share of the decode scores (`TensorRoles.vsplit`) on 5 x 2 tiles, where
-    the K and V partners of KV head 0 are not neighbours (two sends of the query record, the
-    K record sent to a V partner in the next row), and the fallback on 5 x 1 tiles (one
-    partner with every job: the K partner alone scores the last keys): logits bit-exact for
-    a prefill batch and every decode position to the context's end."""
+    """The V partner's share of the decode scores (`TensorRoles.vsplit`) and the weighted
+    sums' tails on the partners (`TensorRoles.wsplit`) on 5 x 2 tiles, where the K and V
+    partners of KV head 0 are not neighbours (two sends of the query record, the K record
+    and the V row sent to a partner in the other row), and the fallback on 5 x 1 tiles (one
+    partner with every job: the K partner alone scores the last keys, the attention tiles
+    sum all the keys): logits bit-exact for a prefill batch and every decode position to
+    the context's end."""
     from chipotle.compiler.tensor import TensorRoles
     cfg = CONFIGS["small"].replace(mesh_width=mesh[0], mesh_height=mesh[1], imem_words=1024)
     compiled = compile_model(small_qm, cfg, placement="tensor")
     pl = compiled.placement
     roles = TensorRoles(small_qm, cfg.isa_config(), sorted(pl.tiles, key=lambda t: t[::-1]))
-    assert roles.split and roles.vsplit is vsplit
+    assert roles.split and roles.vsplit is vsplit and roles.wsplit is vsplit
     assert all(len(t) == 1 + vsplit for t in roles.scorers.values())
     sends = [line for line in compiled.sources[roles.att_tiles[0]].splitlines()
              if line.split()[:1] == ["send"] and line.rstrip().endswith(", 7")]
@@ -371,6 +377,19 @@ def test_split3():
             assert _split3(n, W, False) == (_split_at(n, W),) * 2
     a, b = _split3(512, 8, True)
     assert abs(a / 512 - 0.55) < 0.01 and abs((b - a) - (512 - b)) <= 2
+
+
+def test_wsum_split():
+    """`_wsum_split`: the attention tile's keys ``c`` of the weighted sum are at least one,
+    at most ``n`` (``c = n``: no tail for the partner), a multiple of W / 2 when below ``n``
+    (the tail of the uint16 probabilities starts word-aligned), a little over half of them
+    for long contexts."""
+    from chipotle.compiler.tensor import _wsum_split
+    for W in (4, 8, 16):
+        for n in range(1, 600):
+            c = _wsum_split(n, W)
+            assert 1 <= c <= n and (c == n or c % max(1, W // 2) == 0), (W, n, c)
+    assert abs(_wsum_split(512, 8) / 512 - 0.557) < 0.01
 
 
 def test_split_at():
