@@ -654,12 +654,15 @@ def _wait_all(e, k, cnt, n, again=False):
     e("wait", cnt, "r3")
 
 
-def _norm(e, k, src, src_stride, gain, eps, shift, dst):
-    """rmsnorm + dynq of the batch's rows of `src` into the records at `dst`."""
+def _norm(e, k, src, src_stride, gain, eps, shift, dst, first=None):
+    """rmsnorm + dynq of the batch's rows of `src` into the records at `dst`; `first()` (a
+    wait for `src`) after the registers' setup."""
     dim, rec = k.c.dim, k.isa.record_bytes(k.c.dim)
     e("add", "r6", k.a(src), 0)
     e("add", "r7", k.a("xn"), 0)
     e("add", "r8", k.a(dst), 0)
+    if first is not None:
+        first()
 
     def body():
         e("rmsnorm.i16.i16", "r7", "r6", k.a(gain), dim, k.lay[eps], shift)
@@ -670,7 +673,8 @@ def _norm(e, k, src, src_stride, gain, eps, shift, dst):
     e.loop("r2", body)
 
 
-def _row_records(e, k, emit_row, src, sstride, dst, dstride, nrec, local=True, mine=True):
+def _row_records(e, k, emit_row, src, sstride, dst, dstride, nrec, local=True, mine=True,
+                 first=None):
     """Records of the batch's rows of `src` (row stride `sstride`) into `dst` (`dstride`):
     ``emit_row(s, d)`` emits the vector instructions of one row (address operands).
 
@@ -681,11 +685,16 @@ def _row_records(e, k, emit_row, src, sstride, dst, dstride, nrec, local=True, m
     replicated vector work of a prefill batch thus drops from ``m`` rows to one per tile.
     (Safe with one buffer: `dst`'s earlier readers on every tile finished before that tile
     joined the gather that precedes this one, and the gathers are barriers.)  Without
-    `mine` the tile only waits for the records (it computes no row)."""
-    def rows():
+    `mine` the tile only waits for the records (it computes no row).  `first()` (the wait
+    for `src`) is emitted after the row registers' setup, so that the rows start as soon as
+    it returns."""
+    if local:                               # the spread rows use static addresses
         e("add", "r6", k.a(src), 0)
         e("add", "r7", k.a(dst), 0)
+    if first is not None:
+        first()
 
+    def rows():
         def body():
             emit_row("r6", "r7")
             e("add", "r6", f"r6+{sstride}", 0)
@@ -763,7 +772,7 @@ def _embedding(e, k):
     e("st", k.a("state"), "r6")
 
 
-def _attention(e, k, li):
+def _attention(e, k, li, first=None):
     c, isa = k.c, k.isa
     p = f"l{li}."
     dim, hs, M = c.dim, c.head_size, isa.max_m
@@ -788,7 +797,7 @@ def _attention(e, k, li):
         kstep, vstep, vstride = k.context * krec, hs, vs
     e.comment(f"layer {li} attention RMSNorm (KV heads {g0} .. {g1 - 1}, query heads "
               f"{q0} .. {q1 - 1})")
-    _att_norm(e, k, li)
+    _att_norm(e, k, li, first)
     if k.roles.kvp:
         e.comment(f"layer {li} q projection, RoPE, quantisation of q (K and V from partners)")
         _rows_op(e, k, lambda mm: e("matmul.i16", k.a("q16"), k.a("rec"), k.a(p + "wq"),
@@ -1041,10 +1050,11 @@ def _scores_pipelined(e, k, att_ms, kbase, vbase, vstride, gc, row_skip, kvs):
     heads()
 
 
-def _att_norm(e, k, li):
+def _att_norm(e, k, li, first=None):
     """The attention RMSNorm and quantisation of the batch's rows into ``rec``: on the
     attention tiles, or with `TensorK.dist_att` spread over the first attention tiles for
-    a batch of ``m > 1`` rows (every tile waits for the records)."""
+    a batch of ``m > 1`` rows (every tile waits for the records).  `first()` (the wait for
+    the ``x`` gather) after the registers' setup."""
     ly, p, dim, pad = k.qm.layers[li], f"l{li}.", k.c.dim, k.isa.pad
     rec = k.isa.record_bytes(dim)
     att = k.xy in k.roles.kv
@@ -1056,12 +1066,16 @@ def _att_norm(e, k, li):
     local = att or bool(k.jobs)             # a K / V partner normalises too
     if not k.dist_att:
         if local:
-            _norm(e, k, "g.x", pad(2 * dim), p + "ag", p + "att_eps", ly.att_norm.shift, "rec")
+            _norm(e, k, "g.x", pad(2 * dim), p + "ag", p + "att_eps", ly.att_norm.shift, "rec",
+                  first)
+        elif first is not None:
+            first()
         return
-    _row_records(e, k, anorm, "g.x", pad(2 * dim), "rec", rec, rec, local=local, mine=att)
+    _row_records(e, k, anorm, "g.x", pad(2 * dim), "rec", rec, rec, local=local, mine=att,
+                 first=first)
 
 
-def _partner_kv(e, k, li):
+def _partner_kv(e, k, li, first=None):
     """A K / V partner's jobs of layer `li` (`TensorRoles.kvp`): the attention RMSNorm
     record of the batch's rows, then per job the ``wk`` rows of its KV head, RoPE and the K
     records (``"k"``) or the ``wv`` rows (``"v"``), each row sent to the KV head's attention
@@ -1074,7 +1088,7 @@ def _partner_kv(e, k, li):
     dim, hs, pad = c.dim, c.head_size, isa.pad
     krec = isa.record_bytes(hs)
     e.comment(f"layer {li} attention RMSNorm for the K / V partner's jobs")
-    _att_norm(e, k, li)
+    _att_norm(e, k, li, first)
     scoring = _scoring_jobs(k)
     for j, (kind, h) in enumerate(k.jobs):
         e.comment(f"layer {li} partner: {kind.upper()} of KV head {h} for its attention tiles")
@@ -1235,7 +1249,10 @@ def _partner_score_table(e, k):
         e("ld", f"r{r}", k.a("ptab", 3, off))
 
 
-def _layer(e, k, li):
+def _layer(e, k, li, first=None):
+    """Emit layer `li` on this tile.  `first()` is the wait for the ``x`` gather before it
+    (emitted after the attention norm's register setup); returns the wait for the layer's
+    own ``x`` gather, for the caller to emit (the next layer's `first`)."""
     c, isa, qm = k.c, k.isa, k.qm
     ly = qm.layers[li]
     p = f"l{li}."
@@ -1245,33 +1262,35 @@ def _layer(e, k, li):
     h0, h1 = k.roles.h[k.xy]
     No, Nh = o1 - o0, h1 - h0
     if k.xy in k.roles.kv:
-        _attention(e, k, li)
+        _attention(e, k, li, first)
     elif k.jobs:
-        _partner_kv(e, k, li)
+        _partner_kv(e, k, li, first)
     elif k.dist_att:
         e.comment(f"layer {li} attention RMSNorm records of a batch (spread)")
-        _att_norm(e, k, li)
+        _att_norm(e, k, li, first)
+    elif first is not None:
+        first()
     e.comment(f"layer {li} output projection rows {o0} .. {o1 - 1} and residual")
     if k.roles.aslot:
         _att_slices(e, k)
         xrec = "arec"
     else:
-        _wait_all(e, k, C_ACC, len(k.roles.att_tiles))
         _row_records(e, k, lambda s_, d_: e("dynq.i8.i32", d_, s_, dim), "g.y", pad(4 * dim),
-                     "rec", rec(dim), rec(dim))
+                     "rec", rec(dim), rec(dim),
+                     first=lambda: _wait_all(e, k, C_ACC, len(k.roles.att_tiles)))
         xrec = "rec"
     if No:
         _rows_op(e, k, lambda mm: e("matmul.i16", k.a("yo"), k.a(xrec), k.a(p + "wo"),
                                     k.lay[p + "wo_ms"], No, dim, mm))
     _residual(e, k, "yo", "g.x", C_XA)
-    _wait_all(e, k, C_XA, k.T)
     e.comment(f"layer {li} feed-forward hidden rows {h0} .. {h1 - 1}")
 
     def fnorm(s_, d_):
         e("rmsnorm.i16.i16", k.a("xn"), s_, k.a(p + "fg"), dim, k.lay[p + "ffn_eps"],
           ly.ffn_norm.shift)
         e("dynq.i8.i16", d_, k.a("xn"), dim)
-    _row_records(e, k, fnorm, "g.xa", pad(2 * dim), "rec", rec(dim), rec(dim), local=Nh > 0)
+    _row_records(e, k, fnorm, "g.xa", pad(2 * dim), "rec", rec(dim), rec(dim), local=Nh > 0,
+                 first=lambda: _wait_all(e, k, C_XA, k.T))
     if k.roles.gslot:
         if Nh:
             _rows_op(e, k, lambda mm: e("matmul.i16", k.a("h1"), k.a("rec"), k.a(p + "w1"),
@@ -1303,7 +1322,7 @@ def _layer(e, k, li):
         _rows_op(e, k, lambda mm: e("matmul.i16", k.a("yo"), k.a("grec"), k.a(p + "w2"),
                                     k.lay[p + "w2_ms"], No, k.k2, mm))
     _residual(e, k, "yo", "g.xa", C_X)
-    _wait_all(e, k, C_X, k.T)
+    return lambda: _wait_all(e, k, C_X, k.T)
 
 
 def _att_slices(e, k):
@@ -1319,26 +1338,28 @@ def _att_slices(e, k):
     q0, q1 = k.roles.q.get(k.xy, (0, 0))
     NQ = (q1 - q0) * hs
     A = len(k.roles.att_tiles)
-    _wait_all(e, k, C_AMAX, A)
-
     def send():
         if att:
             e("send", f"r8+{W + q0 * hs}", f"r7+{W + cnt}", NQ, k.all, C_ACC)
     _quantise_slices(e, k, ("aq", "aqr", "arec"),
-                     (ag["aq"], ag["aqr"], isa.record_bytes(k.c.dim)), cnt + NQ, send)
+                     (ag["aq"], ag["aqr"], isa.record_bytes(k.c.dim)), cnt + NQ, send,
+                     first=lambda: _wait_all(e, k, C_AMAX, A))
     _wait_all(e, k, C_ACC, A, again=True)   # r3 = r2 * A (`_quantise_slices` uses r6 .. r8)
 
 
-def _quantise_slices(e, k, regions, strides, n, send):
+def _quantise_slices(e, k, regions, strides, n, send, first=None):
     """Per row of the batch (``loop r2``): ``dynq`` of the ``n`` int32 (the gathered maxima
     and this tile's rows) at ``r6`` into the record at ``r7``, then ``send()`` (the tile's
     int8 into the row's record at ``r8`` on every tile), then the header copied to that
     record (under the send: the copy's 5 cycles are off the gather);
     ``r6``, ``r7``, ``r8`` start at `regions` and step by `strides` (bytes) per row.  Shared
-    by `_att_slices` and `_gate_slices`."""
+    by `_att_slices` and `_gate_slices`.  `first()` (the wait for the maxima) is emitted
+    after the registers' setup, so that the rows start as soon as it returns."""
     W = k.isa.word_bytes
     for reg, region in zip(("r6", "r7", "r8"), regions, strict=True):
         e("add", reg, k.a(region), 0)
+    if first is not None:
+        first()
 
     def rows():
         e("dynq.i8.i32", "r7", "r6", n)
@@ -1385,15 +1406,13 @@ def _gate_slices(e, k, li):
         e("add", "r7", f"r7+{hz}", 0)
         e("add", "r8", f"r8+{hz}", 0)
     e.loop("r2", maxima)
-    _wait_all(e, k, C_GMAX, k.T)
-
     def send():
         if Nh:
             e("send", f"r8+{W + j * S}", f"r7+{W + cnt}", S, k.all, C_GATE)
         else:
             e("send", "r8", "r8", 0, k.all, C_GATE)
     _quantise_slices(e, k, ("gq", "gqr", "grec"), (gg["gq"], gg["gqr"], isa.record_bytes(k.k2)),
-                     cnt + Nh, send)
+                     cnt + Nh, send, first=lambda: _wait_all(e, k, C_GMAX, k.T))
     _wait_all(e, k, C_GATE, k.T)
 
 
@@ -1482,9 +1501,10 @@ def tensor_program(qm: QuantizedModel, isa: IsaConfig, pl: Placement, roles: Ten
             e("st", k.a("state", 0, 12), "r4")
         _zero_stale_rows(e, k)
         _embedding(e, k)
-        _wait_all(e, k, C_X, k.T)
-        for li in range(k.c.n_layers):
-            _layer(e, k, li)
+        wait_x = lambda: _wait_all(e, k, C_X, k.T)  # noqa: E731
+        for li in range(k.c.n_layers):      # each x gather's wait after the next norm's setup
+            wait_x = _layer(e, k, li, wait_x)
+        wait_x()
         e("add", "r1", "r1", "r2")
     e.loop("r5", batch)
     if lay.stages:
