@@ -1487,6 +1487,7 @@ def tensor_program(qm: QuantizedModel, isa: IsaConfig, pl: Placement, roles: Ten
 
     def batch():
         e("ld", "r2", _sb(k, "m"))
+        _embedding(e, k)                    # first: the flags' setup runs under its gather
         e("mul", "r3", "r2", 16)            # the flags m == 1, m > 1 into state+4, state+8
         e("ld", "r4", k.a("mtab", 3))
         e("st", k.a("state", 0, 4), "r4")
@@ -1500,7 +1501,6 @@ def tensor_program(qm: QuantizedModel, isa: IsaConfig, pl: Placement, roles: Ten
             e("ld", "r4", k.a("mtab", 3, 12))
             e("st", k.a("state", 0, 12), "r4")
         _zero_stale_rows(e, k)
-        _embedding(e, k)
         wait_x = lambda: _wait_all(e, k, C_X, k.T)  # noqa: E731
         for li in range(k.c.n_layers):      # each x gather's wait after the next norm's setup
             wait_x = _layer(e, k, li, wait_x)
