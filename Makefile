@@ -101,9 +101,9 @@ bench: venv
 sim bench: export CHIPOTLE_MAKE_PROMPT = $(value PROMPT)
 sim bench: export CHIPOTLE_MAKE_CONFIG = $(value CONFIG)
 # optional `make sim` arguments, only those given (so the echoed command has no blank lines)
+# (MODEL_DIR reaches the CLI as $$CHIPOTLE_MODEL_DIR, above: its errors then name it)
 SIM_OPTS = $(strip $(if $(THREADS),--sim-threads $(THREADS)) $(if $(CONTEXT),--context $(CONTEXT)) \
-  $(if $(SEED),--seed $(SEED)) \
-  $(if $(MODEL_DIR),--model $(MODEL_DIR)/stories260K.bin --tokenizer $(MODEL_DIR)/tok512.bin))
+  $(if $(SEED),--seed $(SEED)))
 sim: venv
 	$(VENV)/bin/chipotle generate --backend $(BACKEND) --prompt "$$CHIPOTLE_MAKE_PROMPT" --steps $(STEPS) \
 	  --temperature $(TEMPERATURE) --topp $(TOPP) --config "$$CHIPOTLE_MAKE_CONFIG" --clock-mhz $(CLOCK_MHZ) \

@@ -35,7 +35,6 @@ prompt is about 1.5 million cycles of prefill).  ``--json FILE`` writes the figu
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import sys
@@ -160,13 +159,13 @@ def figures(compiled, prompt_len: int, result: dict) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark (``python -m chipotle.sim.bench --help``)."""
-    from chipotle.cli import clock_mhz
+    from chipotle.cli import ArgumentParser, clock_mhz
     from chipotle.compiler import FitError, compile_model
     from chipotle.config import ChipConfig
     from chipotle.model import CheckpointError, load_checkpoint
     from chipotle.paths import DEFAULT_CHECKPOINT, DEFAULT_TOKENIZER, default_model_dir
 
-    ap = argparse.ArgumentParser(prog="python -m chipotle.sim.bench",
+    ap = ArgumentParser(prog="python -m chipotle.sim.bench",
                                  description=__doc__.split("\n\n")[0])
     ap.add_argument("--backend", choices=("verilator", "icarus", "isasim"), default="verilator")
     ap.add_argument("--config", default="default", help="chip configuration (ChipConfig."

@@ -2,7 +2,7 @@
 
 Usage (from the top of the checkout)::
 
-    .venv/bin/python -m chipotle.sim.paths build/fpga/<dir>/top.json [--top 20] [--min-ns 0]
+    .venv/bin/python -m chipotle.sim.paths build/fpga/<dir>/top.json [--top 20] [--module NAME]
 
 Reads the Yosys JSON netlist that ``synth_ecp5`` writes (``top.json`` of
 ``python -m chipotle.sim.bitstream``) and lists the longest combinational paths from a start

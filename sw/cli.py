@@ -74,9 +74,19 @@ class UsageError(Exception):
     """A problem the user can fix (reported without a traceback, exit code 2)."""
 
 
+class ArgumentParser(argparse.ArgumentParser):
+    """An ``argparse.ArgumentParser`` whose errors are one line, as the command's other
+    refusals: ``<prog>: error: <message> (<prog> --help lists the options)``, exit code 2,
+    instead of the usage block followed by the error (its subcommands' parsers too)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} ({self.prog} --help lists the "
+                     f"options)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Return the argument parser of the ``chipotle`` command."""
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="chipotle", description="chipotle: an open LLM inference accelerator.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     g = sub.add_parser(

@@ -119,10 +119,11 @@ def main(argv=None) -> None:
     ap.add_argument("--bench", action="store_true")
     ap.add_argument("--placement", choices=("pipeline", "tensor"), default="pipeline",
                     help="pipeline of stages, or every layer on every tile (tensor; the placement "
-                         "of `chipotle generate` and `make sim`) (default: %(default)s)")
-    ap.add_argument("--kvapp", action="store_true",
-                    help="append K and V with kvapp (tensor placement; the host writes "
-                         "CompiledModel.kv_layouts)")
+                         "of `chipotle generate` and `make sim`) (default: %(default)s, as "
+                         "compile_model)")
+    ap.add_argument("--kvapp", action=argparse.BooleanOptionalAction, default=None,
+                    help="append K and V with kvapp (the host writes CompiledModel.kv_layouts); "
+                         "default: compile_model's (on for the tensor placement, as make sim)")
     args = ap.parse_args(argv)
     cfg = ChipConfig.from_string(args.config)
     path = args.model or default_model_dir() / "stories260K.bin"

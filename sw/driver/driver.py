@@ -173,9 +173,11 @@ class Driver:
         the same address since `load` (one packet per run of changed words, runs less than
         `_MERGE_GAP` words apart joined).  The SRAM then holds the same bytes as after a
         full write, provided nothing else writes those ranges: the compiler's programs only
-        read the step block (``tb/driver/test_driver_isasim.py`` compares every tile's step
-        block after each step).  A decode step of the 4 x 4 tensor placement then writes 2
-        words per tile instead of 42.  ``False``: every write in full.
+        read the step block (``tb/driver/test_driver_isasim.py`` compares every tile's whole
+        SRAM after each step with full writes, and reads the step blocks back).  A decode
+        step of the 4 x 4 tensor placement then writes 2 words per tile instead of 42.  A
+        step whose writes fail part way (an exception from the backend) leaves the record
+        stale: `load` again.  ``False``: every write in full.
     timeout_cycles : int
         Longest a step may take before it is declared hung (default 5,000,000).
 

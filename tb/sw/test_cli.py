@@ -133,9 +133,15 @@ def test_bad_options(capsys, tiny):
     assert code == 2 and "--temperature must be a finite number >= 0, not -1.0" in err
     code, _, err = run(capsys, *tiny, "--steps", "-2")
     assert code == 2 and "--steps must be a non-negative integer, not -2" in err
+    capsys.readouterr()
     with pytest.raises(SystemExit) as e:
         cli.main(["generate", "--backend", "abacus"])
     assert e.value.code == 2
+    # one line, as the other refusals: no usage block before it
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("chipotle generate: error: argument "
+                                                    "--backend: invalid choice: 'abacus'"), err
+    assert err.rstrip().endswith("(chipotle generate --help lists the options)")
     for bad in ("0", "-5", "nan", "inf", "fast"):
         with pytest.raises(SystemExit) as e:
             cli.main(["generate", *tiny, "--clock-mhz", bad])
