@@ -228,6 +228,19 @@ def _plan_digest(files: dict) -> str:
     return h.hexdigest()
 
 
+def _merge_opts(board_opts: str, opts: str) -> str:
+    """`board_opts` without the options `opts` gives again, then `opts` (nextpnr refuses an
+    option given twice)."""
+    given = {w for w in opts.split() if w.startswith("--")}
+    kept, skip = [], False
+    for word in board_opts.split():
+        if word.startswith("--"):
+            skip = word in given
+        if not skip:
+            kept.append(word)
+    return " ".join(kept + opts.split())
+
+
 def _check_netlist(bdir: Path, files: dict) -> None:
     """Raise ValueError unless `bdir` holds a netlist Yosys made from `files` (a build plan)."""
     inputs = [n for n in files if not n.startswith("build_top")]
@@ -265,8 +278,9 @@ def build(board_name: str, config=None, *, synth_only: bool = False,
     build_dir : path, optional
         Default ``build/fpga/<board>``.
     nextpnr_opts : str
-        Extra nextpnr options, appended to the flow's (e.g. ``"--router router2"``,
-        ``"--seed 2"``); recorded in the report.
+        Extra nextpnr options, after the flow's and the board's (``Board.nextpnr_opts``; an
+        option given here replaces the board's), e.g. ``"--router router2"``, ``"--seed 2"``,
+        ``"--placer heap"``; recorded in the report.
     place_only : bool
         Run nextpnr with ``--no-route`` and no bitstream packing: the report's Fmax is
         nextpnr's post-placement estimate (``fmax_kind`` says so; nextpnr gives no critical
@@ -330,8 +344,9 @@ def build(board_name: str, config=None, *, synth_only: bool = False,
         synth_only = True
     if board.family == "ecp5":
         overrides["nextpnr_opts"] += " --timing-allow-fail"
-    if nextpnr_opts:
-        overrides["nextpnr_opts"] += " " + nextpnr_opts
+    opts = _merge_opts(board.nextpnr_opts, nextpnr_opts)
+    if opts:
+        overrides["nextpnr_opts"] += " " + opts
     if place_only:
         overrides["nextpnr_opts"] += " --no-route"
     plan = platform.build(BoardTop(board, config), name="top", do_build=False, **overrides)

@@ -116,12 +116,14 @@ def test_log_utilisation():
 
 def test_nextpnr_failure_report(tmp_path, monkeypatch):
     """A nextpnr that fails (a stand-in printing the log above) leaves a report with the
-    packed utilisation and the error; the netlist check and Yosys are bypassed here."""
+    packed utilisation and the error; it gets the board's options unless the caller gives
+    the same option.  The netlist check and Yosys are bypassed here."""
     import subprocess
 
     import chipotle.sim.bitstream as bs
     fake = tmp_path / "fake-nextpnr"
-    fake.write_text(f"#!/bin/sh\ncat > top.tim <<'EOF'\n{FAILED_LOG}EOF\nexit 1\n")
+    fake.write_text(f"#!/bin/sh\necho \"$@\" > args.txt\ncat > top.tim <<'EOF'\n{FAILED_LOG}EOF\n"
+                    "exit 1\n")
     fake.chmod(0o755)
     real_tool = bs._tool
     monkeypatch.setattr(bs, "_tool", lambda n: str(fake) if "nextpnr" in n else real_tool(n))
@@ -136,6 +138,13 @@ def test_nextpnr_failure_report(tmp_path, monkeypatch):
     assert "nextpnr FAILED: Unable to find legal placement for all cells" in text, text
     assert "LUT4   synthesis  51,454   placed  82,816 of  83,640 (99 %)" in text, text
     assert "BRAM   synthesis       0   placed     198 of     208 (95 %)" in text, text
+    # the board's nextpnr options (the ULX3S: the static placer), replaced by the caller's
+    assert "--placer static" in (d / "args.txt").read_text()
+    with pytest.raises(subprocess.CalledProcessError):
+        bs.build("ulx3s-85f", TINY, build_dir=d, reuse_netlist=True, nextpnr_opts="--placer heap",
+                 progress=lambda s: None)
+    args = (d / "args.txt").read_text().split()
+    assert args.count("--placer") == 1 and args[args.index("--placer") + 1] == "heap", args
 
 
 def test_critical_path():
