@@ -1093,14 +1093,16 @@ def _partner_kv(e, k, li, first=None):
     for j, (kind, h) in enumerate(k.jobs):
         e.comment(f"layer {li} partner: {kind.upper()} of KV head {h} for its attention tiles")
         targets = [(xy, k.pl.tiles[xy]) for xy in k.roles.kv_tiles[h]]
+        # K: int16 rows for RoPE, records of krec bytes; V: int8 rows of pad(hs) bytes
+        op, out, step, buf, cache = (("matmul.i16", "pk16", krec, "kbuf", "kcache")
+                                     if kind == "k" else
+                                     ("matmul.i8", "pv", pad(hs), "vbuf", "vcache"))
+        base = [t[buf] if k.kvl_any else t[p + cache] for _, t in targets]
+        _rows_op(e, k, lambda mm, j=j, op=op, out=out: e(
+            op, k.a(out), k.a("rec"), k.a(p + f"pw{j}"), k.lay[p + f"pw{j}_ms"], hs, dim, mm))
+        if scoring and j == scoring[0][0]:
+            _partner_score_table(e, k)      # under the matmul
         if kind == "k":
-            step = krec
-            base = [t["kbuf"] if k.kvl_any else t[p + "kcache"] for _, t in targets]
-            _rows_op(e, k, lambda mm, j=j: e("matmul.i16", k.a("pk16"), k.a("rec"),
-                                             k.a(p + f"pw{j}"), k.lay[p + f"pw{j}_ms"], hs,
-                                             dim, mm))
-            if scoring and j == scoring[0][0]:
-                _partner_score_table(e, k)  # under the matmul
             e("mul", "r3", "r1", 2 * hs)
             e("add", "r7", k.a("pk16"), 0)
             if k.roles.split:               # the records into the partner's K cache
@@ -1109,13 +1111,6 @@ def _partner_kv(e, k, li, first=None):
             else:
                 e("add", "r8", k.a("pkrec"), 0)
         else:
-            step = pad(hs)
-            base = [t["vbuf"] if k.kvl_any else t[p + "vcache"] for _, t in targets]
-            _rows_op(e, k, lambda mm, j=j: e("matmul.i8", k.a("pv"), k.a("rec"),
-                                             k.a(p + f"pw{j}"), k.lay[p + f"pw{j}_ms"], hs,
-                                             dim, mm))
-            if scoring and j == scoring[0][0]:
-                _partner_score_table(e, k)  # under the matmul
             e("add", "r8", k.a("pv"), 0)
         if k.kvl_any:
             e("add", "r4", (0,), 0)         # row i of the batch at kbuf / vbuf + i * step
