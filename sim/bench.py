@@ -166,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     from chipotle.paths import DEFAULT_CHECKPOINT, DEFAULT_TOKENIZER, default_model_dir
 
     ap = ArgumentParser(prog="python -m chipotle.sim.bench",
-                                 description=__doc__.split("\n\n")[0])
+                        description=__doc__.split("\n\n")[0])
     ap.add_argument("--backend", choices=("verilator", "icarus", "isasim"), default="verilator")
     ap.add_argument("--config", default="default", help="chip configuration (ChipConfig."
                     "from_string: a name and/or key=value,...; default: default)")
