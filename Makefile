@@ -125,7 +125,7 @@ models:
 	  test -f $$dir/$$f || curl -fL -o $$dir/$$f $(MODEL_URL)/$$f; done; ls -l $$dir
 
 lint: venv
-	$(PY) -m pip install --quiet ruff
+	$(PY) -m pip install --quiet -e '.[lint]'
 	$(VENV)/bin/ruff check sw hw sim tb
 
 clean:

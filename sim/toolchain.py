@@ -112,9 +112,14 @@ def verilator_build_args() -> list[str]:
 
     Amaranth emits width-mismatched assignments that are correct Verilog; Verilator
     would reject them as fatal ``WIDTH`` warnings.  ``-O3`` and ``--x-assign fast`` are
-    Verilator's recommended settings for speed.
+    Verilator's recommended settings for speed.  ``verilator_finish.cpp`` (next to this
+    module) replaces Verilator's ``vl_finish``, which prints "- :0: Verilog $finish" when
+    cocotb ends the simulation, with one that ends it silently (``-DVL_USER_FINISH``).
     """
     return [
+        "-CFLAGS",
+        "-DVL_USER_FINISH",
+        str(Path(__file__).with_name("verilator_finish.cpp")),
         "-Wno-fatal",
         "-Wno-WIDTH",
         "-Wno-UNOPTFLAT",

@@ -292,8 +292,13 @@ def _generate_chip(args, checkpoint, tokenizer, model_path, tok_path, out, err) 
                 env_flag(name, False)
         except ValueError as e:
             raise UsageError(str(e)) from None
+    seq_len = checkpoint.config.seq_len
     try:   # before the compile: the context compiled for is at most this
-        ids = encode_prompt(tokenizer, args.prompt, args.context or checkpoint.config.seq_len)
+        ids = encode_prompt(tokenizer, args.prompt, seq_len)
+        if args.context is not None:
+            check_prompt_length(len(ids), args.context, what=f"--context {args.context}",
+                                fix=f"give --context {len(ids)} or more (`make sim`: CONTEXT=;"
+                                    f" the model's seq_len, {seq_len}, is the most)")
     except PromptTooLongError as e:
         raise UsageError(str(e)) from None
     err.write(f"[{args.backend}] compiling {model_path.name} for {config}, "
@@ -305,7 +310,9 @@ def _generate_chip(args, checkpoint, tokenizer, model_path, tok_path, out, err) 
     except (FitError, ValueError) as e:
         raise UsageError(str(e)) from None
     try:
-        check_prompt_length(len(ids), compiled.context)
+        check_prompt_length(len(ids), compiled.context, what=f"compiled for {config}",
+                            fix="shorten the prompt, or give a configuration with more SRAM "
+                                "per tile (--config; `make sim`: CONFIG=)")
     except PromptTooLongError as e:
         raise UsageError(str(e)) from None
     steps = args.steps or None

@@ -212,7 +212,10 @@ class ChipConfig:
             except ValueError as e:
                 if "unknown configuration key" in str(e):
                     raise
-                raise ValueError(f"bad value {value!r} for {key!r} in {text!r}") from None
+                expect = {"mesh": "WxH, two integers (e.g. mesh=4x4)",
+                          "overlap": "0, 1, true or false"}.get(key, "an integer")
+                raise ValueError(f"bad value {value!r} for {key!r} in {text!r}: expected "
+                                 f"{expect}") from None
         return cfg.replace(**changes)
 
 

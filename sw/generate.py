@@ -131,18 +131,29 @@ def encode_prompt(tokenizer: Tokenizer, prompt: str | bytes, context_length: int
     return ids
 
 
-def check_prompt_length(n: int, context_length: int) -> None:
+def check_prompt_length(n: int, context_length: int, what: str | None = None,
+                        fix: str | None = None) -> None:
     """Check that a prompt of `n` tokens (BOS included) fits `context_length` positions.
+
+    Parameters
+    ----------
+    what : str, optional
+        Where the limit comes from, for the message (default: "the model's seq_len").
+    fix : str, optional
+        What the user can change, appended to the message (default: shorten the prompt).
 
     Raises
     ------
     PromptTooLongError
-        If ``n > context_length``.
+        If ``n > context_length``; the message names the two numbers, the limit's source and
+        the fix.
     """
     if n > context_length:
-        raise PromptTooLongError(f"the prompt is {n} tokens (BOS included), longer than "
-                                 f"the context length of {context_length} positions (the "
-                                 f"model's seq_len, or the --context compiled for)")
+        default_what = "the model's seq_len"
+        raise PromptTooLongError(
+            f"the prompt is {n} tokens (BOS included), longer than the context length of "
+            f"{context_length} positions ({what or default_what}): "
+            f"{fix or 'shorten the prompt'}")
 
 
 def generate(model: Model, tokenizer: Tokenizer, sampler: Sampler, prompt: str | bytes = "",

@@ -37,6 +37,17 @@ def test_bad_config_is_a_usage_error(capsys, tiny):
     assert code == 2 and "unknown configuration key 'bogus'" in err
 
 
+@pytest.mark.parametrize("text, expect", [
+    ("mesh=9", "bad value '9' for 'mesh' in 'mesh=9': expected WxH, two integers (e.g. mesh=4x4)"),
+    ("sram_kib=1.5", "bad value '1.5' for 'sram_kib' in 'sram_kib=1.5': expected an integer"),
+    ("overlap=yes", "bad value 'yes' for 'overlap' in 'overlap=yes': expected 0, 1, true or "
+                    "false"),
+])
+def test_bad_config_value_says_what_is_expected(capsys, tiny, text, expect):
+    code, _, err = run(capsys, "--backend", "isasim", "--config", text, *tiny)
+    assert code == 2 and f"--config: {expect}" in err and "compiling" not in err
+
+
 def test_chip_model_forward_equals_golden(tiny):
     import numpy as np
 

@@ -103,9 +103,13 @@ def test_prompt_longer_than_context_is_refused_before_the_compile(capsys, tiny):
     code, out, err = run(capsys, *tiny, "--backend", "isasim", "--prompt", "b" * 10)
     assert code == 2 and out == "" and "compiling" not in err
     assert "the prompt is 12 tokens (BOS included), longer than the context length of 8" in err
+    assert "(the model's seq_len): shorten the prompt" in err
     code, out, err = run(capsys, *tiny, "--backend", "isasim", "--context", "4", "--prompt", "bbb")
     assert code == 2 and "compiling" not in err
     assert "the prompt is 5 tokens (BOS included), longer than the context length of 4" in err
+    # the limit is the flag's, not the model's: the message says which value would do
+    assert ("(--context 4): give --context 5 or more (`make sim`: CONTEXT=; the model's "
+            "seq_len, 8, is the most)") in err
 
 
 def test_bad_flow_switch_is_refused_before_the_compile(capsys, tiny, monkeypatch):
