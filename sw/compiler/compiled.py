@@ -10,7 +10,7 @@ import numpy as np
 from ..config import ChipConfig
 from ..golden.quantize import QuantizedModel, quantize
 from ..isa.asm import assemble
-from ..isa.core import TableId
+from ..isa.core import OFF_BITS, TableId
 from ..isa.programs import padded_rows, requant_table, vector_table
 from ..model import Checkpoint, ModelConfig
 from .codegen import DONE_CODE, tile_program
@@ -514,6 +514,52 @@ def _tensor_places(qm: QuantizedModel, config: ChipConfig, context: int, kvapp: 
         return False
 
 
+#: The tensor placement's optional schemes (`TensorRoles` attributes), by name, in the order
+#: the placement drops them when SRAM is short (docs/architecture.md).
+_SCHEMES = (("wsplit", "the weighted sums split with the partners"),
+            ("vsplit", "the V partner's scores"),
+            ("kvp", "the K / V partners"),
+            ("aslot", "the attention output's slices"),
+            ("gslot", "the gate's slices"))
+
+
+def _tensor_schemes(qm: QuantizedModel, config: ChipConfig, context: int,
+                    kvapp: bool) -> tuple | None:
+    """The names of the optional schemes the tensor placement keeps (None: it does not fit)."""
+    from .tensor import place_tensor
+    isa = config.isa_config()
+    try:
+        _, roles = place_tensor(qm, isa, config.mesh_width, config.mesh_height, context,
+                                _default_batches(context, isa), kvapp)
+    except FitError:
+        return None
+    return tuple(name for attr, name in _SCHEMES if getattr(roles, attr))
+
+
+def _schemes_note(qm: QuantizedModel, config: ChipConfig, context: int, kib: int,
+                  kvapp: bool) -> tuple[str, str | None]:
+    """For a suggested ``sram_kib=kib``: a note naming the schemes it drops that more SRAM
+    (up to the 128 KiB the 17-bit offsets reach) would keep, and the smallest such SRAM as a
+    second tip (verified by compiling); ``("", None)`` when it drops none."""
+    top = max(kib, (1 << OFF_BITS) // 1024)
+    have = _tensor_schemes(qm, config.replace(sram_bytes=kib * 1024), context, kvapp)
+    full = _tensor_schemes(qm, config.replace(sram_bytes=top * 1024), context, kvapp)
+    if have is None or full is None or len(have) >= len(full):
+        return "", None
+    lost = [name for name in full if name not in have]
+    note = f" (without {', '.join(lost)}: slower decode)"
+    lo, hi = kib + 1, top                     # smallest SRAM keeping every scheme (monotone)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if len(_tensor_schemes(qm, config.replace(sram_bytes=mid * 1024), context, kvapp)
+               or ()) >= len(full):
+            hi = mid
+        else:
+            lo = mid + 1
+    extra = _verified(qm, config.replace(sram_bytes=lo * 1024), context, "tensor", kvapp)
+    return note, None if extra is None else f"sram_kib={lo}{extra} (every scheme)"
+
+
 def _suggest_tensor(qm: QuantizedModel, config: ChipConfig, context: int, message: str,
                     kvapp: bool = False) -> str:
     """Return configurations that fit the tensor placement: the largest shorter context
@@ -538,7 +584,10 @@ def _suggest_tensor(qm: QuantizedModel, config: ChipConfig, context: int, messag
             extra = _verified(qm, config.replace(sram_bytes=kib * 1024), context, "tensor",
                               kvapp)
             if extra is not None:
-                tips.append(f"sram_kib={kib}{extra}")
+                note, more = _schemes_note(qm, config, context, kib, kvapp)
+                tips.append(f"sram_kib={kib}{extra}{note}")
+                if more:
+                    tips.append(more)
                 break
     if _fits(qm, config, context) and _verified(qm, config, context) == "":
         tips.append("--placement pipeline")

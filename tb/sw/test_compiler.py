@@ -478,6 +478,39 @@ def test_tensor_fit_error_suggests_what_fits(small_qm):
         compile_model(small_qm, cfg, ctx, placement="tensor")
 
 
+def test_tensor_fit_error_names_the_schemes_a_smaller_sram_drops(small_qm):
+    """3 x 2 tiles (the partner schemes apply): the smallest SRAM that holds the tensor
+    placement drops some of its optional schemes; the refusal says which, and names the
+    smallest SRAM that keeps them all; both compile, with the schemes the message says."""
+    from chipotle.compiler.tensor import place_tensor
+    base = CONFIGS["small"].replace(mesh_width=3, mesh_height=2, imem_words=1024,
+                                    sram_bytes=12 * 1024)
+    with pytest.raises(FitError) as e:
+        compile_model(small_qm, base, placement="tensor")
+    msg = str(e.value)
+    m = re.search(r"sram_kib=(\d+) \(without ([^:]+): slower decode\) or "
+                  r"sram_kib=(\d+) \(every scheme\)", msg)
+    assert m, msg
+    small_kib, lost, full_kib = int(m.group(1)), m.group(2).split(", "), int(m.group(3))
+    names = {"wsplit": "the weighted sums split with the partners",
+             "vsplit": "the V partner's scores"}
+
+    def roles(kib):
+        cfg = base.replace(sram_bytes=kib * 1024)
+        compiled = compile_model(small_qm, cfg, placement="tensor")    # it fits
+        _, r = place_tensor(small_qm, cfg.isa_config(), 3, 2, compiled.context,
+                            compiled.placement.batches,      # the schemes it was laid out with
+                            kvapp=bool(compiled.placement.kv_layouts))
+        return r
+
+    full, small = roles(full_kib), roles(small_kib)
+    assert full.wsplit and full.vsplit and full.kvp
+    assert sorted(lost) == sorted(names[a] for a in names if not getattr(small, a)), msg
+    assert lost                            # the smaller SRAM does drop something
+    # the full tip is the smallest: one KiB less keeps fewer schemes
+    assert not roles(full_kib - 1).wsplit
+
+
 def test_tensor_fit_error_suggests_the_longest_context(small_qm):
     """The refusal names the longest context the configuration holds: it compiles, one more
     position does not."""
