@@ -12,6 +12,12 @@ class's unit (the instructions' cost in `chipotle.isa.instr_cycles`; ``wait`` th
 counters), which overlap one another when the controller runs matrix, vector and network
 instructions in the background, and ``clock``, the tile's clock advance in the phase (issue,
 stalls on counters and on busy units): the clocks add up to the step.
+
+The step's cycles here run from the start to the doorbell (`chipotle.compiler.run`); the
+driver's ISA-simulator backend (``python -m chipotle.sim.bench --backend isasim``) counts to
+the last tile's ``halt``, which the doorbell tile reaches one cycle after its ``done``: its
+figures are one cycle larger (8,563 against 8,562 at position 64 on the default
+configuration, at f45483d).
 """
 
 from __future__ import annotations
@@ -180,7 +186,9 @@ def main(argv=None) -> None:
         run_step_isasim(sim, cm, toks[p:min(p + M, args.pos)], p)
     res, prof = profile_plan(sim, cm, cm.step([toks[args.pos]], args.pos))
     print(f"decode step at position {args.pos}, {args.placement} placement, {cfg}: "
-          f"{res.cycles:,} cycles (estimate)")
+          f"{res.cycles:,} cycles (estimate, from the start to the doorbell; the driver's "
+          f"isasim backend, as in `python -m chipotle.sim.bench --backend isasim`, counts to "
+          f"the last tile's halt, one cycle after the doorbell tile's `done`)")
     groups = {}
     for xy in prof:
         regions = cm.placement.tiles[xy].regions
