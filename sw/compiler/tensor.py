@@ -213,11 +213,19 @@ class TensorRoles:
         weights zero in the slots' padding); 0 when the whole gate is gathered as int32 and
         quantised on every tile.  Needs `gate_slices`, ``T * pad(rows) <= k_max`` and a
         seventh counter.
+    prow : int
+        Prefill batches' attention rows shared with the helpers (`_partner_rows`): in a
+        batch of ``m > 1`` rows each attention tile scores, normalises and sums rows ``0 ..
+        prow - 1`` of its query head, its `helper` rows ``prow .. m - 1`` (from its copies of
+        the K and V caches and the query records the tile sends, `C_Q`), sending each row's
+        weighted sum into the tile's ``aq`` row (`C_WS`).  ``ceil(M / 2)``; 0 (off) unless
+        `prefill_rows`, `wsplit`, `aslot`, ``2 <= M <= 4`` (so that ``m >= prow``) and a
+        head's int32 output is whole words.
     """
 
     def __init__(self, qm: QuantizedModel, isa: IsaConfig, tiles: list, partners: bool = True,
                  gate_slices: bool = True, split_scores: bool = True, att_slices: bool = True,
-                 vscores: bool = True, wsums: bool = True):
+                 vscores: bool = True, wsums: bool = True, prefill_rows: bool = True):
         c, W = qm.config, isa.word_bytes
         T = len(tiles)
         # int16 rows per word (x slices), int32 rows per word (gate slices); the gate
@@ -289,6 +297,9 @@ class TensorRoles:
                                    for h in range(KV)))
         self.helper = {xy: self.scorers[h][i] for h in range(KV)
                        for i, xy in enumerate(self.kv_tiles[h])} if self.wsplit else {}
+        M = isa.max_m
+        self.prow = (-(-M // 2) if prefill_rows and self.wsplit and self.aslot and 2 <= M <= 4
+                     and (4 * c.head_size) % W == 0 else 0)
 
     def helped(self, xy) -> list:
         """The ``(attention tile, KV head)`` pairs whose weighted-sum tails partner `xy` sums
@@ -341,8 +352,9 @@ def _requests(qm: QuantizedModel, isa: IsaConfig, roles: TensorRoles, xy, contex
            # the attention output and the gate, when gathered as int32
            ("g.y", max(M * max(0 if roles.aslot else as_, 0 if roles.gslot else gs), W), "g")]
     att = xy in roles.kv
+    helps = bool(roles.prow and roles.helped(xy))  # a prefill batch's last rows (softmax)
     tabs = [TableId.RSQRT, TableId.DYNQ, TableId.SIGMOID]
-    if att:
+    if att or helps:
         tabs += [TableId.EXP2, TableId.RECIP]
     req += [(f"tab.{t.name.lower()}", 2 * TABLE_ENTRIES[t], "table")
             for t in _TABLE_ORDER if t in tabs]
@@ -399,7 +411,8 @@ def _requests(qm: QuantizedModel, isa: IsaConfig, roles: TensorRoles, xy, contex
             req += [("prope", context * 2 * hs, "kv")]
         if roles.scores_keys(xy):
             req += [("ptab", 32 * (context + 1), "act"),
-                    ("pt", c.kv_mul * pad(4 * context), "act")]
+                    ("pt", max(c.kv_mul, M - roles.prow if helps else 0)
+                            * pad(4 * context), "act")]
             # the query records, per KV head: "g" regions, at the same address on the K and
             # V partners when they have the same jobs' heads (one multicast reaches both)
             heads = [h for kind, h in jobs if kind == "k" or roles.vsplit]
@@ -407,6 +420,10 @@ def _requests(qm: QuantizedModel, isa: IsaConfig, roles: TensorRoles, xy, contex
         if roles.helped(xy):                # the weighted sums' tails (`_partner_wsums`)
             for _, h in roles.helped(xy):
                 req += [(f"pp{h}", pad(2 * context), "act"), (f"pw{h}", 2 * pad(4 * hs), "act")]
+        if helps:                           # a prefill batch's last rows (`_partner_rows`)
+            req += [(f"hq{t}", (M - roles.prow) * rec(hs), "act")
+                    for t in range(len(roles.helped(xy)))]
+            req += [("hw", (M - roles.prow) * pad(4 * hs), "act")]
     for li in range(c.n_layers):
         p = f"l{li}."
         req += [(p + "ffn_eps", 8, "c"), (p + "fg", 2 * dim, "act")]
@@ -472,7 +489,7 @@ def _layout(xy, stages, reduce, req, isa) -> TileLayout:
 def place_tensor(qm: QuantizedModel, isa: IsaConfig, width: int, height: int, context: int,
                  batches: int = 1, kvapp: bool = False, partners: bool = True,
                  att_slices: bool = True, gate_slices: bool = True, vscores: bool = True,
-                 wsums: bool = True) -> tuple:
+                 wsums: bool = True, prows: bool = True) -> tuple:
     """Lay out every tile of the mesh for the tensor-parallel placement.
 
     With `kvapp`, the attention tiles' K and V caches are one KV store region in the layout
@@ -486,7 +503,8 @@ def place_tensor(qm: QuantizedModel, isa: IsaConfig, width: int, height: int, co
     these schemes do not fit (their buffers, the partners' K cache copies, the padded
     ``w2``) is laid out without the weighted sums split with the partners (`wsums`,
     `TensorRoles.wsplit`: the partners' V cache copies), then without the V partner's
-    scores (`vscores`), then without any of them.
+    scores (`vscores`), then without any of them; before those, without the prefill rows on
+    the helpers (`prows`, `TensorRoles.prow`: the helpers' softmax tables and buffers).
 
     Returns
     -------
@@ -501,7 +519,7 @@ def place_tensor(qm: QuantizedModel, isa: IsaConfig, width: int, height: int, co
     """
     tiles = [(x, y) for y in range(height) for x in range(width)]
     roles = TensorRoles(qm, isa, tiles, partners, gate_slices, att_slices=att_slices,
-                        vscores=vscores, wsums=wsums)
+                        vscores=vscores, wsums=wsums, prefill_rows=prows)
     extras = bool(roles.kvp or roles.aslot or roles.gslot)
     V = qm.config.vocab_size
     cap = -(-V // len(tiles))
@@ -517,6 +535,9 @@ def place_tensor(qm: QuantizedModel, isa: IsaConfig, width: int, height: int, co
         red = len(cls) if xy == reducer else 0
         lay = _layout(xy, stages, red,
                       _requests(qm, isa, roles, xy, context, batches, rows, red, kvapp), isa)
+        if lay.size > isa.sram_bytes and roles.prow:
+            return place_tensor(qm, isa, width, height, context, batches, kvapp, partners,
+                                att_slices, gate_slices, vscores, wsums, prows=False)
         if lay.size > isa.sram_bytes and (roles.wsplit or roles.vsplit):
             return place_tensor(qm, isa, width, height, context, batches, kvapp, partners,
                                 att_slices, gate_slices, vscores=roles.wsplit and vscores,
@@ -804,9 +825,9 @@ def _attention(e, k, li, first=None):
                                     k.lay[p + "wq_ms"], NQ, dim, mm))
         if k.roles.split:                   # under wq: atab row n = pos + 1, a, a > 0
             rb = 32 if k.roles.wsplit else 8
-            e("mul", "r4", "r1", rb)
-            e("ld", "r12", k.a("atab", 4, rb))
-            e("ld", "r4", k.a("atab", 4, rb + 4))
+            e("mul", "r10", "r1", rb)       # the row's offset, kept for `first_keys`
+            e("ld", "r12", k.a("atab", 10, rb))
+            e("ld", "r4", k.a("atab", 10, rb + 4))
     else:
         e.comment(f"layer {li} q k v projections, RoPE, quantisation of q and k")
         # the matrix unit runs wk, wq, wv back to back in the background while the vector unit
@@ -871,10 +892,11 @@ def _attention(e, k, li, first=None):
                                              hs, 1, kvs))
             if k.roles.wsplit:              # under the scores: the weighted sum's split
                 e.comment(f"layer {li} the weighted sum's split with the partner (decode)")
+                # atab row n (its offset in r10 since wq): c, the tail's address and bytes,
+                # n > c, and last (over r10) wsum's output
                 rb = 32
-                e("mul", "r3", "r1", rb)    # atab row n: c, the tail's address and bytes,
-                for reg, off in ((5, 8), (7, 12), (11, 16), (10, 20), (6, 24)):
-                    e("ld", f"r{reg}", k.a("atab", 3, rb + off))     # wsum's output, n > c
+                for reg, off in ((5, 8), (7, 12), (11, 16), (6, 24), (10, 20)):
+                    e("ld", f"r{reg}", k.a("atab", 10, rb + off))
         e.loop("r13", first_keys)
     if k.roles.kvp:
         e.comment(f"layer {li} wait for the K records and V rows of the partners")
@@ -890,14 +912,25 @@ def _attention(e, k, li, first=None):
         e.comment(f"layer {li} K records and V rows appended to the KV store (kvapp)")
         emit_kv_append(e, li, k.a("kbuf"), k.a("vbuf"), nk, "r2", krec, M * pad(hs), pad(hs))
 
+    prow = k.roles.prow
+
     def scores():
+        if prow:                            # rows prow .. M - 1's query records to the helper
+            e.comment(f"layer {li} the batch's last rows' query records to the helper")
+            hxy = k.roles.helper[k.xy]
+            t = [a for a, _ in k.roles.helped(hxy)].index(k.xy)
+            e("send", (k.pl.tiles[hxy][f"hq{t}"],), k.a("qrec", 0, prow * krec),
+              (M - prow) * krec, _rect((hxy[0], hxy[0], hxy[1], hxy[1])), C_Q)
         if k.kvl is not None:
             append()
         e.comment(f"layer {li} scores, softmax, weighted sums of V per query head")
         e("add", "r3", "r1+1", 0)           # keys of the batch's first row
         e("add", "r6", k.a("qrec"), 0)
         e("add", "r10", out0, 0)
-        _scores(e, k, att_ms, kbase, kstep, vbase, vstep, vstride, row_skip, kvs)
+        _scores(e, k, att_ms, kbase, kstep, vbase, vstep, vstride, row_skip, kvs, prow)
+        if prow:                            # the helper's rows (bare bumps past the batch)
+            e.comment(f"layer {li} the weighted sums of the batch's last rows from the helper")
+            e("wait", C_WS, M - prow)
 
     def split():                            # decode, keys a .. n - 1 from the K partner
         e.comment(f"layer {li} softmax and weighted sum of V (decode), K and V appended")
@@ -958,9 +991,10 @@ def _query_sends(k, h) -> list:
     return [(_rect((x, x, y, y)), k.pl.tiles[(x, y)][f"pq{h}"]) for x, y in tiles]
 
 
-def _scores(e, k, att_ms, kbase, kstep, vbase, vstep, vstride, row_skip, kvs):
+def _scores(e, k, att_ms, kbase, kstep, vbase, vstep, vstride, row_skip, kvs, rows=0):
     """Scores, softmax and weighted sums of V of the batch's rows on an attention tile, all
-    keys on the tile (software-pipelined when one ``matqk`` serves a row)."""
+    keys on the tile (software-pipelined when one ``matqk`` serves a row): the first `rows`
+    rows (`TensorRoles.prow`, the rest on the helper), or every row when `rows` is 0."""
     c, isa = k.c, k.isa
     hs, krec = c.head_size, isa.record_bytes(c.head_size)
     g0, g1 = k.roles.kv[k.xy]
@@ -969,7 +1003,7 @@ def _scores(e, k, att_ms, kbase, kstep, vbase, vstep, vstride, row_skip, kvs):
     g = nq // nk                            # query heads per KV head on this tile
     gc = max(d for d in range(1, min(g, isa.max_m) + 1) if g % d == 0)
     if nk == 1 and g == gc and k.pipe_att:
-        _scores_pipelined(e, k, att_ms, kbase, vbase, vstride, gc, row_skip, kvs)
+        _scores_pipelined(e, k, att_ms, kbase, vbase, vstride, gc, row_skip, kvs, rows)
     else:
         def arow():
             e("add", "r8", (kbase,), 0)
@@ -995,17 +1029,18 @@ def _scores(e, k, att_ms, kbase, kstep, vbase, vstep, vstride, row_skip, kvs):
             e.loop(nk, kvh)
             e("add", "r3", "r3+1", 0)
             e("add", "r10", f"r10+{row_skip}", 0)
-        e.loop("r2", arow)
+        e.loop(rows or "r2", arow)
 
 
-def _scores_pipelined(e, k, att_ms, kbase, vbase, vstride, gc, row_skip, kvs):
+def _scores_pipelined(e, k, att_ms, kbase, vbase, vstride, gc, row_skip, kvs, rows=0):
     """Scores, softmax and weighted sums of the batch's rows when one ``matqk`` (``kvqk``
     with `kvs`: ``kbase`` is then the KV head's slot, `emit_scores`) serves a row
     (one KV head, its ``gc`` query heads together), software-pipelined: the matrix unit
     scores row ``i + 1`` (into the other of two score buffers) while the vector unit runs
     row ``i``'s softmax and weighted sums.  Registers: ``r3`` keys of the current row,
     ``r6`` its query records, ``r9`` / ``r5`` the current / next score buffer, ``r12`` /
-    ``r4`` their row strides (``gc > 1``), ``r10`` the output."""
+    ``r4`` their row strides (``gc > 1``), ``r10`` the output.  `rows`: the first `rows`
+    rows only (a static count), or 0: the batch's ``m``."""
     hs, krec = k.c.head_size, k.isa.record_bytes(k.c.head_size)
     e("add", "r8", (kbase,), 0)
     e("add", "r11", (vbase,), 0)
@@ -1045,8 +1080,11 @@ def _scores_pipelined(e, k, att_ms, kbase, vbase, vstride, gc, row_skip, kvs):
         e("add", "r5", "r7", 0)
         if gc > 1:
             e("add", "r12", "r4", 0)
-    e("sub", "r7", "r2", 1)
-    e.loop("r7", row)
+    if not rows:
+        e("sub", "r7", "r2", 1)
+        e.loop("r7", row)
+    elif rows > 1:
+        e.loop(rows - 1, row)
     heads()
 
 
@@ -1167,6 +1205,10 @@ def _partner_kv(e, k, li, first=None):
     if k.roles.helped(k.xy):
         e.comment(f"layer {li} partner: the tails of the weighted sums of V")
         e.loop("r13", lambda: _partner_wsums(e, k, li))
+        if k.roles.prow:
+            e.comment(f"layer {li} partner: the batch's last rows' scores, softmax and "
+                      f"weighted sums of V")
+            e.loop("r14", lambda: _partner_rows(e, k, li))
 
 
 def _partner_receives(k) -> int:
@@ -1201,6 +1243,57 @@ def _partner_wsums(e, k, li):
             e("send", (k.pl.tiles[(ax, ay)]["wpart"],), k.a(f"pw{h}"), pad(4 * hs),
               _rect((ax, ax, ay, ay)), C_WS)
     e.loop("r6", tails)
+
+
+def _partner_rows(e, k, li):
+    """Prefill (a batch of ``m > 1`` rows, `TensorRoles.prow`): rows ``prow .. m - 1`` of the
+    query head of every attention tile this partner helps, all keys: once the tile's query
+    records of rows ``prow .. M - 1`` are there (`C_Q`, one SEND per helped tile), the
+    ``matqk`` of each row (row ``i``: keys ``0 .. pos + i``) over this partner's copy of the
+    KV head's K cache into its own row of ``pt`` (the matrix unit runs ahead of the vector
+    unit), then per row the softmax, the weighted sum over the copy of the V cache and its
+    SEND into the row's heads' output in the tile's ``aq`` (`C_WS`); one bare bump per row
+    ``m .. M - 1``, so that the tile waits for a static ``M - prow``.  The instructions are
+    the tile's own (``matqk`` over plain records instead of ``kvqk``), so the sums are
+    the tile's bit for bit.  Registers ``r3`` .. ``r9``."""
+    c, isa, p = k.c, k.isa, f"l{li}."
+    hs, M, h0, pad = c.head_size, isa.max_m, k.roles.prow, isa.pad
+    krec, ts, ws = isa.record_bytes(hs), pad(4 * k.context), pad(4 * hs)
+    ag = _att_geometry(k.roles, isa, hs)
+    helped = k.roles.helped(k.xy)
+    job = {h: j for j, _, h in _scoring_jobs(k)}
+    e("wait", C_Q, len(helped))
+    e("sub", "r4", "r2", h0)                # rows here
+    e("sub", "r5", (M,), "r2")              # rows past the batch: bare bumps
+    for t, (axy, h) in enumerate(helped):
+        rect = _rect((axy[0], axy[0], axy[1], axy[1]))
+        dst = k.pl.tiles[axy]["aq"] + 4 * ag["cnt"] + h0 * ag["aq"]
+        e("add", "r3", f"r1+{h0 + 1}", 0)   # keys of row prow
+        e("add", "r6", k.a(f"hq{t}"), 0)
+        e("add", "r7", k.a("pt"), 0)
+
+        def score(h=h):
+            e("matqk.i32", "r7", "r6", k.a(p + f"pkc{job[h]}"), k.lay[p + "att_ms"], "r3",
+              hs, 1)
+            e("add", "r3", "r3+1", 0)
+            e("add", "r6", f"r6+{krec}", 0)
+            e("add", "r7", f"r7+{ts}", 0)
+        e.loop("r4", score)
+        e("add", "r3", f"r1+{h0 + 1}", 0)
+        e("add", "r7", k.a("pt"), 0)
+        e("add", "r8", k.a("hw"), 0)
+        e("add", "r9", (dst,), 0)
+
+        def row(h=h, rect=rect):
+            e("softmax.u16.i32", k.a(f"pp{h}"), "r7", "r3")
+            e("wsum.i32.u16", "r8", k.a(f"pp{h}"), k.a(p + f"pvc{h}"), "r3", hs, pad(hs))
+            e("send", "r9", "r8", 4 * hs, rect, C_WS)
+            e("add", "r3", "r3+1", 0)
+            e("add", "r7", f"r7+{ts}", 0)
+            e("add", "r8", f"r8+{ws}", 0)
+            e("add", "r9", f"r9+{ag['aq']}", 0)
+        e.loop("r4", row)
+        e.loop("r5", lambda dst=dst, rect=rect: e("send", (dst,), k.a("hw"), 0, rect, C_WS))
 
 
 def _scoring_jobs(k) -> list:
