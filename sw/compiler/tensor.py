@@ -377,7 +377,10 @@ def _requests(qm: QuantizedModel, isa: IsaConfig, roles: TensorRoles, xy, contex
         req += [("e", c.vocab_size * pad(No), "w")]
     if Nh:
         hz = pad(2 * Nh)
-        req += [("h1", M * hz, "act"), ("h3", M * hz, "act")]
+        # h3 below h1: the scoreboard takes a vector instruction to touch 4 n + W bytes
+        # from its operands (`vector_footprint`), so SiLU over h1 (in place, a batch's M
+        # rows) would otherwise wait for w3 writing h3 after it
+        req += [("h3", M * hz, "act"), ("h1", M * hz, "act")]
         if not roles.gslot:
             req += [("gl", M * 2 * hz, "act")]
     if att:
