@@ -404,3 +404,114 @@ def test_split_at():
             a = _split_at(n, W)
             assert 0 <= a < n and a % max(1, W // 4) == 0, (W, n, a)
     assert abs(_split_at(512, 8) / 512 - 2 / 3) < 0.01
+
+
+def _run_counting(sim, compiled, plan, op):
+    """Run `plan`; return its `StepResult` and per tile how many `op` instructions ran."""
+    counts = {xy: 0 for xy in compiled.programs}
+    execute = sim._execute
+
+    def counting(t, i):
+        out = execute(t, i)
+        if out is not None and i.op == op and t.xy in counts:
+            counts[t.xy] += 1
+        return out
+    sim._execute = counting
+    try:
+        res = run_plan_isasim(sim, compiled, plan)
+    finally:
+        del sim._execute
+    return res, counts
+
+
+def _rows_placement(small_qm):
+    from chipotle.compiler.tensor import TensorRoles
+    cfg = CONFIGS["small"].replace(mesh_width=3, mesh_height=2, imem_words=1024)
+    compiled = compile_model(small_qm, cfg, placement="tensor")
+    pl = compiled.placement
+    roles = TensorRoles(small_qm, cfg.isa_config(), sorted(pl.tiles, key=lambda t: t[::-1]))
+    return cfg, compiled, roles
+
+
+def test_prefill_rows_on_helpers(small_qm):
+    """A prefill batch's attention rows shared with the helpers (`TensorRoles.prow`) on
+    3 x 2 tiles (4 attention tiles; the K partner helps two of them, the V partner two):
+    each attention tile runs the softmax of rows ``0 .. prow - 1`` of its query head, its
+    helper rows ``prow .. m - 1``; logits bit-exact for batches of 4, 3 and 2 rows (the
+    helper with 2, 1 and no rows, bare bumps for the rest) at growing positions, then decode
+    steps (which keep the decode schemes)."""
+    cfg, compiled, roles = _rows_placement(small_qm)
+    L = small_qm.config.n_layers
+    assert roles.prow == 2 and roles.wsplit
+    helpers = {roles.helper[a] for a in roles.att_tiles}
+    assert len(helpers) == 2 and all(len(roles.helped(h)) == 2 for h in helpers)
+    for h in helpers:                       # the softmax tables and the rows' buffers
+        regions = compiled.placement.tiles[h].regions
+        assert {"tab.exp2", "tab.recip", "hq0", "hq1", "hw"} <= set(regions)
+    golden = GoldenModel(small_qm)
+    sim = load_isasim(compiled)
+    toks = [1, 7, 3, 12, 5, 9, 2, 11, 4, 6, 8, 10, 13]
+    pos = 0
+    for m in (4, 3, 2, 4):
+        res, sm = _run_counting(sim, compiled, compiled.step(toks[pos:pos + m], pos),
+                                Opcode.SOFTMAX)
+        np.testing.assert_array_equal(res.logits,
+                                      golden.forward_batch(toks[pos:pos + m], pos)[-1],
+                                      err_msg=f"batch of {m} at {pos}")
+        for xy in compiled.placement.tiles:
+            want = (L * min(m, roles.prow) if xy in roles.att_tiles else
+                    L * (m - roles.prow) * len(roles.helped(xy)) if xy in helpers else 0)
+            assert sm[xy] == want, (m, xy, sm[xy])
+        pos += m
+    tok = res.token
+    for p in range(pos, pos + 4):
+        r = run_step_isasim(sim, compiled, [tok], p)
+        np.testing.assert_array_equal(r.logits, golden.forward(tok, p), err_msg=f"{p}")
+        tok = r.token
+
+
+def test_prefill_rows_without_helpers_differ(small_qm, monkeypatch):
+    """The check above sees the helpers' rows: with `_partner_rows` reduced to its waits and
+    bump counts (nothing summed, the tiles' rows ``prow ..`` left stale) a batch of 4 rows
+    no longer matches the golden model."""
+    from chipotle.compiler import tensor
+
+    def no_rows(e, k, li):
+        helped = k.roles.helped(k.xy)
+        e("wait", tensor.C_Q, len(helped))
+        for axy, _ in helped:
+            rect = tensor._rect((axy[0], axy[0], axy[1], axy[1]))
+            for _ in range(k.isa.max_m - k.roles.prow):
+                e("send", k.a("hw"), k.a("hw"), 0, rect, tensor.C_WS)
+    monkeypatch.setattr(tensor, "_partner_rows", no_rows)
+    cfg, compiled, roles = _rows_placement(small_qm)
+    assert roles.prow == 2
+    golden = GoldenModel(small_qm)
+    sim = load_isasim(compiled)
+    toks = [1, 7, 3, 12]
+    r = run_step_isasim(sim, compiled, toks, 0)
+    assert not np.array_equal(r.logits, golden.forward_batch(toks, 0)[-1])
+
+
+@pytest.mark.model
+def test_prefill_rows_fall_back(small_qm, stories_qm):
+    """Without helpers (the 2 x 2 chip: no partners) or with ``M > 4`` the prefill rows stay
+    on the attention tiles (`TensorRoles.prow` 0); stories260K on the default chip shares
+    them and still fits the instruction memory and SRAM with the software-pipelined
+    scores."""
+    from chipotle.compiler.tensor import TensorRoles, place_tensor
+    cfg = CONFIGS["small"]
+    tiles = [(x, y) for y in range(cfg.mesh_height) for x in range(cfg.mesh_width)]
+    assert TensorRoles(small_qm, cfg.isa_config(), tiles).prow == 0
+    c32 = CONFIGS["small"].replace(mesh_width=3, mesh_height=2, max_m=8)
+    t32 = [(x, y) for y in range(2) for x in range(3)]
+    assert TensorRoles(small_qm, c32.isa_config(), t32).prow == 0
+    dflt = CONFIGS["default"]
+    compiled = compile_model(stories_qm, dflt, placement="tensor")
+    pl, roles = place_tensor(stories_qm, dflt.isa_config(), 4, 4, compiled.context,
+                             compiled.placement.batches, True)
+    assert roles.prow == 2
+    assert all(len(p) <= dflt.imem_words for p in compiled.programs.values())
+    att = compiled.sources[roles.att_tiles[0]]
+    assert "last rows' query records to the helper" in att
+    assert "kvqk.i32        r5" in att      # the pipelined scores' second buffer
