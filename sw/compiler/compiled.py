@@ -448,11 +448,12 @@ def _compile_tensor(qm: QuantizedModel, config: ChipConfig, context: int,
                        f"{config.n_counters}: use n_counters=5")
     if batches is None:
         batches = _default_batches(context, isa)
-    pl, roles = place_tensor(qm, isa, config.mesh_width, config.mesh_height, context, batches,
-                             kvapp)
-    # the software-pipelined scores take a few more instructions: without them if the
-    # instruction memory is too small for them
-    for pipelined in (True, False):
+    # the prefill rows on the helpers (`TensorRoles.prow`) and the software-pipelined scores
+    # take more instructions: without the former, then without both, if the instruction
+    # memory is too small for them
+    for prows, pipelined in ((True, True), (False, True), (False, False)):
+        pl, roles = place_tensor(qm, isa, config.mesh_width, config.mesh_height, context,
+                                 batches, kvapp, prows=prows)
         programs, entries, sources = {}, {}, {}
         for xy, lay in pl.tiles.items():
             text = tensor_program(qm, isa, pl, roles, lay, context, pipelined)
