@@ -426,7 +426,8 @@ def _requests(qm: QuantizedModel, isa: IsaConfig, roles: TensorRoles, xy, contex
         if helps:                           # a prefill batch's last rows (`_partner_rows`)
             req += [(f"hq{t}", (M - roles.prow) * rec(hs), "act")
                     for t in range(len(roles.helped(xy)))]
-            req += [("hw", (M - roles.prow) * pad(4 * hs), "act")]
+            req += [("hw", (M - roles.prow) * pad(4 * hs), "act"),
+                    ("hm", (M - roles.prow) * W, "act")]
     for li in range(c.n_layers):
         p = f"l{li}."
         req += [(p + "ffn_eps", 8, "c"), (p + "fg", 2 * dim, "act")]
@@ -970,7 +971,9 @@ def _attention(e, k, li, first=None):
             e("rmaxabs.i32.i32", f"r6+{ja * W}", f"r6+{4 * ag['cnt']}", NQ)
             e("send", f"r6+{ja * W}", f"r6+{ja * W}", W, k.all, C_AMAX)
             e("add", "r6", f"r6+{ag['aq']}", 0)
-        e.loop("r2", mx)
+        # with `prow` the helper sends the maxima of rows prow .. m - 1: min(m, prow) rows
+        # here (prow is 1 or 2; r14 is the flag m > 1)
+        e.loop(("r14+1" if prow == 2 else 1) if prow else "r2", mx)
         return
     e.comment(f"layer {li} the heads' attention output multicast (gather)")
     e("add", "r6", k.a("g.y", 0, aoff), 0)
@@ -1256,7 +1259,9 @@ def _partner_rows(e, k, li):
     KV head's K cache into its own row of ``pt`` (the matrix unit runs ahead of the vector
     unit), then per row the softmax, the weighted sum over the copy of the V cache and its
     SEND into the row's heads' output in the tile's ``aq`` (`C_WS`); one bare bump per row
-    ``m .. M - 1``, so that the tile waits for a static ``M - prow``.  The instructions are
+    ``m .. M - 1``, so that the tile waits for a static ``M - prow``; then the rows' largest
+    magnitudes, multicast into the tile's slot of the maxima (`C_AMAX`) in place of the
+    tile's own.  The instructions are
     the tile's own (``matqk`` over plain records instead of ``kvqk``), so the sums are
     the tile's bit for bit.  Registers ``r3`` .. ``r9``."""
     c, isa, p = k.c, k.isa, f"l{li}."
@@ -1297,6 +1302,20 @@ def _partner_rows(e, k, li):
             e("add", "r9", f"r9+{ag['aq']}", 0)
         e.loop("r4", row)
         e.loop("r5", lambda dst=dst, rect=rect: e("send", (dst,), k.a("hw"), 0, rect, C_WS))
+        # the rows' largest magnitudes, multicast into the tile's slot of every tile's aq
+        # rows (`C_AMAX`, as the tile's own rows: `_attention`)
+        ja = k.roles.att_tiles.index(axy)
+        e("add", "r7", k.a("hm"), 0)
+        e("add", "r8", k.a("hw"), 0)
+        e("add", "r9", (k.lay["aq"] + h0 * ag["aq"] + ja * isa.word_bytes,), 0)
+
+        def mx():
+            e("rmaxabs.i32.i32", "r7", "r8", hs)
+            e("send", "r9", "r7", isa.word_bytes, k.all, C_AMAX)
+            e("add", "r7", f"r7+{isa.word_bytes}", 0)
+            e("add", "r8", f"r8+{ws}", 0)
+            e("add", "r9", f"r9+{ag['aq']}", 0)
+        e.loop("r4", mx)
 
 
 def _scoring_jobs(k) -> list:

@@ -472,17 +472,19 @@ def test_prefill_rows_on_helpers(small_qm):
 
 def test_prefill_rows_without_helpers_differ(small_qm, monkeypatch):
     """The check above sees the helpers' rows: with `_partner_rows` reduced to its waits and
-    bump counts (nothing summed, the tiles' rows ``prow ..`` left stale) a batch of 4 rows
-    no longer matches the golden model."""
+    bumps (nothing summed, the tiles' rows ``prow ..`` and their maxima left stale) a batch
+    of 4 rows no longer matches the golden model."""
     from chipotle.compiler import tensor
 
     def no_rows(e, k, li):
         helped = k.roles.helped(k.xy)
         e("wait", tensor.C_Q, len(helped))
+        e("sub", "r4", "r2", k.roles.prow)
         for axy, _ in helped:
             rect = tensor._rect((axy[0], axy[0], axy[1], axy[1]))
             for _ in range(k.isa.max_m - k.roles.prow):
                 e("send", k.a("hw"), k.a("hw"), 0, rect, tensor.C_WS)
+            e.loop("r4", lambda: e("send", k.a("hm"), k.a("hm"), 0, k.all, tensor.C_AMAX))
     monkeypatch.setattr(tensor, "_partner_rows", no_rows)
     cfg, compiled, roles = _rows_placement(small_qm)
     assert roles.prow == 2
