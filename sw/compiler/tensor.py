@@ -218,7 +218,8 @@ class TensorRoles:
         batch of ``m > 1`` rows each attention tile scores, normalises and sums rows ``0 ..
         prow - 1`` of its query head, its `helper` rows ``prow .. m - 1`` (from its copies of
         the K and V caches and the query records the tile sends, `C_Q`), sending each row's
-        weighted sum into the tile's ``aq`` row (`C_WS`).  ``ceil(M / 2)``; 0 (off) unless
+        weighted sum into the tile's ``aq`` row (`C_WS`) and its largest magnitude into the
+        tile's slot of every tile's maxima (`C_AMAX`).  ``ceil(M / 2)``; 0 (off) unless
         `prefill_rows`, `wsplit`, `aslot`, ``2 <= M <= 4`` (so that ``m >= prow``) and a
         head's int32 output is whole words.
     """
