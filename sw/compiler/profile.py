@@ -157,7 +157,8 @@ def format_profile(prof: dict, tiles=None) -> str:
 
 
 def main(argv=None) -> None:
-    """Print the cycle breakdown of one decode step of stories260K."""
+    """Print the cycle breakdown of one decode step of stories260K (or, with ``--rows``, of
+    one prefill batch)."""
     import argparse
 
     from ..config import ChipConfig
@@ -171,21 +172,27 @@ def main(argv=None) -> None:
     ap.add_argument("--config", default="default")
     ap.add_argument("--placement", choices=("pipeline", "tensor"), default="tensor")
     ap.add_argument("--pos", type=int, default=64)
+    ap.add_argument("--rows", type=int, default=1,
+                    help="tokens of the profiled step at --pos: 1, a decode step (the "
+                         "default), up to M, a prefill batch of that many rows")
     ap.add_argument("--context", type=int, default=None)
     ap.add_argument("--kvapp", action=argparse.BooleanOptionalAction, default=None,
                     help="append K and V with kvapp (default: the placement's default, as "
                          "compile_model: with kvapp for the tensor placement)")
     args = ap.parse_args(argv)
     cfg = ChipConfig.from_string(args.config)
+    if not 1 <= args.rows <= cfg.max_m:
+        ap.error(f"--rows must be in 1 .. {cfg.max_m} (M), not {args.rows}")
     qm = quantize(load_checkpoint(default_model_dir() / "stories260K.bin"))
     cm = compile_model(qm, cfg, args.context, placement=args.placement, kvapp=args.kvapp)
     sim = load_isasim(cm)
-    toks = [(7 * i + 1) % qm.config.vocab_size for i in range(args.pos + 1)]
+    toks = [(7 * i + 1) % qm.config.vocab_size for i in range(args.pos + args.rows)]
     M = cfg.max_m
     for p in range(0, args.pos, M):
         run_step_isasim(sim, cm, toks[p:min(p + M, args.pos)], p)
-    res, prof = profile_plan(sim, cm, cm.step([toks[args.pos]], args.pos))
-    print(f"decode step at position {args.pos}, {args.placement} placement, {cfg}: "
+    res, prof = profile_plan(sim, cm, cm.step(toks[args.pos:], args.pos))
+    what = ("decode step" if args.rows == 1 else f"prefill batch of {args.rows} rows")
+    print(f"{what} at position {args.pos}, {args.placement} placement, {cfg}: "
           f"{res.cycles:,} cycles (estimate, from the start to the doorbell; the driver's "
           f"isasim backend, as in `python -m chipotle.sim.bench --backend isasim`, counts to "
           f"the last tile's halt, one cycle after the doorbell tile's `done`)")
