@@ -905,7 +905,7 @@ def _attention(e, k, li, first=None):
         e.loop("r13", first_keys)
     if k.roles.kvp:
         e.comment(f"layer {li} wait for the K records and V rows of the partners")
-        _wait_all(e, k, C_KV, 2)
+        e("wait", C_KV, 2)                  # one SEND of the batch's rows each
     aoff = 4 * q0 * hs
     if k.roles.aslot:                       # the heads' output into the tile's aq row
         ag = _att_geometry(k.roles, isa, hs)
@@ -1123,12 +1123,13 @@ def _att_norm(e, k, li, first=None):
 def _partner_kv(e, k, li, first=None):
     """A K / V partner's jobs of layer `li` (`TensorRoles.kvp`): the attention RMSNorm
     record of the batch's rows, then per job the ``wk`` rows of its KV head, RoPE and the K
-    records (``"k"``) or the ``wv`` rows (``"v"``), each row sent to the KV head's attention
-    tiles (bumping `C_KV`): into ``kbuf`` / ``vbuf`` with ``kvapp``, else straight into the
-    K and V caches at the row's position.  The instructions are the attention tiles' own, so
-    the records and rows are theirs bit for bit.  With `TensorRoles.vsplit` the K partner
-    also sends each K record into the V partner's copy of the K cache at the row's
-    position (`C_KV`, which the V partner consumes after its jobs)."""
+    records (``"k"``) or the ``wv`` rows (``"v"``), the batch's rows sent in one SEND to
+    each of the KV head's attention tiles (bumping `C_KV` once): into ``kbuf`` / ``vbuf``
+    with ``kvapp``, else straight into the K and V caches at the rows' positions.  The
+    instructions are the attention tiles' own, so the records and rows are theirs bit for
+    bit.  With `TensorRoles.vsplit` the K partner also sends the K records into the V
+    partner's copy of the K cache at the rows' positions (`C_KV`, which the V partner
+    consumes after its jobs)."""
     c, isa, p = k.c, k.isa, f"l{li}."
     dim, hs, pad = c.dim, c.head_size, isa.pad
     krec = isa.record_bytes(hs)
@@ -1147,60 +1148,56 @@ def _partner_kv(e, k, li, first=None):
             op, k.a(out), k.a("rec"), k.a(p + f"pw{j}"), k.lay[p + f"pw{j}_ms"], hs, dim, mm))
         if scoring and j == scoring[0][0]:
             _partner_score_table(e, k)      # under the matmul
-        if kind == "k":
-            e("mul", "r3", "r1", 2 * hs)
-            e("add", "r7", k.a("pk16"), 0)
-            if k.roles.split:               # the records into the partner's K cache
+        def src(kind=kind, j=j):            # the batch's first record / V row
+            if kind == "v":
+                return k.a("pv")
+            if k.roles.split:               # the records in the partner's K cache
                 e("mul", "r8", "r1", krec)
                 e("add", "r8", k.a(p + f"pkc{j}", 8), 0)
-            else:
+                return "r8"
+            return k.a("pkrec")
+        if kind == "k":                     # RoPE and the records of the batch's rows
+            e("mul", "r3", "r1", 2 * hs)
+            e("add", "r7", k.a("pk16"), 0)
+            if src() != "r8":
                 e("add", "r8", k.a("pkrec"), 0)
-        else:
-            e("add", "r8", k.a("pv"), 0)
-        if k.kvl_any:
-            e("add", "r4", (0,), 0)         # row i of the batch at kbuf / vbuf + i * step
-        else:
-            e("mul", "r4", "r1", step)      # position pos + i of the cache
-        vcopy = kind == "k" and k.roles.vsplit
-        if vcopy:                           # position pos + i of the V partner's K cache
-            vxy, vj = k.roles.vpartner[h]
-            e("mul", "r9", "r1", krec)
-            e("add", "r9", (k.pl.tiles[vxy][p + f"pkc{vj}"], 9), 0)
-        # the V rows' copies for the partners that sum the weighted sums' tails: this
-        # tile's own (`r9`), another's (`r3`, one at most: the KV head's K partner)
-        vown = kind == "v" and any(hh == h for _, hh in k.roles.helped(k.xy))
-        vto = [xy for xy in {k.roles.helper[a] for a in k.roles.kv_tiles[h]
-                             if a in k.roles.helper} if xy != k.xy] if kind == "v" else []
-        assert len(vto) <= 1
-        if vown:
-            e("mul", "r9", "r1", pad(hs))
-            e("add", "r9", k.a(p + f"pvc{h}", 9), 0)
-        if vto:
-            e("mul", "r3", "r1", pad(hs))
-            e("add", "r3", (k.pl.tiles[vto[0]][p + f"pvc{h}"], 3), 0)
 
-        def row(kind=kind, base=base, step=step, targets=targets, vcopy=vcopy, h=h, vown=vown,
-                vto=vto):
-            if kind == "k":
+            def row(step=step):
                 e("rope.i16.i16", "r7", "r7", k.a("prope", 3), hs, hs, nx.ROPE_FRAC_BITS)
                 e("dynq.i8.i16", "r8", "r7", hs)
                 e("add", "r3", f"r3+{2 * hs}", 0)
                 e("add", "r7", f"r7+{pad(2 * hs)}", 0)
-            for (xy, _), b in zip(targets, base, strict=True):
-                e("send", (b, 4), "r8", step, _rect((xy[0], xy[0], xy[1], xy[1])), C_KV)
-            if vcopy:
-                vx, vy = k.roles.vpartner[h][0]
-                e("send", "r9", "r8", krec, _rect((vx, vx, vy, vy)), C_KV)
-                e("add", "r9", f"r9+{krec}", 0)
-            if vown:
-                e("copy", "r9", "r8", hs)
-                e("add", "r9", f"r9+{pad(hs)}", 0)
-            for vx, vy in vto:
-                e("send", "r3", "r8", pad(hs), _rect((vx, vx, vy, vy)), C_KV)
-                e("add", "r3", f"r3+{pad(hs)}", 0)
-            e("add", "r4", f"r4+{step}", 0)
-            e("add", "r8", f"r8+{step}", 0)
-        e.loop("r2", row)
+                e("add", "r8", f"r8+{step}", 0)
+            e.loop("r2", row)
+        # the batch's rows sent once per target (they are consecutive everywhere: `kbuf` /
+        # `vbuf`, the caches at the rows' positions, the partners' copies): `m` rows of
+        # `step` bytes, one bump of `C_KV` per SEND; the SEND waits for every unit anyway,
+        # so a SEND per row would leave the vector unit idle between the rows
+        e("mul", "r7", "r2", step)
+        a0 = src()
+        if not k.kvl_any:
+            e("mul", "r4", "r1", step)      # position pos of the cache
+        for (xy, _), b in zip(targets, base, strict=True):
+            e("send", (b, 0 if k.kvl_any else 4), a0, "r7",
+              _rect((xy[0], xy[0], xy[1], xy[1])), C_KV)
+        if kind == "k" and k.roles.vsplit:  # position pos of the V partner's K cache
+            vxy, vj = k.roles.vpartner[h]
+            e("mul", "r9", "r1", krec)
+            e("send", (k.pl.tiles[vxy][p + f"pkc{vj}"], 9), a0, "r7",
+              _rect((vxy[0], vxy[0], vxy[1], vxy[1])), C_KV)
+        # the V rows' copies for the partners that sum the weighted sums' tails: this
+        # tile's own, another's (one at most: the KV head's K partner)
+        vown = kind == "v" and any(hh == h for _, hh in k.roles.helped(k.xy))
+        vto = [xy for xy in {k.roles.helper[a] for a in k.roles.kv_tiles[h]
+                             if a in k.roles.helper} if xy != k.xy] if kind == "v" else []
+        assert len(vto) <= 1
+        if vown or vto:
+            e("mul", "r9", "r1", pad(hs))
+        if vown:
+            e("copy", k.a(p + f"pvc{h}", 9), a0, "r7")
+        for vx, vy in vto:
+            e("send", (k.pl.tiles[(vx, vy)][p + f"pvc{h}"], 9), a0, "r7",
+              _rect((vx, vx, vy, vy)), C_KV)
     if scoring:
         e.comment(f"layer {li} partner: scores of its share of the keys for the attention "
                   f"tiles")
@@ -1208,7 +1205,7 @@ def _partner_kv(e, k, li, first=None):
     recv = _partner_receives(k)
     if recv:
         e.comment(f"layer {li} partner: the K records / V rows of its copies arrived")
-        _wait_all(e, k, C_KV, recv)
+        e("wait", C_KV, recv)
     if k.roles.helped(k.xy):
         e.comment(f"layer {li} partner: the tails of the weighted sums of V")
         e.loop("r13", lambda: _partner_wsums(e, k, li))
@@ -1219,7 +1216,7 @@ def _partner_kv(e, k, li, first=None):
 
 
 def _partner_receives(k) -> int:
-    """The K records and V rows per row of a batch another partner sends this one (`C_KV`):
+    """The SENDs of K records and V rows per batch another partner sends this one (`C_KV`):
     with `TensorRoles.vsplit` a K record per KV head a V partner scores, with
     `TensorRoles.wsplit` a V row per KV head whose V rows another partner computes and this
     one sums tails of."""
