@@ -517,3 +517,33 @@ def test_prefill_rows_fall_back(small_qm, stories_qm):
     att = compiled.sources[roles.att_tiles[0]]
     assert "last rows' query records to the helper" in att
     assert "kvqk.i32        r5" in att      # the pipelined scores' second buffer
+
+
+def test_partner_rows_sent_once_per_batch(small_qm):
+    """The K / V partners send a batch's K records and V rows in one SEND per destination
+    (`C_KV`): as many SENDs for a batch of 4 rows as for a decode step, and the logits
+    bit-exact (3 x 2 tiles, with ``kvapp`` and with the partners storing into the caches)."""
+    from chipotle.compiler.tensor import C_KV
+    for kvapp in (True, False):
+        cfg, _, _ = _rows_placement(small_qm)
+        compiled = compile_model(small_qm, cfg, placement="tensor", kvapp=kvapp)
+        golden = GoldenModel(small_qm)
+        sim = load_isasim(compiled)
+        counts = []
+        for toks, pos in (([1, 7, 3, 12], 0), ([5], 4)):
+            n = {xy: 0 for xy in compiled.programs}
+            execute = sim._execute
+
+            def counting(t, i, n=n, execute=execute):
+                out = execute(t, i)
+                if out is not None and i.op == Opcode.SEND and i.c == C_KV and t.xy in n:
+                    n[t.xy] += 1
+                return out
+            sim._execute = counting
+            try:
+                r = run_plan_isasim(sim, compiled, compiled.step(toks, pos))
+            finally:
+                del sim._execute
+            np.testing.assert_array_equal(r.logits, golden.forward_batch(toks, pos)[-1])
+            counts.append(n)
+        assert sum(counts[0].values()) > 0 and counts[0] == counts[1], counts
