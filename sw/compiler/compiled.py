@@ -517,11 +517,13 @@ def _tensor_places(qm: QuantizedModel, config: ChipConfig, context: int, kvapp: 
 
 #: The tensor placement's optional schemes (`TensorRoles` attributes), by name, in the order
 #: the placement drops them when SRAM is short (docs/architecture.md).
-_SCHEMES = (("wsplit", "the weighted sums split with the partners"),
-            ("vsplit", "the V partner's scores"),
-            ("kvp", "the K / V partners"),
-            ("aslot", "the attention output's slices"),
-            ("gslot", "the gate's slices"))
+#: Each with the phase it speeds up.
+_SCHEMES = (("prow", "a prefill batch's last rows on the helpers", "prefill"),
+            ("wsplit", "the weighted sums split with the partners", "decode"),
+            ("vsplit", "the V partner's scores", "decode"),
+            ("kvp", "the K / V partners", "prefill and decode"),
+            ("aslot", "the attention output's slices", "prefill and decode"),
+            ("gslot", "the gate's slices", "prefill and decode"))
 
 
 def _tensor_schemes(qm: QuantizedModel, config: ChipConfig, context: int,
@@ -534,7 +536,7 @@ def _tensor_schemes(qm: QuantizedModel, config: ChipConfig, context: int,
                                 _default_batches(context, isa), kvapp)
     except FitError:
         return None
-    return tuple(name for attr, name in _SCHEMES if getattr(roles, attr))
+    return tuple(name for attr, name, _ in _SCHEMES if getattr(roles, attr))
 
 
 def _schemes_note(qm: QuantizedModel, config: ChipConfig, context: int, kib: int,
@@ -548,7 +550,10 @@ def _schemes_note(qm: QuantizedModel, config: ChipConfig, context: int, kib: int
     if have is None or full is None or len(have) >= len(full):
         return "", None
     lost = [name for name in full if name not in have]
-    note = f" (without {', '.join(lost)}: slower decode)"
+    phases = {phase for _, name, phase in _SCHEMES if name in lost}
+    slower = "prefill" if phases == {"prefill"} else "decode" if phases == {"decode"} \
+        else "prefill and decode"
+    note = f" (without {', '.join(lost)}: slower {slower})"
     lo, hi = kib + 1, top                     # smallest SRAM keeping every scheme (monotone)
     while lo < hi:
         mid = (lo + hi) // 2

@@ -488,11 +488,13 @@ def test_tensor_fit_error_names_the_schemes_a_smaller_sram_drops(small_qm):
     with pytest.raises(FitError) as e:
         compile_model(small_qm, base, placement="tensor")
     msg = str(e.value)
-    m = re.search(r"sram_kib=(\d+) \(without ([^:]+): slower decode\) or "
+    m = re.search(r"sram_kib=(\d+) \(without ([^:]+): slower (?:prefill|decode|prefill and "
+                  r"decode)\) or "
                   r"sram_kib=(\d+) \(every scheme\)", msg)
     assert m, msg
     small_kib, lost, full_kib = int(m.group(1)), m.group(2).split(", "), int(m.group(3))
-    names = {"wsplit": "the weighted sums split with the partners",
+    names = {"prow": "a prefill batch's last rows on the helpers",
+             "wsplit": "the weighted sums split with the partners",
              "vsplit": "the V partner's scores"}
 
     def roles(kib):
@@ -504,11 +506,12 @@ def test_tensor_fit_error_names_the_schemes_a_smaller_sram_drops(small_qm):
         return r
 
     full, small = roles(full_kib), roles(small_kib)
-    assert full.wsplit and full.vsplit and full.kvp
+    assert full.prow and full.wsplit and full.vsplit and full.kvp
     assert sorted(lost) == sorted(names[a] for a in names if not getattr(small, a)), msg
     assert lost                            # the smaller SRAM does drop something
     # the full tip is the smallest: one KiB less keeps fewer schemes
-    assert not roles(full_kib - 1).wsplit
+    less = roles(full_kib - 1)
+    assert not all(getattr(less, a) for a in names)
 
 
 def test_tensor_fit_error_suggests_the_longest_context(small_qm):
