@@ -129,16 +129,35 @@ _PRO, _P1, _P2, _P3 = 0, 1, 2, 3
 #: their first read and their last write (``chipotle.isa.vector_cycles`` models the same).
 RESULT_SLOTS = 3
 
+#: Width of the lanes' rounding shifter: a lane that shifts (s >= 1) has ``|p + add| < 2**48``
+#: (``|x * m|`` with x at most 32 bits and m at most 16, or smaller products), so ``2 (p + add)``
+#: fits in _SH_W signed bits and every shift of _SH_MAX or more gives 0: shifts are clamped
+#: to _SH_MAX, which gives the golden result of any larger one.
+_SH_W = 50
+_SH_MAX = 50
+
 _DTYPES_SIGNED_BITS = {Dtype.I8: 8, Dtype.I16: 16, Dtype.I32: 32, Dtype.I64: 64}
 _DTYPES_UNSIGNED_BITS = {Dtype.U8: 8, Dtype.U16: 16, Dtype.U32: 32}
 
 
 def _lod(m, value, name):
-    """Return a signal holding the leading-one position of ``value`` (0 when it is 0)."""
-    pos = Signal(range(max(len(value), 2)), name=name)
-    for k in range(len(value)):
-        with m.If(value[k]):
-            m.d.comb += pos.eq(k)
+    """Return a signal holding the leading-one position of ``value`` (0 when it is 0).
+
+    A tree of halves (the upper half's position when it has a one, else the lower half's),
+    log-depth rather than a priority chain of ``len(value)`` multiplexers.
+    """
+    def tree(v):
+        """Return (any one in v, its leading-one position) for v of a power-of-two width."""
+        if len(v) == 1:
+            return v[0], Const(0, 0)
+        h = len(v) // 2
+        lo_any, lo_pos = tree(v[:h])
+        hi_any, hi_pos = tree(v[h:])
+        return lo_any | hi_any, Cat(Mux(hi_any, hi_pos, lo_pos), hi_any)
+
+    width = 1 << max((len(value) - 1).bit_length(), 1)
+    pos = Signal(range(width), name=name)
+    m.d.comb += pos.eq(tree(Cat(value, Const(0, width - len(value))))[1])
     return pos
 
 
@@ -235,8 +254,10 @@ class VectorUnit(wiring.Component):
         SRAM = self.sram_bytes
         # Read buffers: a chunk of V elements of up to 4 bytes at any byte offset in a word.
         NW = -(-(W - 1 + 4 * V) // W)
-        # Write buffer: V elements of up to 8 bytes at any byte offset.
-        NWD = -(-(W - 1 + 8 * V) // W)
+        # Write buffer: V elements of es bytes at an offset that is a multiple of es in a
+        # word (the destination checks make D a multiple of the element size; softmax,
+        # silu and wsum, whose checks align D to 2 or 4 bytes, have the ISA's fixed td).
+        NWD = max(-(-(W - es + V * es) // W) for es in (1, 2, 4, 8))
 
         cmd = Signal(VectorCommand)
         op = cmd.op
@@ -320,7 +341,7 @@ class VectorUnit(wiring.Component):
         t = Signal(32)              # WSUM: position
         ax, ay, az, ad = (Signal(33, name=nm) for nm in ("ax", "ay", "az", "ad"))
         mult = Signal(16)           # multiplier of REQ / NORM lanes
-        shamt = Signal(range(63))   # shift of the lanes
+        shamt = Signal(range(_SH_MAX + 1))     # shift of the lanes (clamped)
         sj = Signal(range(17))      # SiLU: the index rounding shift (clamped)
         smax = Signal(signed(33))   # softmax: the maximum
         acc = Signal(signed(64))
@@ -328,7 +349,6 @@ class VectorUnit(wiring.Component):
         first = Signal()
         wacc = [Signal(32, name=f"wacc{lane}") for lane in range(V)]
         eps = Signal(signed(64))
-        ss = Signal(signed(64))
         kk = Signal(range(32))
         bexp = Signal(range(64))
         mu = Signal(16)
@@ -518,19 +538,43 @@ class VectorUnit(wiring.Component):
         _, ze = extract(bufs[2], fm[2], Const(1, 2), Const(1), V // 2, "ze")
 
         # -- lanes ---------------------------------------------------------------------------
-        # Saturation limits of td (shared by the lanes and the final reduction result).
-        sat_lo = Signal(signed(65))
-        sat_hi = Signal(signed(65))
+        # Saturation to td (shared by the lanes and the final reduction result): a value
+        # fits when its bits from the type's sign bit up (signed) or above its width
+        # (unsigned) are all equal to its sign; otherwise it takes the bound of its sign.
+        # Reductions of the high bits instead of two comparisons against the bounds.
+        sat_lo = Signal(64)         # the bounds of td, as 64-bit two's complement
+        sat_hi = Signal(64)
         with m.Switch(cmd.td):
             for dt, bits in _DTYPES_SIGNED_BITS.items():
                 with m.Case(dt):
-                    m.d.comb += [sat_lo.eq(-(1 << (bits - 1))), sat_hi.eq((1 << (bits - 1)) - 1)]
+                    m.d.comb += [sat_lo.eq((-(1 << (bits - 1))) & ((1 << 64) - 1)),
+                                 sat_hi.eq((1 << (bits - 1)) - 1)]
             for dt, bits in _DTYPES_UNSIGNED_BITS.items():
                 with m.Case(dt):
                     m.d.comb += [sat_lo.eq(0), sat_hi.eq((1 << bits) - 1)]
 
-        def saturate(v):
-            return Mux(v < sat_lo, sat_lo, Mux(v > sat_hi, sat_hi, v))[:64]
+        def saturate(v, name):
+            """Return ``v`` (signed, at least 64 bits) saturated to td, as 64 bits."""
+            assert len(v) >= 64
+            sign = v[-1]
+            # any / all of v[k:] for the thresholds k of the types, from segments
+            cuts = (7, 8, 15, 16, 31, 32, 63)
+            any_from, all_from = {}, {}
+            hi_any, hi_all = v[63:].any(), v[63:].all()
+            for k, nxt in zip(reversed(cuts), reversed((*cuts[1:], 63)), strict=True):
+                if k != 63:
+                    hi_any = hi_any | v[k:nxt].any()
+                    hi_all = hi_all & v[k:nxt].all()
+                any_from[k], all_from[k] = hi_any, hi_all
+            fits = Signal(name=f"{name}_fits")
+            with m.Switch(cmd.td):
+                for dt, bits in _DTYPES_SIGNED_BITS.items():
+                    with m.Case(dt):
+                        m.d.comb += fits.eq(~any_from[bits - 1] | all_from[bits - 1])
+                for dt, bits in _DTYPES_UNSIGNED_BITS.items():
+                    with m.Case(dt):
+                        m.d.comb += fits.eq(~any_from[bits])
+            return Mux(fits, v[:64], Mux(sign, sat_lo, sat_hi))
 
         s_imm = cmd.imm.as_signed()
         s4_q, s4_r = [], []
@@ -576,9 +620,12 @@ class VectorUnit(wiring.Component):
                         m.d.sync += [s1_mx.eq(partner), s1_my.eq(cs_s),
                                      s1_a2.eq(x), s1_b2.eq(cs_c)]
                 with m.Case(_Lane.SILU):
-                    half_j = (Const(1, 1) << sj) >> 1
-                    jr = Signal(signed(20), name=f"silu_j_{lane}")
-                    m.d.comb += jr.eq((x + half_j) >> sj)
+                    # (x + 2**(sj-1)) >> sj as ((2x >> sj) + 1) >> 1: no adder of the
+                    # half (x is int16 here)
+                    x2 = Signal(signed(18), name=f"silu_x2_{lane}")
+                    jr = Signal(signed(18), name=f"silu_j_{lane}")
+                    m.d.comb += [x2.eq(Cat(Const(0, 1), x[:17]).as_signed() >> sj),
+                                 jr.eq((x2 >> 1) + x2[0])]
                     jc = Mux(jr < -512, -512, Mux(jr > 511, 511, jr))
                     m.d.sync += s1_tidx.eq(jc + 512)
                 with m.Case(_Lane.WSUM):
@@ -607,19 +654,30 @@ class VectorUnit(wiring.Component):
             my3 = Mux(lmode == _Lane.SILU, sig_data[lane], s2_my)
             s3_p = Signal(signed(68), name=f"s3_p_{lane}")
             s3_add = Signal(signed(36), name=f"s3_add_{lane}")
-            s3_sh = Signal(range(63), name=f"s3_sh_{lane}")
-            m.d.sync += [s3_p.eq(mx3 * my3), s3_add.eq(s2_add),
-                         s3_sh.eq(Mux(lmode == _Lane.EXP, s2_nsh, shamt))]
+            s3_sh = Signal(range(_SH_MAX + 1), name=f"s3_sh_{lane}")
+            s3_z = Signal(name=f"s3_z_{lane}")
+            sh3 = Mux(lmode == _Lane.EXP, s2_nsh, shamt)
+            m.d.sync += [s3_p.eq(mx3 * my3), s3_add.eq(s2_add), s3_sh.eq(sh3), s3_z.eq(sh3 == 0)]
 
-            # stage 4: the rounding rule and saturation
-            half = (Const(1, 1) << s3_sh) >> 1
-            tsum = Signal(signed(70), name=f"t4_{lane}")
-            m.d.comb += tsum.eq(s3_p + s3_add + half)
-            q = Signal(signed(70), name=f"q4_{lane}")
-            m.d.comb += q.eq(tsum >> s3_sh)
+            # stage 4: the rounding rule (p + add + 2**(s-1)) >> s and saturation.  The
+            # rounding as ((2 t >> s) + 1) >> 1, t = p + add, which needs no adder of the half;
+            # a shifting lane (s >= 1: REQ, NORM, ROPE, SILU, EXP) has |t| < 2**48, so the
+            # shifter and the rounding increment are _SH_W bits wide and s is clamped to
+            # _SH_MAX = _SH_W (every larger shift gives 0 as well); with s = 0 the sum is
+            # passed at its full width.
+            t4 = Signal(signed(69), name=f"t4_{lane}")
+            m.d.comb += t4.eq(s3_p + s3_add)
+            u4 = Signal(signed(_SH_W), name=f"u4_{lane}")
+            m.d.comb += u4.eq(Cat(Const(0, 1), t4[:_SH_W - 1]).as_signed() >> s3_sh)
+            r4 = Signal(signed(_SH_W), name=f"r4_{lane}")
+            m.d.comb += r4.eq((u4 >> 1) + u4[0])
+            q = Signal(signed(69), name=f"q4_{lane}")
+            m.d.comb += q.eq(Cat(r4[:_SH_W - 1],
+                                 Mux(s3_z, t4[_SH_W - 1:], r4[_SH_W - 1].replicate(
+                                     len(t4) - _SH_W + 1))))
             s4q = Signal(signed(40), name=f"s4_q_{lane}")
             s4r = Signal(64, name=f"s4_r_{lane}")
-            m.d.sync += [s4q.eq(q), s4r.eq(saturate(q))]
+            m.d.sync += [s4q.eq(q), s4r.eq(saturate(q, f"sat{lane}"))]
             s4_q.append(s4q)
             s4_r.append(s4r)
 
@@ -660,7 +718,7 @@ class VectorUnit(wiring.Component):
         wcnt = Mux(wfinal, 1, Mux(op == Opcode.WSUM, cnt, m4_cnt))
         wad = Mux(wfinal, cmd.d, Mux(op == Opcode.WSUM, ad, m4_ad))
         final_v = Signal(64)
-        m.d.comb += final_v.eq(saturate(Mux(op == Opcode.ARGMAX, accidx, acc)))
+        m.d.comb += final_v.eq(saturate(Mux(op == Opcode.ARGMAX, accidx, acc), "sat_final"))
         lane_v = []
         for lane in range(V):
             v = Signal(64, name=f"wv{lane}")
@@ -793,7 +851,6 @@ class VectorUnit(wiring.Component):
         prod = Signal(32 + C_BITS)
         modr = Signal(IMM_BITS + 1)
         modbit = Signal(range(32))
-        n_lod = _lod(m, cmd.n, "n_lod")     # the remainder starts at n's leading one
 
         # One range and alignment check per operand slot (a, b, c, d), its address, size and
         # alignment chosen by the opcode, rather than one adder and comparator per operand of
@@ -878,22 +935,15 @@ class VectorUnit(wiring.Component):
                 m.d.comb += chk.eq(ErrorCode.ILLEGAL)
 
         # -- sequencing ----------------------------------------------------------------------
+        # A pass starts (start_pass) in several states, a WSUM column chunk in one: they
+        # raise a strobe, and the registers they set are assigned once, after the FSM.
+        sp_go = Signal()            # start pass sp_p this cycle
+        sp_p = Signal(2)
+        col_go = Signal()           # WSUM: start the next column chunk this cycle
+
         def start_pass(p):
-            """Set up the addresses and accumulators of pass ``p`` (sync statements)."""
-            m.d.sync += [ps.eq(p), i.eq(0), ih.eq(0), t.eq(0), j0.eq(0), acc.eq(0),
-                         accidx.eq(0), first.eq(1), rd_done.eq(0), pc_valid.eq(0),
-                         ay.eq(cmd.b), az.eq(cmd.b + cmd.imm), ad.eq(cmd.d)]
-            m.d.sync += [w.eq(0) for w in wacc]
-            if p == _PRO:
-                m.d.sync += ax.eq(Mux(op == Opcode.REQM, cmd.b, cmd.c))
-            elif p == _P3:
-                m.d.sync += ax.eq(cmd.d)
-            else:
-                m.d.sync += ax.eq(Mux(op == Opcode.WSUM, cmd.b, cmd.a))
-                with m.If(op == Opcode.WSUM):
-                    m.d.sync += ay.eq(cmd.a)
-                with m.If(op == Opcode.DYNQ):
-                    m.d.sync += ad.eq(cmd.d + W)
+            """Start pass ``p``: set up its addresses and accumulators (after the FSM)."""
+            m.d.comb += [sp_go.eq(1), sp_p.eq(p)]
 
         def finish(code=None):
             if code is not None:
@@ -929,29 +979,26 @@ class VectorUnit(wiring.Component):
                 with m.Default():
                     finish()
 
-        # RMSNorm: ss = sum + eps; k = lod(ss) // 2; r = RSQRT[top 10 bits of ss - 256]
-        ss_b = _lod(m, ss.as_unsigned(), "ss_lod")
-        k2 = Signal(7)
-        m.d.comb += k2.eq((ss_b >> 1) << 1)
-        ss_i = Signal(64)
-        m.d.comb += ss_i.eq(Mux(k2 >= 8, ss.as_unsigned() >> (k2 - 8)[:7],
-                                ss.as_unsigned() << (8 - k2)[:4]))
-        ss_idx = ss_i - 256
-        m.d.comb += rsq_addr.eq(Mux(ss_i < 256, 0, Mux(ss_idx > 767, 767, ss_idx)))
-        # dynq: a = max|v|; b = lod(a); j = the 8 bits after the leading one
-        a_u = acc.as_unsigned()[:33]
-        a_b = _lod(m, a_u, "dq_lod")
-        a_i = Signal(41)
-        m.d.comb += a_i.eq(Mux(a_b >= 8, a_u >> (a_b - 8)[:6], a_u << (8 - a_b)[:4]))
-        a_j = Signal(8)
-        m.d.comb += a_j.eq(Mux(a_i < 256, 0, a_i - 256))
-        m.d.comb += dq_addr.eq(a_j)
-        # softmax: Z = sum e; bz = lod(Z); R = RECIP[the 8 bits after the leading one]
-        z_u = acc.as_unsigned()[:48]
-        z_b = _lod(m, z_u, "z_lod")
-        z_i = Signal(56)
-        m.d.comb += z_i.eq(Mux(z_b >= 8, z_u >> (z_b - 8)[:6], z_u << (8 - z_b)[:4]))
-        m.d.comb += rcp_addr.eq(Mux(z_i < 256, 0, z_i - 256))
+        # One leading-one detector and normaliser for the scalar steps (the opcodes use it in
+        # turn), all on acc: RMSNorm ss = sum + eps (kept in acc), k = lod(ss) // 2,
+        # r = RSQRT[top 10 bits of ss from bit 2k, - 256]; dynq a = max|v| (below 2**33: the
+        # lanes' PASS values have at most 33 bits), b = lod(a), DQ[the 8 bits after the
+        # leading one]; softmax Z = sum e (below 2**31: n <= 2**15 values below 2**16),
+        # bz = lod(Z), RECIP[the 8 bits after it]; RoPE: the leading one of n (the
+        # remainder's first bit, Check-Product).
+        nv = Signal(64)
+        m.d.comb += nv.eq(Mux(op == Opcode.ROPE, cmd.n, acc.as_unsigned()))
+        nb = _lod(m, nv, "norm_lod")
+        nk = Signal(6)              # the bit brought to bit 8
+        m.d.comb += nk.eq(Mux(op == Opcode.RMSNORM, (nb >> 1) << 1, nb))
+        ni = Signal(10)             # 0 (nv = 0), else in [256, 1024) (in [256, 512) but RMSNorm)
+        m.d.comb += ni.eq(Mux(nk >= 8, nv >> (nk - 8)[:6], nv << (8 - nk)[:4]))
+        n_lod = nb
+        m.d.comb += [
+            rsq_addr.eq(Mux(ni[8:] == 0, 0, ni - 256)),
+            dq_addr.eq(ni[:8]),
+            rcp_addr.eq(ni[:8]),
+        ]
         m.d.comb += self.busy.eq(1)
         with m.FSM():
             with m.State("Idle"):
@@ -986,9 +1033,9 @@ class VectorUnit(wiring.Component):
                     m.d.sync += [mult.eq(cmd.imm), shamt.eq(0), sj.eq(0)]
                     with m.Switch(op):
                         with m.Case(Opcode.REQI):
-                            m.d.sync += shamt.eq(Mux(cmd.c > 62, 62, cmd.c))
+                            m.d.sync += shamt.eq(Mux(cmd.c > _SH_MAX, _SH_MAX, cmd.c))
                         with m.Case(Opcode.ROPE):
-                            m.d.sync += shamt.eq(Mux(cmd.c > 62, 62, cmd.c))
+                            m.d.sync += shamt.eq(Mux(cmd.c > _SH_MAX, _SH_MAX, cmd.c))
                         with m.Case(Opcode.SILU):
                             m.d.sync += [shamt.eq(15),
                                          sj.eq(Mux(cmd.imm - 6 > 16, 16, cmd.imm - 6))]
@@ -1006,7 +1053,7 @@ class VectorUnit(wiring.Component):
                         with m.If(op == Opcode.REQM):
                             s_raw = sh_x[16:32]
                             m.d.sync += [mult.eq(sh_x[:16]),
-                                         shamt.eq(Mux(s_raw > 62, 62, s_raw))]
+                                         shamt.eq(Mux(s_raw > _SH_MAX, _SH_MAX, s_raw))]
                         with m.Else():
                             m.d.sync += eps.eq(sh_x[:64])
                         start_pass(_P1)
@@ -1017,10 +1064,7 @@ class VectorUnit(wiring.Component):
                             with m.If(j0 + cnt >= cmd.imm):
                                 m.next = "Flush"
                             with m.Else():
-                                m.d.sync += [j0.eq(j0 + V), t.eq(0), ax.eq(cmd.b + j0 + V),
-                                             ay.eq(cmd.a), ad.eq(ad + (V << 2)),
-                                             rd_done.eq(0), pc_valid.eq(0)]
-                                m.d.sync += [w.eq(0) for w in wacc]
+                                m.d.comb += col_go.eq(1)
                     with m.Elif(s_count == 0):
                         end_of_pass()
 
@@ -1035,29 +1079,29 @@ class VectorUnit(wiring.Component):
                     finish()
 
             with m.State("Rsqrt-Sum"):
-                m.d.sync += ss.eq(acc + eps)
+                m.d.sync += acc.eq(acc + eps)     # ss
                 m.next = "Rsqrt-Index"
             with m.State("Rsqrt-Index"):
-                m.d.sync += kk.eq(ss_b >> 1)
+                m.d.sync += kk.eq(nb >> 1)
                 m.next = "Rsqrt-Scale"
             with m.State("Rsqrt-Scale"):
                 stot = Signal(signed(19))
                 m.d.comb += stot.eq(15 + kk + s_imm)
-                with m.If(ss < 0):
+                with m.If(acc < 0):
                     finish(ErrorCode.ARITH)
                 with m.Elif(stot < 0):
                     finish(ErrorCode.ARITH)
                 with m.Elif(derr != ErrorCode.NONE):
                     finish(derr)
                 with m.Else():
-                    m.d.sync += [mult.eq(Mux(ss == 0, 0, rsq_data)),
-                                 shamt.eq(Mux(stot > 62, 62, stot))]
+                    m.d.sync += [mult.eq(Mux(acc == 0, 0, rsq_data)),
+                                 shamt.eq(Mux(stot > _SH_MAX, _SH_MAX, stot))]
                     start_pass(_P2)
                     m.next = "Stream"
 
             with m.State("Dynq-Index"):
-                m.d.sync += [bexp.eq(a_b),
-                             mu.eq(Mux(acc == 0, 0, 512 + (a_j << 1) + 1))]
+                m.d.sync += [bexp.eq(nb),
+                             mu.eq(Mux(acc == 0, 0, 512 + (ni[:8] << 1) + 1))]
                 m.next = "Dynq-Scale"
             with m.State("Dynq-Scale"):
                 m.d.sync += [mult.eq(dq_data), shamt.eq(9 + bexp)]
@@ -1073,10 +1117,10 @@ class VectorUnit(wiring.Component):
                     m.next = "Stream"
 
             with m.State("Recip-Index"):
-                m.d.sync += bexp.eq(z_b)
+                m.d.sync += bexp.eq(nb)
                 m.next = "Recip-Scale"
             with m.State("Recip-Scale"):
-                m.d.sync += [mult.eq(rcp_data), shamt.eq(Mux(bexp > 62, 62, bexp))]
+                m.d.sync += [mult.eq(rcp_data), shamt.eq(Mux(bexp > _SH_MAX, _SH_MAX, bexp))]
                 start_pass(_P3)
                 m.next = "Stream"
 
@@ -1088,6 +1132,28 @@ class VectorUnit(wiring.Component):
                     m.d.comb += self.o_done.payload.error.eq(err)
                 with m.If(self.o_done.ready):
                     m.next = "Idle"
+
+        # -- the start of a pass or of a WSUM column chunk -------------------------------------
+        with m.If(sp_go):
+            m.d.sync += [ps.eq(sp_p), i.eq(0), ih.eq(0), j0.eq(0), acc.eq(0), accidx.eq(0),
+                         first.eq(1), ay.eq(cmd.b), az.eq(cmd.b + cmd.imm), ad.eq(cmd.d)]
+            with m.Switch(sp_p):
+                with m.Case(_PRO):
+                    m.d.sync += ax.eq(Mux(op == Opcode.REQM, cmd.b, cmd.c))
+                with m.Case(_P3):
+                    m.d.sync += ax.eq(cmd.d)
+                with m.Default():
+                    m.d.sync += ax.eq(Mux(op == Opcode.WSUM, cmd.b, cmd.a))
+                    with m.If(op == Opcode.WSUM):
+                        m.d.sync += ay.eq(cmd.a)
+                    with m.If(op == Opcode.DYNQ):
+                        m.d.sync += ad.eq(cmd.d + W)
+        with m.If(col_go):
+            m.d.sync += [j0.eq(j0 + V), ax.eq(cmd.b + j0 + V), ay.eq(cmd.a),
+                         ad.eq(ad + (V << 2))]
+        with m.If(sp_go | col_go):
+            m.d.sync += [t.eq(0), rd_done.eq(0), pc_valid.eq(0)]
+            m.d.sync += [w.eq(0) for w in wacc]
 
         # -- the sink: a chunk leaves the lanes ---------------------------------------------
         with m.If(v4):

@@ -153,9 +153,10 @@ def test_errors_pysim():
                                       ErrorCode.SHAPE, ErrorCode.SHAPE]
 
 
-@pytest.mark.parametrize(("lanes", "word_bytes"), [(4, 8), (2, 16)])
+@pytest.mark.parametrize(("lanes", "word_bytes"), [(4, 8), (2, 16), (2, 8)])
 def test_other_geometries_pysim(lanes, word_bytes):
-    """V below a word's worth of bytes, and a 16-byte word: one case of each kind."""
+    """V below a word's worth of bytes (V = 2, W = 8 is the ulx3s and small chips' unit), and a
+    16-byte word: one case of each kind."""
     cfg = VectorBenchConfig(lanes=lanes, word_bytes=word_bytes, sram_bytes=2048)
     s = Stimulus(cfg, 6)
     cases = [s.table_case(tid, 0) for tid in TableId]
