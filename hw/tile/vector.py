@@ -161,6 +161,20 @@ def _lod(m, value, name):
     return pos
 
 
+def _gt_pow2(v, k):
+    """Return ``v > 2**k`` for an unsigned ``v``, by reductions instead of a comparator."""
+    return v[k + 1:].any() | (v[k] & v[:k].any())
+
+
+def _sum_over(terms, limit):
+    """Return ``sum(terms) > limit`` for unsigned ``terms``, with an adder of the limit's
+    width plus one or two bits: a term with a bit at or above the limit's bit length makes
+    the sum larger anyway."""
+    L = limit.bit_length()
+    hi = Cat(*(v[L:].any() for v in terms if len(v) > L)).any()
+    return hi | (sum(v[:L] for v in terms) > limit)
+
+
 class VectorUnit(wiring.Component):
     """The tile's vector unit (``docs/isa.md`` units 1 and 2, ``TABLE``), ``lanes`` wide.
 
@@ -258,6 +272,10 @@ class VectorUnit(wiring.Component):
         # word (the destination checks make D a multiple of the element size; softmax,
         # silu and wsum, whose checks align D to 2 or 4 bytes, have the ISA's fixed td).
         NWD = max(-(-(W - es + V * es) // W) for es in (1, 2, 4, 8))
+        # Width of the byte addresses and element indices of a running command: its checks
+        # keep every operand inside the SRAM, so they are at most SRAM (and n at most SRAM
+        # elements); a refused command never streams.
+        AW = max(SRAM.bit_length(), wb + 1)
 
         cmd = Signal(VectorCommand)
         op = cmd.op
@@ -331,21 +349,21 @@ class VectorUnit(wiring.Component):
         loaded = Signal(len(TableId))
 
         # -- state -------------------------------------------------------------------------
-        nn = Signal(32)             # elements of a pass (table entries for TABLE)
+        nn = Signal(AW)             # elements of a pass (table entries for TABLE)
         err = Signal(ErrorCode)
         derr = Signal(ErrorCode)    # RMSNorm's destination error, reported after pass 1
         ps = Signal(2)              # pass
-        i = Signal(32)              # first element of the chunk
+        i = Signal(AW)              # first element of the chunk
         ih = Signal(IMM_BITS)       # RoPE: element of the chunk within its head
         j0 = Signal(IMM_BITS + 1)   # WSUM: first column of the chunk
-        t = Signal(32)              # WSUM: position
-        ax, ay, az, ad = (Signal(33, name=nm) for nm in ("ax", "ay", "az", "ad"))
+        t = Signal(AW)              # WSUM: position
+        ax, ay, az, ad = (Signal(AW, name=nm) for nm in ("ax", "ay", "az", "ad"))
         mult = Signal(16)           # multiplier of REQ / NORM lanes
         shamt = Signal(range(_SH_MAX + 1))     # shift of the lanes (clamped)
         sj = Signal(range(17))      # SiLU: the index rounding shift (clamped)
         smax = Signal(signed(33))   # softmax: the maximum
         acc = Signal(signed(64))
-        accidx = Signal(32)
+        accidx = Signal(AW)
         first = Signal()
         wacc = [Signal(32, name=f"wacc{lane}") for lane in range(V)]
         eps = Signal(signed(64))
@@ -421,7 +439,7 @@ class VectorUnit(wiring.Component):
 
         # -- chunk geometry ----------------------------------------------------------------
         cnt = Signal(range(V + 1))
-        rem = Signal(33)
+        rem = Signal(AW + 1)
         m.d.comb += rem.eq(nn - i)
         cnt_gen = Mux(rem < V, rem, V)
         with m.If(ps == _PRO):
@@ -489,13 +507,13 @@ class VectorUnit(wiring.Component):
         def meta(prefix):
             return (Signal(wb, name=f"{prefix}_ox"), Signal(wb, name=f"{prefix}_oy"),
                     Signal(wb, name=f"{prefix}_oz"), Signal(range(V + 1), name=f"{prefix}_cnt"),
-                    Signal(32, name=f"{prefix}_i"), Signal(33, name=f"{prefix}_ad"))
+                    Signal(AW, name=f"{prefix}_i"), Signal(AW, name=f"{prefix}_ad"))
         pm = meta("pm")
         fm = meta("fm")
         fire = Signal()
         vpipe = [Signal(name=f"v{k}") for k in range(1, 5)]
-        mpipe = [(Signal(range(V + 1), name=f"m{k}_cnt"), Signal(32, name=f"m{k}_i"),
-                  Signal(33, name=f"m{k}_ad")) for k in range(1, 5)]
+        mpipe = [(Signal(range(V + 1), name=f"m{k}_cnt"), Signal(AW, name=f"m{k}_i"),
+                  Signal(AW, name=f"m{k}_ad")) for k in range(1, 5)]
         m.d.sync += [pend.eq(0), fire.eq(pend & pend_last), vpipe[0].eq(fire)]
         m.d.sync += [vpipe[k].eq(vpipe[k - 1]) for k in range(1, 4)]
         m.d.sync += [a.eq(b) for a, b in zip(mpipe[0], fm[3:], strict=True)]
@@ -611,7 +629,7 @@ class VectorUnit(wiring.Component):
                     d = Signal(signed(35), name=f"sm_d_{lane}")
                     m.d.comb += d.eq(smax - x)
                     dn = d[8:]
-                    m.d.sync += [s1_tidx.eq(d[:8]), s1_nsh.eq(Mux(dn > 31, 31, dn))]
+                    m.d.sync += [s1_tidx.eq(d[:8]), s1_nsh.eq(Mux(dn[5:].any(), 31, dn))]
                 with m.Case(_Lane.ROPE):
                     if lane % 2 == 0:    # y[2j] = x[2j] c - x[2j+1] s
                         m.d.sync += [s1_mx.eq(x), s1_my.eq(cs_c),
@@ -626,7 +644,10 @@ class VectorUnit(wiring.Component):
                     jr = Signal(signed(18), name=f"silu_j_{lane}")
                     m.d.comb += [x2.eq(Cat(Const(0, 1), x[:17]).as_signed() >> sj),
                                  jr.eq((x2 >> 1) + x2[0])]
-                    jc = Mux(jr < -512, -512, Mux(jr > 511, 511, jr))
+                    # clamp to [-512, 511]: the bits from bit 9 up all equal the sign
+                    j_hi = jr[9:]
+                    jc = Mux(j_hi.all() | ~j_hi.any(), jr,
+                             Mux(jr[-1], Const(-512, signed(18)), Const(511, signed(18))))
                     m.d.sync += s1_tidx.eq(jc + 512)
                 with m.Case(_Lane.WSUM):
                     m.d.sync += s1_my.eq(ye[0])
@@ -716,7 +737,7 @@ class VectorUnit(wiring.Component):
         # a WSUM column's accumulators, or a reduction's single result (wfinal).
         wfinal = Signal()
         wcnt = Mux(wfinal, 1, Mux(op == Opcode.WSUM, cnt, m4_cnt))
-        wad = Mux(wfinal, cmd.d, Mux(op == Opcode.WSUM, ad, m4_ad))
+        wad = Mux(wfinal, cmd.d[:AW], Mux(op == Opcode.WSUM, ad, m4_ad))
         final_v = Signal(64)
         m.d.comb += final_v.eq(saturate(Mux(op == Opcode.ARGMAX, accidx, acc), "sat_final"))
         lane_v = []
@@ -753,7 +774,7 @@ class VectorUnit(wiring.Component):
         SN = max(NWD, V)
         sl_dat = [Signal(8 * W * NWD, name=f"sl{k}_dat") for k in range(NS)]
         sl_msk = [Signal(W * NWD, name=f"sl{k}_msk") for k in range(NS)]
-        sl_addr = [Signal(33, name=f"sl{k}_addr") for k in range(NS)]
+        sl_addr = [Signal(AW, name=f"sl{k}_addr") for k in range(NS)]
         sl_n = [Signal(range(SN + 1), name=f"sl{k}_n") for k in range(NS)]
         s_head = Signal(range(NS))
         s_tail = Signal(range(NS))
@@ -848,7 +869,9 @@ class VectorUnit(wiring.Component):
             for tid in TableId:
                 with m.Case(tid.value):
                     m.d.comb += tab_entries.eq(TABLE_ENTRIES[tid])
-        prod = Signal(32 + C_BITS)
+        # (n - 1) c of wsum's row check, which matters only when its A check passed, so
+        # with n < 2**(AW - 1)
+        prod = Signal(AW - 1 + C_BITS)
         modr = Signal(IMM_BITS + 1)
         modbit = Signal(range(32))
 
@@ -862,7 +885,7 @@ class VectorUnit(wiring.Component):
             s_align = Signal(range(max(wb, 3) + 1), name=f"chk_{key}_align")
             amask = (Const(1, 1) << s_align) - 1
             slots[key] = (s_addr, s_nbytes, s_align, (s_addr & amask) != 0,
-                          (s_addr + s_nbytes) > SRAM)
+                          _sum_over((s_addr, s_nbytes), SRAM))
 
         def loaded_bit(tid):
             return loaded[tid.value]
@@ -906,13 +929,13 @@ class VectorUnit(wiring.Component):
                 chain(shape0 + opnd("a", A, n << 1, 1) + opnd("b", B, n << 1, 1)
                       + opnd("c", cmd.c, 8, 3)
                       + [(~loaded_bit(TableId.RSQRT), ErrorCode.TABLE),
-                         (n > (1 << 16), ErrorCode.ARITH)], chk)
+                         (_gt_pow2(n, 16), ErrorCode.ARITH)], chk)
                 chain(opnd("d", D, n_d, td_k), dchk)
             with m.Case(Opcode.DYNQ):
                 chain(shape0 + opnd("d", D, n + W, wb) + opnd("a", A, n_s, ts_k)
                       + [(~loaded_bit(TableId.DYNQ), ErrorCode.TABLE)], chk)
             with m.Case(Opcode.SOFTMAX):
-                chain(shape0 + [(n > (1 << 15), ErrorCode.SHAPE)] + opnd("a", A, n << 2, 2)
+                chain(shape0 + [(_gt_pow2(n, 15), ErrorCode.SHAPE)] + opnd("a", A, n << 2, 2)
                       + [(~loaded_bit(TableId.EXP2), ErrorCode.TABLE),
                          (~loaded_bit(TableId.RECIP), ErrorCode.TABLE)]
                       + opnd("d", D, n << 1, 1), chk)
@@ -926,7 +949,7 @@ class VectorUnit(wiring.Component):
                       + opnd("d", D, n << 1, 1), chk)
             with m.Case(Opcode.WSUM):
                 chain(shape0 + opnd("a", A, n << 1, 1)
-                      + [(B + prod + cmd.imm > SRAM, ErrorCode.SRAM_RANGE)]
+                      + [(_sum_over((B, prod, cmd.imm), SRAM), ErrorCode.SRAM_RANGE)]
                       + opnd("d", D, cmd.imm << 2, 2), chk)
             with m.Case(Opcode.TABLE):
                 chain([(cmd.c > max(t.value for t in TableId), ErrorCode.ILLEGAL)]
@@ -1009,7 +1032,7 @@ class VectorUnit(wiring.Component):
                     m.next = "Check-Product"
 
             with m.State("Check-Product"):
-                m.d.sync += [prod.eq((n - 1) * cmd.c), modr.eq(0), modbit.eq(n_lod),
+                m.d.sync += [prod.eq((n[:AW - 1] - 1) * cmd.c), modr.eq(0), modbit.eq(n_lod),
                              nn.eq(Mux(op == Opcode.TABLE, tab_entries, n))]
                 with m.If((op == Opcode.ROPE) & (n != 0)):
                     m.next = "Check-Modulo"
