@@ -877,22 +877,22 @@ class VectorUnit(wiring.Component):
 
         # One range and alignment check per operand slot (a, b, c, d), its address, size and
         # alignment chosen by the opcode, rather than one adder and comparator per operand of
-        # every opcode (the checks of the opcodes are exclusive).
+        # every opcode (the checks of the opcodes are exclusive).  A size is a count (n,
+        # n + W, imm, a table's entries, 1) shifted left by 0 .. 3 (the element size's log2).
         slots = {}
         for key, aw in (("a", 32), ("b", 32), ("c", C_BITS), ("d", 32)):
             s_addr = Signal(aw, name=f"chk_{key}_addr")
-            s_nbytes = Signal(36, name=f"chk_{key}_nbytes")
+            c_count = Signal(33, name=f"chk_{key}_count")
+            s_shift = Signal(2, name=f"chk_{key}_shift")
             s_align = Signal(range(max(wb, 3) + 1), name=f"chk_{key}_align")
             amask = (Const(1, 1) << s_align) - 1
-            slots[key] = (s_addr, s_nbytes, s_align, (s_addr & amask) != 0,
-                          _sum_over((s_addr, s_nbytes), SRAM))
+            slots[key] = (s_addr, c_count, s_shift, s_align, (s_addr & amask) != 0,
+                          _sum_over((s_addr, c_count << s_shift), SRAM))
 
         def loaded_bit(tid):
             return loaded[tid.value]
 
         A, B, D = cmd.a, cmd.b, cmd.d
-        n_s = n << ts_k
-        n_d = n << td_k
         chk = Signal(ErrorCode)
         dchk = Signal(ErrorCode)
 
@@ -905,55 +905,57 @@ class VectorUnit(wiring.Component):
                     m.d.comb += target.eq(code)
                 first_item = False
 
-        def opnd(key, addr, nbytes, align_k):
-            """Check ``nbytes`` at ``addr`` (alignment ``2**align_k``) in slot ``key``."""
-            s_addr, s_nbytes, s_align, bad_al, bad_rng = slots[key]
-            m.d.comb += [s_addr.eq(addr), s_nbytes.eq(nbytes), s_align.eq(align_k)]
+        def opnd(key, addr, count, shift, align_k=None):
+            """Check ``count << shift`` bytes at ``addr`` (alignment ``2**align_k``, by default
+            ``2**shift``) in slot ``key``."""
+            s_addr, c_count, s_shift, s_align, bad_al, bad_rng = slots[key]
+            m.d.comb += [s_addr.eq(addr), c_count.eq(count), s_shift.eq(shift),
+                         s_align.eq(shift if align_k is None else align_k)]
             return [(bad_al, ErrorCode.ALIGN), (bad_rng, ErrorCode.SRAM_RANGE)]
 
         m.d.comb += [chk.eq(ErrorCode.NONE), dchk.eq(ErrorCode.NONE)]
         shape0 = [(n == 0, ErrorCode.SHAPE)]
         with m.Switch(op):
             with m.Case(Opcode.VADD, Opcode.VSUB, Opcode.VMUL):
-                chain(shape0 + opnd("a", A, n_s, ts_k) + opnd("b", B, n_s, ts_k)
-                      + opnd("d", D, n_d, td_k), chk)
+                chain(shape0 + opnd("a", A, n, ts_k) + opnd("b", B, n, ts_k)
+                      + opnd("d", D, n, td_k), chk)
             with m.Case(Opcode.REQI):
-                chain(shape0 + opnd("a", A, n_s, ts_k) + opnd("d", D, n_d, td_k), chk)
+                chain(shape0 + opnd("a", A, n, ts_k) + opnd("d", D, n, td_k), chk)
             with m.Case(Opcode.REQM):
-                chain(shape0 + opnd("b", B, 4, 2) + opnd("a", A, n_s, ts_k)
-                      + opnd("d", D, n_d, td_k), chk)
+                chain(shape0 + opnd("b", B, 1, 2) + opnd("a", A, n, ts_k)
+                      + opnd("d", D, n, td_k), chk)
             with m.Case(Opcode.RSUM, Opcode.RSUMSQ, Opcode.RMAX, Opcode.RMAXABS, Opcode.ARGMAX):
-                chain(shape0 + opnd("a", A, n_s, ts_k)
-                      + opnd("d", D, Const(1, 4) << td_k, td_k), chk)
+                chain(shape0 + opnd("a", A, n, ts_k)
+                      + opnd("d", D, 1, td_k), chk)
             with m.Case(Opcode.RMSNORM):
-                chain(shape0 + opnd("a", A, n << 1, 1) + opnd("b", B, n << 1, 1)
-                      + opnd("c", cmd.c, 8, 3)
+                chain(shape0 + opnd("a", A, n, 1) + opnd("b", B, n, 1)
+                      + opnd("c", cmd.c, 1, 3)
                       + [(~loaded_bit(TableId.RSQRT), ErrorCode.TABLE),
                          (_gt_pow2(n, 16), ErrorCode.ARITH)], chk)
-                chain(opnd("d", D, n_d, td_k), dchk)
+                chain(opnd("d", D, n, td_k), dchk)
             with m.Case(Opcode.DYNQ):
-                chain(shape0 + opnd("d", D, n + W, wb) + opnd("a", A, n_s, ts_k)
+                chain(shape0 + opnd("d", D, n + W, 0, wb) + opnd("a", A, n, ts_k)
                       + [(~loaded_bit(TableId.DYNQ), ErrorCode.TABLE)], chk)
             with m.Case(Opcode.SOFTMAX):
-                chain(shape0 + [(_gt_pow2(n, 15), ErrorCode.SHAPE)] + opnd("a", A, n << 2, 2)
+                chain(shape0 + [(_gt_pow2(n, 15), ErrorCode.SHAPE)] + opnd("a", A, n, 2)
                       + [(~loaded_bit(TableId.EXP2), ErrorCode.TABLE),
                          (~loaded_bit(TableId.RECIP), ErrorCode.TABLE)]
-                      + opnd("d", D, n << 1, 1), chk)
+                      + opnd("d", D, n, 1), chk)
             with m.Case(Opcode.ROPE):
-                chain(shape0 + [(modr != 0, ErrorCode.SHAPE)] + opnd("a", A, n << 1, 1)
-                      + opnd("b", B, cmd.imm << 1, 1) + opnd("d", D, n_d, td_k), chk)
+                chain(shape0 + [(modr != 0, ErrorCode.SHAPE)] + opnd("a", A, n, 1)
+                      + opnd("b", B, cmd.imm, 1) + opnd("d", D, n, td_k), chk)
             with m.Case(Opcode.SILU):
-                chain(shape0 + opnd("a", A, n << 1, 1)
+                chain(shape0 + opnd("a", A, n, 1)
                       + [(~loaded_bit(TableId.SIGMOID), ErrorCode.TABLE),
                          (cmd.imm < 6, ErrorCode.ARITH)]
-                      + opnd("d", D, n << 1, 1), chk)
+                      + opnd("d", D, n, 1), chk)
             with m.Case(Opcode.WSUM):
-                chain(shape0 + opnd("a", A, n << 1, 1)
+                chain(shape0 + opnd("a", A, n, 1)
                       + [(_sum_over((B, prod, cmd.imm), SRAM), ErrorCode.SRAM_RANGE)]
-                      + opnd("d", D, cmd.imm << 2, 2), chk)
+                      + opnd("d", D, cmd.imm, 2), chk)
             with m.Case(Opcode.TABLE):
                 chain([(cmd.c > max(t.value for t in TableId), ErrorCode.ILLEGAL)]
-                      + opnd("a", A, tab_entries << 1, 1), chk)
+                      + opnd("a", A, tab_entries, 1), chk)
             with m.Default():
                 m.d.comb += chk.eq(ErrorCode.ILLEGAL)
 
