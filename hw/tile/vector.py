@@ -533,10 +533,18 @@ class VectorUnit(wiring.Component):
         m4_cnt, m4_i, m4_ad = mpipe[3]
 
         # -- element extraction ---------------------------------------------------------------
-        def extract(words, off, k, sgn, count, prefix):
+        def extract(words, off, k, sgn, count, prefix, need):
+            """Shift the buffer right by ``off`` bytes (the ``need`` low bits of the result,
+            largest step first, each step only as wide as what is left needs), then take
+            ``count`` elements of ``2**k`` bytes."""
             buf = Cat(*words)
-            sh = Signal(len(buf), name=f"{prefix}_sh")
-            m.d.comb += sh.eq(buf >> (off << 3))
+            need = min(need, len(buf))
+            v = buf
+            for b in reversed(range(len(off))):
+                step = 8 << b
+                v = Mux(off[b], v >> step, v)[:need + step - 8]
+            sh = Signal(need, name=f"{prefix}_sh")
+            m.d.comb += sh.eq(v)
             out = []
             for lane in range(count):
                 e = Signal(signed(34), name=f"{prefix}{lane}")
@@ -551,9 +559,9 @@ class VectorUnit(wiring.Component):
                 out.append(e)
             return sh, out
 
-        sh_x, xe = extract(bufs[0], fm[0], xk, xs, V, "xe")
-        _, ye = extract(bufs[1], fm[1], yk, ys, V, "ye")
-        _, ze = extract(bufs[2], fm[2], Const(1, 2), Const(1), V // 2, "ze")
+        sh_x, xe = extract(bufs[0], fm[0], xk, xs, V, "xe", max(32 * V, 64))
+        _, ye = extract(bufs[1], fm[1], yk, ys, V, "ye", 32 * V)
+        _, ze = extract(bufs[2], fm[2], Const(1, 2), Const(1), V // 2, "ze", 32 * (V // 2))
 
         # -- lanes ---------------------------------------------------------------------------
         # Saturation to td (shared by the lanes and the final reduction result): a value
@@ -1017,7 +1025,12 @@ class VectorUnit(wiring.Component):
         nk = Signal(6)              # the bit brought to bit 8
         m.d.comb += nk.eq(Mux(op == Opcode.RMSNORM, (nb >> 1) << 1, nb))
         ni = Signal(10)             # 0 (nv = 0), else in [256, 1024) (in [256, 512) but RMSNorm)
-        m.d.comb += ni.eq(Mux(nk >= 8, nv >> (nk - 8)[:6], nv << (8 - nk)[:4]))
+        # ni = (nv << 8) >> nk, 10 bits of it: a right shifter, largest step first, each
+        # step only as wide as what is left needs
+        v = Cat(Const(0, 8), nv)
+        for b in reversed(range(len(nk))):
+            v = Mux(nk[b], v >> (1 << b), v)[:len(ni) + (1 << b) - 1]
+        m.d.comb += ni.eq(v)
         n_lod = nb
         m.d.comb += [
             rsq_addr.eq(Mux(ni[8:] == 0, 0, ni - 256)),
