@@ -195,8 +195,12 @@ class VectorUnit(wiring.Component):
 
     Lane datapath (per lane): a 17 x 17 signed multiplier (RMSNorm ``x * gain``, the second
     RoPE product), a 34 x 34 signed multiplier (``vmul`` is 32 x 32 into 64 bits; every
-    requantisation is at most 32 x 16), an adder, a barrel shifter (0 .. 62) with rounding
-    and a saturator to ``td``.  Tables: ``amaranth.lib.memory.Memory`` of 16-bit entries
+    requantisation is at most 32 x 16), an adder, a 50-bit arithmetic shifter (shifts clamped
+    to 50, exact: a shifting lane's sum is below ``2**48``) with rounding, and a saturator
+    to ``td``.  Commands must obey the ISA's type rules (the controller's legality check):
+    the result slots are sized for destinations aligned to their element size, which the
+    checks ensure for every opcode but those with a fixed ``td`` (softmax, silu, wsum).
+    Tables: ``amaranth.lib.memory.Memory`` of 16-bit entries
     (sizes ``TABLE_ENTRIES``) in three memories, sigmoid, exp2 + dynq and rsqrt + recip; the
     first two are read by every lane (one look-up per lane per cycle) from ``lanes / 2``
     copies, each one true-dual-port block RAM serving two lanes (``docs/fpga.md``).
