@@ -616,13 +616,12 @@ class VectorUnit(wiring.Component):
             cs_s = ze[lane >> 1]
             s1_a2 = Signal(signed(17), name=f"s1_a2_{lane}")
             s1_b2 = Signal(signed(17), name=f"s1_b2_{lane}")
-            s1_neg = Signal(name=f"s1_neg_{lane}")
             s1_mx = Signal(signed(34), name=f"s1_mx_{lane}")
             s1_my = Signal(signed(34), name=f"s1_my_{lane}")
             s1_add = Signal(signed(35), name=f"s1_add_{lane}")
             s1_tidx = Signal(10, name=f"s1_tidx_{lane}")
             s1_nsh = Signal(5, name=f"s1_nsh_{lane}")
-            m.d.sync += [s1_a2.eq(0), s1_b2.eq(0), s1_neg.eq(0), s1_add.eq(0),
+            m.d.sync += [s1_a2.eq(0), s1_b2.eq(0), s1_add.eq(0),
                          s1_mx.eq(x), s1_my.eq(1), s1_tidx.eq(0), s1_nsh.eq(0)]
             with m.Switch(lmode):
                 with m.Case(_Lane.ADD):
@@ -643,9 +642,9 @@ class VectorUnit(wiring.Component):
                     dn = d[8:]
                     m.d.sync += [s1_tidx.eq(d[:8]), s1_nsh.eq(Mux(dn[5:].any(), 31, dn))]
                 with m.Case(_Lane.ROPE):
-                    if lane % 2 == 0:    # y[2j] = x[2j] c - x[2j+1] s
+                    if lane % 2 == 0:    # y[2j] = x[2j] c + (-x[2j+1]) s
                         m.d.sync += [s1_mx.eq(x), s1_my.eq(cs_c),
-                                     s1_a2.eq(partner), s1_b2.eq(cs_s), s1_neg.eq(1)]
+                                     s1_a2.eq(-partner), s1_b2.eq(cs_s)]
                     else:                # y[2j+1] = x[2j] s + x[2j+1] c
                         m.d.sync += [s1_mx.eq(partner), s1_my.eq(cs_s),
                                      s1_a2.eq(x), s1_b2.eq(cs_c)]
@@ -674,7 +673,7 @@ class VectorUnit(wiring.Component):
             m.d.sync += [
                 s2_mx.eq(Mux(lmode == _Lane.NORM, m2, s1_mx)),
                 s2_my.eq(s1_my),
-                s2_add.eq(s1_add + Mux(lmode == _Lane.ROPE, Mux(s1_neg, -m2, m2), 0)),
+                s2_add.eq(s1_add + Mux(lmode == _Lane.ROPE, m2, 0)),
                 s2_nsh.eq(s1_nsh),
             ]
             lane_tidx.append(s1_tidx)
@@ -740,6 +739,10 @@ class VectorUnit(wiring.Component):
             take = (m4_cnt > lane) & (rvals[lane] > best)
             best = Mux(take, rvals[lane], best)
             bidx = Mux(take, lane, bidx)
+        # one adder for acc: a chunk's sum, or RMSNorm's epsilon in Rsqrt-Sum (ss_go)
+        ss_go = Signal()
+        acc_sum = Signal(signed(64))
+        m.d.comb += acc_sum.eq(acc + Mux(ss_go, eps, rsum))
         rbest = Signal(signed(41))
         rbidx = Signal(range(V))
         m.d.comb += [rbest.eq(best), rbidx.eq(bidx)]
@@ -1121,7 +1124,8 @@ class VectorUnit(wiring.Component):
                     finish()
 
             with m.State("Rsqrt-Sum"):
-                m.d.sync += acc.eq(acc + eps)     # ss
+                m.d.comb += ss_go.eq(1)
+                m.d.sync += acc.eq(acc_sum)       # ss = acc + eps
                 m.next = "Rsqrt-Index"
             with m.State("Rsqrt-Index"):
                 m.d.sync += kk.eq(nb >> 1)
@@ -1201,7 +1205,7 @@ class VectorUnit(wiring.Component):
         with m.If(v4):
             with m.Switch(red):
                 with m.Case(_Red.SUM):
-                    m.d.sync += acc.eq(acc + rsum)
+                    m.d.sync += acc.eq(acc_sum)
                 with m.Case(_Red.MAX, _Red.MAXABS):
                     with m.If(first | (rbest > acc)):
                         # (smax: softmax's maximum, used by its pass 2)
