@@ -1207,7 +1207,8 @@ class VectorUnit(wiring.Component):
                 with m.Case(_Red.SUM):
                     m.d.sync += acc.eq(acc_sum)
                 with m.Case(_Red.MAX, _Red.MAXABS):
-                    with m.If(first | (rbest > acc)):
+                    # (acc holds a 41-bit rbest here, or first is set)
+                    with m.If(first | (rbest > acc[:len(rbest)].as_signed())):
                         # (smax: softmax's maximum, used by its pass 2)
                         m.d.sync += [acc.eq(rbest), accidx.eq(m4_i + rbidx), smax.eq(rbest)]
             m.d.sync += first.eq(0)
