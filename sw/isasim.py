@@ -775,9 +775,14 @@ class IsaSim:
             return None
         taken, q[:] = q[:need], q[need:]
         self._charge(t, i, need)
-        if taken and taken[-1] > t.perf.cycles:
-            t.perf.wait_cycles += taken[-1] - t.perf.cycles
-            t.perf.cycles = taken[-1]
+        # The RTL retires a WAIT at once and holds the next instruction until the network
+        # interface grants the request it registered (``docs/tile.md``, "Registered WAIT"):
+        # the next instruction runs in the cycle of the grant, one before the cycle after
+        # the last bump's arrival.
+        ready = taken[-1] - 1 if taken else 0
+        if ready > t.perf.cycles:
+            t.perf.wait_cycles += ready - t.perf.cycles
+            t.perf.cycles = ready
         t.state, t._wait = TileState.RUNNING, None
         return t.pc + 1
 

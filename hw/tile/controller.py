@@ -254,7 +254,9 @@ class Controller(wiring.Component):
     i_net_done : ``In(stream.Signature(NetCompletion))``
         Their completions (a refused ``SEND`` carries its ``ErrorCode``).
     o_wait : ``Out(stream.Signature(WaitRequest))``
-        ``WAIT``: taken by the network interface when the counter suffices.
+        ``WAIT``: offered from registers from the cycle after the ``WAIT`` retired, taken by
+        the network interface when the counter suffices; the next instruction holds until
+        then.
     o_kv : ``Out(stream.Signature(KvCommand))``
         ``KVAPP`` as a KV store ``APPEND`` (word addresses), once its operands passed the
         alignment and range checks.
@@ -610,10 +612,13 @@ class Controller(wiring.Component):
         # ---- status ------------------------------------------------------------------------
         st = Signal(ControllerState)
         m.d.comb += [self.status.state.eq(st), self.status.error.eq(error)]
+        # err_pc: the faulting instruction's PC (ERROR, with `overlap`), or the PC of the WAIT
+        # whose request holds the next instruction (WAITING)
         if ov:
-            m.d.comb += self.status.pc.eq(Mux(st == ControllerState.ERROR, err_pc, pc)[:16])
+            m.d.comb += self.status.pc.eq(Mux((st == ControllerState.ERROR)
+                                              | (st == ControllerState.WAITING), err_pc, pc)[:16])
         else:
-            m.d.comb += self.status.pc.eq(pc[:16])
+            m.d.comb += self.status.pc.eq(Mux(st == ControllerState.WAITING, err_pc, pc)[:16])
 
         def sync_point(sync):
             """A sync point (in the current state, while `sync` names scoreboard entries
@@ -622,6 +627,32 @@ class Controller(wiring.Component):
             m.d.comb += self.stall_net.eq(sync[2] & nt_busy)
             with m.If((sync & fault4).any()):
                 m.next = "Drain"
+
+        # ---- WAIT, offered from registers ------------------------------------------------------
+        # A WAIT retires in its Execute cycle once its sync point is passed (no cycle of its
+        # own) and leaves its request (counter, need) in registers, offered on `o_wait` from
+        # the next cycle on; the instruction after it (Fetch, Execute) holds while the
+        # network interface has not granted it (`wt_hold`).  So no path runs from the
+        # instruction memory through the operand adder and the counter compare into the
+        # retire decision (an FPGA timing cut, docs/tile.md "Registered WAIT"); a grant in
+        # the request's first cycle costs nothing, a stalled WAIT ends a cycle earlier than
+        # a compare in Execute would let it.
+        wt_pend = Signal()
+        wt_c = Signal(8)
+        wt_need = Signal(32)
+        wt_hold = Signal()
+        m.d.comb += [
+            self.o_wait.valid.eq(wt_pend),
+            self.o_wait.payload.counter.eq(wt_c),
+            self.o_wait.payload.need.eq(wt_need),
+            wt_hold.eq(wt_pend & ~self.o_wait.ready),
+        ]
+        with m.If(self.o_wait.ready):
+            m.d.sync += wt_pend.eq(0)      # a WAIT retiring in this cycle sets it again below
+
+        def hold_on_wait():
+            """The instruction after a WAIT whose request is not granted this cycle holds."""
+            m.d.comb += [st.eq(ControllerState.WAITING), self.stall_wait.eq(1)]
 
         with m.FSM(name="fsm"):
             def accept_start():
@@ -643,7 +674,9 @@ class Controller(wiring.Component):
 
             with m.State("Fetch"):
                 m.d.comb += st.eq(ControllerState.RUNNING)
-                with m.If(pc >= depth):
+                with m.If(wt_hold):
+                    hold_on_wait()
+                with m.Elif(pc >= depth):
                     fail(ErrorCode.IMEM_RANGE)
                 with m.Else():
                     m.d.comb += fetch_now.eq(1)
@@ -652,12 +685,12 @@ class Controller(wiring.Component):
             with m.State("Execute"):
                 m.d.comb += st.eq(ControllerState.RUNNING)
                 op = ins.op
-                first = m.If
+                with m.If(wt_hold):
+                    hold_on_wait()
                 if ov:
-                    with m.If(legal & ex_sync.any()):
+                    with m.Elif(legal & ex_sync.any()):
                         sync_point(ex_sync)
-                    first = m.Elif
-                with first(~legal):
+                with m.Elif(~legal):
                     fail(ErrorCode.ILLEGAL)
                 with m.Elif(is_issue):
                     # Resolve the operands into the decode register; "Issue" checks and
@@ -708,14 +741,11 @@ class Controller(wiring.Component):
                     with m.If(ins.c >= p["n_counters"]):
                         fail(ErrorCode.COUNTER)
                     with m.Else():
-                        m.d.comb += [self.o_wait.valid.eq(1),
-                                     self.o_wait.payload.counter.eq(ins.c),
-                                     self.o_wait.payload.need.eq(n_val),
-                                     st.eq(ControllerState.WAITING),
-                                     self.stall_wait.eq(~self.o_wait.ready)]
-                        with m.If(self.o_wait.ready):
-                            m.d.comb += st.eq(ControllerState.RUNNING)
-                            do_retire(pc1)
+                        # Retire; the request waits in registers (see `wt_hold`), the
+                        # status shows this PC while it holds the next instruction.
+                        m.d.sync += [wt_pend.eq(1), wt_c.eq(ins.c), wt_need.eq(n_val),
+                                     err_pc.eq(pc)]
+                        do_retire(pc1)
                 with m.Elif((op == Opcode.SEND) | (op == Opcode.DONE)):
                     m.d.comb += [
                         self.o_net.valid.eq(1),

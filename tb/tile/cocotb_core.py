@@ -16,8 +16,10 @@ import os
 
 import cocotb
 import numpy as np
+from cocotb.triggers import ReadOnly, RisingEdge
 from tbcore import CORE_CONFIGS, CoreBench
 
+from chipotle.hw.tile.controller import ControllerState
 from chipotle.isa import assemble
 from chipotle.isa.core import ErrorCode, Instr, Len, Opcode, encode
 from chipotle.isa.kv import KvLayout
@@ -393,6 +395,66 @@ async def wait_send_done(dut):
         send  0x600, 0x100, {W}, (0, 0), 5  ; left un-waited: counter 5 holds 1
         halt
     """, bumps=(1, 1))
+    _dump(tb)
+
+
+@cocotb.test()
+async def wait_arrivals(dut):
+    """WAITs whose counters fill while they wait: packets (write-and-bump) arrive during the
+    run at random cycles, before, at and after the WAIT; the instruction after a WAIT copies
+    the data that packet brought, so one that runs before the grant copies the background.
+    WAIT in a loop body, as a loop's last instruction, twice in a row, with a bump of its
+    counter in the cycle of its grant.  While an instruction holds, the status reads
+    WAITING at the WAIT's PC."""
+    tb = await _bench(dut)
+    prog = f"""
+        li    r1, 0
+        loop  3, e1
+        wait  0, 1
+        copy  r1+0x700, r1+0x300, {W}
+        add   r1, r1+{W}, 0
+    e1:
+        wait  1, 1
+        wait  1, 1                          ; twice in a row
+        copy  0x780, 0x380, {2 * W}
+        loop  2, e2
+        add   r2, r2+1, 0
+        wait  2, 1                          ; the loop body's last instruction
+    e2:
+        st    0x7c0, r2
+        wait  3, 2
+        copy  0x7d0, 0x3c0, {2 * W}
+        halt
+    """
+    text = [ln.split(";")[0].strip() for ln in prog.strip().splitlines()]
+    wait_pcs = [i for i, ln in enumerate(x for x in text if not x.endswith(":"))
+                if ln.startswith("wait")]
+    held = []
+
+    async def monitor():
+        while True:
+            await ReadOnly()
+            state, _, pc_now = tb.status()
+            if state == ControllerState.WAITING:
+                held.append(pc_now)
+            await RisingEdge(dut.clk)
+
+    mon = cocotb.start_soon(monitor())
+    for run in range(4):
+        def data(n):
+            return tb.np_rng.integers(0, 256, n * W, dtype=np.uint8).tobytes()
+        at = sorted(tb.rng.sample(range(0, 120), 9))
+        arrivals = [(at[k], 0, 0x300 + k * W, data(1)) for k in range(3)]
+        arrivals += [(at[3], 1, 0x380, data(1)), (at[3] + run % 2, 1, 0x380 + W, data(1))]
+        arrivals += [(at[4], 2, 0x3a0, data(1)), (at[5], 2, 0x3a0 + W, data(1))]
+        # counter 3: its first packet already there, the second one late; and a packet
+        # more for counter 0 that nothing waits for
+        arrivals += [(0, 3, 0x3c0, data(1)), (at[8], 3, 0x3c0 + W, data(1)),
+                     (at[6], 0, 0x3e0, data(1))]
+        await tb.check_program(f"wait arrivals {run}", prog, arrivals=arrivals)
+    mon.cancel()
+    assert held, "no WAIT ever held the next instruction"
+    assert set(held) <= set(wait_pcs), f"WAITING at PCs {sorted(set(held))}, WAITs at {wait_pcs}"
     _dump(tb)
 
 

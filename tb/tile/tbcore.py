@@ -291,23 +291,44 @@ class CoreBench:
         raise AssertionError(f"watchdog: the tile did not stop within {max_cycles} cycles "
                              f"(status {self.status()})")
 
+    async def _arrive(self, cycle, counter, byte_addr, data):
+        """A write-and-bump packet `cycle` cycles from now (see `check_program`)."""
+        W = self.cfg.word_bytes
+        if byte_addr % W or len(data) % W:
+            raise ValueError(f"an arrival must be whole words, not {len(data)} bytes at "
+                             f"{byte_addr:#x}")
+        await ClockCycles(self.dut.clk, cycle)
+        words = [int.from_bytes(bytes(data[i:i + W]), "little") for i in range(0, len(data), W)]
+        assert not any(await self.sram.write(byte_addr // W, words))
+        self.net.counters[counter] += 1
+
     async def check_program(self, name, program, image=None, *, pc=0, max_cycles=200000,
-                            expect=None, bumps=()):
+                            expect=None, bumps=(), arrivals=()):
         """Run `program` (text or words) from `pc` on `image` in the RTL and in isasim.
 
         Compares the whole SRAM, the state, error code and PC, counters, DONE codes and
         instructions retired; `expect` (an ``ErrorCode``) guards against a vacuous pass of
         an error test.  `bumps` are counter increments made by the host before the start.
+        `arrivals` are ``(cycle, counter, byte_addr, data)`` packets arriving during the run,
+        as a write-and-bump does: ``cycle`` cycles after the start the bench writes ``data``
+        (bytes, whole words) at ``byte_addr`` through the network interface's SRAM port,
+        then bumps ``counter``.  The reference has the data and the bumps from the start
+        (its results do not depend on when they arrive); the RTL's image holds the
+        background there until the packet arrives, so an instruction after a WAIT that
+        runs before the WAIT is granted reads the old bytes.
         Returns a dict of measurements (RTL and estimated cycles).
         """
         words = assemble(program) if isinstance(program, str) else [int(w) for w in program]
         if image is None:
             image = self.image()
+        ref_image = image.copy()
+        for _, c, addr, data in arrivals:
+            ref_image[addr:addr + len(data)] = np.frombuffer(bytes(data), np.uint8)
         ref = IsaSim(1, 1, self.isa)
         ref.set_kv_layout((0, 0), self.kv_layout)
-        ref.write((0, 0), 0, image)
+        ref.write((0, 0), 0, ref_image)
         ref.load_program((0, 0), words)
-        for c in bumps:
+        for c in list(bumps) + [c for _, c, _, _ in arrivals]:
             ref.bump_counter((0, 0), c)
         ref.start((0, 0), pc)
         try:
@@ -326,7 +347,10 @@ class CoreBench:
         for c in bumps:
             self.net.counters[c] += 1
         await self.start_at(pc)
+        tasks = [cocotb.start_soon(self._arrive(*a)) for a in arrivals]
         await self.wait_stopped(max_cycles)
+        for task in tasks:
+            await task
         state, error, rtl_pc = self.status()
         got = await self.read_sram()
         self._rtl_image = got.copy()

@@ -35,7 +35,7 @@ def test_core_rtl(sim):
         run = run_cocotb(sim=sim, verilog=_verilog(config), toplevel="tile_core",
                          test_module="cocotb_core", test_dir=TB,
                          extra_env={"TILE_CONFIG": config, "CYCLES_JSON": str(out)})
-        assert len(run.passed) == 10, run.passed
+        assert len(run.passed) == 11, run.passed
         for entry in json.loads(out.read_text()):
             print(config, entry)
 
