@@ -392,7 +392,9 @@ class NetworkInterface(wiring.Component):
     ``done`` becomes a ``CONTROL`` packet to the host writing ``code`` to
     :attr:`Reg.DOORBELL`.  ``o_cmd_done`` offers the completion from the cycle after the
     command's last flit has been injected (or after a SEND is refused) until it is taken; the
-    next command is accepted once it has been.
+    next command is accepted once it has been.  A SEND is checked (``COUNTER``, ``ROUTE``,
+    ``ALIGN``, ``SRAM_RANGE``) in the cycle after it was accepted, from registers, beside
+    the start of its first packet; a refused one completes from the cycle after that.
 
     **Counters.**  ``n_counters`` saturating counters.  In one cycle a counter may take an
     arriving bump and a ``wait`` together: ``new = min(old + bump, max) - need``, with the
@@ -764,6 +766,24 @@ class NetworkInterface(wiring.Component):
         s_rect = Signal(Rect)
         s_mcast = Signal()
         s_counter = Signal(8)
+        # A SEND is taken into registers and checked in the next cycle (an FPGA timing cut:
+        # no path from the controller's operand adders through the range compares into the
+        # transmit state); `s_chk` marks that cycle, `s_err` is the verdict (COUNTER, ROUTE,
+        # ALIGN, SRAM_RANGE, in chipotle.isasim's order).
+        s_chk = Signal()
+        s_cmd = Signal(NetCommand)
+        s_err = Signal(ErrorCode)
+        with m.If(s_cmd.counter >= n_cnt):
+            m.d.comb += s_err.eq(ErrorCode.COUNTER)
+        with m.Elif((s_cmd.rect.x1 >= cfg.width) | (s_cmd.rect.y1 >= cfg.height)
+                    | (s_cmd.rect.x0 > s_cmd.rect.x1) | (s_cmd.rect.y0 > s_cmd.rect.y1)):
+            m.d.comb += s_err.eq(ErrorCode.ROUTE)
+        with m.Elif((s_cmd.src | s_cmd.dst | s_cmd.length)[:log_w].any()
+                    if log_w else C(0, 1)):
+            m.d.comb += s_err.eq(ErrorCode.ALIGN)
+        with m.Elif((s_cmd.src + s_cmd.length > cfg.sram_bytes)      # 33 bits: no wrap
+                    | (s_cmd.dst + s_cmd.length > cfg.sram_bytes)):
+            m.d.comb += s_err.eq(ErrorCode.SRAM_RANGE)
 
         m.submodules.fetch = fifo = SyncFIFO(width=noc.payload_width, depth=cfg.fetch_depth)
 
@@ -814,7 +834,16 @@ class NetworkInterface(wiring.Component):
                                  read=1)
                     with m.If(length == 0):
                         m.d.comb += read_fetched.eq(1)
+                with m.Elif(s_active & s_chk & (s_err != ErrorCode.NONE)):
+                    # refused: its first cycle after it was taken (see `s_chk`)
+                    m.d.sync += [s_active.eq(0), s_chk.eq(0)]
+                    m.d.comb += [
+                        complete.eq(1),
+                        complete_error.eq(s_err),
+                        strobe("tx", NetError.SEND_REFUSED).eq(1),
+                    ]
                 with m.Elif(s_active):
+                    m.d.sync += s_chk.eq(0)
                     rect = (s_rect.x0, s_rect.x1, s_rect.y0, s_rect.y1)
                     with m.If(s_left != 0):
                         per = Mux(s_mcast, cfg.mcast_payload, max_len)
@@ -845,36 +874,21 @@ class NetworkInterface(wiring.Component):
                         start_packet(PacketType.CONTROL, (host_x, host_x, host_y, host_y), 0,
                                      1, Reg.DOORBELL, _Src.IMM, imm=cmd.code, done=1)
                     with m.Else():
+                        # Taken into the s_ registers unchecked: the checks run in the next
+                        # cycle on the registered command (`s_chk`), beside its first
+                        # packet's start, so a SEND that passes them loses no cycle.
                         r = cmd.rect
-                        err = Signal(ErrorCode)
-                        src_end = cmd.src + cmd.length      # 33 bits: no wrap
-                        dst_end = cmd.dst + cmd.length
-                        with m.If(cmd.counter >= n_cnt):
-                            m.d.comb += err.eq(ErrorCode.COUNTER)
-                        with m.Elif((r.x1 >= cfg.width) | (r.y1 >= cfg.height)
-                                    | (r.x0 > r.x1) | (r.y0 > r.y1)):
-                            m.d.comb += err.eq(ErrorCode.ROUTE)
-                        with m.Elif((cmd.src | cmd.dst | cmd.length)[:log_w].any()
-                                    if log_w else C(0, 1)):
-                            m.d.comb += err.eq(ErrorCode.ALIGN)
-                        with m.Elif((src_end > cfg.sram_bytes) | (dst_end > cfg.sram_bytes)):
-                            m.d.comb += err.eq(ErrorCode.SRAM_RANGE)
-                        with m.If(err != ErrorCode.NONE):
-                            m.d.comb += [
-                                complete.eq(1),
-                                complete_error.eq(err),
-                                strobe("tx", NetError.SEND_REFUSED).eq(1),
-                            ]
-                        with m.Else():
-                            m.d.sync += [
-                                s_active.eq(1),
-                                s_src.eq(cmd.src[log_w:]),
-                                s_dst.eq(cmd.dst[log_w:]),
-                                s_left.eq(cmd.length[log_w:]),
-                                s_rect.eq(r),
-                                s_mcast.eq((r.x0 != r.x1) | (r.y0 != r.y1)),
-                                s_counter.eq(cmd.counter),
-                            ]
+                        m.d.sync += [
+                            s_active.eq(1),
+                            s_chk.eq(1),
+                            s_cmd.eq(cmd),
+                            s_src.eq(cmd.src[log_w:]),
+                            s_dst.eq(cmd.dst[log_w:]),
+                            s_left.eq(cmd.length[log_w:]),
+                            s_rect.eq(r),
+                            s_mcast.eq((r.x0 != r.x1) | (r.y0 != r.y1)),
+                            s_counter.eq(cmd.counter),
+                        ]
 
             with m.State("Head"):
                 m.d.comb += [

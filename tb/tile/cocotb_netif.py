@@ -492,7 +492,8 @@ async def refusals(dut):
     tb.read_all(xy)
     await tb.drain()
     tb.check_ports()
-    # Refused SENDs (each check of isasim's order) complete at once with the error code.
+    # Refused SENDs (each check of isasim's order) complete with the error code (checked in the
+    # cycle after the command was taken).
     good = {"src": 0, "dst": 0, "length": 8, "rect": (0, 0, 0, 0), "counter": 0}
     for bad in ({"counter": N_COUNTERS}, {"rect": (0, W_MESH, 0, 0)}, {"rect": (1, 0, 0, 0)},
                 {"length": 4}, {"dst": SRAM_BYTES - 8, "length": 16},
