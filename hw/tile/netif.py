@@ -724,9 +724,12 @@ class NetworkInterface(wiring.Component):
         counters = [Signal(cfg.counter_width, name=f"counter{c}") for c in range(n_cnt)]
         wait = self.i_wait.payload
         wait_ok = Signal()
+        # `need` above 2**counter_width - 1 is never granted: compare counter_width bits
+        cw = cfg.counter_width
         m.d.comb += wait_ok.eq(self.i_wait.valid & (wait.counter < n_cnt)
                                & (Array(counters)[wait.counter[:ceil_log2(max(n_cnt, 2))]]
-                                  >= wait.need)
+                                  >= wait.need[:cw])
+                               & ~wait.need[cw:].any()
                                & ~clear_counters)
         m.d.comb += self.i_wait.ready.eq(wait_ok)
         overflow = Signal()
@@ -740,7 +743,7 @@ class NetworkInterface(wiring.Component):
             ]
             with m.If(total > cmax):
                 m.d.comb += overflow.eq(1)
-            sub = Mux(wait_ok & (wait.counter == c), wait.need, 0)
+            sub = Mux(wait_ok & (wait.counter == c), wait.need[:cw], 0)
             with m.If(clear_counters):
                 m.d.sync += cnt.eq(0)
             with m.Else():

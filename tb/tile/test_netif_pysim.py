@@ -153,6 +153,10 @@ def test_counters_wait_and_control():
         await settle(ctx, 3)
         assert ctx.get(dut.counters[2]) == 1
         assert await wait(ctx, 2, 0, cycles=1)         # wait 0 never blocks
+        # a need above the counters' width (8 bits here) is never granted: counter 2 holds
+        # 1, a need of 257 is not compared modulo 2**8
+        assert not await wait(ctx, 2, 1 << 8 | 1, cycles=3)
+        assert ctx.get(dut.counters[2]) == 1
         assert not await wait(ctx, 9, 0, cycles=3)     # no such counter: never granted
         # Saturation is flagged.
         await send(ctx, counter_add(ME, 0, 200, NOC))
