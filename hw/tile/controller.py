@@ -35,7 +35,9 @@ instruction's error is kept in its entry and reported at the next instruction th
 it, or at a later error: the controller then drains every unit ("Drain") and stops with the
 first error in program order and its PC. Besides that the controller stalls only on SRAM-
 port arbitration (c: the ports are shared word by word, no issue stall), on a ``WAIT`` whose
-counter is short, and on the network interface taking a command.
+counter is short (a ``WAIT`` retires at once and the next instruction holds until the network
+interface grants the request it left in registers: ``docs/tile.md``, "Registered WAIT"), and
+on the network interface taking a command.
 
 Members
 -------
