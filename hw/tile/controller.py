@@ -602,6 +602,15 @@ class Controller(wiring.Component):
         mx_wend_q = Signal(64)
         mx_yend_q = Signal(64)
 
+        # M - 1 of a matrix instruction in the range ends: ceil(log2(max_m)) bits, exact for
+        # every M the SHAPE check lets through (1 .. max_m), which comes before the range
+        # checks; no multiplier at max_m = 1 (the ULX3S chip), a small one otherwise (an FPGA
+        # timing cut: the product was on the longest path of Matrix-Check).
+        mb = ceil_log2(max_m)
+
+        def m_less_1(v):
+            return v[:mb] if mb else C(0, 1)
+
         def strides(kw, is_raw, is_qk):
             """x_stride, w_stride (bytes) of a matrix instruction with ceil(K / W) = kw."""
             rec = (kw + 1) << wb                    # record bytes W + pad(K)
@@ -794,7 +803,7 @@ class Controller(wiring.Component):
                     xs_e, _ = strides(kw_e, op == Opcode.MATRAW,
                                       (op == Opcode.MATQK) | is_kvqk)   # mx_op's MATQK
                     m.d.sync += [
-                        mx_xoff.eq(ins.ts.m1 * xs_e),
+                        mx_xoff.eq(m_less_1(ins.ts.m1) * xs_e),
                         mx_ystride.eq(ys_e),
                         mx_ylen.eq(nes_e),
                     ]
@@ -1020,7 +1029,7 @@ class Controller(wiring.Component):
             m.d.comb += [
                 x_end.eq(x_first + mx_xoff + mx_k),
                 w_end.eq(w_first + (mx_n - 1) * w_stride + mx_k),
-                y_end.eq(mx_ya + (mx_m - 1) * y_stride + mx_ylen),
+                y_end.eq(mx_ya + m_less_1(mx_m - 1) * y_stride + mx_ylen),
             ]
             tab_bytes = Mux(is_qk, 4, mx_n << 2)
 
