@@ -196,6 +196,9 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         ap.error(f"--config: {e}")
     model_path = args.model or default_model_dir() / DEFAULT_CHECKPOINT
+    if args.model is None and not model_path.exists():   # where it looked, and the fetch hint
+        from chipotle.cli import _where
+        ap.error(_where("checkpoint", model_path, "--model"))
     try:
         checkpoint = load_checkpoint(model_path)
     except (CheckpointError, OSError) as e:
@@ -281,4 +284,8 @@ def _table(rows, args, config) -> str:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:      # Ctrl-C: one line, not the runner's traceback
+        print("\npython -m chipotle.sim.bench: interrupted", file=sys.stderr)
+        sys.exit(130)

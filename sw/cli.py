@@ -387,6 +387,11 @@ def main(argv: list[str] | None = None) -> int:
         except OSError:
             pass
         return 0
+    except KeyboardInterrupt:
+        # Ctrl-C: one line, not the asyncio / cocotb runner traceback (the simulator, a
+        # child in the same process group, stops on the same signal).
+        err.write("\nchipotle: interrupted\n")
+        return 130
     return 1
 
 

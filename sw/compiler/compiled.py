@@ -595,10 +595,22 @@ def _suggest_tensor(qm: QuantizedModel, config: ChipConfig, context: int, messag
                 if more:
                     tips.append(more)
                 break
+    if not tips:                             # a bigger mesh: every tile holds a smaller share
+        for side in range(2, 9):
+            w, h = max(side, config.mesh_width), max(side, config.mesh_height)
+            if (w, h) == (config.mesh_width, config.mesh_height):
+                continue
+            cand = config.replace(mesh_width=w, mesh_height=h)
+            if _tensor_places(qm, cand, context, kvapp):
+                extra = _verified(qm, cand, context, "tensor", kvapp)
+                if extra is not None:
+                    tips.append(f"mesh={w}x{h}{extra}")
+                    break
     if _fits(qm, config, context) and _verified(qm, config, context) == "":
         tips.append("--placement pipeline")
     if not tips:
-        return "no larger SRAM up to the amount named fits (see docs/architecture.md)"
+        return ("none found nearby (a shorter context, more SRAM or more tiles: "
+                "docs/architecture.md)")
     return "a configuration that fits: " + " or ".join(tips)
 
 

@@ -52,6 +52,26 @@ class FitError(ValueError):
     """
 
 
+def kv_layout_or_fit_error(xy, layout_cls, **fields):
+    """``layout_cls(**fields)`` (a `chipotle.isa.kv.KvLayout`), with a KV store that does not
+    fit the store's word addresses refused as a `FitError` naming tile `xy`.
+
+    Raises
+    ------
+    FitError
+        If the store would end past ``2**KV_ADDR_BITS`` words (`chipotle.isa.kv`).
+    """
+    from ..isa.kv import KV_ADDR_BITS
+    try:
+        return layout_cls(**fields)
+    except ValueError as e:
+        if "past 2**" not in str(e):
+            raise
+        raise FitError(f"tile {xy}: {e}, the reach of the KV store's {KV_ADDR_BITS}-bit word "
+                       f"addresses ({2 ** KV_ADDR_BITS * fields['word_bytes']:,} bytes): "
+                       f"a shorter context or more tiles") from None
+
+
 @dataclass(frozen=True)
 class Stage:
     """One pipeline stage.
@@ -213,9 +233,10 @@ class TileLayout:
         from ..isa.kv import KvLayout
         c = qm.config
         addr = self["kv"] if addr is None else addr
-        return KvLayout(n_layers=sum(s.kind == "att" for s in self.stages),
-                        n_kv_heads=c.n_kv_heads, head_size=c.head_size, max_pos=context,
-                        base=addr // isa.word_bytes, word_bytes=isa.word_bytes, k_header=True)
+        return kv_layout_or_fit_error(
+            self.xy, KvLayout, n_layers=sum(s.kind == "att" for s in self.stages),
+            n_kv_heads=c.n_kv_heads, head_size=c.head_size, max_pos=context,
+            base=addr // isa.word_bytes, word_bytes=isa.word_bytes, k_header=True)
 
     @property
     def tables(self) -> list:

@@ -404,7 +404,7 @@ def _requests(qm: QuantizedModel, isa: IsaConfig, roles: TensorRoles, xy, contex
         if roles.wsplit:
             req += [("wloc", pad(4 * hs), "act"), ("wpart", pad(4 * hs), "act")]
         if kvapp:
-            kvl = _kv_layout(qm, isa, nk, context, 0)
+            kvl = _kv_layout(qm, isa, nk, context, 0, xy)
             req += [("kbuf", M * nk * krec, "act"), ("vbuf", nk * M * pad(hs), "act"),
                     ("kv", kvl.size_words * W, "kv")]
     jobs = roles.kvp.get(xy, [])
@@ -470,13 +470,16 @@ def _requests(qm: QuantizedModel, isa: IsaConfig, roles: TensorRoles, xy, contex
     return req
 
 
-def _kv_layout(qm: QuantizedModel, isa: IsaConfig, nk: int, context: int, addr: int):
+def _kv_layout(qm: QuantizedModel, isa: IsaConfig, nk: int, context: int, addr: int,
+               xy=None):
     """The `KvLayout` of an attention tile's caches (``nk`` KV heads of every layer) at byte
     address `addr` (word-aligned)."""
     from ..isa.kv import KvLayout
-    return KvLayout(n_layers=qm.config.n_layers, n_kv_heads=nk, head_size=qm.config.head_size,
-                    max_pos=context, base=addr // isa.word_bytes, word_bytes=isa.word_bytes,
-                    k_header=True)
+    from .placement import kv_layout_or_fit_error
+    return kv_layout_or_fit_error(
+        xy, KvLayout, n_layers=qm.config.n_layers, n_kv_heads=nk,
+        head_size=qm.config.head_size, max_pos=context, base=addr // isa.word_bytes,
+        word_bytes=isa.word_bytes, k_header=True)
 
 
 def _layout(xy, stages, reduce, req, isa) -> TileLayout:
@@ -566,7 +569,7 @@ def place_tensor(qm: QuantizedModel, isa: IsaConfig, width: int, height: int, co
     if kvapp:
         for xy in roles.att_tiles:
             g0, g1 = roles.kv[xy]
-            kvl[xy] = _kv_layout(qm, isa, g1 - g0, context, lays[xy]["kv"])
+            kvl[xy] = _kv_layout(qm, isa, g1 - g0, context, lays[xy]["kv"], xy)
     pl = Placement(lays, [], list(cls), (0, width - 1, 0, height - 1), reducer, batches,
                    kind="tensor", kv_layouts=kvl)
     return pl, roles

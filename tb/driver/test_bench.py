@@ -70,6 +70,31 @@ def test_bad_arguments_are_usage_errors(capsys):
         assert e.value.code == 2, argv
 
 
+def test_missing_model_dir_says_where_it_looked(capsys, monkeypatch, tmp_path):
+    monkeypatch.setenv("CHIPOTLE_MODEL_DIR", str(tmp_path / "none"))
+    with pytest.raises(SystemExit) as e:
+        bench.main(["--backend", "isasim", "--prompts", "1"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert f"checkpoint not found: {tmp_path / 'none' / 'stories260K.bin'} (from " \
+           f"$CHIPOTLE_MODEL_DIR={tmp_path / 'none'}" in err and "make models" in err
+
+
+@pytest.mark.model
+def test_tensor_fit_error_is_one_usage_line(capsys, model_paths):
+    """A mesh too small for stories260K's tensor placement: the fit error and a mesh that
+    fits, as a usage error (the search for a fit used to end in a traceback)."""
+    import re
+    with pytest.raises(SystemExit) as e:
+        bench.main(["--backend", "isasim", "--model", str(model_paths[0]), "--prompts", "1",
+                    "--config", "mesh=1x3"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert re.search(r"needs [\d,]+ bytes of SRAM .* a configuration that fits: mesh=\d+x\d+",
+                     err), err
+
+
 @pytest.mark.model
 def test_prompt_past_the_context_is_refused(capsys, model_paths):
     with pytest.raises(SystemExit) as e:

@@ -213,3 +213,14 @@ def test_make_sim_seed_and_topp_reach_the_sampler(model_paths):
         return r.stdout
 
     assert story(7) == story(7)
+
+
+def test_ctrl_c_is_one_line(capsys, tiny, monkeypatch):
+    """Ctrl-C during a run: exit status 130 and one line, no traceback."""
+    import chipotle.cli as cli
+
+    def interrupted(*_args, **_kwargs):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(cli, "_generate", interrupted)
+    code, out, err = run(capsys, *tiny, "--prompt", "a")
+    assert code == 130 and err.strip() == "chipotle: interrupted", err

@@ -514,6 +514,34 @@ def test_tensor_fit_error_names_the_schemes_a_smaller_sram_drops(small_qm):
     assert not all(getattr(less, a) for a in names)
 
 
+@pytest.mark.model
+def test_tensor_fit_error_on_one_tile_suggests_a_mesh(stories_qm):
+    """stories260K on one tile: no SRAM within the KV store's and the `c` immediate's reach
+    holds it (the search for one used to raise the KV layout's ValueError); the refusal
+    names a mesh that holds it, and that mesh compiles."""
+    base = CONFIGS["default"].replace(mesh_width=1, mesh_height=1)
+    with pytest.raises(FitError) as e:
+        compile_model(stories_qm, base, placement="tensor")
+    msg = str(e.value)
+    m = re.search(r"a configuration that fits: mesh=(\d+)x(\d+)", msg)
+    assert m, msg
+    compile_model(stories_qm, base.replace(mesh_width=int(m.group(1)),
+                                           mesh_height=int(m.group(2))), placement="tensor")
+
+
+def test_kv_store_past_its_address_reach_is_a_fit_error():
+    from chipotle.compiler.placement import kv_layout_or_fit_error
+    from chipotle.isa.kv import KvLayout
+    fields = dict(n_layers=8, n_kv_heads=8, head_size=64, max_pos=512, word_bytes=8,
+                  k_header=True)
+    with pytest.raises(FitError, match=r"tile \(0, 1\): the KV store ends at word \d+, past "
+                                       r"2\*\*16, the reach .* \(524,288 bytes\)"):
+        kv_layout_or_fit_error((0, 1), KvLayout, **fields)
+    with pytest.raises(ValueError, match="must be a positive integer"):   # others pass through
+        kv_layout_or_fit_error((0, 1), KvLayout, **{**fields, "head_size": 0})
+    assert kv_layout_or_fit_error((0, 1), KvLayout, **{**fields, "max_pos": 8}).end <= 1 << 16
+
+
 def test_tensor_fit_error_suggests_the_longest_context(small_qm):
     """The refusal names the longest context the configuration holds: it compiles, one more
     position does not."""

@@ -322,7 +322,7 @@ class CoreBench:
         if image is None:
             image = self.image()
         ref_image = image.copy()
-        for _, c, addr, data in arrivals:
+        for _, _c, addr, data in arrivals:
             ref_image[addr:addr + len(data)] = np.frombuffer(bytes(data), np.uint8)
         ref = IsaSim(1, 1, self.isa)
         ref.set_kv_layout((0, 0), self.kv_layout)
