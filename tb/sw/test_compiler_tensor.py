@@ -154,22 +154,27 @@ def test_kvapp_stories260k_prefill_and_decode(stories_qm, placement):
     _kv_readback(sim, compiled, golden, pos)
 
 
-def _count_ops(sim, compiled, plan, mnemonic_op):
-    """Run `plan`; return per tile how many instructions of opcode `mnemonic_op` ran."""
+def _run_counting(sim, compiled, plan, op):
+    """Run `plan`; return its `StepResult` and per tile how many `op` instructions ran."""
     counts = {xy: 0 for xy in compiled.programs}
     execute = sim._execute
 
     def counting(t, i):
         out = execute(t, i)
-        if out is not None and i.op == mnemonic_op and t.xy in counts:
+        if out is not None and i.op == op and t.xy in counts:
             counts[t.xy] += 1
         return out
     sim._execute = counting
     try:
-        run_plan_isasim(sim, compiled, plan)
+        res = run_plan_isasim(sim, compiled, plan)
     finally:
         del sim._execute
-    return counts
+    return res, counts
+
+
+def _count_ops(sim, compiled, plan, mnemonic_op):
+    """Run `plan`; return per tile how many instructions of opcode `mnemonic_op` ran."""
+    return _run_counting(sim, compiled, plan, mnemonic_op)[1]
 
 
 def test_prefill_rows_spread_over_tiles(small_qm):
@@ -404,24 +409,6 @@ def test_split_at():
             a = _split_at(n, W)
             assert 0 <= a < n and a % max(1, W // 4) == 0, (W, n, a)
     assert abs(_split_at(512, 8) / 512 - 2 / 3) < 0.01
-
-
-def _run_counting(sim, compiled, plan, op):
-    """Run `plan`; return its `StepResult` and per tile how many `op` instructions ran."""
-    counts = {xy: 0 for xy in compiled.programs}
-    execute = sim._execute
-
-    def counting(t, i):
-        out = execute(t, i)
-        if out is not None and i.op == op and t.xy in counts:
-            counts[t.xy] += 1
-        return out
-    sim._execute = counting
-    try:
-        res = run_plan_isasim(sim, compiled, plan)
-    finally:
-        del sim._execute
-    return res, counts
 
 
 def _rows_placement(small_qm):
