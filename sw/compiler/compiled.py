@@ -566,6 +566,21 @@ def _schemes_note(qm: QuantizedModel, config: ChipConfig, context: int, kib: int
     return note, None if extra is None else f"sram_kib={lo}{extra} (every scheme)"
 
 
+def _bigger_mesh(config: ChipConfig, upto: int, places, verified) -> str | None:
+    """The first square-or-wider mesh (sides grown to ``2 .. upto - 1``) on which `places`
+    holds and `verified` compiles, as a ``mesh=WxH[,imem_words=N]`` tip; None if none."""
+    for side in range(2, upto):
+        w, h = max(side, config.mesh_width), max(side, config.mesh_height)
+        if (w, h) == (config.mesh_width, config.mesh_height):
+            continue
+        cand = config.replace(mesh_width=w, mesh_height=h)
+        if places(cand):
+            extra = verified(cand)
+            if extra is not None:
+                return f"mesh={w}x{h}{extra}"
+    return None
+
+
 def _suggest_tensor(qm: QuantizedModel, config: ChipConfig, context: int, message: str,
                     kvapp: bool = False) -> str:
     """Return configurations that fit the tensor placement: the largest shorter context
@@ -596,16 +611,10 @@ def _suggest_tensor(qm: QuantizedModel, config: ChipConfig, context: int, messag
                     tips.append(more)
                 break
     if not tips:                             # a bigger mesh: every tile holds a smaller share
-        for side in range(2, 9):
-            w, h = max(side, config.mesh_width), max(side, config.mesh_height)
-            if (w, h) == (config.mesh_width, config.mesh_height):
-                continue
-            cand = config.replace(mesh_width=w, mesh_height=h)
-            if _tensor_places(qm, cand, context, kvapp):
-                extra = _verified(qm, cand, context, "tensor", kvapp)
-                if extra is not None:
-                    tips.append(f"mesh={w}x{h}{extra}")
-                    break
+        tip = _bigger_mesh(config, 9, lambda cand: _tensor_places(qm, cand, context, kvapp),
+                           lambda cand: _verified(qm, cand, context, "tensor", kvapp))
+        if tip:
+            tips.append(tip)
     if _fits(qm, config, context) and _verified(qm, config, context) == "":
         tips.append("--placement pipeline")
     if not tips:
@@ -647,16 +656,10 @@ def _suggest(qm: QuantizedModel, config: ChipConfig, context: int) -> str:
         extra = _verified(qm, config.replace(sram_bytes=kib * 1024), context)
         if extra is not None:
             tips.append(f"sram_kib={kib}{extra}")
-    for side in range(2, 16):
-        w, h = max(side, config.mesh_width), max(side, config.mesh_height)
-        if (w, h) == (config.mesh_width, config.mesh_height):
-            continue
-        cand = config.replace(mesh_width=w, mesh_height=h)
-        if _fits(qm, cand, context):
-            extra = _verified(qm, cand, context)
-            if extra is not None:
-                tips.append(f"mesh={w}x{h}{extra}")
-                break
+    tip = _bigger_mesh(config, 16, lambda cand: _fits(qm, cand, context),
+                       lambda cand: _verified(qm, cand, context))
+    if tip:
+        tips.append(tip)
     if not tips:
         return "none found nearby"
     return " or ".join(tips) + " (--config keys)"

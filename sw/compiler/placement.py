@@ -61,12 +61,10 @@ def kv_layout_or_fit_error(xy, layout_cls, **fields):
     FitError
         If the store would end past ``2**KV_ADDR_BITS`` words (`chipotle.isa.kv`).
     """
-    from ..isa.kv import KV_ADDR_BITS
+    from ..isa.kv import KV_ADDR_BITS, KvRangeError
     try:
         return layout_cls(**fields)
-    except ValueError as e:
-        if "past 2**" not in str(e):
-            raise
+    except KvRangeError as e:
         raise FitError(f"tile {xy}: {e}, the reach of the KV store's {KV_ADDR_BITS}-bit word "
                        f"addresses ({2 ** KV_ADDR_BITS * fields['word_bytes']:,} bytes): "
                        f"a shorter context or more tiles") from None

@@ -8,10 +8,14 @@ described in ``docs/tile.md`` ("KV store") and the instruction in ``docs/isa.md`
 
 from dataclasses import dataclass
 
-__all__ = ["KvLayout", "KV_ADDR_BITS", "kv_slot"]
+__all__ = ["KvLayout", "KvRangeError", "KV_ADDR_BITS", "kv_slot"]
 
 #: Width of a word address in the tile SRAM (the KV map must end at or below ``2**16``).
 KV_ADDR_BITS = 16
+
+
+class KvRangeError(ValueError):
+    """A KV store layout that ends past the ``2**KV_ADDR_BITS`` word addresses."""
 
 
 @dataclass(frozen=True)
@@ -68,7 +72,7 @@ class KvLayout:
         if self.max_pos > 2 ** 16 - 1 or self.head_size > 2 ** 16 - 1:
             raise ValueError("max_pos and head_size must be below 2**16 (16-bit fields)")
         if self.end > 2 ** KV_ADDR_BITS:
-            raise ValueError(f"the KV store ends at word {self.end}, past 2**{KV_ADDR_BITS}")
+            raise KvRangeError(f"the KV store ends at word {self.end}, past 2**{KV_ADDR_BITS}")
 
     @property
     def capacity(self):
