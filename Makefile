@@ -38,6 +38,9 @@ MODEL_DIR   ?=
 BACKEND     ?= $(or $(SIM),verilator)
 
 MODEL_URL   := https://huggingface.co/karpathy/tinyllamas/resolve/main/stories260K
+# the published files' sha256 (../shared/models/README.md)
+SHA_stories260K.bin := b0a507e7ad0f626624f17112325e66691f9076d622e1d3274d103d00299f2696
+SHA_tok512.bin      := 037cb335abb25d1fa9e8ecae30ed2a3a8ace9302862ebcdc05d51a6bbb10c312
 
 export WAVES
 
@@ -50,7 +53,7 @@ help:
 	@echo "make sim        generate a story on the chip RTL under Verilator (PROMPT=, STEPS= (0: until EOS or the context), SIM=icarus, CONFIG=, PLACEMENT=, TEMPERATURE=, TOPP=, SEED= (sampling), CONTEXT=, CLOCK_MHZ= (assumed clock of tokens/s), MODEL_DIR=, WAVES=1 or HIERARCHICAL=0 (flat Verilator build, ~30 min), PGO=1 (profile-guided Verilator build: ~20% faster simulation, the first build twice as long), THREADS=2 (Verilator model threads: rarely faster on 2 cores, see docs/performance.md); BACKEND=isasim: fast estimate, BACKEND=golden|reference: host models only)"
 	@echo "make test       run the regression (SIM=verilator|icarus, default both; WAVES=1; JOBS= pytest workers, default 2; PYTEST_ARGS=\"-k noc\"; MODEL_DIR=; skipped tests listed with their reason)"
 	@echo "make test-default  the default 4x4 chip under Verilator: TEST_STEPS= tokens greedy from BOS, bit-exact with the golden model (slow)"
-	@echo "make bench      decode/prefill benchmark on the RTL under Verilator (slow; BACKEND=verilator (default)|icarus|isasim (estimate, fast), CONFIG=, PLACEMENT=, PROMPTS=1,64,256, CONTEXT=, CLOCK_MHZ=)"
+	@echo "make bench      decode/prefill benchmark on the RTL under Verilator (slow; BACKEND=verilator (default)|icarus|isasim (estimate, fast), CONFIG=, PLACEMENT=, PROMPTS=1,64,256, CONTEXT=, CLOCK_MHZ=, MODEL_DIR=)"
 	@echo "make bitstream  FPGA bitstream + resource/timing report with YoWASP tools (BOARD=ulx3s-85f|icebreaker, CONFIG=, SYNTH_ONLY=1; docs/fpga.md)"
 	@echo "make venv       set-up: .venv with the pinned Python tools (editable chipotle), Icarus Verilog via apt-get if absent"
 	@echo "make models     download stories260K.bin and tok512.bin (needs network)"
@@ -75,7 +78,8 @@ iverilog:
 
 # MODEL_DIR= reaches every target (make test, make bench, make sim) as CHIPOTLE_MODEL_DIR
 ifneq ($(MODEL_DIR),)
-export CHIPOTLE_MODEL_DIR := $(abspath $(MODEL_DIR))
+# (made absolute without $(abspath), which would split a directory name with spaces)
+export CHIPOTLE_MODEL_DIR := $(if $(filter /%,$(firstword $(MODEL_DIR))),$(MODEL_DIR),$(CURDIR)/$(MODEL_DIR))
 endif
 
 # -rs: the reason of every skipped test (e.g. model files not found) in the summary
@@ -119,10 +123,19 @@ bitstream: venv
 	  $(if $(filter command line environment,$(origin CONFIG)),--config "$(CONFIG)",) \
 	  $(if $(SYNTH_ONLY),--synth-only,)
 
+# A file already there is kept only if its sha256 is the published one (a truncated or
+# corrupt download is fetched again); a download is checked before it replaces anything.
 models:
-	@dir=$${CHIPOTLE_MODEL_DIR:-../shared/models}; mkdir -p $$dir; \
-	for f in stories260K.bin tok512.bin; do \
-	  test -f $$dir/$$f || curl -fL -o $$dir/$$f $(MODEL_URL)/$$f; done; ls -l $$dir
+	@dir="$${CHIPOTLE_MODEL_DIR:-../shared/models}"; mkdir -p "$$dir" || exit 1; \
+	for pair in stories260K.bin:$(SHA_stories260K.bin) tok512.bin:$(SHA_tok512.bin); do \
+	  f=$${pair%%:*}; sum=$${pair#*:}; \
+	  if test -f "$$dir/$$f" && echo "$$sum  $$dir/$$f" | sha256sum -c --status; then continue; fi; \
+	  test -f "$$dir/$$f" && echo "$$dir/$$f: sha256 is not the published one: fetching it again"; \
+	  curl -fL -o "$$dir/$$f.part" $(MODEL_URL)/$$f || exit 1; \
+	  echo "$$sum  $$dir/$$f.part" | sha256sum -c --status || \
+	    { echo "$(MODEL_URL)/$$f: the download's sha256 is not $$sum; kept $$dir/$$f.part"; exit 1; }; \
+	  mv -f "$$dir/$$f.part" "$$dir/$$f" || exit 1; \
+	done; ls -l "$$dir"
 
 lint: venv
 	$(PY) -m pip install --quiet -e '.[lint]'

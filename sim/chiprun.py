@@ -218,7 +218,7 @@ def run_rtl(job: Job, *, sim: str = "verilator", cxx_opt: str = "-O2", waves: bo
         job_path, result_path = Path(tmp) / "job.pkl", Path(tmp) / "result.pkl"
         _write_job(job_path, job)
         if progress:
-            progress(f"building and running the {config} chip under {sim}")
+            progress(f"running the {config} chip under {sim}")
         env = {"CHIPOTLE_JOB": str(job_path), "CHIPOTLE_RESULT": str(result_path),
                "COCOTB_LOG_LEVEL": os.environ.get("COCOTB_LOG_LEVEL", "WARNING"),
                "GPI_LOG_LEVEL": os.environ.get("GPI_LOG_LEVEL", "WARNING")}

@@ -518,6 +518,8 @@ def run_cocotb(
             if port_config:
                 (build_dir / "ports.vlt").write_text(port_config)
         else:
+            print(f"chipotle.sim.flow: {sim} build of {toplevel}: cached in {build_dir}",
+                  file=sys.stderr, flush=True)
             # The runner's build() also records the configuration that test() reads; on
             # a cache hit keep that bookkeeping but skip the compile commands.
             runner._build_command = lambda: []

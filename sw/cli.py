@@ -74,14 +74,49 @@ class UsageError(Exception):
     """A problem the user can fix (reported without a traceback, exit code 2)."""
 
 
+#: make's variable for each command-line option of ``chipotle generate`` and the bench, as
+#: the Makefile's ``sim`` and ``bench`` targets pass them (``--model`` and ``--tokenizer``
+#: come from the directory ``MODEL_DIR=``).
+MAKE_VARIABLES = {"--config": "CONFIG", "--context": "CONTEXT", "--steps": "STEPS",
+                  "--temperature": "TEMPERATURE", "--topp": "TOPP", "--seed": "SEED",
+                  "--sim-threads": "THREADS", "--clock-mhz": "CLOCK_MHZ",
+                  "--placement": "PLACEMENT", "--prompt": "PROMPT", "--prompts": "PROMPTS",
+                  "--backend": "BACKEND", "--model": "MODEL_DIR", "--tokenizer": "MODEL_DIR"}
+
+
+def under_make(message: str) -> str:
+    """Return `message` with make's names of the options it mentions, when run by ``make sim``
+    or ``make bench`` (which set ``$CHIPOTLE_MAKE_CONFIG``); otherwise `message` unchanged.
+
+    E.g. ``--config: unknown configuration 'x'`` becomes ``--config: unknown configuration
+    'x' (make: --config is CONFIG=)``.  An option whose variable the message already names
+    (``... (`make sim`: CONTEXT=)``) is not repeated.
+    """
+    import re
+
+    if "CHIPOTLE_MAKE_CONFIG" not in os.environ:
+        return message
+    names = []
+    for option, var in MAKE_VARIABLES.items():
+        if (re.search(rf"(?<![\w-]){re.escape(option)}(?![\w-])", message)
+                and not re.search(rf"(?<![\w$]){var}=", message)
+                and all(v != var for _, v in names)):
+            names.append((option, var))
+    if not names:
+        return message
+    said = ", ".join(f"{o} is {v}=" + (" (the directory)" if v == "MODEL_DIR" else "")
+                     for o, v in names)
+    return f"{message} (make: {said})"
+
+
 class ArgumentParser(argparse.ArgumentParser):
     """An ``argparse.ArgumentParser`` whose errors are one line, as the command's other
     refusals: ``<prog>: error: <message> (<prog> --help lists the options)``, exit code 2,
     instead of the usage block followed by the error (its subcommands' parsers too)."""
 
     def error(self, message: str):
-        self.exit(2, f"{self.prog}: error: {message} ({self.prog} --help lists the "
-                     f"options)\n")
+        self.exit(2, f"{self.prog}: error: {under_make(message)} ({self.prog} --help lists "
+                     f"the options)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -174,6 +209,9 @@ def _resolve(args) -> tuple[Path, Path]:
 def _generate(args, out, err) -> int:
     if args.steps < 0:
         raise UsageError(f"--steps must be a non-negative integer, not {args.steps}")
+    if args.sim_threads != 1 and args.backend != "verilator":
+        raise UsageError(f"--sim-threads {args.sim_threads}: only the verilator backend runs "
+                         f"simulator threads, not {args.backend}")
     model_path, tok_path = _resolve(args)
     try:
         checkpoint = load_checkpoint(model_path)
@@ -378,7 +416,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "generate":
             return _generate(args, out, err)
     except UsageError as e:
-        err.write(f"chipotle: error: {e}\n")
+        err.write(f"chipotle: error: {under_make(str(e))}\n")
         return EXIT_USAGE
     except BrokenPipeError:
         # The reader went away (`chipotle generate | head`): stop quietly.

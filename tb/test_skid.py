@@ -58,6 +58,11 @@ def test_build_output_goes_to_the_log(sim, capfd, tmp_path, monkeypatch):
     assert log.is_file()              # iverilog prints nothing when all is well
     if sim == "verilator":
         assert "Verilator: Built from" in log.read_text() and "Built from" not in err
+    # the same design again: the cached build is reused, and says so
+    run_cocotb(sim=sim, verilog=verilog, toplevel="skid_buffer_log", test_module="cocotb_skid",
+               test_dir=TB, testcase="full_throughput", extra_env={"SKID_WIDTH": "8"})
+    err = capfd.readouterr().err
+    assert f"{sim} build of skid_buffer_log: cached in" in err and "done in" not in err, err
     broken = verilog.replace("endmodule", "this is not verilog;\nendmodule", 1)
     with pytest.raises(RuntimeError):
         run_cocotb(sim=sim, verilog=broken, toplevel="skid_buffer_log",

@@ -224,3 +224,73 @@ def test_ctrl_c_is_one_line(capsys, tiny, monkeypatch):
     monkeypatch.setattr(cli, "_generate", interrupted)
     code, out, err = run(capsys, *tiny, "--prompt", "a")
     assert code == 130 and err.strip() == "chipotle: interrupted", err
+
+
+def test_errors_under_make_name_make_variables(capsys, tiny, monkeypatch):
+    """Run by ``make sim`` / ``make bench`` ($CHIPOTLE_MAKE_CONFIG set), a refusal names the
+    make variable of each option it mentions, once, and not when it names it already;
+    run directly, the message is unchanged."""
+    import chipotle.cli as cli
+
+    msg = "--config: bad value; --context 3 is short; see --prompts, not --prompt"
+    monkeypatch.delenv("CHIPOTLE_MAKE_CONFIG", raising=False)
+    assert cli.under_make(msg) == msg
+    monkeypatch.setenv("CHIPOTLE_MAKE_CONFIG", "default")
+    assert cli.under_make(msg) == (msg + " (make: --config is CONFIG=, --context is CONTEXT=, "
+                                   "--prompt is PROMPT=, --prompts is PROMPTS=)")
+    assert cli.under_make("--context 3 (`make sim`: CONTEXT=)").endswith("CONTEXT=)")
+    # $CHIPOTLE_MODEL_DIR= is not make's MODEL_DIR=
+    assert cli.under_make("not found ($CHIPOTLE_MODEL_DIR=/x; use --model)").endswith(
+        "(make: --model is MODEL_DIR= (the directory))")
+    assert cli.under_make("no options here") == "no options here"
+    code, _out, err = run(capsys, *tiny, "--backend", "isasim", "--config", "mesh=9")
+    assert code == 2 and err.strip().endswith("(make: --config is CONFIG=)"), err
+    with pytest.raises(SystemExit) as e:       # argparse's own refusals too
+        cli.main(["generate", *tiny, "--clock-mhz", "0"])
+    assert e.value.code == 2
+    assert "(make: --clock-mhz is CLOCK_MHZ=)" in capsys.readouterr().err
+
+
+def test_sim_threads_only_with_verilator(capsys, tiny):
+    """``--sim-threads`` (``make sim THREADS=``) with another backend is refused, not ignored."""
+    for backend in ("isasim", "reference", "icarus"):
+        code, out, err = run(capsys, *tiny, "--backend", backend, "--sim-threads", "2")
+        assert code == 2 and out == ""
+        assert (f"--sim-threads 2: only the verilator backend runs simulator threads, not "
+                f"{backend}") in err, err
+
+
+@pytest.mark.model
+def test_make_models_and_model_dir_with_spaces(model_paths, tmp_path):
+    """``make models`` keeps files whose sha256 is the published one, fetches a truncated one
+    again (here from a ``file://`` MODEL_URL), refuses a download whose sha256 is wrong
+    without replacing anything, and ``MODEL_DIR=`` may hold spaces."""
+    import shutil
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[2]
+    d = tmp_path / "my models"
+    d.mkdir()
+    for p in model_paths:
+        shutil.copyfile(p, d / p.name)
+    good = (d / "tok512.bin").read_bytes()
+    (d / "tok512.bin").write_bytes(good[:1000])                  # a truncated download
+    src = f"MODEL_URL=file://{model_paths[0].parent}"
+    r = subprocess.run(["make", "-s", "models", f"MODEL_DIR={d}", src], cwd=root,
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "tok512.bin: sha256 is not the published one: fetching it again" in r.stdout
+    assert "stories260K.bin: sha256" not in r.stdout              # the good file is kept
+    assert (d / "tok512.bin").read_bytes() == good
+    # a source serving a wrong file: refused, the file in place untouched
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "tok512.bin").write_bytes(good[:-1] + b"\0")
+    (d / "tok512.bin").write_bytes(good[:10])
+    r = subprocess.run(["make", "-s", "models", f"MODEL_DIR={d}", f"MODEL_URL=file://{bad}"],
+                       cwd=root, capture_output=True, text=True)
+    assert r.returncode != 0 and "the download's sha256 is not" in r.stdout, r.stdout
+    assert (d / "tok512.bin").read_bytes() == good[:10]
+    (d / "tok512.bin").write_bytes(good)
+    r = subprocess.run(["make", "-s", "sim", "BACKEND=reference", "STEPS=2", "TEMPERATURE=0",
+                        f"MODEL_DIR={d}"], cwd=root, capture_output=True, text=True)
+    assert r.returncode == 0 and r.stdout.startswith("Once upon a time"), r.stderr
