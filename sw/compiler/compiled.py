@@ -448,12 +448,14 @@ def _compile_tensor(qm: QuantizedModel, config: ChipConfig, context: int,
                        f"{config.n_counters}: use n_counters=5")
     if batches is None:
         batches = _default_batches(context, isa)
-    # the prefill rows on the helpers (`TensorRoles.prow`) and the software-pipelined scores
-    # take more instructions: without the former, then without both, if the instruction
+    # the gate packed in pairs (`TensorRoles.gpair`), the prefill rows on the helpers
+    # (`TensorRoles.prow`) and the software-pipelined scores take more instructions: without
+    # the first, then also without the second, then without all three, if the instruction
     # memory is too small for them
-    for prows, pipelined in ((True, True), (False, True), (False, False)):
+    for gpairs, prows, pipelined in ((True, True, True), (False, True, True),
+                                     (False, False, True), (False, False, False)):
         pl, roles = place_tensor(qm, isa, config.mesh_width, config.mesh_height, context,
-                                 batches, kvapp, prows=prows)
+                                 batches, kvapp, prows=prows, gpairs=gpairs)
         programs, entries, sources = {}, {}, {}
         for xy, lay in pl.tiles.items():
             text = tensor_program(qm, isa, pl, roles, lay, context, pipelined)

@@ -31,11 +31,13 @@ to its attention tiles, which then compute only ``wq``; in decode the K partner 
 (`TensorRoles.split`, `_split_at`, `_partner_scores`); and the **gate is quantised in
 slices** (`TensorRoles.gslot`, `_gate_slices`): each tile quantises its own gate rows with
 the gathered maxima of every tile's and multicasts the int8, instead of every tile
-quantising the whole int32 gate.
+quantising the whole int32 gate; session 9 packs the int8 of two tiles into one slot
+(`TensorRoles.gpair`: the first sends the tail of its rows to the second, which quantises
+it with its own), so that the down projection's inner dimension loses most of its padding.
 
 Synchronisation: one counter per gathered vector (``x``, ``xa`` the residual after attention,
 the attention output and the gate, which share the buffer ``g.y``), and one for each of the
-exchanges above (`C_REC`, `C_KV`, `C_GMAX`, `C_Q`, `C_SC`).  Every tile sends its
+exchanges above (`C_REC`, `C_KV`, `C_GMAX`, `C_Q`, `C_SC`, ..., `C_TAIL`).  Every tile sends its
 slice of ``x``, ``xa`` and the gate of every row (an empty SEND, a bare counter bump, when it
 owns none), so each gather is a barrier of the whole mesh; this is what makes a single
 buffer per vector safe: a tile can only send the next use of a buffer once every tile has
@@ -96,6 +98,8 @@ C_AMAX = 9
 #: Counters of the weighted sums split with a partner in decode (`TensorRoles.wsplit`): the
 #: tail of the probabilities at the partner, the partner's partial sums at the attention tile.
 C_P, C_WS = 10, 11
+#: Counter of the gate's tails that a pair's first tile sends its second (`TensorRoles.gpair`).
+C_TAIL = 12
 
 
 def _split_at(n: int, word_bytes: int) -> int:
@@ -213,6 +217,28 @@ class TensorRoles:
         weights zero in the slots' padding); 0 when the whole gate is gathered as int32 and
         quantised on every tile.  Needs `gate_slices`, ``T * pad(rows) <= k_max`` and a
         seventh counter.
+    gpair : dict of (x, y) to (x, y)
+        The gate's int8 packed in **pairs** of tiles (session 9, `_gate_slices`): the first
+        tile ``A`` of a pair (the key) sends the whole words of its rows' int8 and its last
+        ``tA = rows mod W`` gate values (int32) to its second tile ``B`` (the value, the tile
+        below it), which quantises them with its own rows and sends their int8 behind ``A``'s
+        words, so that the pair's slot is ``W floor(rA / W) + pad(tp + rB)`` bytes instead
+        of ``2 gslot`` (``tp``: ``tA`` rounded up to whole words of int32, `gtail`).  Only
+        where that is shorter, never on the reducer (``tiles[0]``, whose instruction memory
+        is full) and with a thirteenth counter (`C_TAIL`); needs `gslot`.
+    gfirst : dict of (x, y) to (x, y)
+        The inverse of `gpair`: each second tile's first.
+    gtail : dict of (x, y) to int
+        ``tp`` of each first tile: the int32 elements it sends its second (``tA`` of them
+        gate values, then zeros of its ``gq`` row), the window before the second's rows.
+    goff : dict of (x, y) to int
+        Byte offset in the gathered gate (the down projection's inner dimension) of the int8
+        each tile sends: its slot (``gslot`` bytes) when unpaired, its pair's slot for a
+        first tile, and ``W floor(rA / W)`` into it for a second (the tail's int8, then its
+        own rows').
+    gk2 : int
+        The down projection's inner dimension with the gate in slices (elements): ``T *
+        gslot`` less what the pairs save.
     prow : int
         Prefill batches' attention rows shared with the helpers (`_partner_rows`): in a
         batch of ``m > 1`` rows each attention tile scores, normalises and sums rows ``0 ..
@@ -226,7 +252,8 @@ class TensorRoles:
 
     def __init__(self, qm: QuantizedModel, isa: IsaConfig, tiles: list, partners: bool = True,
                  gate_slices: bool = True, split_scores: bool = True, att_slices: bool = True,
-                 vscores: bool = True, wsums: bool = True, prefill_rows: bool = True):
+                 vscores: bool = True, wsums: bool = True, prefill_rows: bool = True,
+                 gate_pairs: bool = True):
         c, W = qm.config, isa.word_bytes
         T = len(tiles)
         # int16 rows per word (x slices), int32 rows per word (gate slices); the gate
@@ -244,6 +271,7 @@ class TensorRoles:
             self.o[xy] = (min(a * go, c.dim), min(b * go, c.dim))
             a, b = _split(uh, T, j)
             self.h[xy] = (min(a * gh, c.hidden_dim), min(b * gh, c.hidden_dim))
+        self._gate_pairs(isa, tiles, gate_pairs)
         # attention tiles: each KV head on `s` tiles (s a divisor of kv_mul: a share of its
         # query heads each, K and V computed on all s), the most tiles whose slices of the
         # attention output are word-aligned; else whole KV heads on fewer tiles
@@ -302,6 +330,44 @@ class TensorRoles:
         self.prow = (-(-M // 2) if prefill_rows and self.wsplit and self.aslot and 2 <= M <= 4
                      and (4 * c.head_size) % W == 0 else 0)
 
+    def _gate_pairs(self, isa: IsaConfig, tiles: list, on: bool) -> None:
+        """Set `gpair`, `gfirst`, `gtail`, `goff` and `gk2` (the gate's slots, paired where
+        that shortens them: each tile with the tile below it, greedily in `tiles` order)."""
+        W, pad, S = isa.word_bytes, isa.pad, self.gslot
+        ipw = max(1, W // 4)                    # int32 per word
+        self.gpair, self.gfirst, self.gtail, self.goff = {}, {}, {}, {}
+        rows = {xy: b - a for xy, (a, b) in self.h.items()}
+        if S and on and isa.n_counters > C_TAIL + 1:
+            for xy in tiles[1:]:
+                b = (xy[0], xy[1] + 1)
+                if xy in self.gfirst or b not in rows or b in self.gfirst or b == tiles[0]:
+                    continue
+                ra, rb = rows[xy], rows[b]
+                ta = ra % W
+                tp = -(-ta // ipw) * ipw
+                if ta and rb and ra // W * W + pad(tp + rb) < 2 * S:
+                    self.gpair[xy], self.gfirst[b], self.gtail[xy] = b, xy, tp
+        off = 0
+        for xy in tiles:
+            if xy in self.gfirst:
+                continue
+            self.goff[xy] = off
+            if xy in self.gpair:
+                b = self.gpair[xy]
+                self.goff[b] = off + rows[xy] // W * W
+                off = self.goff[b] + pad(self.gtail[xy] + rows[b])
+            else:
+                off += S
+        self.gk2 = off
+
+    def gate_columns(self, xy) -> list:
+        """The positions of tile `xy`'s hidden rows in the gathered gate (the down
+        projection's inner dimension, `gk2`), in row order (`gslot` only)."""
+        a, b = self.h[xy]
+        first = self.gfirst.get(xy)
+        start = self.goff[xy] + (self.gtail[first] if first is not None else 0)
+        return list(range(start, start + b - a))
+
     def helped(self, xy) -> list:
         """The ``(attention tile, KV head)`` pairs whose weighted-sum tails partner `xy` sums
         (`wsplit`), in row-major order of the attention tiles."""
@@ -323,8 +389,9 @@ def _gate_geometry(roles: TensorRoles, isa: IsaConfig) -> dict:
     T = len(roles.h)
     nh = max(b - a for a, b in roles.h.values())
     cnt = -(-T * W // 4 // W) * W
-    return dict(S=roles.gslot, K2=T * roles.gslot, cnt=cnt, gq=4 * cnt + pad(4 * nh),
-                gqr=rec(cnt + nh))
+    tp = max(roles.gtail.values(), default=0)      # a second tile's window (`gpair`)
+    return dict(S=roles.gslot, K2=roles.gk2, cnt=cnt, gq=4 * cnt + pad(4 * (tp + nh)),
+                gqr=rec(cnt + tp + nh))
 
 
 def _att_geometry(roles: TensorRoles, isa: IsaConfig, head_size: int) -> dict:
@@ -497,7 +564,7 @@ def _layout(xy, stages, reduce, req, isa) -> TileLayout:
 def place_tensor(qm: QuantizedModel, isa: IsaConfig, width: int, height: int, context: int,
                  batches: int = 1, kvapp: bool = False, partners: bool = True,
                  att_slices: bool = True, gate_slices: bool = True, vscores: bool = True,
-                 wsums: bool = True, prows: bool = True) -> tuple:
+                 wsums: bool = True, prows: bool = True, gpairs: bool = True) -> tuple:
     """Lay out every tile of the mesh for the tensor-parallel placement.
 
     With `kvapp`, the attention tiles' K and V caches are one KV store region in the layout
@@ -513,6 +580,9 @@ def place_tensor(qm: QuantizedModel, isa: IsaConfig, width: int, height: int, co
     `TensorRoles.wsplit`: the partners' V cache copies), then without the V partner's
     scores (`vscores`), then without any of them; before those, without the prefill rows on
     the helpers (`prows`, `TensorRoles.prow`: the helpers' softmax tables and buffers).
+    With `gpairs` the gate's int8 are packed in pairs of tiles where that shortens the down
+    projection (`TensorRoles.gpair`; `chipotle.compiler.compiled` compiles without them
+    when the programs do not fit the instruction memory).
 
     Returns
     -------
@@ -527,7 +597,7 @@ def place_tensor(qm: QuantizedModel, isa: IsaConfig, width: int, height: int, co
     """
     tiles = [(x, y) for y in range(height) for x in range(width)]
     roles = TensorRoles(qm, isa, tiles, partners, gate_slices, att_slices=att_slices,
-                        vscores=vscores, wsums=wsums, prefill_rows=prows)
+                        vscores=vscores, wsums=wsums, prefill_rows=prows, gate_pairs=gpairs)
     extras = bool(roles.kvp or roles.aslot or roles.gslot)
     V = qm.config.vocab_size
     cap = -(-V // len(tiles))
@@ -545,14 +615,15 @@ def place_tensor(qm: QuantizedModel, isa: IsaConfig, width: int, height: int, co
                       _requests(qm, isa, roles, xy, context, batches, rows, red, kvapp), isa)
         if lay.size > isa.sram_bytes and roles.prow:
             return place_tensor(qm, isa, width, height, context, batches, kvapp, partners,
-                                att_slices, gate_slices, vscores, wsums, prows=False)
+                                att_slices, gate_slices, vscores, wsums, prows=False,
+                                gpairs=gpairs)
         if lay.size > isa.sram_bytes and (roles.wsplit or roles.vsplit):
             return place_tensor(qm, isa, width, height, context, batches, kvapp, partners,
                                 att_slices, gate_slices, vscores=roles.wsplit and vscores,
-                                wsums=False)
+                                wsums=False, gpairs=gpairs)
         if lay.size > isa.sram_bytes and extras:
             return place_tensor(qm, isa, width, height, context, batches, kvapp, False, False,
-                                False)
+                                False, gpairs=gpairs)
         if lay.size > isa.sram_bytes:
             what = "attention, " if xy in roles.kv else ""
             raise FitError(f"tile {xy} of the tensor placement ({what}its share of every "
@@ -564,7 +635,7 @@ def place_tensor(qm: QuantizedModel, isa: IsaConfig, width: int, height: int, co
         lays[xy] = lay
     if (roles.kvp or roles.aslot) and any(lay.size > 1 << OFF_BITS for lay in lays.values()):
         return place_tensor(qm, isa, width, height, context, batches, kvapp, partners=False,
-                            att_slices=False, gate_slices=gate_slices)
+                            att_slices=False, gate_slices=gate_slices, gpairs=gpairs)
     kvl = {}
     if kvapp:
         for xy in roles.att_tiles:
@@ -589,7 +660,7 @@ class _K:
         #: this tile's K / V partner jobs (`TensorRoles.kvp`)
         self.jobs = roles.kvp.get(self.xy, [])
         #: the down projection's inner dimension (padded when the gate is quantised in slices)
-        self.k2 = len(pl.tiles) * roles.gslot if roles.gslot else qm.config.hidden_dim
+        self.k2 = roles.gk2 if roles.gslot else qm.config.hidden_dim
         #: the batch-size flags (m == 1, m > 1) live in r13 / r14 when no address needs the
         #: Emitter's scratch registers (a tile within the 17-bit offsets), else in `state`
         self.regflags = lay.size <= 1 << OFF_BITS
@@ -1492,7 +1563,18 @@ def _gate_slices(e, k, li):
     zero words of the area change neither).  It copies the header into the row's ``grec``
     record and multicasts its int8 into its slot of ``gslot`` bytes (`C_GATE`).  The down
     projection's weights are zero in the slots' padding, so its accumulators are the
-    golden model's.  A tile without hidden rows sends a zero maximum and a bare bump."""
+    golden model's.  A tile without hidden rows sends a zero maximum and a bare bump.
+
+    Pairs (`TensorRoles.gpair`, session 9): the first tile of a pair also sends the last
+    ``tA`` of its int32 rows (and zeros to a whole word: ``tp`` elements, `gtail`) into the
+    window between the maxima area and the rows of its second's ``gq`` row (`C_TAIL`), and
+    multicasts only the whole words of its int8; the second waits for the window too,
+    quantises it with the maxima and its own rows, and multicasts the window's int8 and its
+    rows' behind the first's words.  ``dynq`` quantises each element on its own with the
+    whole gate's scale code, so the window's int8 are the first's own; the zeros (and
+    nothing else: the window holds gate values and zeros) change no maximum, and the down
+    projection's weights are zero at their positions.  The pair's slot loses the first's
+    padding: ``gk2`` is 200 instead of 256 on stories260K's 4 x 4 tiles."""
     isa, ly = k.isa, k.qm.layers[li]
     W, pad = isa.word_bytes, isa.pad
     gg = _gate_geometry(k.roles, isa)
@@ -1500,6 +1582,16 @@ def _gate_slices(e, k, li):
     h0, h1 = k.roles.h[k.xy]
     Nh, j = h1 - h0, k.index
     hz = pad(2 * Nh)
+    second = k.roles.gpair.get(k.xy)        # this tile is the first of a pair (`gpair`)
+    first = k.roles.gfirst.get(k.xy)        # ... the second
+    tb = k.roles.gtail[first] if first is not None else 0   # the first's tail before its rows
+    rows = 4 * (cnt + tb)                   # the int32 rows in the gq row
+    if second is not None:                  # whole words of int8 here, the tail sent on
+        nsend = Nh // W * W
+    elif first is not None:                 # the first's tail and the own rows
+        nsend = pad(tb + Nh)
+    else:
+        nsend = S
     e.comment(f"layer {li} gate rows quantised with the gathered maximum of the gate")
     if Nh:
         _rows_op(e, k, lambda mm: e("silu.i16.i16", k.a("h1"), k.a("h1"), mm * hz // 2,
@@ -1510,20 +1602,29 @@ def _gate_slices(e, k, li):
 
     def maxima():
         if Nh:
-            e("vmul.i32.i16", f"r6+{4 * cnt}", "r7", "r8", Nh)
-            e("rmaxabs.i32.i32", f"r6+{j * W}", f"r6+{4 * cnt}", Nh)
+            e("vmul.i32.i16", f"r6+{rows}", "r7", "r8", Nh)
+            e("rmaxabs.i32.i32", f"r6+{j * W}", f"r6+{rows}", Nh)
         e("send", f"r6+{j * W}", f"r6+{j * W}", W, k.all, C_GMAX)
+        if second is not None:              # the tail (and zeros to a word) to the second
+            tp = k.roles.gtail[k.xy]
+            e("send", f"r6+{4 * cnt}", f"r6+{4 * cnt + 4 * (Nh // W * W)}", 4 * tp,
+              _rect((second[0], second[0], second[1], second[1])), C_TAIL)
         e("add", "r6", f"r6+{gg['gq']}", 0)
         e("add", "r7", f"r7+{hz}", 0)
         e("add", "r8", f"r8+{hz}", 0)
     e.loop("r2", maxima)
     def send():
-        if Nh:
-            e("send", f"r8+{W + j * S}", f"r7+{W + cnt}", S, k.all, C_GATE)
+        if Nh and nsend:
+            e("send", f"r8+{W + k.roles.goff[k.xy]}", f"r7+{W + cnt}", nsend, k.all, C_GATE)
         else:
             e("send", "r8", "r8", 0, k.all, C_GATE)
+
+    def wait():
+        _wait_all(e, k, C_GMAX, k.T)
+        if first is not None:
+            e("wait", C_TAIL, "r2")
     _quantise_slices(e, k, ("gq", "gqr", "grec"), (gg["gq"], gg["gqr"], isa.record_bytes(k.k2)),
-                     cnt + Nh, send, first=lambda: _wait_all(e, k, C_GMAX, k.T))
+                     cnt + tb + Nh, send, first=wait)
     _wait_all(e, k, C_GATE, k.T)
 
 
@@ -1706,11 +1807,10 @@ def tensor_images(qm: QuantizedModel, isa: IsaConfig, pl: Placement, roles: Tens
                 lin = getattr(ly, w)
                 wr = lin.w[rows]
                 if w == "w2" and roles.gslot:   # the gate's slots (`_gate_slices`)
-                    S = roles.gslot
-                    wr = np.zeros((wr.shape[0], len(tiles) * S), wr.dtype)
-                    for t, xyt in enumerate(tiles):
+                    wr = np.zeros((wr.shape[0], roles.gk2), wr.dtype)
+                    for xyt in tiles:
                         a, b = roles.h[xyt]
-                        wr[:, t * S:t * S + b - a] = lin.w[rows, a:b]
+                        wr[:, roles.gate_columns(xyt)] = lin.w[rows, a:b]
                 d[p + w] = padded_rows(wr, isa)
                 d[p + w + "_ms"] = requant_table(lin.m[rows], lin.s[rows])
             for j, (kind, h) in enumerate(jobs):      # a K / V partner's rows
