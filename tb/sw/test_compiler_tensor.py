@@ -534,3 +534,111 @@ def test_partner_rows_sent_once_per_batch(small_qm):
             np.testing.assert_array_equal(r.logits, golden.forward_batch(toks, pos)[-1])
             counts.append(n)
         assert sum(counts[0].values()) > 0 and counts[0] == counts[1], counts
+
+
+@pytest.mark.parametrize("mesh", [(3, 2), (2, 3), (4, 4), (2, 2), (5, 2)])
+def test_gate_pairs_geometry(small_qm, mesh):
+    """`TensorRoles.gpair`: the gate's int8 of two tiles in one slot.  Every hidden row has
+    its own position in the down projection's inner dimension (`gk2`), the int8 each tile
+    multicasts start word-aligned and cover its rows' positions (a first tile's whole words,
+    its second's the first's tail, zeros, and its own rows), the senders' spans do not
+    overlap, the reducer is never paired, and the pairs shorten `gk2` below ``T * gslot``
+    (the layout without them, ``gate_pairs=False``)."""
+    from chipotle.compiler.tensor import TensorRoles
+    cfg = CONFIGS["small"].replace(mesh_width=mesh[0], mesh_height=mesh[1])
+    isa = cfg.isa_config()
+    W, pad = isa.word_bytes, isa.pad
+    tiles = [(x, y) for y in range(mesh[1]) for x in range(mesh[0])]
+    roles = TensorRoles(small_qm, isa, tiles)
+    off = TensorRoles(small_qm, isa, tiles, gate_pairs=False)
+    T, S = len(tiles), roles.gslot
+    assert S and not off.gpair and off.gk2 == T * S
+    assert off.gate_columns(tiles[1]) == list(range(S, S + off.h[tiles[1]][1] - off.h[tiles[1]][0]))
+    assert (roles.gk2 < T * S) is bool(roles.gpair)
+    assert tiles[0] not in roles.gpair and tiles[0] not in roles.gfirst
+    assert {b: a for a, b in roles.gpair.items()} == roles.gfirst
+    cols = [c for xy in tiles for c in roles.gate_columns(xy)]
+    assert len(cols) == len(set(cols)) == small_qm.config.hidden_dim
+    assert 0 <= min(cols) and max(cols) < roles.gk2 <= isa.k_max
+    spans = []
+    for xy in tiles:
+        a, b = roles.h[xy]
+        rows, o = b - a, roles.goff[xy]
+        assert o % W == 0, xy
+        if xy in roles.gpair:               # whole words here, the tail from the second
+            second, tp = roles.gpair[xy], roles.gtail[xy]
+            n = rows // W * W
+            assert tp % (W // 4) == 0 and rows % W <= tp < rows % W + W // 4
+            assert roles.goff[second] == o + n
+            assert roles.gate_columns(xy) == list(range(o, o + rows))
+            assert second == (xy[0], xy[1] + 1)
+        elif xy in roles.gfirst:            # the first's tail (and zeros), then its rows
+            tp = roles.gtail[roles.gfirst[xy]]
+            n = pad(tp + rows)
+            assert roles.gate_columns(xy) == list(range(o + tp, o + tp + rows))
+        else:
+            n = S
+            assert roles.gate_columns(xy) == list(range(o, o + rows))
+        spans.append((o, o + n))
+    spans.sort()
+    assert all(e0 <= s1 for (_, e0), (s1, _) in zip(spans, spans[1:], strict=False))
+    assert spans[-1][1] == roles.gk2
+
+
+@pytest.mark.parametrize("mesh", [(2, 3), (4, 4)], ids=["2x3", "4x4"])
+def test_gate_pairs_bit_exact(small_qm, mesh):
+    """The gate packed in pairs (`TensorRoles.gpair`) on 2 x 3 tiles (two pairs, one of them
+    between an attention tile and a partner; 10 and 11 rows: the first sends a word of int8
+    and a tail of two or three int32) and on 4 x 4 tiles (4 rows a tile: the first of each
+    pair sends no int8 of its own, a bare bump, and its whole rows as the tail): the tail
+    SENDs in the programs, ``w2``'s inner dimension shortened, logits bit-exact for a prefill
+    batch of 4 and every decode position to the context's end."""
+    from chipotle.compiler.tensor import C_TAIL, TensorRoles
+    cfg = CONFIGS["small"].replace(mesh_width=mesh[0], mesh_height=mesh[1], imem_words=1024)
+    compiled = compile_model(small_qm, cfg, placement="tensor")
+    pl = compiled.placement
+    roles = TensorRoles(small_qm, cfg.isa_config(), sorted(pl.tiles, key=lambda t: t[::-1]))
+    assert roles.gpair and roles.gk2 < len(pl.tiles) * roles.gslot
+    for a in roles.gpair:
+        tails = [line for line in compiled.sources[a].splitlines()
+                 if line.split()[:1] == ["send"] and line.rstrip().endswith(f", {C_TAIL}")]
+        assert len(tails) == small_qm.config.n_layers, (a, tails)
+    xy = next(iter(roles.gpair))
+    assert pl.tiles[xy].regions["l0.w2"].size == (
+        (roles.o[xy][1] - roles.o[xy][0]) * cfg.isa_config().pad(roles.gk2))
+    golden = GoldenModel(small_qm)
+    sim = load_isasim(compiled)
+    toks = [1, 7, 3, 12]
+    r = run_step_isasim(sim, compiled, toks, 0)
+    np.testing.assert_array_equal(r.logits, golden.forward_batch(toks, 0)[-1])
+    tok = r.token
+    for pos in range(4, compiled.context):
+        r = run_step_isasim(sim, compiled, [tok], pos)
+        np.testing.assert_array_equal(r.logits, golden.forward(tok, pos), err_msg=f"{pos}")
+        tok = r.token
+
+
+def test_gate_pairs_imem_fallback(small_qm):
+    """When the instruction memory is too small for the pairs' extra instructions (a tail
+    SEND on the first, a wait on the second, per layer), the tensor placement compiles
+    without them and keeps the prefill rows on the helpers (`_compile_tensor`'s first
+    fallback): ``w2``'s inner dimension is ``T * gslot`` again, still bit-exact."""
+    cfg = CONFIGS["small"].replace(mesh_width=3, mesh_height=2, imem_words=1024)
+    full = compile_model(small_qm, cfg, placement="tensor")
+    n = max(len(p) for p in full.programs.values())
+    tight = compile_model(small_qm, cfg.replace(imem_words=n - 1), placement="tensor")
+    assert 0 < n - max(len(p) for p in tight.programs.values()) <= 2 * small_qm.config.n_layers
+    xy = (2, 0)
+    assert (tight.placement.tiles[xy].regions["l0.w2"].size
+            > full.placement.tiles[xy].regions["l0.w2"].size)
+    assert any("hw" in t.regions for t in tight.placement.tiles.values())  # prefill rows kept
+    golden = GoldenModel(small_qm)
+    sim = load_isasim(tight)
+    toks = [1, 7, 3, 12]
+    r = run_step_isasim(sim, tight, toks, 0)
+    np.testing.assert_array_equal(r.logits, golden.forward_batch(toks, 0)[-1])
+    tok = r.token
+    for pos in range(4, 12):
+        r = run_step_isasim(sim, tight, [tok], pos)
+        np.testing.assert_array_equal(r.logits, golden.forward(tok, pos), err_msg=f"{pos}")
+        tok = r.token
