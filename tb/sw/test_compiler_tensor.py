@@ -536,8 +536,9 @@ def test_partner_rows_sent_once_per_batch(small_qm):
         assert sum(counts[0].values()) > 0 and counts[0] == counts[1], counts
 
 
-@pytest.mark.parametrize("mesh", [(3, 2), (2, 3), (4, 4), (2, 2), (5, 2)])
-def test_gate_pairs_geometry(small_qm, mesh):
+@pytest.mark.parametrize("mesh, W", [((3, 2), 8), ((2, 3), 8), ((4, 4), 8), ((2, 2), 8),
+                                     ((5, 2), 8), ((3, 3), 16), ((4, 4), 16), ((3, 2), 32)])
+def test_gate_pairs_geometry(small_qm, mesh, W):
     """`TensorRoles.gpair`: the gate's int8 of two tiles in one slot.  Every hidden row has
     its own position in the down projection's inner dimension (`gk2`), the int8 each tile
     multicasts start word-aligned and cover its rows' positions (a first tile's whole words,
@@ -545,9 +546,9 @@ def test_gate_pairs_geometry(small_qm, mesh):
     overlap, the reducer is never paired, and the pairs shorten `gk2` below ``T * gslot``
     (the layout without them, ``gate_pairs=False``)."""
     from chipotle.compiler.tensor import TensorRoles
-    cfg = CONFIGS["small"].replace(mesh_width=mesh[0], mesh_height=mesh[1])
+    cfg = CONFIGS["small"].replace(mesh_width=mesh[0], mesh_height=mesh[1], word_bytes=W)
     isa = cfg.isa_config()
-    W, pad = isa.word_bytes, isa.pad
+    pad = isa.pad
     tiles = [(x, y) for y in range(mesh[1]) for x in range(mesh[0])]
     roles = TensorRoles(small_qm, isa, tiles)
     off = TensorRoles(small_qm, isa, tiles, gate_pairs=False)
