@@ -54,6 +54,22 @@ def _kv_readback(sim, compiled, golden, upto):
     assert {layer for layer, _ in seen} == set(range(c.n_layers))
 
 
+def _assert_prefill_and_decode_bit_exact(compiled, qm, upto=None):
+    """Run a prefill batch of 4 tokens at position 0, then greedy decode steps at positions
+    4 .. `upto` - 1 (default: the compiled context's end) on the ISA simulator, each step's
+    logits equal to `GoldenModel`'s."""
+    golden = GoldenModel(qm)
+    sim = load_isasim(compiled)
+    toks = [1, 7, 3, 12]
+    r = run_step_isasim(sim, compiled, toks, 0)
+    np.testing.assert_array_equal(r.logits, golden.forward_batch(toks, 0)[-1])
+    tok = r.token
+    for pos in range(4, compiled.context if upto is None else upto):
+        r = run_step_isasim(sim, compiled, [tok], pos)
+        np.testing.assert_array_equal(r.logits, golden.forward(tok, pos), err_msg=f"{pos}")
+        tok = r.token
+
+
 def _kv_owner(compiled, xy):
     """The global layers (local layer order) and the first global KV head of tile `xy`'s KV
     store."""
@@ -358,16 +374,7 @@ def test_vpartner_scores(small_qm, mesh, vsplit):
     # per layer: the decode query record to each scoring partner, the prefill rows' records
     # to the helper (`TensorRoles.prow`)
     assert len(sends) == small_qm.config.n_layers * (1 + vsplit + bool(roles.prow)), sends
-    golden = GoldenModel(small_qm)
-    sim = load_isasim(compiled)
-    toks = [1, 7, 3, 12]
-    r = run_step_isasim(sim, compiled, toks, 0)
-    np.testing.assert_array_equal(r.logits, golden.forward_batch(toks, 0)[-1])
-    tok = r.token
-    for pos in range(4, compiled.context):
-        r = run_step_isasim(sim, compiled, [tok], pos)
-        np.testing.assert_array_equal(r.logits, golden.forward(tok, pos), err_msg=f"{pos}")
-        tok = r.token
+    _assert_prefill_and_decode_bit_exact(compiled, small_qm)
 
 
 def test_split3():
@@ -607,16 +614,7 @@ def test_gate_pairs_bit_exact(small_qm, mesh):
     xy = next(iter(roles.gpair))
     assert pl.tiles[xy].regions["l0.w2"].size == (
         (roles.o[xy][1] - roles.o[xy][0]) * cfg.isa_config().pad(roles.gk2))
-    golden = GoldenModel(small_qm)
-    sim = load_isasim(compiled)
-    toks = [1, 7, 3, 12]
-    r = run_step_isasim(sim, compiled, toks, 0)
-    np.testing.assert_array_equal(r.logits, golden.forward_batch(toks, 0)[-1])
-    tok = r.token
-    for pos in range(4, compiled.context):
-        r = run_step_isasim(sim, compiled, [tok], pos)
-        np.testing.assert_array_equal(r.logits, golden.forward(tok, pos), err_msg=f"{pos}")
-        tok = r.token
+    _assert_prefill_and_decode_bit_exact(compiled, small_qm)
 
 
 def test_gate_pairs_imem_fallback(small_qm):
@@ -633,13 +631,4 @@ def test_gate_pairs_imem_fallback(small_qm):
     assert (tight.placement.tiles[xy].regions["l0.w2"].size
             > full.placement.tiles[xy].regions["l0.w2"].size)
     assert any("hw" in t.regions for t in tight.placement.tiles.values())  # prefill rows kept
-    golden = GoldenModel(small_qm)
-    sim = load_isasim(tight)
-    toks = [1, 7, 3, 12]
-    r = run_step_isasim(sim, tight, toks, 0)
-    np.testing.assert_array_equal(r.logits, golden.forward_batch(toks, 0)[-1])
-    tok = r.token
-    for pos in range(4, 12):
-        r = run_step_isasim(sim, tight, [tok], pos)
-        np.testing.assert_array_equal(r.logits, golden.forward(tok, pos), err_msg=f"{pos}")
-        tok = r.token
+    _assert_prefill_and_decode_bit_exact(tight, small_qm, upto=12)
