@@ -35,6 +35,9 @@ TEMPERATURE ?= 0
 TOPP        ?= 0.9
 SEED        ?=
 MODEL_DIR   ?=
+# BACKEND=uart (a board running `make bitstream`'s design): its serial port and line rate
+PORT        ?=
+BAUD        ?=
 BACKEND     ?= $(or $(SIM),verilator)
 
 MODEL_URL   := https://huggingface.co/karpathy/tinyllamas/resolve/main/stories260K
@@ -50,7 +53,7 @@ export WAVES
 all: help
 
 help:
-	@echo "make sim        generate a story on the chip RTL under Verilator (PROMPT=, STEPS= (0: until EOS or the context), SIM=icarus, CONFIG=, PLACEMENT=, TEMPERATURE=, TOPP=, SEED= (sampling), CONTEXT=, CLOCK_MHZ= (assumed clock of tokens/s), MODEL_DIR=, WAVES=1 or HIERARCHICAL=0 (flat Verilator build, ~30 min), PGO=1 (profile-guided Verilator build: ~20% faster simulation, the first build twice as long), THREADS=2 (Verilator model threads: rarely faster on 2 cores, see docs/performance.md); BACKEND=isasim: fast estimate, BACKEND=golden|reference: host models only)"
+	@echo "make sim        generate a story on the chip RTL under Verilator (PROMPT=, STEPS= (0: until EOS or the context), SIM=icarus, CONFIG=, PLACEMENT=, TEMPERATURE=, TOPP=, SEED= (sampling), CONTEXT=, CLOCK_MHZ= (assumed clock of tokens/s), MODEL_DIR=, WAVES=1 or HIERARCHICAL=0 (flat Verilator build, ~30 min), PGO=1 (profile-guided Verilator build: ~20% faster simulation, the first build twice as long), THREADS=2 (Verilator model threads: rarely faster on 2 cores, see docs/performance.md); BACKEND=isasim: the ISA simulator's estimate (no build), BACKEND=golden|reference: host models only; BACKEND=uart PORT=/dev/ttyUSB0 [BAUD=]: a board)"
 	@echo "make test       run the regression (SIM=verilator|icarus, default both; WAVES=1; JOBS= pytest workers, default 2; PYTEST_ARGS=\"-k noc\"; MODEL_DIR=; skipped tests listed with their reason)"
 	@echo "make test-default  the default 4x4 chip under Verilator: TEST_STEPS= tokens greedy from BOS, bit-exact with the golden model (slow)"
 	@echo "make bench      decode/prefill benchmark on the RTL under Verilator (slow; BACKEND=verilator (default)|icarus|isasim (estimate, fast), CONFIG=, PLACEMENT=, PROMPTS=1,64,256, CONTEXT=, CLOCK_MHZ=, MODEL_DIR=)"
@@ -97,21 +100,38 @@ test-default: venv
 # prefill of the prompt (chipotle.sim.bench).
 PROMPTS     ?= 1,64,256
 bench: venv
-	$(PY) -m chipotle.sim.bench --backend $(BACKEND) --config "$$CHIPOTLE_MAKE_CONFIG" \
-	  --placement $(PLACEMENT) --prompts "$(PROMPTS)" --clock-mhz $(CLOCK_MHZ)$(if $(CONTEXT), --context $(CONTEXT))
+	$(PY) -m chipotle.sim.bench --backend "$$CHIPOTLE_MAKE_BACKEND" --config "$$CHIPOTLE_MAKE_CONFIG" \
+	  --placement "$$CHIPOTLE_MAKE_PLACEMENT" --prompts "$$CHIPOTLE_MAKE_PROMPTS" \
+	  --clock-mhz "$$CHIPOTLE_MAKE_CLOCK_MHZ"$(if $(value CONTEXT), --context "$$CHIPOTLE_MAKE_CONTEXT")
 
-# PROMPT and CONFIG reach the command through the environment, exactly as given: the shell
-# never parses their text (quotes, `$`, backquotes, newlines), and make does not expand it.
-sim bench: export CHIPOTLE_MAKE_PROMPT = $(value PROMPT)
-sim bench: export CHIPOTLE_MAKE_CONFIG = $(value CONFIG)
+# The variables of `make sim` and `make bench` reach the command through the environment,
+# exactly as given: the shell never parses their text (quotes, `$`, `;`, backquotes,
+# newlines) and make does not expand it (a command-line variable is expanded when make
+# exports it: unexport).  A value given on the command line or in the environment is taken
+# as it is; the Makefile's defaults are expanded.
+MAKE_PASSED := PROMPT CONFIG STEPS TEMPERATURE TOPP SEED CONTEXT CLOCK_MHZ PLACEMENT BACKEND \
+               THREADS PROMPTS PORT BAUD
+unexport $(MAKE_PASSED)
+given = $(if $(filter command line environment environment override,$(origin $1)),$(value $1),$($1))
+$(foreach v,$(MAKE_PASSED),$(eval sim bench: export CHIPOTLE_MAKE_$v = $$(call given,$v)))
+# SIM names the simulator of `make sim` / `make bench` (BACKEND's default): check it here, so
+# that the error names SIM= rather than the CLI's --backend
+ifneq ($(filter sim bench,$(MAKECMDGOALS)),)
+ifneq ($(filter-out verilator icarus,$(value SIM)),)
+$(error SIM=$(value SIM): make sim and make bench take SIM=verilator or SIM=icarus (or BACKEND=isasim, golden, reference))
+endif
+endif
 # optional `make sim` arguments, only those given (so the echoed command has no blank lines)
 # (MODEL_DIR reaches the CLI as $$CHIPOTLE_MODEL_DIR, above: its errors then name it)
-SIM_OPTS = $(strip $(if $(THREADS),--sim-threads $(THREADS)) $(if $(CONTEXT),--context $(CONTEXT)) \
-  $(if $(SEED),--seed $(SEED)))
+SIM_OPTS = $(strip $(if $(value THREADS),--sim-threads "$$CHIPOTLE_MAKE_THREADS") \
+  $(if $(value CONTEXT),--context "$$CHIPOTLE_MAKE_CONTEXT") \
+  $(if $(value SEED),--seed "$$CHIPOTLE_MAKE_SEED") $(if $(value PORT),--port "$$CHIPOTLE_MAKE_PORT") \
+  $(if $(value BAUD),--baud "$$CHIPOTLE_MAKE_BAUD"))
 sim: venv
-	$(VENV)/bin/chipotle generate --backend $(BACKEND) --prompt "$$CHIPOTLE_MAKE_PROMPT" --steps $(STEPS) \
-	  --temperature $(TEMPERATURE) --topp $(TOPP) --config "$$CHIPOTLE_MAKE_CONFIG" --clock-mhz $(CLOCK_MHZ) \
-	  --placement $(PLACEMENT) $(SIM_OPTS)
+	$(VENV)/bin/chipotle generate --backend "$$CHIPOTLE_MAKE_BACKEND" --prompt "$$CHIPOTLE_MAKE_PROMPT" \
+	  --steps "$$CHIPOTLE_MAKE_STEPS" --temperature "$$CHIPOTLE_MAKE_TEMPERATURE" --topp "$$CHIPOTLE_MAKE_TOPP" \
+	  --config "$$CHIPOTLE_MAKE_CONFIG" --clock-mhz "$$CHIPOTLE_MAKE_CLOCK_MHZ" \
+	  --placement "$$CHIPOTLE_MAKE_PLACEMENT" $(SIM_OPTS)
 
 # `make bitstream` parameters: the board (ulx3s-85f, icebreaker); CONFIG given on the command
 # line or in the environment replaces the board's chip configuration; SYNTH_ONLY=1 stops after

@@ -208,11 +208,17 @@ def main(argv: list[str] | None = None) -> int:
                                  placement=args.placement)
     except FitError as e:
         ap.error(str(e))
-    if max(lengths) + args.decode_steps > compiled.context:
-        ap.error(f"a {max(lengths)}-token prompt and {args.decode_steps} decode step(s) need "
-                 f"{max(lengths) + args.decode_steps} positions; the compiled context is "
-                 f"{compiled.context} (--context, make's CONTEXT=; at most the model's "
-                 f"seq_len)")
+    need = max(lengths) + args.decode_steps
+    if need > compiled.context:
+        steps = f"{args.decode_steps} decode step{'s' * (args.decode_steps != 1)}"
+        seq_len = checkpoint.config.seq_len
+        if need > seq_len:   # no context helps: the prompts must be shorter
+            fix = (f"the model's seq_len is {seq_len}: give prompt lengths of at most "
+                   f"{seq_len - args.decode_steps} (--prompts)")
+        else:
+            fix = f"give --context {need} or more (at most the model's seq_len, {seq_len})"
+        ap.error(f"a {max(lengths)}-token prompt and {steps} need {need} positions; the "
+                 f"compiled context is {compiled.context}: {fix}")
     tok_path = model_path.parent / DEFAULT_TOKENIZER
     tokenizer = str(tok_path) if tok_path.exists() else None
 

@@ -81,7 +81,8 @@ MAKE_VARIABLES = {"--config": "CONFIG", "--context": "CONTEXT", "--steps": "STEP
                   "--temperature": "TEMPERATURE", "--topp": "TOPP", "--seed": "SEED",
                   "--sim-threads": "THREADS", "--clock-mhz": "CLOCK_MHZ",
                   "--placement": "PLACEMENT", "--prompt": "PROMPT", "--prompts": "PROMPTS",
-                  "--backend": "BACKEND", "--model": "MODEL_DIR", "--tokenizer": "MODEL_DIR"}
+                  "--backend": "BACKEND", "--port": "PORT", "--baud": "BAUD",
+                  "--model": "MODEL_DIR", "--tokenizer": "MODEL_DIR"}
 
 
 def under_make(message: str) -> str:

@@ -27,6 +27,19 @@ sys.path.insert(0, str(Path(__file__).parent))
 from chipotle.sim import simulators_from_env  # noqa: E402
 
 
+def pytest_configure(config):
+    """Refuse a bad ``$SIM`` or a ``$CHIPOTLE_MODEL_DIR`` that is not a directory once, before
+    any test runs (``make test SIM=iverilog``, ``MODEL_DIR=/typo``), instead of an error per
+    test or a run whose model tests all skip."""
+    try:
+        simulators_from_env()
+    except ValueError as e:
+        raise pytest.UsageError(f"{e} (make test: SIM=)") from None
+    d = os.environ.get("CHIPOTLE_MODEL_DIR")
+    if d is not None and not Path(d).is_dir():
+        raise pytest.UsageError(f"$CHIPOTLE_MODEL_DIR (make: MODEL_DIR=) is not a directory: {d}")
+
+
 def pytest_collection_modifyitems(config, items):
     if "slow" in (config.option.markexpr or ""):
         return
@@ -55,7 +68,8 @@ def model_paths():
     missing = [p for p in (ckpt, tok) if not p.is_file()]
     if missing:
         msg = (f"model files not found: {', '.join(map(str, missing))} "
-               "(set CHIPOTLE_MODEL_DIR or place them in ../shared/models/)")
+               "(set $CHIPOTLE_MODEL_DIR, make's MODEL_DIR=, or place them in "
+               "../shared/models/; `make models` fetches them)")
         if _in_ci():
             pytest.fail(msg)
         pytest.skip(msg)

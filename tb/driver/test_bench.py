@@ -103,6 +103,12 @@ def test_prompt_past_the_context_is_refused(capsys, model_paths):
     assert e.value.code == 2
     err = capsys.readouterr().err
     assert "65 positions" in err and "context is 64" in err
+    assert "give --context 65 or more" in err
+    # past the model's seq_len no context helps: the prompts must be shorter
+    with pytest.raises(SystemExit) as e:
+        bench.main(["--backend", "isasim", "--model", str(model_paths[0]), "--prompts", "600"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "give prompt lengths of at most 511 (--prompts)" in err, err
 
 
 @pytest.mark.model

@@ -194,6 +194,23 @@ def test_make_sim_passes_prompt_and_config_verbatim(model_paths):
                        text=True)
     assert r.returncode != 0 and "INJECTED\n" not in r.stdout + r.stderr
     assert "unknown configuration 'default\"; echo INJECTED; \"'" in r.stderr, r.stderr
+    # every other variable too: no shell syntax runs, no extra option slips in, and make
+    # does not expand `$(...)` in a value (it would, exporting a command-line variable)
+    stamp = Path(__file__).parent / "no-such-stamp"
+    for var in (["STEPS=1;echo INJECTED"], ["STEPS=1 --model /etc/passwd"],
+                ["TEMPERATURE=0 `echo INJECTED`"], ["PLACEMENT=tensor;echo INJECTED"],
+                [f"PROMPT=$(shell touch {stamp})", "CONTEXT=3"]):
+        r = subprocess.run(["make", "-s", "sim", "BACKEND=isasim", models, *var], cwd=root,
+                           capture_output=True, text=True)
+        assert r.returncode != 0 and "INJECTED\n" not in r.stdout + r.stderr, (var, r.stderr)
+        assert not stamp.exists(), var
+    assert "invalid int value: '1 --model /etc/passwd'" in subprocess.run(
+        ["make", "-s", "sim", "BACKEND=isasim", models, "STEPS=1 --model /etc/passwd"],
+        cwd=root, capture_output=True, text=True).stderr
+    r = subprocess.run(["make", "-s", "sim", "SIM=iverilog", models], cwd=root,
+                       capture_output=True, text=True)
+    assert r.returncode != 0 and "SIM=iverilog: make sim and make bench take SIM=verilator" \
+        in r.stderr, r.stderr
 
 
 @pytest.mark.model
