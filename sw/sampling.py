@@ -160,7 +160,8 @@ class Sampler:
     ------
     ValueError
         If `vocab_size` is not positive, `temperature` is negative or not finite, `topp` is
-        outside ``[0, 1]``, or `seed` is negative.  (run.c quietly replaces such values.)
+        outside ``[0, 1]``, or `seed` is negative or above ``2**64 - 1``.  (run.c quietly
+        replaces such values.)
     """
 
     def __init__(self, vocab_size: int, temperature: float = 1.0, topp: float = 0.9,
@@ -171,8 +172,9 @@ class Sampler:
             raise ValueError(f"`temperature` must be a finite number >= 0, not {temperature}")
         if not 0 <= topp <= 1:
             raise ValueError(f"`topp` must be in [0, 1], not {topp}")
-        if seed is not None and seed < 0:
-            raise ValueError(f"`seed` must be a non-negative integer, not {seed}")
+        if seed is not None and not 0 <= seed <= _MASK64:
+            raise ValueError(f"`seed` must be an integer in [0, 2**64 - 1] (the xorshift "
+                             f"state is 64 bits), not {seed}")
         self.vocab_size = int(vocab_size)
         self.temperature = np.float32(temperature)
         self.topp = np.float32(topp)
@@ -207,7 +209,16 @@ class Sampler:
             raise ValueError(f"`logits` must have shape ({self.vocab_size},), not {x.shape}")
         if self.temperature == 0:
             return sample_argmax(x)
-        probs = softmax(x / self.temperature)
+        with np.errstate(over="ignore"):
+            scaled = x / self.temperature
+            span = scaled.max() - scaled.min()     # softmax subtracts the maximum
+        if not np.isfinite(span):
+            # A temperature so small that logits / T overflows float32 (e.g. 1e-38): the
+            # distribution is the T -> 0 limit, all mass on the largest logit.  The coin is
+            # still drawn, so the random stream advances as at any other temperature.
+            self.random_f32()
+            return sample_argmax(x)
+        probs = softmax(scaled)
         coin = self.random_f32()
         if self.topp <= 0 or self.topp >= 1:
             return sample_mult(probs, coin)

@@ -116,11 +116,27 @@ def test_sampler_frequencies():
     np.testing.assert_allclose(counts / 4000, probs, atol=0.03)
 
 
+@pytest.mark.parametrize("temperature", [1e-38, 1e-45])
+def test_tiny_temperature_is_the_greedy_limit(temperature):
+    """A temperature at which logits / T overflows float32 samples the T -> 0 limit, the
+    largest logit (not NaN probabilities), and still advances the random stream."""
+    logits = np.array([0.5, 3.0, -2.0, 2.9], np.float32)
+    s = Sampler(4, temperature=temperature, topp=0.9, seed=11)
+    ref = Sampler(4, temperature=1.0, seed=11)
+    with np.errstate(all="raise"):
+        assert [s.sample(logits) for _ in range(5)] == [1] * 5
+    for _ in range(5):
+        ref.random_f32()
+    assert s.state == ref.state
+
+
 @pytest.mark.parametrize("kwargs, message", [
     (dict(vocab_size=0), "`vocab_size` must be a positive integer, not 0"),
     (dict(temperature=-1.0), "`temperature` must be a finite number >= 0, not -1.0"),
     (dict(topp=1.5), r"`topp` must be in \[0, 1\], not 1.5"),
-    (dict(seed=-3), "`seed` must be a non-negative integer, not -3"),
+    (dict(seed=-3), r"`seed` must be an integer in \[0, 2\*\*64 - 1\] .*, not -3"),
+    (dict(seed=2**64 + 1), r"`seed` must be an integer in \[0, 2\*\*64 - 1\] .*, not "
+                           "18446744073709551617"),
 ])
 def test_sampler_rejects(kwargs, message):
     with pytest.raises(ValueError, match=message):
