@@ -202,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         checkpoint = load_checkpoint(model_path)
     except (CheckpointError, OSError) as e:
-        ap.error(f"--model {model_path}: {e}")
+        ap.error(str(e) if str(model_path) in str(e) else f"--model {model_path}: {e}")
     try:
         compiled = compile_model(checkpoint, config, context=args.context,
                                  placement=args.placement)

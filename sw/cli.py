@@ -196,6 +196,9 @@ def _resolve(args) -> tuple[Path, Path]:
                                          (args.tokenizer, DEFAULT_TOKENIZER, "tokenizer",
                                           "--tokenizer")):
         if given is not None:
+            if given.is_dir():
+                raise UsageError(f"{option} {given} is a directory; give the {kind} file "
+                                 f"(e.g. {given / default})")
             if not given.is_file():
                 raise UsageError(f"{kind} not found: {given} (given with {option})")
             found.append(given)
@@ -210,6 +213,14 @@ def _resolve(args) -> tuple[Path, Path]:
 def _generate(args, out, err) -> int:
     if args.steps < 0:
         raise UsageError(f"--steps must be a non-negative integer, not {args.steps}")
+    chip = backends.CHIP_BACKENDS
+    for given, option, where in ((args.context is not None, "--context", chip),
+                                 (args.config != "default", "--config", chip),
+                                 (args.backdoor_load, "--backdoor-load", ("verilator", "icarus")),
+                                 (args.port is not None, "--port", ("uart",))):
+        if given and args.backend not in where:
+            raise UsageError(f"{option} applies to the {', '.join(where)} backend"
+                             f"{'s' * (len(where) > 1)}, not {args.backend}")
     if args.sim_threads != 1 and args.backend != "verilator":
         raise UsageError(f"--sim-threads {args.sim_threads}: only the verilator backend runs "
                          f"simulator threads, not {args.backend}")
@@ -218,7 +229,9 @@ def _generate(args, out, err) -> int:
         checkpoint = load_checkpoint(model_path)
         tokenizer = load_tokenizer(tok_path, vocab_size=checkpoint.config.vocab_size)
     except (CheckpointError, TokenizerError) as e:
-        raise UsageError(str(e)) from None
+        hint = "" if args.model or args.tokenizer else (
+            " (a damaged download? `make models` checks the files and fetches them again)")
+        raise UsageError(f"{e}{hint}") from None
     try:
         sampler = Sampler(checkpoint.config.vocab_size, args.temperature, args.topp, args.seed)
     except ValueError as e:
@@ -274,8 +287,8 @@ def _chip_summary(args, g: dict, compiled, config) -> str:
 
     steps, npre = g["steps"], g["prefill_steps"]
     dec = steps[npre:]
-    lines = [f"time to first token: {g['ttft_cycles']:,} cycles ({npre} prefill step(s), "
-             f"{g['prompt_tokens']} prompt tokens)"]
+    lines = [f"time to first token: {g['ttft_cycles']:,} cycles ({_count(npre, 'prefill step')}, "
+             f"{_count(g['prompt_tokens'], 'prompt token')})"]
     if dec:
         lines.append(f"decode: {g['decode_cycles_per_token']:,.0f} cycles per token "
                      f"(positions {dec[0]['pos']} .. {dec[-1]['pos']})")

@@ -188,6 +188,10 @@ class ChipConfig:
         changes = {}
         for part in filter(None, (p.strip() for p in text.split(","))):
             if "=" not in part:
+                if part in {"mesh", "sram_kib"} | {f.name for f in fields(cls)}:
+                    example = {"mesh": "mesh=4x4", "sram_kib": "sram_kib=128"}.get(
+                        part, f"{part}=<integer>")
+                    raise ValueError(f"{part!r} needs a value, e.g. {example}")
                 if part not in CONFIGS:
                     raise ValueError(f"unknown configuration {part!r}; known: "
                                      f"{', '.join(CONFIGS)}")

@@ -42,6 +42,8 @@ def test_bad_config_is_a_usage_error(capsys, tiny):
     ("sram_kib=1.5", "bad value '1.5' for 'sram_kib' in 'sram_kib=1.5': expected an integer"),
     ("overlap=yes", "bad value 'yes' for 'overlap' in 'overlap=yes': expected 0, 1, true or "
                     "false"),
+    ("default,mesh", "'mesh' needs a value, e.g. mesh=4x4"),
+    ("lanes", "'lanes' needs a value, e.g. lanes=<integer>"),
 ])
 def test_bad_config_value_says_what_is_expected(capsys, tiny, text, expect):
     code, _, err = run(capsys, "--backend", "isasim", "--config", text, *tiny)

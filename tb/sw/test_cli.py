@@ -311,3 +311,22 @@ def test_make_models_and_model_dir_with_spaces(model_paths, tmp_path):
     r = subprocess.run(["make", "-s", "sim", "BACKEND=reference", "STEPS=2", "TEMPERATURE=0",
                         f"MODEL_DIR={d}"], cwd=root, capture_output=True, text=True)
     assert r.returncode == 0 and r.stdout.startswith("Once upon a time"), r.stderr
+
+
+def test_options_of_other_backends_are_refused(capsys, tiny, tmp_path):
+    """An option the chosen backend does not use is refused by name, not ignored; a
+    directory given as a model file is named as one."""
+    for argv, message in (
+            (["--backend", "reference", "--context", "8"],
+             "--context applies to the isasim, verilator, icarus, uart backends, not reference"),
+            (["--backend", "golden", "--config", "small"],
+             "--config applies to the isasim, verilator, icarus, uart backends, not golden"),
+            (["--backend", "isasim", "--backdoor-load"],
+             "--backdoor-load applies to the verilator, icarus backends, not isasim"),
+            (["--backend", "isasim", "--port", "/dev/null"],
+             "--port applies to the uart backend, not isasim")):
+        code, out, err = run(capsys, *tiny, *argv)
+        assert code == 2 and out == "" and message in err, (argv, err)
+    i = tiny.index("--model")
+    code, _out, err = run(capsys, *tiny[:i], "--model", str(tmp_path), *tiny[i + 2:])
+    assert code == 2 and f"--model {tmp_path} is a directory; give the checkpoint file" in err
