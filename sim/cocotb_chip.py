@@ -63,6 +63,12 @@ async def run_job(dut):
     from chipotle.driver import Driver
     from chipotle.driver.rtl import RtlBackend
 
+    import signal
+
+    # Ctrl-C reaches the simulator too (the same process group): end it quietly, leaving the
+    # one-line report to the host command (`chipotle: interrupted`), instead of cocotb's
+    # KeyboardInterrupt traceback from inside the simulation.
+    signal.signal(signal.SIGINT, lambda *_: os._exit(130))
     job = pickle.loads(Path(os.environ["CHIPOTLE_JOB"]).read_bytes())
     config = ChipConfig(**job["config"])
     backend = RtlBackend(dut, config, clock=job.get("clock", "gpi"))

@@ -63,3 +63,37 @@ def test_chip_model_forward_equals_golden(tiny):
     for pos, tok in enumerate([1, 260, 261, 5]):
         assert np.array_equal(chip.forward(tok, pos), gold.forward(tok, pos)), pos
     assert chip.config.seq_len == chip.compiled.context
+
+
+@pytest.mark.rtl
+def test_ctrl_c_during_an_rtl_run_is_one_line(sim, tiny, tmp_path):
+    """Ctrl-C (SIGINT to the process group) while the simulator runs: exit status 130 and
+    ``chipotle: interrupted``, without the simulator's KeyboardInterrupt traceback
+    (`chipotle.sim.cocotb_chip` ends the simulation quietly)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    err_path = tmp_path / "err.txt"
+    with open(err_path, "w") as err:
+        p = subprocess.Popen(
+            [sys.executable, "-m", "chipotle.cli", "generate", "--backend", sim, "--config",
+             "small", *tiny, "--steps", "0", "--temperature", "0"],
+            cwd=Path(__file__).resolve().parents[2], stdout=subprocess.DEVNULL, stderr=err,
+            start_new_session=True,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        deadline = time.monotonic() + 1800           # the first run builds the chip
+        while p.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+            if "[load] " in err_path.read_text():    # the simulation is running
+                os.killpg(p.pid, signal.SIGINT)
+                break
+        else:
+            p.kill()
+        p.wait(timeout=300)
+    text = err_path.read_text()
+    assert p.returncode == 130, text
+    assert text.rstrip().endswith("chipotle: interrupted") and "Traceback" not in text, text
