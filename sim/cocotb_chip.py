@@ -59,11 +59,11 @@ def _step_dict(s) -> dict:
 @cocotb.test()
 async def run_job(dut):
     """Load the job's model through the host link and run the job."""
+    import signal
+
     from chipotle.config import ChipConfig
     from chipotle.driver import Driver
     from chipotle.driver.rtl import RtlBackend
-
-    import signal
 
     # Ctrl-C reaches the simulator too (the same process group): end it quietly, leaving the
     # one-line report to the host command (`chipotle: interrupted`), instead of cocotb's
