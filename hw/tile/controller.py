@@ -205,6 +205,114 @@ def _legal(ins, op):
     return ok
 
 
+class Predecode(data.Struct):
+    """The decode of an instruction word that the controller stores beside it (16 bits).
+
+    The instruction memory is written through `predecode`: each word is stored with these
+    bits, computed from the word alone on the memory's write side, so that ``Execute`` reads
+    its legality and class from the memory's output instead of decoding the opcode and the
+    reserved fields in the cycle it retires the instruction (an FPGA timing cut, no cycle:
+    ``docs/tile.md``, "Pre-decode").  Every class bit is 0 when the word is illegal.
+
+    Members
+    -------
+    legal : 1
+        The word is a legal instruction (``chipotle.isa.core.decode`` accepts it; the
+        conditions are generated from ``SPECS`` by ``_legal``).
+    issue : 1
+        Checked against the scoreboard and issued from the decode register (vector
+        instructions, ``TABLE``, ``LD``, ``ST``, ``COPY``, ``KVAPP``: state ``Issue``).
+    mat : 1
+        The matrix unit's instruction (``MATMUL``, ``MATQK``, ``MATRAW``, ``KVQK``).
+    need : 4
+        The scoreboard entries (matrix, vector, net, KV) ``Execute`` waits for, by opcode.
+    simple : 1
+        ``NOP``, ``LI``, ``ADD``, ``SUB``, ``MUL``: retires to ``pc + 1`` in ``Execute``.
+    halt, loop, wait : 1
+        ``HALT``, ``LOOP``, ``WAIT``.
+    wait_bad : 1
+        A ``WAIT`` whose counter is not below ``n_counters`` (``COUNTER``).
+    net : 1
+        ``SEND`` or ``DONE``.
+    send : 1
+        ``SEND``.
+    loop_far : 1
+        A ``LOOP`` whose end is past ``imem_words`` (``IMEM_RANGE``).
+    """
+
+    legal: 1
+    issue: 1
+    mat: 1
+    need: 4
+    simple: 1
+    halt: 1
+    loop: 1
+    wait: 1
+    wait_bad: 1
+    net: 1
+    send: 1
+    loop_far: 1
+    _spare: 1
+
+
+def predecode(m, ins, *, imem_words, n_counters):
+    """Add to `m` the pre-decode of the instruction `ins` and return it.
+
+    Parameters
+    ----------
+    m : Module
+    ins : ``Instruction`` view (128 bits)
+    imem_words, n_counters : int
+        As the controller's (the ``LOOP`` end and ``WAIT`` counter checks).
+
+    Returns
+    -------
+    ``Signal(Predecode)``, combinational from `ins`.
+    """
+    pd = Signal(Predecode)
+    legal = Signal()
+    opv = ins.op.as_value()
+    with m.Switch(opv):
+        for op in SPECS:
+            with m.Case(op.value):
+                m.d.comb += legal.eq(_legal(ins, op))
+        with m.Default():
+            m.d.comb += legal.eq(0)
+
+    def one_of(ops):
+        return Cat(*(opv == o.value for o in sorted(ops, key=lambda o: o.value))).any()
+
+    vec_ops = [o for o in Opcode if o.value >> 4 in (1, 2)]
+    is_scalar = one_of(SCALAR_OPS)
+    is_mat = one_of(_MATRIX_UNIT_OPS)
+    is_issue = one_of([*vec_ops, Opcode.LD, Opcode.ST, Opcode.COPY, Opcode.KVAPP,
+                       Opcode.TABLE])
+    is_kvqk = opv == Opcode.KVQK.value
+    # Execute's sync point (the `is_issue` instructions wait in Issue, not there)
+    need_mx = ~is_scalar & ~is_issue
+    need_vx = ~(is_scalar | is_mat | is_issue)
+    need_nt = ~(is_scalar | is_mat | is_issue)
+    need_kv = ~(is_scalar | is_mat & ~is_kvqk | is_issue)
+    is_wait = opv == Opcode.WAIT.value
+    is_loop = opv == Opcode.LOOP.value
+    m.d.comb += [
+        pd.legal.eq(legal),
+        pd.issue.eq(legal & is_issue),
+        pd.mat.eq(legal & is_mat),
+        pd.need.eq(Cat(need_mx, need_vx, need_nt, need_kv) & legal.replicate(4)),
+        pd.simple.eq(legal & one_of([Opcode.NOP, Opcode.LI, Opcode.ADD, Opcode.SUB,
+                                     Opcode.MUL])),
+        pd.halt.eq(legal & (opv == Opcode.HALT.value)),
+        pd.loop.eq(legal & is_loop),
+        pd.wait.eq(legal & is_wait),
+        pd.wait_bad.eq(legal & is_wait & (ins.c >= n_counters)),
+        pd.net.eq(legal & one_of([Opcode.SEND, Opcode.DONE])),
+        pd.send.eq(legal & (opv == Opcode.SEND.value)),
+        pd.loop_far.eq(legal & is_loop & (ins.c > imem_words)),
+    ]
+    return pd
+
+
 class Controller(wiring.Component):
     """The tile controller (see the module docstring for the issue policy).
 
@@ -349,17 +457,30 @@ class Controller(wiring.Component):
         max_m = p["max_m"]
 
         # ---- instruction memory --------------------------------------------------------------
-        imem = memory.Memory(shape=Instruction, depth=depth, init=[])
+        # Each word is stored with its pre-decode (`Predecode`, 16 bits: 144 bits a word, the
+        # width of 8 DP16KD of 18 bits on an ECP5 as the 128 bits alone).  A host write is
+        # registered (`iq_*`, no reset: a write taken before a reset still lands) and
+        # pre-decoded from that register in the next cycle, as it is written.
+        imem = memory.Memory(shape=data.StructLayout({"ins": Instruction, "pd": Predecode}),
+                             depth=depth, init=[])
         m.submodules.imem = imem
         iw = imem.write_port()
         ir = imem.read_port()
+        iq_en = Signal(reset_less=True)
+        iq_addr = Signal(16, reset_less=True)
+        iq_ins = Signal(Instruction, reset_less=True)
+        m.d.sync += [iq_en.eq(self.i_imem.valid), iq_addr.eq(self.i_imem.payload.addr),
+                     iq_ins.eq(self.i_imem.payload.data)]
         m.d.comb += [
-            iw.addr.eq(self.i_imem.payload.addr),
-            iw.data.eq(self.i_imem.payload.data),
-            iw.en.eq(self.i_imem.valid),
+            iw.addr.eq(iq_addr),
+            iw.data.ins.eq(iq_ins),
+            iw.data.pd.eq(predecode(m, iq_ins, imem_words=depth,
+                                    n_counters=p["n_counters"])),
+            iw.en.eq(iq_en),
             self.i_imem.ready.eq(1),
         ]
-        ins = ir.data
+        ins = ir.data.ins
+        pd = ir.data.pd
 
         # ---- architectural state --------------------------------------------------------------
         pcw = 17
@@ -387,15 +508,6 @@ class Controller(wiring.Component):
                 for i in range(1, 16):
                     with m.Case(i):
                         m.d.sync += rf[i].eq(value)
-
-        # ---- legality --------------------------------------------------------------------------
-        legal = Signal()
-        with m.Switch(ins.op.as_value()):
-            for op in SPECS:
-                with m.Case(op.value):
-                    m.d.comb += legal.eq(_legal(ins, op))
-            with m.Default():
-                m.d.comb += legal.eq(0)
 
         # ---- retire: next PC through the loop stack (zero overhead) -------------------------
         retire = Signal()
@@ -480,20 +592,18 @@ class Controller(wiring.Component):
         busy4 = Cat(busy3, kq_busy)
         fault4 = Cat(fault3, C(0, 1))
         live4 = Cat(live3, kq_busy)
-        ex_sync = Signal(4)     # Execute: the live entries the decoded instruction waits for
+        ex_sync = Signal(4)     # Execute: the live entries the fetched instruction waits for
         is_sync = Signal(4)     # Issue: the same for an `is_issue` instruction
         mc_sync = Signal(4)     # Matrix-Check: the live entries the matrix instruction waits for
         err_pc = Signal(pcw)
 
-        # The decoded instruction's class and, for a vector instruction, its footprint
-        # (chipotle.isa.core.vector_footprint: a for 4 n bytes, b for 4 n (wsum: n c +
-        # 4 imm), rmsnorm's epsilon 8 bytes at c; writes d for 4 n + W (wsum: 4 imm)).
+        # The class of an instruction in state Issue and, for a vector instruction, its
+        # footprint (chipotle.isa.core.vector_footprint: a for 4 n bytes, b for 4 n (wsum:
+        # n c + 4 imm), rmsnorm's epsilon 8 bytes at c; writes d for 4 n + W (wsum: 4 imm)).
+        # Execute decides from the pre-decode (`pd`), not from these.
         opv = ins.op.as_value()
         vec_ops = [o for o in Opcode if o.value >> 4 in (1, 2)]
         is_vec = Cat(*(opv == o.value for o in vec_ops)).any()
-        is_mat = Cat(*(opv == o.value for o in _MATRIX_UNIT_OPS)).any()
-        is_scalar = Cat(*(opv == o.value for o in sorted(SCALAR_OPS,
-                                                         key=lambda o: o.value))).any()
         uses_b = Cat(*(opv == o.value for o in vec_ops if "b.reg" in SPECS[o].fields)).any()
         is_wsum = opv == Opcode.WSUM.value
         is_rms = opv == Opcode.RMSNORM.value
@@ -502,12 +612,7 @@ class Controller(wiring.Component):
         is_copy = opv == Opcode.COPY.value
         is_mem = is_ld | is_st | is_copy
         is_kvapp = opv == Opcode.KVAPP.value
-        is_kvqk = opv == Opcode.KVQK.value
         is_table = opv == Opcode.TABLE.value
-        # The instructions the scoreboard checks against the entries' SRAM ranges: they
-        # issue from the decode register, a cycle after Execute ("Issue").
-        hazard_only = is_vec | is_mem | is_kvapp | is_table
-        is_issue = hazard_only
 
         # ---- decode register ------------------------------------------------------------------
         # Execute resolves the operands of an `is_issue` instruction (r[reg] + off and the
@@ -699,11 +804,11 @@ class Controller(wiring.Component):
                 with m.If(wt_hold):
                     hold_on_wait()
                 if ov:
-                    with m.Elif(legal & ex_sync.any()):
+                    with m.Elif(ex_sync.any()):      # pd.need is 0 for an illegal word
                         sync_point(ex_sync)
-                with m.Elif(~legal):
+                with m.Elif(~pd.legal):
                     fail(ErrorCode.ILLEGAL)
-                with m.Elif(is_issue):
+                with m.Elif(pd.issue):
                     # Resolve the operands into the decode register; "Issue" checks and
                     # dispatches from it in the next cycle.
                     m.d.sync += [a_q.eq(a_val), b_q.eq(b_val), d_q.eq(d_val), n_q.eq(n_val),
@@ -711,28 +816,27 @@ class Controller(wiring.Component):
                                              n_val << 2)),
                                  dl_q.eq(Mux(is_wsum, ins.imm << 2, (n_val << 2) + W))]
                     m.next = "Issue"
-                with m.Elif(op == Opcode.NOP):
+                with m.Elif(pd.simple):
+                    # NOP, LI, ADD, SUB, MUL: the register write by opcode, the retire by
+                    # the pre-decode
+                    with m.Switch(opv):
+                        with m.Case(Opcode.LI.value):
+                            write_reg(ins.d.reg, Cat(ins.imm, ins.c[:16]))
+                        with m.Case(Opcode.ADD.value):
+                            write_reg(ins.d.reg, (a_val + b_val)[:32])
+                        with m.Case(Opcode.SUB.value):
+                            write_reg(ins.d.reg, (a_val - b_val)[:32])
+                        with m.Case(Opcode.MUL.value):
+                            write_reg(ins.d.reg, (a_val * ins.imm)[:32])
                     do_retire(pc1)
-                with m.Elif(op == Opcode.HALT):
+                with m.Elif(pd.halt):
                     m.d.comb += self.retired.eq(1)
                     m.next = "Halted"
-                with m.Elif(op == Opcode.LI):
-                    write_reg(ins.d.reg, Cat(ins.imm, ins.c[:16]))
-                    do_retire(pc1)
-                with m.Elif(op == Opcode.ADD):
-                    write_reg(ins.d.reg, (a_val + b_val)[:32])
-                    do_retire(pc1)
-                with m.Elif(op == Opcode.SUB):
-                    write_reg(ins.d.reg, (a_val - b_val)[:32])
-                    do_retire(pc1)
-                with m.Elif(op == Opcode.MUL):
-                    write_reg(ins.d.reg, (a_val * ins.imm)[:32])
-                    do_retire(pc1)
-                with m.Elif(op == Opcode.LOOP):
+                with m.Elif(pd.loop):
                     end = ins.c
                     with m.If(end <= pc1):
                         fail(ErrorCode.LOOP)
-                    with m.Elif(end > depth):
+                    with m.Elif(pd.loop_far):
                         fail(ErrorCode.IMEM_RANGE)
                     with m.Elif((sp != 0) & (end > lp_end[(sp - 1)[:ceil_log2(max(D, 2))]])):
                         fail(ErrorCode.LOOP)
@@ -748,8 +852,8 @@ class Controller(wiring.Component):
                         # ends equal to pc + 1 < end, so it never fires here).
                         m.d.sync += sp.eq(sp + 1)
                         do_retire(pc1)
-                with m.Elif(op == Opcode.WAIT):
-                    with m.If(ins.c >= p["n_counters"]):
+                with m.Elif(pd.wait):
+                    with m.If(pd.wait_bad):
                         fail(ErrorCode.COUNTER)
                     with m.Else():
                         # Retire; the request waits in registers (see `wt_hold`), the
@@ -757,7 +861,7 @@ class Controller(wiring.Component):
                         m.d.sync += [wt_pend.eq(1), wt_c.eq(ins.c), wt_need.eq(n_val),
                                      err_pc.eq(pc)]
                         do_retire(pc1)
-                with m.Elif((op == Opcode.SEND) | (op == Opcode.DONE)):
+                with m.Elif(pd.net):
                     m.d.comb += [
                         self.o_net.valid.eq(1),
                         self.o_net.payload.op.eq(Mux(op == Opcode.SEND, NetOp.SEND,
@@ -772,7 +876,7 @@ class Controller(wiring.Component):
                     ]
                     with m.If(self.o_net.ready):
                         if ov:
-                            with m.If(op == Opcode.SEND):
+                            with m.If(pd.send):
                                 # In the background: the entry waits for its completion.
                                 m.d.sync += [nt_busy.eq(1), nt_fault.eq(0), nt_pc.eq(pc),
                                              nr_src[0].eq(a_val),
@@ -785,7 +889,7 @@ class Controller(wiring.Component):
                                 m.next = "Net-Done"
                         else:
                             m.next = "Net-Done"
-                with m.Elif(is_mat):
+                with m.Elif(pd.mat):
                     is_kvqk = op == Opcode.KVQK
                     # KVQK: K is the KV layout's head size, W the KV store's K records
                     k_val = Mux(is_kvqk, self.kv_head_size, ins.imm)
@@ -1251,12 +1355,9 @@ class Controller(wiring.Component):
             # KVAPP: its own entry (the store), hazards with the others; TABLE: the vector
             # entry (it loads the vector unit's tables), hazards with the others on its
             # source; KVQK: the KV entry (it uses the store), its hazards in Matrix-Check
-            # Execute (the `is_issue` instructions wait in Issue, not here): by opcode only
-            need_mx = ~is_scalar & ~hazard_only
-            need_vx = ~(is_scalar | is_mat | hazard_only)
-            need_nt = ~(is_scalar | is_mat | hazard_only)
-            need_kv = ~(is_scalar | is_mat & ~is_kvqk | hazard_only)
-            m.d.comb += ex_sync.eq(Cat(need_mx, need_vx, need_nt, need_kv) & live4)
+            # Execute (the `is_issue` instructions wait in Issue, not here): by opcode only,
+            # pre-decoded (`predecode`: `need`)
+            m.d.comb += ex_sync.eq(pd.need & live4)
             # Issue: the ranges from the decode register
             m.d.comb += is_sync.eq(Cat(hz_mx, Mux(is_mem | is_kvapp, hz_vx, 1), hz_nt,
                                        Mux(is_kvapp, 1, hz_kv)) & live4)

@@ -1,9 +1,10 @@
 """Mutation check of the tile-core bench: run cocotb_core tests on a mutated ``TileCore``.
 
 A mutation replaces the n-th occurrence of a text in the source of one component's
-``elaborate`` (in memory: nothing is edited), the tile core is elaborated with it and the
-chosen cocotb tests run under Icarus on ``core_small``; a useful bench fails.  Not part of
-the regression (``docs/tile.md``, "The benches can fail").
+``elaborate`` or of the controller's ``predecode`` function (in memory: nothing is edited),
+the tile core is elaborated with it and the chosen cocotb tests run under Icarus on
+``core_small``; a useful bench fails.  Not part of the regression (``docs/tile.md``, "The
+benches can fail").
 
 Example::
 
@@ -30,11 +31,13 @@ import chipotle.hw.tile.matrix as matrix  # noqa: E402
 from chipotle.hw.tile.tile import TileCore  # noqa: E402
 from chipotle.sim import generate_verilog, run_cocotb  # noqa: E402
 
-COMPONENTS = {"KvStore": kvstore, "Controller": controller, "MatrixWriteback": matrix}
+COMPONENTS = {"KvStore": kvstore, "Controller": controller, "MatrixWriteback": matrix,
+              "predecode": controller}
 
 
 def mutate(component: str, old: str, new: str, occurrence: int = 1) -> None:
-    """Replace the `occurrence`-th `old` by `new` in ``component.elaborate`` (in memory).
+    """Replace the `occurrence`-th `old` by `new` in ``component.elaborate`` (in memory), or
+    in the function `component` of its module (``predecode``).
 
     Raises
     ------
@@ -45,16 +48,20 @@ def mutate(component: str, old: str, new: str, occurrence: int = 1) -> None:
         raise ValueError(f"`component` must be one of {sorted(COMPONENTS)}, not {component!r}")
     module = COMPONENTS[component]
     cls = getattr(module, component)
-    src = textwrap.dedent(inspect.getsource(cls.elaborate))
+    is_function = inspect.isfunction(cls)
+    src = textwrap.dedent(inspect.getsource(cls if is_function else cls.elaborate))
     i = -1
     for _ in range(occurrence):
         i = src.find(old, i + 1)
         if i < 0:
             raise ValueError(f"`{old}` occurs fewer than {occurrence} times in "
-                             f"{component}.elaborate")
+                             f"{component}" + ("" if is_function else ".elaborate"))
     ns = dict(vars(module))
     exec(src[:i] + new + src[i + len(old):], ns)   # noqa: S102 (our own source)
-    cls.elaborate = ns["elaborate"]
+    if is_function:
+        setattr(module, component, ns[component])   # elaborate looks it up in the module
+    else:
+        cls.elaborate = ns["elaborate"]
 
 
 def main(argv=None) -> int:
