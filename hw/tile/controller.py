@@ -511,43 +511,65 @@ class Controller(wiring.Component):
 
         # ---- retire: next PC through the loop stack (zero overhead) -------------------------
         retire = Signal()
-        npc_in = Signal(pcw)
+        to_end = Signal()       # the retiring instruction is a LOOP skipped (n = 0): to its end
         npc = Signal(pcw)
+        pc1 = (pc + 1)[:pcw]
+        lb = ceil_log2(max(D, 2))
         m.d.comb += self.retired.eq(retire)
-        # The cascade of loop ends at npc_in: level k from the top ends here and either
-        # repeats (remaining > 1) or is popped and the next level is looked at.
-        still = C(1, 1)
-        repeat_at = []
-        for k in range(D):
-            lvl = (sp - 1 - k)[:ceil_log2(max(D, 2))]
-            hit = Signal(name=f"loop_hit{k}")
-            rep = Signal(name=f"loop_rep{k}")
-            m.d.comb += [hit.eq(still & (sp > k) & (lp_end[lvl] == npc_in)),
-                         rep.eq(hit & (lp_rem[lvl] > 1))]
-            repeat_at.append((k, lvl, hit, rep))
-            pop = Signal(name=f"loop_pop{k}")
-            m.d.comb += pop.eq(hit & ~rep)
-            still = pop
-        m.d.comb += npc.eq(npc_in)
+
+        def cascade(npc_in, tag):
+            """The cascade of loop ends at `npc_in`: level k from the top ends there and
+            either repeats (remaining > 1) or is popped and the next level is looked at.
+            Returns ``[(hit, rep)]`` per level and the next PC (the deepest repeat's start,
+            else `npc_in`)."""
+            still = C(1, 1)
+            levels = []
+            nxt = npc_in
+            for k in range(D):
+                lvl = (sp - 1 - k)[:lb]
+                hit = Signal(name=f"loop_hit{k}_{tag}")
+                rep = Signal(name=f"loop_rep{k}_{tag}")
+                m.d.comb += [hit.eq(still & (sp > k) & (lp_end[lvl] == npc_in)),
+                             rep.eq(hit & (lp_rem[lvl] > 1))]
+                levels.append((hit, rep))
+                nxt = Mux(rep, lp_start[lvl], nxt)     # at most one level repeats
+                still = hit & ~rep
+            out = Signal(pcw, name=f"npc_{tag}")
+            m.d.comb += out.eq(nxt)
+            return levels, out
+
+        # Both candidates of the next PC go through the cascade side by side: pc + 1 (from
+        # registers only) and a LOOP's end (from the instruction memory); the LOOP's `n = 0`
+        # decision, through the operand adder, only selects between them (an FPGA timing
+        # cut: it used to run through the cascade's compares).
+        lv_pc, npc_pc = cascade(pc1, "pc")
+        lv_end, npc_end = cascade(ins.c, "end")
+        m.d.comb += npc.eq(Mux(to_end, npc_end, npc_pc))
         with m.If(retire):
             m.d.sync += pc.eq(npc)
-            for k, lvl, hit, rep in repeat_at:   # the deepest hit wins (written last)
+            for k in range(D):
+                lvl = (sp - 1 - k)[:lb]
+                hit = Mux(to_end, lv_end[k][0], lv_pc[k][0])
+                rep = Mux(to_end, lv_end[k][1], lv_pc[k][1])
                 with m.If(hit):
                     with m.If(rep):
-                        m.d.comb += npc.eq(lp_start[lvl])
                         m.d.sync += [lp_rem[lvl].eq(lp_rem[lvl] - 1), sp.eq(sp - k)]
                     with m.Else():
                         m.d.sync += sp.eq(sp - k - 1)
         # Fetch of the next instruction in the retiring cycle.
-        npc_ok = npc < depth
+        npc_ok = Mux(to_end, npc_end < depth, npc_pc < depth)
         fetch_now = Signal()
         m.d.comb += [
             ir.addr.eq(Mux(retire, npc, pc)),
             ir.en.eq((retire & npc_ok) | fetch_now),
         ]
 
-        def do_retire(next_pc):
-            m.d.comb += [retire.eq(1), npc_in.eq(next_pc)]
+        def do_retire(loop_skip=False):
+            """Retire the instruction: next PC pc + 1, or with `loop_skip` the end of the
+            LOOP (``c``), through the loop stack."""
+            m.d.comb += retire.eq(1)
+            if loop_skip:
+                m.d.comb += to_end.eq(1)
             with m.If(npc_ok):
                 m.next = "Execute"
             with m.Else():
@@ -657,8 +679,6 @@ class Controller(wiring.Component):
                     fail(ErrorCode.ILLEGAL)
                 with m.Default():
                     fail(ErrorCode.SRAM_RANGE)
-
-        pc1 = (pc + 1)[:pcw]
 
         # ---- operand checks ---------------------------------------------------------------------
         def past(addr, nbytes):
@@ -828,7 +848,7 @@ class Controller(wiring.Component):
                             write_reg(ins.d.reg, (a_val - b_val)[:32])
                         with m.Case(Opcode.MUL.value):
                             write_reg(ins.d.reg, (a_val * ins.imm)[:32])
-                    do_retire(pc1)
+                    do_retire()
                 with m.Elif(pd.halt):
                     m.d.comb += self.retired.eq(1)
                     m.next = "Halted"
@@ -841,7 +861,7 @@ class Controller(wiring.Component):
                     with m.Elif((sp != 0) & (end > lp_end[(sp - 1)[:ceil_log2(max(D, 2))]])):
                         fail(ErrorCode.LOOP)
                     with m.Elif(n_val == 0):
-                        do_retire(end)
+                        do_retire(loop_skip=True)
                     with m.Elif(sp >= D):
                         fail(ErrorCode.LOOP)
                     with m.Else():
@@ -851,7 +871,7 @@ class Controller(wiring.Component):
                         # Pushing happens after the retire cascade (which only looks at
                         # ends equal to pc + 1 < end, so it never fires here).
                         m.d.sync += sp.eq(sp + 1)
-                        do_retire(pc1)
+                        do_retire()
                 with m.Elif(pd.wait):
                     with m.If(pd.wait_bad):
                         fail(ErrorCode.COUNTER)
@@ -860,7 +880,7 @@ class Controller(wiring.Component):
                         # status shows this PC while it holds the next instruction.
                         m.d.sync += [wt_pend.eq(1), wt_c.eq(ins.c), wt_need.eq(n_val),
                                      err_pc.eq(pc)]
-                        do_retire(pc1)
+                        do_retire()
                 with m.Elif(pd.net):
                     m.d.comb += [
                         self.o_net.valid.eq(1),
@@ -884,7 +904,7 @@ class Controller(wiring.Component):
                                              nr_dst[0].eq(d_val),
                                              nr_dst[1].eq(sat33(d_val + n_val))]
                                 issued(2)
-                                do_retire(pc1)
+                                do_retire()
                             with m.Else():
                                 m.next = "Net-Done"
                         else:
@@ -992,7 +1012,7 @@ class Controller(wiring.Component):
                     with m.Elif(past(d_q, n_q)):
                         fail(ErrorCode.SRAM_RANGE)
                     with m.Elif(n_q == 0):
-                        do_retire(pc1)
+                        do_retire()
                     with m.Else():
                         back = d_q > a_q
                         m.d.sync += [
@@ -1029,7 +1049,7 @@ class Controller(wiring.Component):
                                              vr_d[0].eq(v_d[0]), vr_d[1].eq(sat33(v_d[1])),
                                              vr_b_en.eq(uses_b), vr_c_en.eq(is_rms)]
                                 issued(1)
-                                do_retire(pc1)
+                                do_retire()
                         else:
                             m.next = "Vector"
 
@@ -1044,7 +1064,7 @@ class Controller(wiring.Component):
                 word = self.bus.rdata
                 lane = word.word_select(mem_addr[2:wb], 32) if wb > 2 else word[:32]
                 write_reg(ins.d.reg, lane)
-                do_retire(pc1)
+                do_retire()
 
             with m.State("Store"):
                 m.d.comb += [st.eq(ControllerState.RUNNING), self.bus.en.eq(1),
@@ -1052,7 +1072,7 @@ class Controller(wiring.Component):
                              self.bus.wdata.eq(cp_src.replicate(W // 4)),
                              self.bus.wmask.eq(C(0xF, W) << Cat(C(0, 2), mem_addr[2:wb]))]
                 with m.If(self.bus.ready):
-                    do_retire(pc1)
+                    do_retire()
 
             # COPY: a word per step where source and destination are both at a word
             # boundary in the copy's direction (forward: their first byte, backward: their
@@ -1086,7 +1106,7 @@ class Controller(wiring.Component):
                     m.d.sync += [cp_src.eq(cp_src + step), cp_dst.eq(cp_dst + step),
                                  cp_left.eq(cp_left - moved)]
                     with m.If(cp_left == moved):
-                        do_retire(pc1)
+                        do_retire()
                     with m.Else():
                         m.next = "Copy-Read"
 
@@ -1097,7 +1117,7 @@ class Controller(wiring.Component):
                     with m.If(self.i_net_done.payload.error != ErrorCode.NONE):
                         fail(self.i_net_done.payload.error)
                     with m.Else():
-                        do_retire(pc1)
+                        do_retire()
 
             with m.State("Kv"):
                 # The store's verdict comes after its decode cycle.  With overlap the KVAPP
@@ -1109,7 +1129,7 @@ class Controller(wiring.Component):
                 with m.Elif(self.kv_running if ov else ~self.kv_busy):
                     if ov:
                         m.d.sync += kq_busy.eq(1)
-                    do_retire(pc1)
+                    do_retire()
 
             with m.State("Vector"):
                 m.d.comb += [st.eq(ControllerState.RUNNING), self.i_vec_done.ready.eq(1)]
@@ -1117,7 +1137,7 @@ class Controller(wiring.Component):
                     with m.If(self.i_vec_done.payload.error != ErrorCode.NONE):
                         fail(self.i_vec_done.payload.error)
                     with m.Else():
-                        do_retire(pc1)
+                        do_retire()
 
             # -- matrix instructions: checks (isasim's order), then command + write-back job
             rec = (mx_kw + 1) << wb                 # record bytes W + pad(K)
@@ -1218,7 +1238,7 @@ class Controller(wiring.Component):
                         if ov:
                             m.d.sync += [mx_busy.eq(1), mx_fault.eq(0), mx_pc.eq(pc)]
                             issued(0)
-                            do_retire(pc1)
+                            do_retire()
                         else:
                             m.next = "Matrix-Run"
 
@@ -1258,7 +1278,7 @@ class Controller(wiring.Component):
                         # Retire now; the scoreboard tracks it until the write-back ends.
                         m.d.sync += [mx_busy.eq(1), mx_fault.eq(0), mx_pc.eq(pc)]
                         issued(0)
-                        do_retire(pc1)
+                        do_retire()
                     else:
                         m.next = "Matrix-Run"
 
@@ -1268,7 +1288,7 @@ class Controller(wiring.Component):
                     with m.If(self.mjob_error):
                         fail(ErrorCode.ARITH)
                     with m.Else():
-                        do_retire(pc1)
+                        do_retire()
 
             if ov:
                 with m.State("Drain"):
