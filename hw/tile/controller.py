@@ -3,7 +3,9 @@
 The controller runs one tile program from its instruction memory.  It decodes every word
 with the one definition of the instruction format (``chipotle.isa.Instruction``), checks it
 against the operand rules (``chipotle.isa.SPECS``: the legality logic is generated from
-them), resolves operand addresses (``r[reg] + off``), executes the control and scalar
+them; it and the opcode's class are computed when a word is written into the instruction
+memory and stored beside it, `Predecode`, ``docs/tile.md`` "Pre-decode"), resolves operand
+addresses (``r[reg] + off``), executes the control and scalar
 instructions itself and dispatches the others: matrix instructions to the matrix unit and
 its write-back stage, vector instructions and ``TABLE`` to the vector unit, ``KVAPP`` to the
 KV store, ``KVQK`` to the KV store (``STREAM_K``) and the matrix write-back, ``SEND`` /

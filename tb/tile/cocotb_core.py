@@ -104,6 +104,12 @@ async def scalar_loops_copy(dut):
         add   r4, r4+1, 0
     b:
         st    0x20c, r4
+        loop  3, z                  ; 3 times
+        add   r5, r5+1, 0
+        loop  r0, z                 ; never runs: skips to z, the end of the loop around it
+        add   r5, r5+100, 0
+    z:
+        st    0x210, r5
         done  1
         done  2
         halt
