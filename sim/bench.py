@@ -207,7 +207,8 @@ def main(argv: list[str] | None = None) -> int:
         compiled = compile_model(checkpoint, config, context=args.context,
                                  placement=args.placement)
     except FitError as e:
-        ap.error(str(e))
+        from chipotle.cli import config_tips
+        ap.error(config_tips(str(e), args.config))
     need = max(lengths) + args.decode_steps
     if need > compiled.context:
         steps = f"{args.decode_steps} decode step{'s' * (args.decode_steps != 1)}"

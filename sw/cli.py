@@ -85,6 +85,28 @@ MAKE_VARIABLES = {"--config": "CONFIG", "--context": "CONTEXT", "--steps": "STEP
                   "--model": "MODEL_DIR", "--tokenizer": "MODEL_DIR"}
 
 
+def config_tips(message: str, given: str) -> str:
+    """Return a fit refusal with each configuration change it suggests (``sram_kib=175``,
+    ``mesh=3x3,imem_words=1024``: changes to the configuration compiled for) written as the
+    whole option to give, ``--config <given>,<change>`` (``--config <change>`` when `given`
+    is ``default``); the other suggestions (``--context 231``) are left as they are."""
+    import re
+    from dataclasses import fields
+
+    from .config import ChipConfig
+
+    keys = "|".join(["mesh", "sram_kib", *(f.name for f in fields(ChipConfig))])
+
+    def whole(m) -> str:
+        tip = m[2]
+        changed = {part.split("=", 1)[0] for part in tip.split(",")}
+        kept = [part.strip() for part in given.split(",") if part.strip()
+                and part.split("=", 1)[0].strip() not in changed and part.strip() != "default"]
+        return f"{m[1]}--config {','.join([*kept, tip])}"
+
+    return re.sub(rf"(: | or )((?:{keys})=[^\s;()]+)", whole, message)
+
+
 def under_make(message: str) -> str:
     """Return `message` with make's names of the options it mentions, when run by ``make sim``
     or ``make bench`` (which set ``$CHIPOTLE_MAKE_CONFIG``); otherwise `message` unchanged.
@@ -360,7 +382,7 @@ def _generate_chip(args, checkpoint, tokenizer, model_path, tok_path, out, err) 
         compiled = compile_model(checkpoint, config, context=args.context,
                                  placement=args.placement)
     except (FitError, ValueError) as e:
-        raise UsageError(str(e)) from None
+        raise UsageError(config_tips(str(e), args.config)) from None
     try:
         check_prompt_length(len(ids), compiled.context, what=f"compiled for {config}",
                             fix="shorten the prompt, or give a configuration with more SRAM "

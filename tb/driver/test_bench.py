@@ -91,8 +91,8 @@ def test_tensor_fit_error_is_one_usage_line(capsys, model_paths):
     assert e.value.code == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
-    assert re.search(r"needs [\d,]+ bytes of SRAM .* a configuration that fits: mesh=\d+x\d+",
-                     err), err
+    assert re.search(r"needs [\d,]+ bytes of SRAM .* a configuration that fits: "
+                     r"--config mesh=\d+x\d+", err), err
 
 
 @pytest.mark.model

@@ -330,3 +330,18 @@ def test_options_of_other_backends_are_refused(capsys, tiny, tmp_path):
     i = tiny.index("--model")
     code, _out, err = run(capsys, *tiny[:i], "--model", str(tmp_path), *tiny[i + 2:])
     assert code == 2 and f"--model {tmp_path} is a directory; give the checkpoint file" in err
+
+
+def test_fit_tips_are_whole_config_options():
+    """A fit refusal's configuration changes become the whole ``--config`` to give: the
+    given configuration's other parts kept, the parts the change replaces dropped."""
+    from chipotle.cli import config_tips
+    msg = ("tile (0, 0) needs 9 bytes; a configuration that fits: --context 4 or "
+           "sram_kib=115 (note) or mesh=3x3,imem_words=1024")
+    assert config_tips(msg, "small,sram_kib=100,lanes=4") == (
+        "tile (0, 0) needs 9 bytes; a configuration that fits: --context 4 or "
+        "--config small,lanes=4,sram_kib=115 (note) or "
+        "--config small,sram_kib=100,lanes=4,mesh=3x3,imem_words=1024")
+    assert config_tips("fits: sram_kib=2", "default") == "fits: --config sram_kib=2"
+    assert config_tips("no tips here; --placement pipeline", "x") == \
+        "no tips here; --placement pipeline"
