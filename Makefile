@@ -115,10 +115,13 @@ unexport $(MAKE_PASSED)
 given = $(if $(filter command line environment environment override,$(origin $1)),$(value $1),$($1))
 $(foreach v,$(MAKE_PASSED),$(eval sim bench: export CHIPOTLE_MAKE_$v = $$(call given,$v)))
 # SIM names the simulator of `make sim` / `make bench` (BACKEND's default): check it here, so
-# that the error names SIM= rather than the CLI's --backend
+# that the error names SIM= rather than the CLI's --backend (unless BACKEND= is given: then
+# SIM does not matter)
 ifneq ($(filter sim bench,$(MAKECMDGOALS)),)
+ifeq ($(origin BACKEND),file)
 ifneq ($(filter-out verilator icarus,$(value SIM)),)
 $(error SIM=$(value SIM): make sim and make bench take SIM=verilator or SIM=icarus (or BACKEND=isasim, golden, reference))
+endif
 endif
 endif
 # optional `make sim` arguments, only those given (so the echoed command has no blank lines)
