@@ -112,7 +112,7 @@ bench: venv
 MAKE_PASSED := PROMPT CONFIG STEPS TEMPERATURE TOPP SEED CONTEXT CLOCK_MHZ PLACEMENT BACKEND \
                THREADS PROMPTS PORT BAUD
 unexport $(MAKE_PASSED)
-given = $(if $(filter command line environment environment override,$(origin $1)),$(value $1),$($1))
+given = $(if $(filter command line environment override,$(origin $1)),$(value $1),$($1))
 $(foreach v,$(MAKE_PASSED),$(eval sim bench: export CHIPOTLE_MAKE_$v = $$(call given,$v)))
 # SIM names the simulator of `make sim` / `make bench` (BACKEND's default): check it here, so
 # that the error names SIM= rather than the CLI's --backend (unless BACKEND= is given: then

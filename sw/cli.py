@@ -119,16 +119,15 @@ def under_make(message: str) -> str:
 
     if "CHIPOTLE_MAKE_CONFIG" not in os.environ:
         return message
-    names = []
+    names = {}                                   # make variable -> the first option naming it
     for option, var in MAKE_VARIABLES.items():
-        if (re.search(rf"(?<![\w-]){re.escape(option)}(?![\w-])", message)
-                and not re.search(rf"(?<![\w$]){var}=", message)
-                and all(v != var for _, v in names)):
-            names.append((option, var))
+        if (var not in names and re.search(rf"(?<![\w-]){re.escape(option)}(?![\w-])", message)
+                and not re.search(rf"(?<![\w$]){var}=", message)):
+            names[var] = option
     if not names:
         return message
     said = ", ".join(f"{o} is {v}=" + (" (the directory)" if v == "MODEL_DIR" else "")
-                     for o, v in names)
+                     for v, o in names.items())
     return f"{message} (make: {said})"
 
 
