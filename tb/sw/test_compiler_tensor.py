@@ -11,7 +11,15 @@ import numpy as np
 import pytest
 
 from chipotle.compiler import compile_model, load_isasim, run_plan_isasim, run_step_isasim
-from chipotle.compiler.profile import CLASSES, format_profile, phase_of_pc, profile_plan
+from chipotle.compiler.profile import (
+    CLASSES,
+    format_profile,
+    format_timeline,
+    line_of_pc,
+    phase_of_pc,
+    profile_plan,
+    timeline_plan,
+)
 from chipotle.config import CONFIGS
 from chipotle.golden import GoldenModel, quantize
 from chipotle.isa.core import Opcode
@@ -258,6 +266,43 @@ def test_profile_adds_up(small_qm):
     text = format_profile(prof)
     assert all(c in text.splitlines()[0] for c in CLASSES)
     assert len(phase_of_pc(compiled.sources[(0, 0)])) == len(compiled.programs[(0, 0)])
+
+
+def test_timeline_is_the_step_instruction_by_instruction(small_qm):
+    """`timeline_plan`: every instruction the step ran on a tile, in order, each ready when
+    the previous one retired, its stall, retirement and unit's finish in order, adding up to
+    the tile's clock; the step's result is unchanged (bit-exact, the same cycles as
+    `profile_plan`'s run of the same step)."""
+    compiled = compile_model(small_qm, CONFIGS["small"], placement="tensor")
+    runs = []
+    for fn in (profile_plan, timeline_plan):
+        sim = load_isasim(compiled)
+        run_step_isasim(sim, compiled, [1, 2, 3], 0)
+        t0 = max(t.perf.cycles for t in sim.tiles)
+        n0 = {t.xy: t.perf.instructions for t in sim.tiles}
+        res, out = fn(sim, compiled, compiled.step([4], 3))
+        runs.append(res)
+    golden = GoldenModel(small_qm)
+    golden.forward_batch([1, 2, 3], 0)
+    np.testing.assert_array_equal(runs[1].logits, golden.forward(4, 3))
+    assert runs[1].cycles == runs[0].cycles
+    background = 0
+    for t in sim.tiles:
+        ev = out[t.xy]
+        assert len(ev) == t.perf.instructions - n0[t.xy], t.xy
+        assert ev[0].ready == 0 and ev[-1].retire == t.perf.cycles - t0, t.xy
+        for a, b in zip(ev, ev[1:], strict=False):
+            assert b.ready == a.retire, (t.xy, a, b)
+        for e in ev:
+            assert e.ready <= e.start <= e.retire <= e.finish, (t.xy, e)
+            assert e.text == line_of_pc(compiled.sources[t.xy])[e.pc]
+            background += e.finish > e.retire
+        assert ev[-1].text.startswith("halt")
+    assert background > 0                       # matrix and vector work in the background
+    text = format_timeline(out[(0, 0)], "layer 1 ")
+    body = text.splitlines()[1:]
+    assert body and all("; layer 1 " in line for line in body)
+    assert any(line.split()[6] == "matrix" for line in body)
 
 
 @pytest.mark.model
