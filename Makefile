@@ -53,7 +53,7 @@ export WAVES
 all: help
 
 help:
-	@echo "make sim        generate a story on the chip RTL under Verilator (PROMPT=, STEPS= (0: until EOS or the context), SIM=icarus, CONFIG=, PLACEMENT=, TEMPERATURE=, TOPP=, SEED= (sampling), CONTEXT=, CLOCK_MHZ= (assumed clock of tokens/s), MODEL_DIR=, WAVES=1 or HIERARCHICAL=0 (flat Verilator build, ~30 min), PGO=1 (profile-guided Verilator build: ~20% faster simulation, the first build twice as long), THREADS=2 (Verilator model threads: rarely faster on 2 cores, see docs/performance.md); BACKEND=isasim: the ISA simulator's estimate (no build), BACKEND=golden|reference: host models only; BACKEND=uart PORT=/dev/ttyUSB0 [BAUD=]: a board)"
+	@echo "make sim        generate a story on the chip RTL under Verilator (PROMPT=, STEPS= (default 128; 0: until EOS or the context), SIM=icarus, CONFIG=, PLACEMENT=, TEMPERATURE=, TOPP=, SEED= (sampling), CONTEXT=, CLOCK_MHZ= (assumed clock of tokens/s), MODEL_DIR=, WAVES=1 or HIERARCHICAL=0 (flat Verilator build, ~30 min), PGO=1 (profile-guided Verilator build: ~20% faster simulation, the first build twice as long), THREADS=2 (Verilator model threads: rarely faster on 2 cores, see docs/performance.md); BACKEND=isasim: the ISA simulator's estimate (no build), BACKEND=golden|reference: host models only; BACKEND=uart PORT=/dev/ttyUSB0 [BAUD=]: a board)"
 	@echo "make test       run the regression (SIM=verilator|icarus, default both; WAVES=1; JOBS= pytest workers, default 2; PYTEST_ARGS=\"-k noc\"; MODEL_DIR=; skipped tests listed with their reason)"
 	@echo "make test-default  the default 4x4 chip under Verilator: TEST_STEPS= tokens greedy from BOS, bit-exact with the golden model (slow)"
 	@echo "make bench      decode/prefill benchmark on the RTL under Verilator (slow; BACKEND=verilator (default)|icarus|isasim (estimate, no build; about as slow per token as the cached RTL), CONFIG=, PLACEMENT=, PROMPTS=1,64,256, CONTEXT=, CLOCK_MHZ=, MODEL_DIR=)"
@@ -122,6 +122,13 @@ ifeq ($(origin BACKEND),file)
 ifneq ($(filter-out verilator icarus,$(value SIM)),)
 $(error SIM=$(value SIM): make sim and make bench take SIM=verilator or SIM=icarus (or BACKEND=isasim, golden, reference))
 endif
+endif
+# the simulator's own variables, given on the command line to a backend that runs no RTL
+# simulator, are refused rather than ignored (only the command line's: `make test` passes
+# SIM and WAVES to its tests' runs in the environment)
+ifneq ($(filter-out verilator icarus,$(value BACKEND)),)
+$(foreach v,SIM WAVES PGO HIERARCHICAL,$(if $(filter command line,$(origin $v)),\
+  $(error $v=$(value $v) applies to the RTL simulators (BACKEND=verilator or icarus), not BACKEND=$(value BACKEND))))
 endif
 endif
 # optional `make sim` arguments, only those given (so the echoed command has no blank lines)

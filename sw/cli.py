@@ -237,6 +237,7 @@ def _generate(args, out, err) -> int:
     chip = backends.CHIP_BACKENDS
     for given, option, where in ((args.context is not None, "--context", chip),
                                  (args.config != "default", "--config", chip),
+                                 (args.placement != "tensor", "--placement", chip),
                                  (args.backdoor_load, "--backdoor-load", ("verilator", "icarus")),
                                  (args.port is not None, "--port", ("uart",))):
         if given and args.backend not in where:

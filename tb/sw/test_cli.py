@@ -1,5 +1,6 @@
 """chipotle.cli: ``chipotle generate`` on the real model and on small synthetic files."""
 
+import os
 import subprocess
 import sys
 
@@ -211,6 +212,17 @@ def test_make_sim_passes_prompt_and_config_verbatim(model_paths):
                        capture_output=True, text=True)
     assert r.returncode != 0 and "SIM=iverilog: make sim and make bench take SIM=verilator" \
         in r.stderr, r.stderr
+    # the RTL simulators' variables with a backend that runs none: refused by make, naming
+    # the variable; in the environment (as `make test` passes SIM to its tests) they are not
+    for var in ("SIM=icarus", "WAVES=1", "PGO=1", "HIERARCHICAL=0"):
+        r = subprocess.run(["make", "-s", "sim", "BACKEND=isasim", var, models], cwd=root,
+                           capture_output=True, text=True)
+        assert r.returncode != 0 and f"{var} applies to the RTL simulators (BACKEND=" \
+            "verilator or icarus), not BACKEND=isasim" in r.stderr, (var, r.stderr)
+    r = subprocess.run(["make", "-s", "sim", "BACKEND=reference", "STEPS=1", models],
+                       cwd=root, capture_output=True, text=True,
+                       env={**os.environ, "SIM": "verilator,icarus", "WAVES": "1"})
+    assert r.returncode == 0, r.stderr
 
 
 @pytest.mark.model
@@ -324,7 +336,10 @@ def test_options_of_other_backends_are_refused(capsys, tiny, tmp_path):
             (["--backend", "isasim", "--backdoor-load"],
              "--backdoor-load applies to the verilator, icarus backends, not isasim"),
             (["--backend", "isasim", "--port", "/dev/null"],
-             "--port applies to the uart backend, not isasim")):
+             "--port applies to the uart backend, not isasim"),
+            (["--backend", "reference", "--placement", "pipeline"],
+             "--placement applies to the isasim, verilator, icarus, uart backends, not "
+             "reference")):
         code, out, err = run(capsys, *tiny, *argv)
         assert code == 2 and out == "" and message in err, (argv, err)
     i = tiny.index("--model")
