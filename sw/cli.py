@@ -452,7 +452,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "generate":
             return _generate(args, out, err)
     except UsageError as e:
-        err.write(f"chipotle: error: {under_make(str(e))}\n")
+        # the prefix of argparse's refusals of the same command (`ArgumentParser.error`)
+        err.write(f"chipotle {args.command}: error: {under_make(str(e))}\n")
         return EXIT_USAGE
     except BrokenPipeError:
         # The reader went away (`chipotle generate | head`): stop quietly.

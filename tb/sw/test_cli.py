@@ -326,8 +326,8 @@ def test_make_models_and_model_dir_with_spaces(model_paths, tmp_path):
 
 
 def test_options_of_other_backends_are_refused(capsys, tiny, tmp_path):
-    """An option the chosen backend does not use is refused by name, not ignored; a
-    directory given as a model file is named as one."""
+    """An option the chosen backend does not use is refused by name, not ignored, with the
+    prefix of argparse's refusals; a directory given as a model file is named as one."""
     for argv, message in (
             (["--backend", "reference", "--context", "8"],
              "--context applies to the isasim, verilator, icarus, uart backends, not reference"),
@@ -341,7 +341,8 @@ def test_options_of_other_backends_are_refused(capsys, tiny, tmp_path):
              "--placement applies to the isasim, verilator, icarus, uart backends, not "
              "reference")):
         code, out, err = run(capsys, *tiny, *argv)
-        assert code == 2 and out == "" and message in err, (argv, err)
+        assert code == 2 and out == "" and err == f"chipotle generate: error: {message}\n", \
+            (argv, err)
     i = tiny.index("--model")
     code, _out, err = run(capsys, *tiny[:i], "--model", str(tmp_path), *tiny[i + 2:])
     assert code == 2 and f"--model {tmp_path} is a directory; give the checkpoint file" in err
