@@ -299,6 +299,9 @@ class UartChip(wiring.Component):
     tile_instances : bool
         As ``Chip``'s (True: the tiles are instances of ``chip.TILE_MODULE``, see
         `uart_chip_verilog`).
+    tile_reset_register : bool
+        As ``Chip``'s (needs `tile_instances`; what `uart_chip_verilog` builds, the tiles'
+        reset registered as in ``chip.chip_verilog``).
 
     Members
     -------
@@ -311,9 +314,10 @@ class UartChip(wiring.Component):
     """
 
     def __init__(self, config: ChipConfig | None = None, *, clk_hz: int, baud: int,
-                 tile_instances: bool = False):
+                 tile_instances: bool = False, tile_reset_register: bool = False):
         self.config = ChipConfig() if config is None else config
         self.clk_hz, self.baud, self.tile_instances = clk_hz, baud, tile_instances
+        self.tile_reset_register = tile_reset_register
         divisor(clk_hz, baud)
         super().__init__({"rx": In(1, init=1), "tx": Out(1, init=1), "leds": Out(8)})
 
@@ -322,7 +326,8 @@ class UartChip(wiring.Component):
         from chipotle.hw.tile.controller import ControllerState
 
         m = Module()
-        m.submodules.chip = chip = Chip(self.config, tile_instances=self.tile_instances)
+        m.submodules.chip = chip = Chip(self.config, tile_instances=self.tile_instances,
+                                     tile_reset_register=self.tile_reset_register)
         width = self.config.noc.flit_width
         m.submodules.bridge = bridge = UartBridge(width, self.clk_hz, self.baud)
         m.d.comb += [bridge.rx.eq(self.rx), self.tx.eq(bridge.tx)]
@@ -350,18 +355,20 @@ class UartChip(wiring.Component):
 def uart_chip_verilog(config: ChipConfig | None = None, *, clk_hz: int, baud: int,
                       name: str = "uart_chip") -> str:
     """Return the Verilog of ``UartChip`` with the tile generated once (``chip.TILE_MODULE``
-    instantiated per position, as ``chipotle.hw.chip.chip_verilog``).
+    instantiated per position) as ``chipotle.hw.chip.chip_verilog`` generates it: with its
+    inputs registered and Verilator's ``hier_block`` metacomment, so that a ports-only
+    Verilator build (``run_cocotb(public=False)``) compiles the tile once and shares it.
 
     Ports of module ``name``: ``clk``, ``rst``, ``rx``, ``tx``, ``leds``.
     """
     from amaranth.back import verilog
 
-    from chipotle.hw.chip import TILE_MODULE
+    from chipotle.hw.chip import TILE_MODULE, _register_tile_inputs
     from chipotle.hw.tile.tile import Tile
 
     config = ChipConfig() if config is None else config
     tile = verilog.convert(Tile(config.tile_config(), x=None, y=None), name=TILE_MODULE,
                            emit_src=False)
-    top = verilog.convert(UartChip(config, clk_hz=clk_hz, baud=baud, tile_instances=True),
-                          name=name, emit_src=False)
-    return tile + "\n" + top
+    top = verilog.convert(UartChip(config, clk_hz=clk_hz, baud=baud, tile_instances=True,
+                                   tile_reset_register=True), name=name, emit_src=False)
+    return _register_tile_inputs(tile) + "\n" + top

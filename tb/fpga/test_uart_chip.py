@@ -32,8 +32,14 @@ def test_uart_chip(sim):
     # line errors (91k cycles) under Icarus.  `toy_scenario` (the driver's whole toy
     # scenario) is longer still and runs only when asked for (docs/fpga.md).
     tests = ["toy_step"] if sim == "verilator" else ["sram_roundtrip"]
+    # ports only (the bench drives clk, rst, rx and reads tx): under Verilator the tile is
+    # then a hierarchy block, compiled once, and the model runs many times faster than
+    # with every signal public (docs/performance.md, "Simulation speed")
     run = run_cocotb(sim=sim, verilog=_verilog(CONFIGS["small"]), toplevel="uart_chip",
-                     test_module="cocotb_uart", test_dir=TB, testcase=tests,
+                     test_module="cocotb_uart", test_dir=TB, testcase=tests, public=False,
                      extra_env={"CHIP_CONFIG": "small", "CLK_HZ": str(CLK_HZ),
                                 "BAUD": str(BAUD)})
     assert sorted(run.passed) == tests, run.passed
+    if sim == "verilator":
+        from chipotle.sim.bench_simspeed import build_record
+        assert build_record(run.build_dir)["build"].startswith("hierarchical")
