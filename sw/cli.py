@@ -201,7 +201,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _where(kind: str, path: Path, option: str) -> str:
+    """The refusal of a missing default model file `path`: where it was looked for and how
+    to fetch it.  Under ``make sim`` / ``make bench`` in make's terms (``MODEL_DIR=``, the
+    ``make models`` command for that directory), else in the command's."""
+    import shlex
     env = os.environ.get("CHIPOTLE_MODEL_DIR")
+    if "CHIPOTLE_MAKE_CONFIG" in os.environ:
+        d = path.parent
+        where = f"MODEL_DIR={d}" if env is not None else f"the default MODEL_DIR, {d}"
+        fetch = "make models" + ("" if env is None else f" MODEL_DIR={shlex.quote(str(d))}")
+        return (f"{kind} not found: {path} ({where}); `{fetch}` downloads stories260K.bin "
+                f"and tok512.bin there")
     if env is None:
         origin = "the default location; $CHIPOTLE_MODEL_DIR is not set"
     else:

@@ -73,6 +73,23 @@ def test_missing_default_files(capsys, tmp_path, monkeypatch):
     assert FETCH_HINT in err
 
 
+def test_missing_default_files_under_make(capsys, tmp_path, monkeypatch):
+    """Under ``make sim`` the refusal names MODEL_DIR= and the ``make models`` command that
+    fetches the files there, in one short line."""
+    d = tmp_path / "my models"
+    monkeypatch.setenv("CHIPOTLE_MODEL_DIR", str(d))
+    monkeypatch.setenv("CHIPOTLE_MAKE_CONFIG", "default")
+    code, out, err = run(capsys)
+    assert code == 2 and out == ""
+    assert err == (f"chipotle generate: error: checkpoint not found: {d / 'stories260K.bin'} "
+                   f"(MODEL_DIR={d}); `make models MODEL_DIR='{d}'` downloads stories260K.bin "
+                   f"and tok512.bin there\n"), err
+    monkeypatch.delenv("CHIPOTLE_MODEL_DIR")
+    monkeypatch.setattr("chipotle.cli.default_model_dir", lambda: tmp_path)
+    code, out, err = run(capsys)
+    assert code == 2 and f"(the default MODEL_DIR, {tmp_path}); `make models` downloads" in err
+
+
 def test_missing_default_tokenizer(capsys, tmp_path, monkeypatch, tiny):
     monkeypatch.setenv("CHIPOTLE_MODEL_DIR", str(tmp_path))
     code, _, err = run(capsys, "--model", tiny[1])
