@@ -208,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
                                  placement=args.placement)
     except FitError as e:
         from chipotle.cli import config_tips
-        ap.error(config_tips(str(e), args.config))
+        ap.error(config_tips(e, args.config))
     need = max(lengths) + args.decode_steps
     if need > compiled.context:
         steps = f"{args.decode_steps} decode step{'s' * (args.decode_steps != 1)}"

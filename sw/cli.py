@@ -85,26 +85,34 @@ MAKE_VARIABLES = {"--config": "CONFIG", "--context": "CONTEXT", "--steps": "STEP
                   "--model": "MODEL_DIR", "--tokenizer": "MODEL_DIR"}
 
 
-def config_tips(message: str, given: str) -> str:
-    """Return a fit refusal with each configuration change it suggests (``sram_kib=175``,
-    ``mesh=3x3,imem_words=1024``: changes to the configuration compiled for) written as the
-    whole option to give, ``--config <given>,<change>`` (``--config <change>`` when `given`
-    is ``default``); the other suggestions (``--context 231``) are left as they are."""
-    import re
-    from dataclasses import fields
+def config_tips(error, given: str) -> str:
+    """Return a refusal with each configuration it suggests written as the options to give.
 
-    from .config import ChipConfig
+    A `chipotle.compiler.FitError`'s suggestions (`chipotle.compiler.Fit`) become whole
+    options: configuration changes ``sram_kib=175`` as ``--config <given>,sram_kib=175`` (the
+    parts of `given` the change replaces, and ``default``, dropped), a context as
+    ``--context N``, a placement as ``--placement P``.  Any other error, or a `FitError`
+    without suggestions, is returned as its text.
+    """
+    fits = getattr(error, "fits", ())
+    if not fits:
+        return str(error)
 
-    keys = "|".join(["mesh", "sram_kib", *(f.name for f in fields(ChipConfig))])
+    def whole(fit) -> str:
+        parts = []
+        if fit.context is not None:
+            parts.append(f"--context {fit.context}")
+        if fit.config:
+            changed = {key for key, _ in fit.config}
+            kept = [part.strip() for part in given.split(",") if part.strip()
+                    and part.split("=", 1)[0].strip() not in changed
+                    and part.strip() != "default"]
+            parts.append(f"--config {','.join([*kept, fit.config_text()])}")
+        if fit.placement is not None:
+            parts.append(f"--placement {fit.placement}")
+        return " ".join(parts) + (f" ({fit.note})" if fit.note else "")
 
-    def whole(m) -> str:
-        tip = m[2]
-        changed = {part.split("=", 1)[0] for part in tip.split(",")}
-        kept = [part.strip() for part in given.split(",") if part.strip()
-                and part.split("=", 1)[0].strip() not in changed and part.strip() != "default"]
-        return f"{m[1]}--config {','.join([*kept, tip])}"
-
-    return re.sub(rf"(: | or )((?:{keys})=[^\s;()]+)", whole, message)
+    return f"{error.what}; a configuration that fits: {' or '.join(map(whole, fits))}"
 
 
 def under_make(message: str) -> str:
@@ -392,7 +400,7 @@ def _generate_chip(args, checkpoint, tokenizer, model_path, tok_path, out, err) 
         compiled = compile_model(checkpoint, config, context=args.context,
                                  placement=args.placement)
     except (FitError, ValueError) as e:
-        raise UsageError(config_tips(str(e), args.config)) from None
+        raise UsageError(config_tips(e, args.config)) from None
     try:
         check_prompt_length(len(ids), compiled.context, what=f"compiled for {config}",
                             fix="shorten the prompt, or give a configuration with more SRAM "

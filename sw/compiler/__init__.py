@@ -13,7 +13,7 @@ programs; ``python -m chipotle.compiler`` prints the memory map and the cycle es
 
 Members
 -------
-compile_model, CompiledModel, StepPlan, FitError
+compile_model, CompiledModel, StepPlan, FitError, Fit
     The interface the driver codes against.
 SMALL_MODEL_DIMS, small_model
     The synthetic model of the regression on ``CONFIGS["small"]``.
@@ -23,8 +23,8 @@ load_isasim, run_step_isasim, run_plan_isasim
 """
 
 from .compiled import CompiledModel, StepPlan, compile_model
-from .placement import FitError
+from .placement import Fit, FitError
 from .run import SMALL_MODEL_DIMS, load_isasim, run_plan_isasim, run_step_isasim, small_model
 
-__all__ = ["compile_model", "CompiledModel", "StepPlan", "FitError", "SMALL_MODEL_DIMS",
+__all__ = ["compile_model", "CompiledModel", "StepPlan", "FitError", "Fit", "SMALL_MODEL_DIMS",
            "small_model", "run_step_isasim", "run_plan_isasim", "load_isasim"]

@@ -14,7 +14,7 @@ from ..isa.core import OFF_BITS, TableId
 from ..isa.programs import padded_rows, requant_table, vector_table
 from ..model import Checkpoint, ModelConfig
 from .codegen import DONE_CODE, tile_program
-from .placement import STEP_BLOCK, FitError, Placement, place, step_block_layout
+from .placement import STEP_BLOCK, Fit, FitError, Placement, place, step_block_layout
 
 __all__ = ["CompiledModel", "StepPlan", "compile_model", "DEFAULT_PREFILL_BATCHES"]
 
@@ -430,8 +430,8 @@ def _compile(qm: QuantizedModel, config: ChipConfig, context: int,
         n = len(programs[xy])
         raise FitError(f"the program of tile {xy} ("
                        f"{' + '.join(s.name for s in pl.tiles[xy].stages)}) needs {n} "
-                       f"instructions, but the instruction memory holds {config.imem_words}: "
-                       f"use imem_words={-(-n // 128) * 128}")
+                       f"instructions, but the instruction memory holds {config.imem_words}",
+                       [Fit((("imem_words", str(-(-n // 128) * 128)),))])
     return CompiledModel(config, qm, c, context, _images(qm, isa, pl, context), programs,
                          entries, pl, sources)
 
@@ -445,7 +445,7 @@ def _compile_tensor(qm: QuantizedModel, config: ChipConfig, context: int,
     c = qm.config
     if config.n_counters < 5:
         raise FitError(f"the tensor placement uses 5 counters, but n_counters is "
-                       f"{config.n_counters}: use n_counters=5")
+                       f"{config.n_counters}", [Fit((("n_counters", "5"),))])
     if batches is None:
         batches = _default_batches(context, isa)
     # the gate packed in pairs (`TensorRoles.gpair`), the prefill rows on the helpers
@@ -469,8 +469,8 @@ def _compile_tensor(qm: QuantizedModel, config: ChipConfig, context: int,
             break
     if longest > config.imem_words:
         raise FitError(f"the tensor placement's longest program needs {longest} "
-                       f"instructions, but the instruction memory holds {config.imem_words}: "
-                       f"use imem_words={-(-longest // 128) * 128}")
+                       f"instructions, but the instruction memory holds {config.imem_words}",
+                       [Fit((("imem_words", str(-(-longest // 128) * 128)),))])
     data = tensor_images(qm, isa, pl, roles, context)
     images = {xy: _chunks(lay, data[xy], isa) for xy, lay in pl.tiles.items()}
     return CompiledModel(config, qm, c, context, images, programs, entries, pl, sources)
@@ -488,21 +488,22 @@ def _fits(qm, config, context) -> bool:
         return False
 
 
-def _verified(qm, config, context, placement="pipeline", kvapp=False) -> str | None:
-    """Compile for real; return "" if it fits, the extra ``imem_words=N`` it needs, or None."""
+def _verified(qm, config, context, placement="pipeline", kvapp=False) -> tuple | None:
+    """Compile for real; return ``()`` if it fits, the extra ``(("imem_words", N),)`` it
+    needs (the instruction memory the refusal suggests), or None."""
     try:
         _compile(qm, config, context, None, placement, kvapp)
-        return ""
+        return ()
     except FitError as e:
-        m = re.search(r"use imem_words=(\d+)", str(e))
-        if m is None:
+        more = [f.config for f in e.fits if [k for k, _ in f.config] == ["imem_words"]]
+        if not more:
             return None
         try:
-            _compile(qm, config.replace(imem_words=int(m.group(1))), context, None, placement,
-                     kvapp)
+            _compile(qm, config.replace(imem_words=int(more[0][0][1])), context, None,
+                     placement, kvapp)
         except FitError:
             return None
-        return f",imem_words={m.group(1)}"
+        return more[0]
 
 
 def _tensor_places(qm: QuantizedModel, config: ChipConfig, context: int, kvapp: bool) -> bool:
@@ -542,10 +543,10 @@ def _tensor_schemes(qm: QuantizedModel, config: ChipConfig, context: int,
 
 
 def _schemes_note(qm: QuantizedModel, config: ChipConfig, context: int, kib: int,
-                  kvapp: bool) -> tuple[str, str | None]:
+                  kvapp: bool) -> tuple[str, Fit | None]:
     """For a suggested ``sram_kib=kib``: a note naming the schemes it drops that more SRAM
     (up to the 128 KiB the 17-bit offsets reach) would keep, and the smallest such SRAM as a
-    second tip (verified by compiling); ``("", None)`` when it drops none."""
+    second `Fit` (verified by compiling); ``("", None)`` when it drops none."""
     top = max(kib, (1 << OFF_BITS) // 1024)
     have = _tensor_schemes(qm, config.replace(sram_bytes=kib * 1024), context, kvapp)
     full = _tensor_schemes(qm, config.replace(sram_bytes=top * 1024), context, kvapp)
@@ -555,7 +556,7 @@ def _schemes_note(qm: QuantizedModel, config: ChipConfig, context: int, kib: int
     phases = {phase for _, name, phase in _SCHEMES if name in lost}
     slower = "prefill" if phases == {"prefill"} else "decode" if phases == {"decode"} \
         else "prefill and decode"
-    note = f" (without {', '.join(lost)}: slower {slower})"
+    note = f"without {', '.join(lost)}: slower {slower}"
     lo, hi = kib + 1, top                     # smallest SRAM keeping every scheme (monotone)
     while lo < hi:
         mid = (lo + hi) // 2
@@ -565,12 +566,13 @@ def _schemes_note(qm: QuantizedModel, config: ChipConfig, context: int, kib: int
         else:
             lo = mid + 1
     extra = _verified(qm, config.replace(sram_bytes=lo * 1024), context, "tensor", kvapp)
-    return note, None if extra is None else f"sram_kib={lo}{extra} (every scheme)"
+    return note, None if extra is None else Fit((("sram_kib", str(lo)), *extra),
+                                                note="every scheme")
 
 
-def _bigger_mesh(config: ChipConfig, upto: int, places, verified) -> str | None:
+def _bigger_mesh(config: ChipConfig, upto: int, places, verified) -> Fit | None:
     """The first square-or-wider mesh (sides grown to ``2 .. upto - 1``) on which `places`
-    holds and `verified` compiles, as a ``mesh=WxH[,imem_words=N]`` tip; None if none."""
+    holds and `verified` compiles, as a ``mesh=WxH[,imem_words=N]`` `Fit`; None if none."""
     for side in range(2, upto):
         w, h = max(side, config.mesh_width), max(side, config.mesh_height)
         if (w, h) == (config.mesh_width, config.mesh_height):
@@ -579,16 +581,16 @@ def _bigger_mesh(config: ChipConfig, upto: int, places, verified) -> str | None:
         if places(cand):
             extra = verified(cand)
             if extra is not None:
-                return f"mesh={w}x{h}{extra}"
+                return Fit((("mesh", f"{w}x{h}"), *extra))
     return None
 
 
 def _suggest_tensor(qm: QuantizedModel, config: ChipConfig, context: int, message: str,
-                    kvapp: bool = False) -> str:
-    """Return configurations that fit the tensor placement: the largest shorter context
-    (searched by placement, verified by compiling), the SRAM the refusal names (verified by
-    compiling, a few KiB of alignment slack allowed), or the pipeline placement on the same
-    configuration."""
+                    kvapp: bool = False) -> list:
+    """Return configurations that fit the tensor placement (`Fit`): the largest shorter
+    context (searched by placement, verified by compiling), the SRAM the refusal names
+    (verified by compiling, a few KiB of alignment slack allowed), a bigger mesh, or the
+    pipeline placement on the same configuration."""
     tips = []
     if "bytes of SRAM" in message and context > 1:
         lo, hi = 0, context - 1              # largest context whose regions fit (monotone)
@@ -598,8 +600,8 @@ def _suggest_tensor(qm: QuantizedModel, config: ChipConfig, context: int, messag
                 lo = mid
             else:
                 hi = mid - 1
-        if lo >= 1 and _verified(qm, config, lo, "tensor", kvapp) == "":
-            tips.append(f"--context {lo}")
+        if lo >= 1 and _verified(qm, config, lo, "tensor", kvapp) == ():
+            tips.append(Fit(context=lo))
     m = re.search(r"needs ([\d,]+) bytes of SRAM", message)
     if m:
         need_kib = -(-int(m.group(1).replace(",", "")) // 1024)
@@ -608,7 +610,7 @@ def _suggest_tensor(qm: QuantizedModel, config: ChipConfig, context: int, messag
                               kvapp)
             if extra is not None:
                 note, more = _schemes_note(qm, config, context, kib, kvapp)
-                tips.append(f"sram_kib={kib}{extra}{note}")
+                tips.append(Fit((("sram_kib", str(kib)), *extra), note=note))
                 if more:
                     tips.append(more)
                 break
@@ -617,21 +619,19 @@ def _suggest_tensor(qm: QuantizedModel, config: ChipConfig, context: int, messag
                            lambda cand: _verified(qm, cand, context, "tensor", kvapp))
         if tip:
             tips.append(tip)
-    if _fits(qm, config, context) and _verified(qm, config, context) == "":
-        tips.append("--placement pipeline")
-    if not tips:
-        return ("none found nearby (a shorter context, more SRAM or more tiles: "
-                "docs/architecture.md)")
-    return "a configuration that fits: " + " or ".join(tips)
+    if _fits(qm, config, context) and _verified(qm, config, context) == ():
+        tips.append(Fit(placement="pipeline"))
+    return tips
 
 
-def _suggest(qm: QuantizedModel, config: ChipConfig, context: int) -> str:
-    """Return configurations that fit: a shorter context, more SRAM, a bigger mesh."""
+def _suggest(qm: QuantizedModel, config: ChipConfig, context: int) -> list:
+    """Return configurations that fit (`Fit`): a shorter context, more SRAM, a bigger
+    mesh."""
     tips = []
     if _fits(qm, config, context):           # the SRAM suffices: the programs are too long
         extra = _verified(qm, config, context)
         if extra:
-            tips.append(extra[1:])
+            tips.append(Fit(extra))
         lo = hi = 0
     else:
         lo, hi = 0, context - 1              # largest context that fits (monotone)
@@ -644,7 +644,7 @@ def _suggest(qm: QuantizedModel, config: ChipConfig, context: int) -> str:
     if lo >= 1 and _fits(qm, config, lo):
         extra = _verified(qm, config, lo)
         if extra is not None:
-            tips.append(f"--context {lo}" + (f" with {extra[1:]}" if extra else ""))
+            tips.append(Fit(extra, context=lo))
     unit = max(1, config.word_bytes * config.n_banks // 1024) * 1024
     lo, hi = config.sram_bytes // unit + 1, 64 * 1024 * 1024 // unit   # smallest SRAM
     if not tips and _fits(qm, config.replace(sram_bytes=hi * unit), context):
@@ -657,14 +657,12 @@ def _suggest(qm: QuantizedModel, config: ChipConfig, context: int) -> str:
         kib = lo * unit // 1024
         extra = _verified(qm, config.replace(sram_bytes=kib * 1024), context)
         if extra is not None:
-            tips.append(f"sram_kib={kib}{extra}")
+            tips.append(Fit((("sram_kib", str(kib)), *extra)))
     tip = _bigger_mesh(config, 16, lambda cand: _fits(qm, cand, context),
                        lambda cand: _verified(qm, cand, context))
     if tip:
         tips.append(tip)
-    if not tips:
-        return "none found nearby"
-    return " or ".join(tips) + " (--config keys)"
+    return tips
 
 
 def compile_model(source, config: ChipConfig, context: int | None = None,
@@ -731,7 +729,11 @@ def compile_model(source, config: ChipConfig, context: int | None = None,
         return _compile(qm, config, int(context), prefill_batches, placement, bool(kvapp))
     except FitError as e:
         if placement == "tensor":
-            raise FitError(f"{e}; {_suggest_tensor(qm, config, int(context), str(e), kvapp)}"
-                           ) from None
-        raise FitError(f"{e}; a configuration that fits: "
-                       f"{_suggest(qm, config, int(context))}") from None
+            tips = _suggest_tensor(qm, config, int(context), e.what, kvapp)
+        else:
+            tips = _suggest(qm, config, int(context))
+        fits = list(e.fits) + [f for f in tips if f not in e.fits]
+        if not fits:
+            raise FitError(f"{e.what}; no configuration that fits found nearby (a shorter "
+                           f"context, more SRAM or more tiles: docs/architecture.md)") from None
+        raise FitError(e.what, fits) from None

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from ..golden.quantize import QuantizedModel
 from ..isa.core import C_BITS, IsaConfig, TableId
 
-__all__ = ["FitError", "Stage", "Region", "TileLayout", "Placement", "snake", "place",
+__all__ = ["FitError", "Fit", "Stage", "Region", "TileLayout", "Placement", "snake", "place",
            "STEP_BLOCK", "REDUCE_COUNTER", "step_block_layout"]
 
 #: Name of the step block (position, rows, token ids), at address 0 of every tile.
@@ -44,12 +44,75 @@ _TABLE_ORDER = (TableId.RSQRT, TableId.EXP2, TableId.RECIP, TableId.DYNQ, TableI
 _KIND_ORDER = {"step": 0, "c": 1, "table": 2, "act": 3, "w": 4, "kv": 5, "red": 6}
 
 
+@dataclass(frozen=True)
+class Fit:
+    """A configuration that fits, as the changes to what was refused.
+
+    Attributes
+    ----------
+    config : tuple of (str, str)
+        ``ChipConfig.from_string`` keys and their values to change, in order, e.g.
+        ``(("sram_kib", "175"), ("imem_words", "1024"))``; empty: the configuration as given.
+    context : int or None
+        A shorter context (positions); None: unchanged.
+    placement : str or None
+        Another placement (``"pipeline"``, ``"tensor"``); None: unchanged.
+    note : str
+        What the suggestion gives up, e.g. ``"without prow: slower prefill"``; ``""``: nothing.
+    """
+
+    config: tuple = ()
+    context: int | None = None
+    placement: str | None = None
+    note: str = ""
+
+    def config_text(self) -> str:
+        """The configuration changes as ``key=value,...`` (``""`` if none)."""
+        return ",".join(f"{k}={v}" for k, v in self.config)
+
+    def text(self) -> str:
+        """The suggestion in the compiler's words: ``--context 231 with imem_words=1024``,
+        ``sram_kib=175 (note)``, ``mesh=3x3,imem_words=1024``, ``--placement pipeline``."""
+        parts = []
+        if self.context is not None:
+            parts.append(f"--context {self.context}")
+        if self.config:
+            parts.append(("with " if parts else "") + self.config_text())
+        if self.placement is not None:
+            parts.append(f"--placement {self.placement}")
+        return " ".join(parts) + (f" ({self.note})" if self.note else "")
+
+    def apply(self, config, context: int | None = None) -> tuple:
+        """Return ``(config, context)`` with this suggestion's changes (a ``ChipConfig``
+        from ``ChipConfig.from_string`` on `config`; the context `context` if unchanged)."""
+        if self.config:
+            config = type(config).from_string(self.config_text(), config)
+        return config, (context if self.context is None else self.context)
+
+
 class FitError(ValueError):
     """A model, a context or a program does not fit the configuration.
 
     The message says what does not fit (stage, bytes needed against a tile's SRAM, or tiles
-    needed against the mesh) and a configuration that would fit.
+    needed against the mesh) and, when the compiler found some, configurations that would
+    fit: ``<what>; a configuration that fits: <fit> or <fit>``.
+
+    Attributes
+    ----------
+    what : str
+        What does not fit (the message without the suggestions).
+    fits : tuple of Fit
+        The configurations suggested (each verified by compiling where the message says
+        so), in the message's order; empty if none.
     """
+
+    def __init__(self, what: str, fits=()):
+        self.what, self.fits = str(what), tuple(fits)
+        tips = " or ".join(f.text() for f in self.fits)
+        super().__init__(self.what + (f"; a configuration that fits: {tips}" if tips else ""))
+
+    def __reduce__(self):
+        return type(self), (self.what, self.fits)
 
 
 def kv_layout_or_fit_error(xy, layout_cls, **fields):

@@ -369,12 +369,23 @@ def test_fit_tips_are_whole_config_options():
     """A fit refusal's configuration changes become the whole ``--config`` to give: the
     given configuration's other parts kept, the parts the change replaces dropped."""
     from chipotle.cli import config_tips
-    msg = ("tile (0, 0) needs 9 bytes; a configuration that fits: --context 4 or "
-           "sram_kib=115 (note) or mesh=3x3,imem_words=1024")
-    assert config_tips(msg, "small,sram_kib=100,lanes=4") == (
+    from chipotle.compiler import Fit, FitError
+    e = FitError("tile (0, 0) needs 9 bytes", [
+        Fit(context=4), Fit((("sram_kib", "115"),), note="note"),
+        Fit((("mesh", "3x3"), ("imem_words", "1024"))),
+        Fit((("imem_words", "1024"),), context=7), Fit(placement="pipeline")])
+    assert str(e) == (
+        "tile (0, 0) needs 9 bytes; a configuration that fits: --context 4 or sram_kib=115 "
+        "(note) or mesh=3x3,imem_words=1024 or --context 7 with imem_words=1024 or "
+        "--placement pipeline")
+    assert config_tips(e, "small,sram_kib=100,lanes=4") == (
         "tile (0, 0) needs 9 bytes; a configuration that fits: --context 4 or "
         "--config small,lanes=4,sram_kib=115 (note) or "
-        "--config small,sram_kib=100,lanes=4,mesh=3x3,imem_words=1024")
-    assert config_tips("fits: sram_kib=2", "default") == "fits: --config sram_kib=2"
-    assert config_tips("no tips here; --placement pipeline", "x") == \
-        "no tips here; --placement pipeline"
+        "--config small,sram_kib=100,lanes=4,mesh=3x3,imem_words=1024 or "
+        "--context 7 --config small,sram_kib=100,lanes=4,imem_words=1024 or "
+        "--placement pipeline")
+    assert config_tips(FitError("x", [Fit((("sram_kib", "2"),))]), "default") == \
+        "x; a configuration that fits: --config sram_kib=2"
+    assert config_tips(ValueError("bad"), "default") == "bad"
+
+

@@ -247,16 +247,14 @@ def test_fit_error_context_beyond_seq_len(small_qm):
     assert issubclass(FitError, ValueError)
 
 
-def _suggested(message, base):
-    """The configurations a FitError message suggests, as (config, context)."""
+def _suggested(error, base, placement="pipeline"):
+    """The configurations a FitError suggests (`FitError.fits`), as (config, context,
+    placement); its message names each of them."""
     out = []
-    for m in re.finditer(r"--context (\d+)(?: with imem_words=(\d+))?"
-                         r"|((?:sram_kib|mesh)=[0-9x]+(?:,imem_words=\d+)?)", message):
-        if m.group(1):
-            cfg = base if not m.group(2) else base.replace(imem_words=int(m.group(2)))
-            out.append((cfg, int(m.group(1))))
-        else:
-            out.append((ChipConfig.from_string(m.group(3), base), None))
+    for fit in error.fits:
+        assert fit.text() in str(error), (fit, str(error))
+        cfg, ctx = fit.apply(base)
+        out.append((cfg, ctx, fit.placement or placement))
     return out
 
 
@@ -267,10 +265,10 @@ def test_fit_error_stories260k_on_small(stories_qm):
         compile_model(stories_qm, small)
     msg = str(e.value)
     assert re.search(r"stage .*needs [\d,]+ bytes .* a tile has 32,768", msg), msg
-    tips = _suggested(msg, small)
+    tips = _suggested(e.value, small)
     assert tips, msg
-    for cfg, ctx in tips:                          # every suggestion does fit
-        compile_model(stories_qm, cfg, ctx)
+    for cfg, ctx, placement in tips:               # every suggestion does fit
+        compile_model(stories_qm, cfg, ctx, placement=placement)
 
 
 def test_fit_error_too_few_tiles(small_qm):
@@ -281,10 +279,10 @@ def test_fit_error_too_few_tiles(small_qm):
         compile_model(small_qm, cfg)
     msg = str(e.value)
     assert re.search(r"needs at least \d+ tiles .* the mesh has 2", msg), msg
-    tips = _suggested(msg, cfg)
-    assert any(c.n_tiles > 2 for c, _ in tips), msg
-    for c, ctx in tips:
-        compile_model(small_qm, c, ctx)
+    tips = _suggested(e.value, cfg)
+    assert any(c.n_tiles > 2 for c, _, _ in tips), msg
+    for c, ctx, placement in tips:
+        compile_model(small_qm, c, ctx, placement=placement)
 
 
 def test_fit_error_attention_context():
@@ -300,10 +298,10 @@ def test_fit_error_attention_context():
     msg = str(e.value)
     assert re.search(r"attention stage of layer 0 needs [\d,]+ bytes of SRAM at context 256, "
                      r"but a tile has 20,480", msg), msg
-    tips = _suggested(msg, cfg)
-    assert any(ctx for _, ctx in tips), msg
-    for c, ctx in tips:
-        compiled = compile_model(qm, c, ctx)
+    tips = _suggested(e.value, cfg)
+    assert any(ctx for _, ctx, _ in tips), msg
+    for c, ctx, placement in tips:
+        compiled = compile_model(qm, c, ctx, placement=placement)
         assert compiled.context == (ctx or 256)
         if ctx:                                    # the longest context that fits
             with pytest.raises(FitError):
@@ -405,11 +403,12 @@ def test_odd_shapes_and_configurations(odd_qm, cfg, placement):
 def test_fit_error_instruction_memory(odd_qm):
     cfg = ChipConfig(mesh_width=1, mesh_height=1, sram_bytes=64 * 1024)
     with pytest.raises(FitError, match=r"needs \d+ instructions, but the instruction memory "
-                                       r"holds 1024: use imem_words=\d+") as e:
+                                       r"holds 1024; a configuration that fits: "
+                                       r"imem_words=\d+") as e:
         compile_model(odd_qm, cfg)
-    tips = re.findall(r"imem_words=(\d+)", str(e.value).split("fits:")[1])
-    assert tips
-    compile_model(odd_qm, cfg.replace(imem_words=int(tips[0])))
+    imem = [f for f in e.value.fits if f.config and f.config[0][0] == "imem_words"]
+    assert imem and imem[0].context is None, e.value.fits
+    compile_model(odd_qm, *imem[0].apply(cfg))
 
 
 def test_tensor_gather_buffers_and_roles(small_qm):
@@ -470,12 +469,12 @@ def test_tensor_fit_error_suggests_what_fits(small_qm):
     with pytest.raises(FitError) as e:
         compile_model(small_qm, base, placement="tensor")
     msg = str(e.value)
-    tips = _suggested(msg, base)
+    tips = _suggested(e.value, base, "tensor")
     assert tips and "a configuration that fits" in msg, msg
-    for cfg, ctx in tips:                          # every suggestion does fit
-        if ctx is None:
-            assert cfg.sram_bytes > base.sram_bytes
-        compile_model(small_qm, cfg, ctx, placement="tensor")
+    for cfg, ctx, placement in tips:               # every suggestion does fit
+        if ctx is None and placement == "tensor":
+            assert cfg.sram_bytes > base.sram_bytes or cfg.n_tiles > base.n_tiles
+        compile_model(small_qm, cfg, ctx, placement=placement)
 
 
 def test_tensor_fit_error_names_the_schemes_a_smaller_sram_drops(small_qm):
@@ -548,7 +547,7 @@ def test_tensor_fit_error_suggests_the_longest_context(small_qm):
     base = CONFIGS["small"].replace(sram_bytes=17 * 1024)
     with pytest.raises(FitError) as e:
         compile_model(small_qm, base, placement="tensor")
-    [ctx] = [c for _, c in _suggested(str(e.value), base) if c is not None]
+    [ctx] = [f.context for f in e.value.fits if f.context is not None]
     assert 1 <= ctx < small_qm.config.seq_len, str(e.value)
     compile_model(small_qm, base, ctx, placement="tensor")
     with pytest.raises(FitError, match="bytes of SRAM"):
