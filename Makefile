@@ -126,9 +126,26 @@ endif
 # the simulator's own variables, given on the command line to a backend that runs no RTL
 # simulator, are refused rather than ignored (only the command line's: `make test` passes
 # SIM and WAVES to its tests' runs in the environment)
-ifneq ($(filter-out verilator icarus,$(value BACKEND)),)
+ifneq ($(filter-out verilator icarus,$(call given,BACKEND)),)
 $(foreach v,SIM WAVES PGO HIERARCHICAL,$(if $(filter command line,$(origin $v)),\
-  $(error $v=$(value $v) applies to the RTL simulators (BACKEND=verilator or icarus), not BACKEND=$(value BACKEND))))
+  $(error $v=$(value $v) applies to the RTL simulators (BACKEND=verilator or icarus), not BACKEND=$(call given,BACKEND))))
+endif
+# SIM= and BACKEND= naming two simulators: say so rather than run one of them
+ifneq ($(filter command line,$(origin SIM)),)
+ifneq ($(filter command line,$(origin BACKEND)),)
+ifneq ($(value SIM),$(value BACKEND))
+$(error SIM=$(value SIM) and BACKEND=$(value BACKEND) name two simulators: give one of them)
+endif
+endif
+endif
+# the variables of one of the two targets, given on the command line to the other
+ifeq ($(filter sim,$(MAKECMDGOALS)),)
+$(foreach v,PROMPT STEPS TEMPERATURE TOPP SEED THREADS PORT BAUD,$(if $(filter command line,$(origin $v)),\
+  $(error $v= applies to make sim, not make bench (make bench takes PROMPTS=, the prompt lengths))))
+endif
+ifeq ($(filter bench,$(MAKECMDGOALS)),)
+$(if $(filter command line,$(origin PROMPTS)),\
+  $(error PROMPTS= applies to make bench, not make sim (make sim takes PROMPT=, the prompt text)))
 endif
 endif
 # optional `make sim` arguments, only those given (so the echoed command has no blank lines)

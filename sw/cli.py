@@ -74,6 +74,9 @@ class UsageError(Exception):
     """A problem the user can fix (reported without a traceback, exit code 2)."""
 
 
+#: The clock (MHz) of the tokens/s figure and the UART line rate (baud) when not given.
+DEFAULT_CLOCK_MHZ, DEFAULT_BAUD = 100.0, 1_000_000
+
 #: make's variable for each command-line option of ``chipotle generate`` and the bench, as
 #: the Makefile's ``sim`` and ``bench`` targets pass them (``--model`` and ``--tokenizer``
 #: come from the directory ``MODEL_DIR=``).
@@ -189,7 +192,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="how the compiler maps the model on the mesh (docs/architecture.md): "
                         "a pipeline of stages, or every layer split over all tiles (tensor) "
                         "(default: %(default)s)")
-    g.add_argument("--clock-mhz", type=clock_mhz, default=100.0, metavar="F",
+    g.add_argument("--clock-mhz", type=clock_mhz, default=DEFAULT_CLOCK_MHZ, metavar="F",
                    help="assumed clock frequency for the tokens/s figure of the chip backends "
                         "(default: %(default)s; docs/fpga.md gives the measured Fmax)")
     g.add_argument("--sim-threads", type=positive_int, default=1, metavar="N",
@@ -203,8 +206,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--port", default=None, metavar="DEV",
                    help="uart: the board's serial port, e.g. /dev/ttyUSB0 (docs/fpga.md; "
                         "--config and --clock-mhz must match the bitstream)")
-    g.add_argument("--baud", type=positive_int, default=1_000_000, metavar="B",
-                   help="uart: line rate of the bitstream (default: %(default)s)")
+    g.add_argument("--baud", type=positive_int, default=None, metavar="B",
+                   help=f"uart: line rate of the bitstream (default: {DEFAULT_BAUD})")
     return parser
 
 
@@ -257,7 +260,9 @@ def _generate(args, out, err) -> int:
                                  (args.config != "default", "--config", chip),
                                  (args.placement != "tensor", "--placement", chip),
                                  (args.backdoor_load, "--backdoor-load", ("verilator", "icarus")),
-                                 (args.port is not None, "--port", ("uart",))):
+                                 (args.port is not None, "--port", ("uart",)),
+                                 (args.baud is not None, "--baud", ("uart",)),
+                                 (args.clock_mhz != DEFAULT_CLOCK_MHZ, "--clock-mhz", chip)):
         if given and args.backend not in where:
             raise UsageError(f"{option} applies to the {', '.join(where)} backend"
                              f"{'s' * (len(where) > 1)}, not {args.backend}")
@@ -413,7 +418,8 @@ def _generate_chip(args, checkpoint, tokenizer, model_path, tok_path, out, err) 
         if args.backend == "uart":
             from .driver.uart import SerialTransport, UartBackend
             try:
-                link = SerialTransport(args.port, args.clock_mhz * 1e6, args.baud)
+                link = SerialTransport(args.port, args.clock_mhz * 1e6,
+                                       DEFAULT_BAUD if args.baud is None else args.baud)
             except (ValueError, OSError) as e:
                 raise UsageError(f"--port {args.port}: {e}") from None
             drv = Driver(compiled, UartBackend(link, config), tokenizer)

@@ -240,6 +240,23 @@ def test_make_sim_passes_prompt_and_config_verbatim(model_paths):
                        cwd=root, capture_output=True, text=True,
                        env={**os.environ, "SIM": "verilator,icarus", "WAVES": "1"})
     assert r.returncode == 0, r.stderr
+    # ... and accepted with the default backend (the RTL under SIM, verilator) or a matching
+    # BACKEND= (make -n: make's checks run, the recipe does not)
+    for args in (["PGO=1"], ["WAVES=1"], ["HIERARCHICAL=0"], ["SIM=icarus"], ["SIM=verilator"],
+                 ["BACKEND=icarus", "SIM=icarus", "WAVES=1"]):
+        r = subprocess.run(["make", "-n", "sim", *args, models], cwd=root,
+                           capture_output=True, text=True)
+        assert r.returncode == 0, (args, r.stderr)
+    # two simulators named, and one target's variables given to the other: refused by name
+    for args, message in (
+            (["sim", "BACKEND=verilator", "SIM=icarus"],
+             "SIM=icarus and BACKEND=verilator name two simulators"),
+            (["bench", "PROMPT=hi"], "PROMPT= applies to make sim, not make bench"),
+            (["bench", "TEMPERATURE=0.8"], "TEMPERATURE= applies to make sim, not make bench"),
+            (["sim", "PROMPTS=1"], "PROMPTS= applies to make bench, not make sim")):
+        r = subprocess.run(["make", "-n", *args, models], cwd=root, capture_output=True,
+                           text=True)
+        assert r.returncode != 0 and message in r.stderr, (args, r.stderr)
 
 
 @pytest.mark.model
@@ -356,7 +373,12 @@ def test_options_of_other_backends_are_refused(capsys, tiny, tmp_path):
              "--port applies to the uart backend, not isasim"),
             (["--backend", "reference", "--placement", "pipeline"],
              "--placement applies to the isasim, verilator, icarus, uart backends, not "
-             "reference")):
+             "reference"),
+            (["--backend", "isasim", "--baud", "9600"],
+             "--baud applies to the uart backend, not isasim"),
+            (["--backend", "golden", "--clock-mhz", "50"],
+             "--clock-mhz applies to the isasim, verilator, icarus, uart backends, not "
+             "golden")):
         code, out, err = run(capsys, *tiny, *argv)
         assert code == 2 and out == "" and err == f"chipotle generate: error: {message}\n", \
             (argv, err)
