@@ -287,6 +287,11 @@ def _table(rows, args, config) -> str:
                      f"{_pct(f['roofline'])} | {_pct(f['decode_mac_util'])} | "
                      f"{f['ttft_cycles']:,} | {_pct(f['prefill_mac_util'])} | "
                      f"{'bit-exact' if f['bit_exact'] else 'MISMATCH'} |")
+    lines.append(f"MAC busy: the share of tile-cycles a matrix unit streamed weights "
+                 f"(MAC_CYCLES / tiles x cycles), not of the peak MACs: a busy cycle does the "
+                 f"MACs of m of the M = {config.max_m} rows (decode m = 1: at most 1/{config.max_m}"
+                 f" of the figure is the share of the peak {config.peak_macs_per_cycle} "
+                 f"MACs/cycle).")
     return "\n".join(lines)
 
 

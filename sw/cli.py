@@ -346,9 +346,10 @@ def _chip_summary(args, g: dict, compiled, config) -> str:
             sel = [{"cycles": sum(s["cycles"] for s in sel), "perf": summed}]
         busy = mac_busy(sel, config.n_tiles)
         return "n/a (no mac_cycles counter)" if busy is None else f"{100 * busy:.1f}%"
-    lines.append(f"matrix units busy (MAC_CYCLES / tiles x cycles; x m/M rows for the share "
-                 f"of peak MACs): prefill {util(steps[:npre], 'prefill')}, "
-                 f"decode {util(dec, 'decode')}")
+    lines.append(f"matrix units busy (share of tile-cycles a unit streamed weights, "
+                 f"MAC_CYCLES / tiles x cycles): prefill {util(steps[:npre], 'prefill')}, "
+                 f"decode {util(dec, 'decode')}; not the share of peak MACs: a busy cycle "
+                 f"does m of the M = {config.max_m} rows' MACs, decode m = 1")
     if dec:
         need = sum(compiled.weight_bytes_per_token() + compiled.kv_bytes(s["pos"]) for s in dec)
         cyc = sum(s["cycles"] for s in dec)
