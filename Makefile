@@ -173,7 +173,10 @@ bitstream: venv
 # A file already there is kept only if its sha256 is the published one (a truncated or
 # corrupt download is fetched again); a download is checked before it replaces anything.
 models:
-	@dir="$${CHIPOTLE_MODEL_DIR:-../shared/models}"; mkdir -p "$$dir" || exit 1; \
+	@dir="$${CHIPOTLE_MODEL_DIR:-../shared/models}"; \
+	if test -e "$$dir" && ! test -d "$$dir"; then \
+	  echo "MODEL_DIR=$$dir is a file; give the folder that holds the model files" >&2; exit 1; fi; \
+	mkdir -p "$$dir" || exit 1; \
 	for pair in stories260K.bin:$(SHA_stories260K.bin) tok512.bin:$(SHA_tok512.bin); do \
 	  f=$${pair%%:*}; sum=$${pair#*:}; \
 	  if test -f "$$dir/$$f" && echo "$$sum  $$dir/$$f" | sha256sum -c --status; then continue; fi; \

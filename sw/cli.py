@@ -217,7 +217,11 @@ def _where(kind: str, path: Path, option: str) -> str:
     ``make models`` command for that directory), else in the command's."""
     import shlex
     env = os.environ.get("CHIPOTLE_MODEL_DIR")
-    if "CHIPOTLE_MAKE_CONFIG" in os.environ:
+    under_make = "CHIPOTLE_MAKE_CONFIG" in os.environ
+    if env is not None and path.parent.is_file():
+        return (f"{'MODEL_DIR' if under_make else '$CHIPOTLE_MODEL_DIR'}={path.parent} is a "
+                f"file; give the folder that holds the model files ({path.parent.parent})")
+    if under_make:
         d = path.parent
         where = f"MODEL_DIR={d}" if env is not None else f"the default MODEL_DIR, {d}"
         fetch = "make models" + ("" if env is None else f" MODEL_DIR={shlex.quote(str(d))}")

@@ -84,10 +84,17 @@ def test_missing_default_files_under_make(capsys, tmp_path, monkeypatch):
     assert err == (f"chipotle generate: error: checkpoint not found: {d / 'stories260K.bin'} "
                    f"(MODEL_DIR={d}); `make models MODEL_DIR='{d}'` downloads stories260K.bin "
                    f"and tok512.bin there\n"), err
-    monkeypatch.delenv("CHIPOTLE_MODEL_DIR")
-    monkeypatch.setattr("chipotle.cli.default_model_dir", lambda: tmp_path)
+    f = tmp_path / "stories260K.bin"                # MODEL_DIR naming a file, not a folder
+    f.write_bytes(b"x")
+    monkeypatch.setenv("CHIPOTLE_MODEL_DIR", str(f))
     code, out, err = run(capsys)
-    assert code == 2 and f"(the default MODEL_DIR, {tmp_path}); `make models` downloads" in err
+    assert code == 2 and err == (f"chipotle generate: error: MODEL_DIR={f} is a file; give the "
+                                 f"folder that holds the model files ({tmp_path})\n"), err
+    monkeypatch.delenv("CHIPOTLE_MODEL_DIR")
+    monkeypatch.setattr("chipotle.cli.default_model_dir", lambda: tmp_path / "none")
+    code, out, err = run(capsys)
+    assert code == 2 and f"(the default MODEL_DIR, {tmp_path / 'none'}); `make models` " \
+        "downloads" in err
 
 
 def test_missing_default_tokenizer(capsys, tmp_path, monkeypatch, tiny):
@@ -357,6 +364,9 @@ def test_make_models_and_model_dir_with_spaces(model_paths, tmp_path):
     r = subprocess.run(["make", "-s", "sim", "BACKEND=reference", "STEPS=2", "TEMPERATURE=0",
                         f"MODEL_DIR={d}"], cwd=root, capture_output=True, text=True)
     assert r.returncode == 0 and r.stdout.startswith("Once upon a time"), r.stderr
+    r = subprocess.run(["make", "-s", "models", f"MODEL_DIR={d / 'tok512.bin'}"], cwd=root,
+                       capture_output=True, text=True)
+    assert r.returncode != 0 and "is a file; give the folder" in r.stderr, r.stderr
 
 
 def test_options_of_other_backends_are_refused(capsys, tiny, tmp_path):
