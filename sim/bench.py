@@ -198,28 +198,28 @@ def main(argv: list[str] | None = None) -> int:
     model_path = args.model or default_model_dir() / DEFAULT_CHECKPOINT
     if args.model is None and not model_path.exists():   # where it looked, and the fetch hint
         from chipotle.cli import _where
-        ap.error(_where("checkpoint", model_path, "--model"))
+        ap.refuse(_where("checkpoint", model_path, "--model"))
     try:
         checkpoint = load_checkpoint(model_path)
     except (CheckpointError, OSError) as e:
-        ap.error(str(e) if str(model_path) in str(e) else f"--model {model_path}: {e}")
+        ap.refuse(str(e) if str(model_path) in str(e) else f"--model {model_path}: {e}")
     try:
         compiled = compile_model(checkpoint, config, context=args.context,
                                  placement=args.placement)
     except FitError as e:
         from chipotle.cli import config_tips
-        ap.error(config_tips(e, args.config))
+        ap.refuse(config_tips(e, args.config))
     need = max(lengths) + args.decode_steps
     if need > compiled.context:
         steps = f"{args.decode_steps} decode step{'s' * (args.decode_steps != 1)}"
         seq_len = checkpoint.config.seq_len
         if need > seq_len:   # no context helps: the prompts must be shorter
-            fix = (f"the model's seq_len is {seq_len}: give prompt lengths of at most "
-                   f"{seq_len - args.decode_steps} (--prompts)")
-        else:
-            fix = f"give --context {need} or more (at most the model's seq_len, {seq_len})"
-        ap.error(f"a {max(lengths)}-token prompt and {steps} need {need} positions; the "
-                 f"compiled context is {compiled.context}: {fix}")
+            ap.refuse(f"a {max(lengths)}-token prompt and {steps} need {need} positions, more "
+                      f"than the model's seq_len {seq_len}: give prompt lengths of at most "
+                      f"{seq_len - args.decode_steps} (--prompts)")
+        ap.refuse(f"a {max(lengths)}-token prompt and {steps} need {need} positions, more "
+                  f"than the compiled context {compiled.context}: give --context {need} or "
+                  f"more (at most the model's seq_len, {seq_len})")
     tok_path = model_path.parent / DEFAULT_TOKENIZER
     tokenizer = str(tok_path) if tok_path.exists() else None
 

@@ -151,6 +151,11 @@ class ArgumentParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {under_make(message)} ({self.prog} --help lists "
                      f"the options)\n")
 
+    def refuse(self, message: str):
+        """Exit as `error` does, for a refusal that is not about the options' syntax (a
+        missing file, a model that does not fit): without the pointer to ``--help``."""
+        self.exit(2, f"{self.prog}: error: {under_make(message)}\n")
+
 
 def build_parser() -> argparse.ArgumentParser:
     """Return the argument parser of the ``chipotle`` command."""

@@ -102,13 +102,17 @@ def test_prompt_past_the_context_is_refused(capsys, model_paths):
                     "--prompts", "1,64"])
     assert e.value.code == 2
     err = capsys.readouterr().err
-    assert "65 positions" in err and "context is 64" in err
-    assert "give --context 65 or more" in err
+    assert err == ("python -m chipotle.sim.bench: error: a 64-token prompt and 1 decode step "
+                   "need 65 positions, more than the compiled context 64: give --context 65 "
+                   "or more (at most the model's seq_len, 512)\n"), err
     # past the model's seq_len no context helps: the prompts must be shorter
     with pytest.raises(SystemExit) as e:
         bench.main(["--backend", "isasim", "--model", str(model_paths[0]), "--prompts", "600"])
     err = capsys.readouterr().err
-    assert e.value.code == 2 and "give prompt lengths of at most 511 (--prompts)" in err, err
+    assert e.value.code == 2 and err == (
+        "python -m chipotle.sim.bench: error: a 600-token prompt and 1 decode step need 601 "
+        "positions, more than the model's seq_len 512: give prompt lengths of at most 511 "
+        "(--prompts)\n"), err
 
 
 @pytest.mark.model
