@@ -199,7 +199,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default: %(default)s)")
     g.add_argument("--clock-mhz", type=clock_mhz, default=DEFAULT_CLOCK_MHZ, metavar="F",
                    help="assumed clock frequency for the tokens/s figure of the chip backends "
-                        "(default: %(default)s; docs/fpga.md gives the measured Fmax)")
+                        "(default: %(default)s; no chip has a routed Fmax yet: docs/fpga.md gives "
+                        "its timing estimates)")
     g.add_argument("--sim-threads", type=positive_int, default=1, metavar="N",
                    help="verilator: threads of the simulated model (Verilator --threads; a "
                         "build of its own).  On a 2-core machine 2 was once a quarter faster, "
