@@ -932,6 +932,23 @@ class IsaSim:
                 eps = int(t._read(i.c, 1, Dtype.I64, "epsilon")[0])
                 out = nx.rmsnorm(x[None], g, signed_imm(i.imm), eps, t._table(TableId.RSQRT),
                                  td.bits)[0]
+            elif op == Opcode.RMSNORMQ:
+                # the record dynq(rmsnorm(...)) with the int16 normalised vector in between
+                # (docs/isa.md section 4): RMSNorm's checks and errors first, then the
+                # record's, then the dynq table
+                W = self.config.word_bytes
+                x = t._read(a, n, Dtype.I16)
+                g = t._read(t._val(i.b), n, Dtype.I16, "gain")
+                eps = int(t._read(i.c, 1, Dtype.I64, "epsilon")[0])
+                y = nx.rmsnorm(x[None], g, signed_imm(i.imm), eps, t._table(TableId.RSQRT), 16)
+                t._span(d, W + n, W, "record")
+                x8, mu, b = nx.dynquant(y, t._table(TableId.DYNQ))
+                header = np.zeros(W // 2, np.int16)
+                header[0], header[1] = mu[0, 0], b[0, 0]
+                t._write(d, header, Dtype.I16)
+                t._write(d + W, x8[0], Dtype.I8)
+                self._charge(t, i, n, "vector_cycles")
+                return t.pc + 1
             elif op == Opcode.DYNQ:
                 W = self.config.word_bytes
                 t._span(d, W + n, W, "record")

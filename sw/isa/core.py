@@ -92,6 +92,7 @@ class Opcode(enum.Enum, shape=unsigned(6)):
     ROPE = 35
     SILU = 36
     WSUM = 37
+    RMSNORMQ = 38
 
     MATMUL = 48
     MATQK = 49
@@ -470,6 +471,8 @@ SPECS: dict[Opcode, OpSpec] = {
                     frozenset({Dtype.I16})),
     Opcode.SILU: _s("silu", "D A N I", frozenset({Dtype.I16}), frozenset({Dtype.I16})),
     Opcode.WSUM: _s("wsum", "D A B N I C", frozenset({Dtype.I32}), frozenset({Dtype.U16})),
+    Opcode.RMSNORMQ: _s("rmsnormq", "D A B N C SI", frozenset({Dtype.I8}),
+                        frozenset({Dtype.I16})),
     Opcode.MATMUL: _s("matmul", "D A B C N I M", _I8_16_32, "m"),
     Opcode.MATQK: _s("matqk", "D A B C N I M", _I8_16_32, "m"),
     Opcode.MATRAW: _s("matraw", "D A B N I M", frozenset({Dtype.I32}), "m"),
@@ -769,7 +772,7 @@ def vector_footprint(op: Opcode, d: int, a: int, b: int, n: int, c: int, imm: in
     reads : list of (int, int)
         ``[lo, hi)`` ranges it may read: ``a`` for ``4 n`` bytes; ``b`` (opcodes whose
         `SPECS` use it) for ``4 n`` bytes, ``wsum``'s V rows for ``n c + 4 imm``;
-        ``rmsnorm``'s epsilon at ``c`` for 8 bytes.
+        ``rmsnorm``'s and ``rmsnormq``'s epsilon at ``c`` for 8 bytes.
     write : (int, int)
         The range it may write: ``wsum`` ``4 imm`` bytes, others ``4 n + W`` (a ``dynq``
         record's header word included).
@@ -778,7 +781,7 @@ def vector_footprint(op: Opcode, d: int, a: int, b: int, n: int, c: int, imm: in
     reads = [(a, a + e)]
     if "b.reg" in SPECS[op].fields:
         reads.append((b, b + (n * c + (imm << 2) if op == Opcode.WSUM else e)))
-    if op == Opcode.RMSNORM:
+    if op in (Opcode.RMSNORM, Opcode.RMSNORMQ):
         reads.append((c, c + 8))
     write = (d, d + ((imm << 2) if op == Opcode.WSUM else e + word_bytes))
     return reads, write
@@ -974,6 +977,9 @@ def send_flits(nbytes: int, multicast: bool, config: IsaConfig) -> int:
 #: Cycles from the issue of a chunk's last source word to the cycle its result enters a slot
 #: (the word lands, the buffers fire into the lanes, four lane stages).
 _VEC_LAG = 6
+#: The same for ``RMSNORMQ``'s last pass: two more lane stages (the int16 value times the
+#: dynq multiplier, then its rounding and saturation to int8).
+_VEC_LAG_Q = _VEC_LAG + 2
 
 
 def _span(addr: int, nbytes: int, W: int) -> int:
@@ -982,14 +988,17 @@ def _span(addr: int, nbytes: int, W: int) -> int:
 
 
 def _vec_stream(chunks, slots: int, credited: bool, table: bool, state: dict,
-                wait_slots: bool = True) -> int:
+                wait_slots: bool = True, lag: int = _VEC_LAG) -> int:
     """Return the cycles of one pass of the vector unit's stream engine.
 
     ``chunks`` is a list of ``(read words, result words)`` in order; ``state["slots"]`` holds
     the words of results still waiting to be written (carried between ``WSUM``'s column
     chunks).  ``credited``: a writing pass (its chunks' results go to slots); ``table``:
-    the results go to the table RAM, not through the SRAM port.  The pass ends in the first
-    cycle in which every chunk has left the lanes and (``wait_slots``) no result waits.
+    the results go to the table RAM, not through the SRAM port.  ``lag``: cycles from the
+    issue of a chunk's last source word to its result entering a slot (`_VEC_LAG`, or
+    `_VEC_LAG_Q` for ``RMSNORMQ``'s quantising pass through the two extra lane stages).
+    The pass ends in the first cycle in which every chunk has left the lanes and
+    (``wait_slots``) no result waits.
     """
     q = state["slots"]
     cyc = 0
@@ -998,7 +1007,7 @@ def _vec_stream(chunks, slots: int, credited: bool, table: bool, state: dict,
     done_at = None
     pushes = {}
     while True:
-        if k == len(chunks) and cyc >= done_at + _VEC_LAG + 1 and not (wait_slots and q):
+        if k == len(chunks) and cyc >= done_at + lag + 1 and not (wait_slots and q):
             return cyc + 1
         port = pop = False
         if q:
@@ -1011,7 +1020,7 @@ def _vec_stream(chunks, slots: int, credited: bool, table: bool, state: dict,
             rq += 1
             if rq == chunks[k][0]:
                 if credited:
-                    pushes[cyc + _VEC_LAG] = chunks[k][1]
+                    pushes[cyc + lag] = chunks[k][1]
                 rq = 0
                 k += 1
                 done_at = cyc
@@ -1095,8 +1104,8 @@ def vector_cycles(op: Opcode, td: Dtype, ts: Dtype, n: int, imm: int = 0, c: int
             out.append((r, _span(d0 + i * ds, cnt * ds, W) if ds else 0))
         return out
 
-    def stream(chunks, credited=False, table=False, wait_slots=True):
-        return _vec_stream(chunks, slots, credited, table, state, wait_slots)
+    def stream(chunks, credited=False, table=False, wait_slots=True, lag=_VEC_LAG):
+        return _vec_stream(chunks, slots, credited, table, state, wait_slots, lag)
 
     if op in (Opcode.VADD, Opcode.VSUB, Opcode.VMUL):
         total += stream(elems(n, sk, sk, dk), True)
@@ -1111,6 +1120,13 @@ def vector_cycles(op: Opcode, td: Dtype, ts: Dtype, n: int, imm: int = 0, c: int
         total += 3 + stream(elems(n, 2, 2, dk), True)
     elif op == Opcode.DYNQ:
         total += stream(elems(n, sk)) + 3 + stream(elems(n, sk, ds=dk, d0=d + W), True)
+    elif op == Opcode.RMSNORMQ:
+        # prologue (epsilon), pass 1 sum of squares, the RMSNorm scalar step (3), pass 2
+        # max |int16 normalised| (x and gain read, nothing written), the dynq scalar step
+        # and header write (3), pass 3 recompute and quantise into the record's data
+        total += stream([(_span(c, 8, W), 0)]) + stream(elems(n, 2))
+        total += 3 + stream(elems(n, 2, 2))
+        total += 3 + stream(elems(n, 2, 2, 1, d0=d + W), True, lag=_VEC_LAG_Q)
     elif op == Opcode.SOFTMAX:
         total += stream(elems(n, 4)) + stream(elems(n, 4, ds=dk), True)
         total += 2 + stream(elems(n, 2, ds=dk, x0=d), True)

@@ -145,6 +145,95 @@ def test_dynq_record(src, case):
     np.testing.assert_array_equal(rd(sim, 0x1000 + W, n, np.int8), x8[0])
 
 
+def _rmsnormq_inputs(case, n):
+    """(x, gain, eps) int16 / int16 / int of a `test_rmsnormq_*` case."""
+    g = rand(np.int16, n, 10000, 32767)
+    eps = 671
+    if case == "random":
+        x = rand(np.int16, n, -3000, 3000)
+    elif case == "zeros":
+        x = np.zeros(n, np.int16)
+    elif case == "zeros-eps0":       # ss = 0: r = 0, the normalised vector and record are 0
+        x, eps = np.zeros(n, np.int16), 0
+    elif case == "extremes":
+        x = np.where(np.arange(n) % 2, 32767, -32768).astype(np.int16)
+        g = np.where(np.arange(n) % 3, 32767, -32768).astype(np.int16)
+    elif case == "outlier":          # one element dominates: the others quantise to ~0
+        x = rand(np.int16, n, -40, 40)
+        x[n // 3] = -32768
+        g = rand(np.int16, n, -32768, 32767)
+    else:                            # "tiny": |y| of a few units, b of 0 .. 2
+        x = rand(np.int16, n, -3000, 3000)
+        g = rand(np.int16, n, -3, 3)
+    return x, g, eps
+
+
+@pytest.mark.parametrize("case", ["random", "zeros", "zeros-eps0", "extremes", "outlier",
+                                  "tiny"])
+@pytest.mark.parametrize("n, shift", [(64, 0), (172, 2), (1, 0), (13, -6), (9, 40),
+                                      (64, -15)])
+def test_rmsnormq_equals_rmsnorm_then_dynq(case, n, shift):
+    """The fused rmsnormq record is bit for bit the record of rmsnorm.i16.i16 + dynq.i8.i16,
+    and dynquant(rmsnorm(...)) of the golden model; negative shifts saturate the int16
+    normalised vector (its max-abs is then 32767 or 32768)."""
+    x, g, eps = _rmsnormq_inputs(case, n)
+    data = [(0, x), (0x400, g), (0x600, np.array([eps], "<i8"))]
+    fused = run1(f"rmsnormq.i8.i16 0x1000, 0x0, 0x400, {n}, 0x600, {shift}", data)
+    pair = run1(f"rmsnorm.i16.i16 0x800, 0x0, 0x400, {n}, 0x600, {shift}\n"
+                f"dynq.i8.i16 0x1000, 0x800, {n}", data)
+    rec = W + -(-n // W) * W
+    np.testing.assert_array_equal(rd(fused, 0x1000, rec, np.uint8),
+                                  rd(pair, 0x1000, rec, np.uint8))
+    y = nx.rmsnorm(x[None], g, shift, eps, nx.rsqrt_table())
+    x8, mu, b = nx.dynquant(y, nx.dynquant_table())
+    hdr = rd(fused, 0x1000, W // 2, np.int16)
+    assert (hdr[0], hdr[1]) == (mu[0, 0], b[0, 0]) and not hdr[2:].any()
+    np.testing.assert_array_equal(rd(fused, 0x1000 + W, n, np.int8), x8[0])
+    if shift < 0 and case in ("extremes", "outlier"):
+        assert np.abs(y.astype(np.int64)).max() >= 32767       # the saturating edge is hit
+    cyc = [fused.tile((0, 0)).perf.vector_cycles, pair.tile((0, 0)).perf.vector_cycles]
+    assert cyc[0] < cyc[1]
+
+
+@pytest.mark.parametrize("program, code", [
+    ("rmsnormq.i8.i16 0x1000, 0x0, 0x400, 0, 0x600, 0", ErrorCode.SHAPE),
+    ("rmsnormq.i8.i16 0x1000, 0x1, 0x400, 8, 0x600, 0", ErrorCode.ALIGN),
+    ("rmsnormq.i8.i16 0x1000, 0x0, 0x400, 8, 0x604, 0", ErrorCode.ALIGN),
+    ("rmsnormq.i8.i16 0x1004, 0x0, 0x400, 8, 0x600, 0", ErrorCode.ALIGN),
+    ("rmsnormq.i8.i16 0x7ff8, 0x0, 0x400, 8, 0x600, 0", ErrorCode.SRAM_RANGE),
+    ("rmsnormq.i8.i16 0x1000, 0x0, 0x400, 8, 0x600, -40", ErrorCode.ARITH),
+    # the negative shift (RMSNorm's ARITH) is found before the misaligned record
+    ("rmsnormq.i8.i16 0x1004, 0x0, 0x400, 8, 0x600, -40", ErrorCode.ARITH),
+    ("rmsnormq.i8.i16 0x1000, 0x0, 0x400, 8, 0x608, 0", ErrorCode.ARITH),   # eps < 0: ss < 0
+])
+def test_rmsnormq_errors(program, code):
+    """rmsnormq refuses as RMSNorm does, then as the record's dynq does; writes nothing."""
+    sim = IsaSim(1, 1, CFG)
+    sim.write((0, 0), 0x0, rand(np.int16, 8, -3000, 3000))
+    sim.write((0, 0), 0x400, rand(np.int16, 8, 10000, 32767))
+    sim.write((0, 0), 0x600, np.array([671, -(1 << 40)], "<i8"))
+    sim.write((0, 0), 0x1000, np.full(32, 0x55, np.uint8))
+    sim.load_program((0, 0), tables(sim) + "\n" + program + "\nhalt")
+    sim.start((0, 0))
+    sim.run()
+    t = sim.tile((0, 0))
+    assert t.error == code, t.error_message
+    np.testing.assert_array_equal(rd(sim, 0x1000, 32, np.uint8), np.full(32, 0x55))
+
+
+def test_rmsnormq_needs_both_tables():
+    for missing in (TableId.RSQRT, TableId.DYNQ):
+        sim = IsaSim(1, 1, IsaConfig(sram_bytes=32768))
+        loads = "\n".join(ln for ln in tables(sim).splitlines()
+                          if missing.name.lower() not in ln)
+        sim.load_program((0, 0), loads + "\nrmsnormq.i8.i16 0x1000, 0x0, 0x400, 8, 0x600, 0"
+                                 "\nhalt")
+        sim.write((0, 0), 0x600, np.array([671], "<i8"))
+        sim.start((0, 0))
+        sim.run()
+        assert sim.tile((0, 0)).error == ErrorCode.TABLE
+
+
 @pytest.mark.parametrize("T", [1, 7, 200])
 def test_softmax(T):
     t = rand(np.int32, T, -40000, 40000)
