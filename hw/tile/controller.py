@@ -623,14 +623,15 @@ class Controller(wiring.Component):
 
         # The class of an instruction in state Issue and, for a vector instruction, its
         # footprint (chipotle.isa.core.vector_footprint: a for 4 n bytes, b for 4 n (wsum:
-        # n c + 4 imm), rmsnorm's epsilon 8 bytes at c; writes d for 4 n + W (wsum: 4 imm)).
+        # n c + 4 imm), rmsnorm's and rmsnormq's epsilon 8 bytes at c; writes d for 4 n + W
+        # (wsum: 4 imm)).
         # Execute decides from the pre-decode (`pd`), not from these.
         opv = ins.op.as_value()
         vec_ops = [o for o in Opcode if o.value >> 4 in (1, 2)]
         is_vec = Cat(*(opv == o.value for o in vec_ops)).any()
         uses_b = Cat(*(opv == o.value for o in vec_ops if "b.reg" in SPECS[o].fields)).any()
         is_wsum = opv == Opcode.WSUM.value
-        is_rms = opv == Opcode.RMSNORM.value
+        is_rms = (opv == Opcode.RMSNORM.value) | (opv == Opcode.RMSNORMQ.value)
         is_ld = opv == Opcode.LD.value
         is_st = opv == Opcode.ST.value
         is_copy = opv == Opcode.COPY.value

@@ -283,6 +283,10 @@ class VectorUnit(wiring.Component):
 
         cmd = Signal(VectorCommand)
         op = cmd.op
+        # The type the lanes saturate to (registered with the command): td, but int16 for
+        # RMSNORMQ, whose lanes compute RMSNorm's int16 values (its int8 results come from
+        # the two extra stages, `ext`)
+        ltd = Signal(Dtype)
         td_k = Signal(2)            # log2 of the destination element size
         ts_k = Signal(2)
         ts_sgn = Signal()
@@ -417,6 +421,19 @@ class VectorUnit(wiring.Component):
                     m.d.comb += [lmode.eq(_Lane.SQ), red.eq(_Red.SUM)]
                 with m.Else():
                     m.d.comb += [use_y.eq(1), lmode.eq(_Lane.NORM), wr.eq(1)]
+            with m.Case(Opcode.RMSNORMQ):
+                # pass 1 as RMSNorm's; pass 2 RMSNorm's lanes into a max-abs reduction of
+                # their int16 results (no write); pass 3 the same lanes, then the extra
+                # stages requantise each int16 result to int8 (`ext`), written at D + W
+                m.d.comb += [xk.eq(1), xs.eq(1), yk.eq(1), ys.eq(1)]
+                with m.If(ps == _PRO):
+                    m.d.comb += xk.eq(3)
+                with m.Elif(ps == _P1):
+                    m.d.comb += [lmode.eq(_Lane.SQ), red.eq(_Red.SUM)]
+                with m.Elif(ps == _P2):
+                    m.d.comb += [use_y.eq(1), lmode.eq(_Lane.NORM), red.eq(_Red.MAXABS)]
+                with m.Else():
+                    m.d.comb += [use_y.eq(1), lmode.eq(_Lane.NORM), wr.eq(1)]
             with m.Case(Opcode.DYNQ):
                 with m.If(ps == _P1):
                     m.d.comb += [lmode.eq(_Lane.PASS), red.eq(_Red.MAXABS)]
@@ -535,6 +552,17 @@ class VectorUnit(wiring.Component):
             m.d.sync += busflag.eq(1)
         v4 = vpipe[3]
         m4_cnt, m4_i, m4_ad = mpipe[3]
+        # RMSNORMQ's pass 3: two more lane stages (5: the int16 value times the dynq
+        # multiplier; 6: its rounding and saturation to int8); the results leave there
+        is_q = Signal()             # the command is RMSNORMQ (registered with it)
+        ext = Signal()              # ... in its pass 3
+        qsat = Signal()             # ... in its pass 2 (the reduction sees int16 values)
+        m.d.comb += [ext.eq(is_q & (ps == _P3)), qsat.eq(is_q & (ps == _P2))]
+        v5, v6 = Signal(), Signal()
+        m5 = (Signal(range(V + 1), name="m5_cnt"), Signal(AW, name="m5_ad"))
+        m6 = (Signal(range(V + 1), name="m6_cnt"), Signal(AW, name="m6_ad"))
+        m.d.sync += [v5.eq(v4 & ext), v6.eq(v5), m5[0].eq(m4_cnt), m5[1].eq(m4_ad),
+                     m6[0].eq(m5[0]), m6[1].eq(m5[1])]
 
         # -- element extraction ---------------------------------------------------------------
         def extract(words, off, k, sgn, count, prefix, need):
@@ -572,9 +600,9 @@ class VectorUnit(wiring.Component):
         # fits when its bits from the type's sign bit up (signed) or above its width
         # (unsigned) are all equal to its sign; otherwise it takes the bound of its sign.
         # Reductions of the high bits instead of two comparisons against the bounds.
-        sat_lo = Signal(64)         # the bounds of td, as 64-bit two's complement
+        sat_lo = Signal(64)         # the bounds of ltd, as 64-bit two's complement
         sat_hi = Signal(64)
-        with m.Switch(cmd.td):
+        with m.Switch(ltd):
             for dt, bits in _DTYPES_SIGNED_BITS.items():
                 with m.Case(dt):
                     m.d.comb += [sat_lo.eq((-(1 << (bits - 1))) & ((1 << 64) - 1)),
@@ -597,7 +625,7 @@ class VectorUnit(wiring.Component):
                     hi_all = hi_all & v[k:nxt].all()
                 any_from[k], all_from[k] = hi_any, hi_all
             fits = Signal(name=f"{name}_fits")
-            with m.Switch(cmd.td):
+            with m.Switch(ltd):
                 for dt, bits in _DTYPES_SIGNED_BITS.items():
                     with m.Case(dt):
                         m.d.comb += fits.eq(~any_from[bits - 1] | all_from[bits - 1])
@@ -607,7 +635,9 @@ class VectorUnit(wiring.Component):
             return Mux(fits, v[:64], Mux(sign, sat_lo, sat_hi))
 
         s_imm = cmd.imm.as_signed()
-        s4_q, s4_r = [], []
+        s4_q, s4_r, s6_r = [], [], []
+        mult2 = Signal(16)          # RMSNORMQ: the dynq multiplier of stage 5 ...
+        shamt2 = Signal(5)          # ... and its shift 9 + b (b <= 15: |int16| <= 2**15)
         for lane in range(V):
             x = xe[lane]
             partner = xe[lane ^ 1]
@@ -709,19 +739,35 @@ class VectorUnit(wiring.Component):
                                      len(t4) - _SH_W + 1))))
             s4q = Signal(signed(40), name=f"s4_q_{lane}")
             s4r = Signal(64, name=f"s4_r_{lane}")
-            m.d.sync += [s4q.eq(q), s4r.eq(saturate(q, f"sat{lane}"))]
+            satq = saturate(q, f"sat{lane}")
+            # s4q, the reductions' input: q, or (RMSNORMQ's pass 2) the saturated value
+            m.d.sync += [s4q.eq(Mux(qsat, satq[:40], q)), s4r.eq(satq)]
             s4_q.append(s4q)
             s4_r.append(s4r)
+
+            # stages 5 and 6 (RMSNORMQ's pass 3): requant(y16, mult2, shamt2) to int8, the
+            # rounding as in stage 4 (shamt2 >= 9); a 17 x 17 multiplier per lane
+            s5p = Signal(signed(33), name=f"s5_p_{lane}")
+            m.d.sync += s5p.eq(s4r[:16].as_signed() * mult2)
+            u6 = Signal(signed(34), name=f"u6_{lane}")
+            m.d.comb += u6.eq(Cat(Const(0, 1), s5p).as_signed() >> shamt2)
+            r6 = Signal(signed(34), name=f"r6_{lane}")
+            m.d.comb += r6.eq((u6 >> 1) + u6[0])
+            hi6 = r6[7:]
+            s6r = Signal(8, name=f"s6_r_{lane}")
+            m.d.sync += s6r.eq(Mux(hi6.all() | ~hi6.any(), r6[:8],
+                                   Mux(r6[-1], Const(0x80, 8), Const(0x7F, 8))))
+            s6_r.append(s6r)
 
         # scalar-step table reads: RSQRT / RECIP on their memory's port, DYNQ on lane 0's
         rsq_addr = Signal(10)
         rcp_addr = Signal(8)
         dq_addr = Signal(8)
         m.d.comb += [
-            sc_rp.addr.eq(Mux(op == Opcode.RMSNORM, rsq_addr,
+            sc_rp.addr.eq(Mux(is_op(Opcode.RMSNORM, Opcode.RMSNORMQ), rsq_addr,
                               rcp_addr + tab_off[TableId.RECIP])),
-            exp_addrs[0].eq(Mux(op == Opcode.DYNQ, dq_addr + tab_off[TableId.DYNQ],
-                                lane_tidx[0][:8])),
+            exp_addrs[0].eq(Mux(is_op(Opcode.DYNQ, Opcode.RMSNORMQ),
+                                dq_addr + tab_off[TableId.DYNQ], lane_tidx[0][:8])),
         ]
         rsq_data = rcp_data = sc_rp.data
         dq_data = exp_data[0]
@@ -751,8 +797,8 @@ class VectorUnit(wiring.Component):
         # A result is pushed into a slot: a chunk's lanes at v4 (wr, or tw: table entries),
         # a WSUM column's accumulators, or a reduction's single result (wfinal).
         wfinal = Signal()
-        wcnt = Mux(wfinal, 1, Mux(op == Opcode.WSUM, cnt, m4_cnt))
-        wad = Mux(wfinal, cmd.d[:AW], Mux(op == Opcode.WSUM, ad, m4_ad))
+        wcnt = Mux(wfinal, 1, Mux(op == Opcode.WSUM, cnt, Mux(ext, m6[0], m4_cnt)))
+        wad = Mux(wfinal, cmd.d[:AW], Mux(op == Opcode.WSUM, ad, Mux(ext, m6[1], m4_ad)))
         final_v = Signal(64)
         m.d.comb += final_v.eq(saturate(Mux(op == Opcode.ARGMAX, accidx, acc), "sat_final"))
         lane_v = []
@@ -762,7 +808,9 @@ class VectorUnit(wiring.Component):
                 m.d.comb += v.eq(Mux(wfinal, final_v, Mux(op == Opcode.WSUM, wacc[0], s4_r[0])))
             else:
                 m.d.comb += v.eq(Mux(op == Opcode.WSUM, wacc[lane], s4_r[lane]))
-            lane_v.append(v)
+            vq = Signal(64, name=f"wq{lane}")     # RMSNORMQ's int8 results (td is i8)
+            m.d.comb += vq.eq(Mux(ext, s6_r[lane], v))
+            lane_v.append(vq)
         packed = Signal(8 * 8 * V)
         pmask = Signal(8 * V)
         with m.Switch(td_k):
@@ -948,6 +996,15 @@ class VectorUnit(wiring.Component):
                       + [(~loaded_bit(TableId.RSQRT), ErrorCode.TABLE),
                          (_gt_pow2(n, 16), ErrorCode.ARITH)], chk)
                 chain(opnd("d", D, n, td_k), dchk)
+            with m.Case(Opcode.RMSNORMQ):
+                # RMSNorm's checks, then (after its pass 1 and scalar step, as the ISA
+                # simulator finds them) the record's and the dynq table's
+                chain(shape0 + opnd("a", A, n, 1) + opnd("b", B, n, 1)
+                      + opnd("c", cmd.c, 1, 3)
+                      + [(~loaded_bit(TableId.RSQRT), ErrorCode.TABLE),
+                         (_gt_pow2(n, 16), ErrorCode.ARITH)], chk)
+                chain(opnd("d", D, n + W, 0, wb)
+                      + [(~loaded_bit(TableId.DYNQ), ErrorCode.TABLE)], dchk)
             with m.Case(Opcode.DYNQ):
                 chain(shape0 + opnd("d", D, n + W, 0, wb) + opnd("a", A, n, ts_k)
                       + [(~loaded_bit(TableId.DYNQ), ErrorCode.TABLE)], chk)
@@ -1005,6 +1062,13 @@ class VectorUnit(wiring.Component):
                         m.next = "Dynq-Index"
                     with m.Else():
                         finish()
+                with m.Case(Opcode.RMSNORMQ):
+                    with m.If(ps == _P1):
+                        m.next = "Rsqrt-Sum"
+                    with m.Elif(ps == _P2):
+                        m.next = "Dynq-Index"
+                    with m.Else():
+                        finish()
                 with m.Case(Opcode.SOFTMAX):
                     with m.If(ps == _P1):
                         start_pass(_P2)
@@ -1030,7 +1094,8 @@ class VectorUnit(wiring.Component):
         m.d.comb += nv.eq(Mux(op == Opcode.ROPE, cmd.n, acc.as_unsigned()))
         nb = _lod(m, nv, "norm_lod")
         nk = Signal(6)              # the bit brought to bit 8
-        m.d.comb += nk.eq(Mux(op == Opcode.RMSNORM, (nb >> 1) << 1, nb))
+        m.d.comb += nk.eq(Mux((op == Opcode.RMSNORM) | (is_q & (ps == _P1)), (nb >> 1) << 1,
+                              nb))
         ni = Signal(10)             # 0 (nv = 0), else in [256, 1024) (in [256, 512) but RMSNorm)
         # ni = (nv << 8) >> nk, 10 bits of it: a right shifter, largest step first, each
         # step only as wide as what is left needs
@@ -1049,8 +1114,11 @@ class VectorUnit(wiring.Component):
             with m.State("Idle"):
                 m.d.comb += [self.i_cmd.ready.eq(1), self.busy.eq(0)]
                 with m.If(self.i_cmd.valid):
-                    m.d.sync += [cmd.eq(self.i_cmd.payload), cyc.eq(1), busflag.eq(0),
-                                 err.eq(ErrorCode.NONE)]
+                    pl = self.i_cmd.payload
+                    pq = pl.op == Opcode.RMSNORMQ
+                    m.d.sync += [cmd.eq(pl), cyc.eq(1), busflag.eq(0),
+                                 err.eq(ErrorCode.NONE), is_q.eq(pq),
+                                 ltd.eq(Mux(pq, Dtype.I16, pl.td))]
                     m.next = "Check-Product"
 
             with m.State("Check-Product"):
@@ -1084,7 +1152,7 @@ class VectorUnit(wiring.Component):
                         with m.Case(Opcode.SILU):
                             m.d.sync += [shamt.eq(15),
                                          sj.eq(Mux(cmd.imm - 6 > 16, 16, cmd.imm - 6))]
-                    with m.If(is_op(Opcode.REQM, Opcode.RMSNORM)):
+                    with m.If(is_op(Opcode.REQM, Opcode.RMSNORM, Opcode.RMSNORMQ)):
                         start_pass(_PRO)
                     with m.Else():
                         start_pass(_P1)
@@ -1092,7 +1160,7 @@ class VectorUnit(wiring.Component):
 
             with m.State("Stream"):
                 m.d.comb += in_stream.eq(1)
-                drained = rd_done & ~pend & ~fire & ~Cat(*vpipe).any()
+                drained = rd_done & ~pend & ~fire & ~Cat(*vpipe, v5, v6).any()
                 with m.If(drained):
                     with m.If(ps == _PRO):
                         with m.If(op == Opcode.REQM):
@@ -1150,7 +1218,10 @@ class VectorUnit(wiring.Component):
                              mu.eq(Mux(acc == 0, 0, 512 + (ni[:8] << 1) + 1))]
                 m.next = "Dynq-Scale"
             with m.State("Dynq-Scale"):
-                m.d.sync += [mult.eq(dq_data), shamt.eq(9 + bexp)]
+                with m.If(is_q):        # (RMSNorm's multiplier and shift stay for pass 3)
+                    m.d.sync += [mult2.eq(dq_data), shamt2.eq(9 + bexp)]
+                with m.Else():
+                    m.d.sync += [mult.eq(dq_data), shamt.eq(9 + bexp)]
                 m.next = "Dynq-Header"
             with m.State("Dynq-Header"):
                 m.d.comb += [
@@ -1159,7 +1230,7 @@ class VectorUnit(wiring.Component):
                     self.bus.wmask.eq((1 << W) - 1),
                 ]
                 with m.If(self.bus.ready):
-                    start_pass(_P2)
+                    start_pass(Mux(is_q, _P3, _P2))
                     m.next = "Stream"
 
             with m.State("Recip-Index"):
@@ -1187,7 +1258,9 @@ class VectorUnit(wiring.Component):
                 with m.Case(_PRO):
                     m.d.sync += ax.eq(Mux(op == Opcode.REQM, cmd.b, cmd.c))
                 with m.Case(_P3):
-                    m.d.sync += ax.eq(cmd.d)
+                    m.d.sync += ax.eq(Mux(is_q, cmd.a, cmd.d))
+                    with m.If(is_q):
+                        m.d.sync += ad.eq(cmd.d + W)
                 with m.Default():
                     m.d.sync += ax.eq(Mux(op == Opcode.WSUM, cmd.b, cmd.a))
                     with m.If(op == Opcode.WSUM):
@@ -1214,8 +1287,10 @@ class VectorUnit(wiring.Component):
             m.d.sync += first.eq(0)
             with m.If(op == Opcode.WSUM):
                 m.d.sync += [w.eq(w + s4_q[lane][:32]) for lane, w in enumerate(wacc)]
-            with m.If(wr | tw):
+            with m.If((wr | tw) & ~ext):
                 m.d.comb += push.eq(1)
+        with m.If(v6 & wr):
+            m.d.comb += push.eq(1)
 
         with m.If(self.busy & ~self.o_done.valid):
             m.d.sync += cyc.eq(cyc + 1)

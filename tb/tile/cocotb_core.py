@@ -19,6 +19,7 @@ import numpy as np
 from cocotb.triggers import ReadOnly, RisingEdge
 from tbcore import CORE_CONFIGS, CoreBench
 
+from chipotle.golden import numerics as nx
 from chipotle.hw.tile.controller import ControllerState
 from chipotle.isa import assemble
 from chipotle.isa.core import ErrorCode, Instr, Len, Opcode, encode
@@ -380,8 +381,32 @@ async def vector_dispatch(dut):
     """)
     for prog, code in (("vadd.i16.i16 0x101, 0x200, 0x300, 4", ErrorCode.ALIGN),
                        ("softmax.u16.i32 0x100, 0x200, 4", ErrorCode.TABLE),
-                       ("rsum.i32.i16 0x100, 0x200, 0", ErrorCode.SHAPE)):
+                       ("rsum.i32.i16 0x100, 0x200, 0", ErrorCode.SHAPE),
+                       ("rmsnormq.i8.i16 0x800, 0x200, 0x300, 8, 0x380, 0", ErrorCode.TABLE)):
         await tb.check_program(prog, prog + "\nhalt", expect=code)
+    # rmsnormq (RMSNorm + dynq into a record) with its tables: a plain and a saturating
+    # shift, a vadd reading both records' data right after them (RAW through the
+    # scoreboard's footprints), and a misaligned record (ALIGN after pass 1)
+    image = tb.image()
+    image[0x1000:0x1000 + 2 * 768] = np.frombuffer(nx.rsqrt_table().astype("<u2").tobytes(),
+                                                   np.uint8)
+    image[0x1600:0x1600 + 2 * 256] = np.frombuffer(
+        nx.dynquant_table().astype("<u2").tobytes(), np.uint8)
+    image[0x380:0x388] = np.frombuffer(np.array([671], "<i8").tobytes(), np.uint8)
+    await tb.check_program("rmsnormq", """
+        table rsqrt, 0x1000
+        table dynq, 0x1600
+        rmsnormq.i8.i16 0x800, 0x200, 0x300, 40, 0x380, 0
+        rmsnormq.i8.i16 0x900, 0x200, 0x300, 24, 0x380, -9
+        vadd.i8.i8 0xa00, 0x810, 0x910, 16
+        halt
+    """, image)
+    await tb.check_program("rmsnormq misaligned record", """
+        table rsqrt, 0x1000
+        table dynq, 0x1600
+        rmsnormq.i8.i16 0x804, 0x200, 0x300, 8, 0x380, 0
+        halt
+    """, image, expect=ErrorCode.ALIGN)
     _dump(tb)
 
 

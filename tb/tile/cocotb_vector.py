@@ -223,8 +223,11 @@ async def tables_missing_then_load(dut):
     tb = VectorBench(dut)
     await tb.start()
     s = tb.stim
-    for case in (s.rmsnorm(8), s.dynq(8, Dtype.I16), s.softmax(8), s.silu(8)):
+    for case in (s.rmsnorm(8), s.dynq(8, Dtype.I16), s.softmax(8), s.silu(8), s.rmsnormq(8)):
         await tb.run(case, expect=ErrorCode.TABLE)
+    # rmsnormq needs the dynq table too (found after its pass 1)
+    await tb.run(s.table_case(TableId.RSQRT))
+    await tb.run(s.rmsnormq(9), expect=ErrorCode.TABLE)
     bad = s.table_case(TableId.EXP2)
     for name, upd, code in (("odd address", {"a": CFG.A + 1}, ErrorCode.ALIGN),
                             ("past the end", {"a": CFG.sram_bytes - 256}, ErrorCode.SRAM_RANGE),
@@ -232,7 +235,7 @@ async def tables_missing_then_load(dut):
         await tb.run(Case(f"table {name}", {**bad.cmd, **upd}), expect=code)
     await tb.load_tables()
     # now they run; softmax needs both exp2 and recip
-    for case in (s.rmsnorm(8), s.dynq(8, Dtype.I16), s.softmax(8), s.silu(8)):
+    for case in (s.rmsnorm(8), s.dynq(8, Dtype.I16), s.softmax(8), s.silu(8), s.rmsnormq(8)):
         await tb.run(case, expect=ErrorCode.NONE)
     # a table load replaces the table: load exp2 from garbage, then the real one again
     await tb.run(Case("exp2 garbage", {"op": Opcode.TABLE, "a": CFG.B, "c": 1}))
@@ -334,6 +337,32 @@ async def rmsnorm(dut):
         x[:] = x // 64
         x[17] = -32768
     cases.append(_edit_source(s.rmsnorm(64), np.int16, outlier, " outlier"))
+    await tb.run_all(_sample(cases, keep=range(0, len(cases), 2)))
+    await tb.stop()
+
+
+@cocotb.test(timeout_time=TIMEOUT_US, timeout_unit="us")
+async def rmsnormq(dut):
+    """rmsnormq (RMSNorm + dynq into a record): random rows at every length, all-zero (eps 0
+    and > 0), extremes, int16 saturation of both signs (full-scale rows and gains, negative
+    shifts), an outlier, tiny gains (small max-abs: left-shifted dynq index), shifts that sweep
+    the leading-one position of the int16 max-abs; each record equals the reference's, which
+    is the golden dynquant(rmsnorm); cycles equal vector_cycles."""
+    tb = VectorBench(dut, seed=SEED + 10)
+    await tb.start()
+    await tb.load_tables()
+    s = tb.stim
+    cases = [s.rmsnormq(n) for n in s.lengths()]
+    cases += [s.rmsnormq(64, "zero"), s.rmsnormq(64, "zero", eps=0),
+              s.rmsnormq(172, "min"), s.rmsnormq(172, "max"), s.rmsnormq(V, "minmax", eps=0),
+              s.rmsnormq(13, "sat", shift=-8), s.rmsnormq(V + 1, "sat", shift=-3),
+              s.rmsnormq(64, "sat", shift=-15), s.rmsnormq(64, "min", shift=-6),
+              s.rmsnormq(64, "max", shift=-6), s.rmsnormq(172, "outlier"),
+              s.rmsnormq(64, "tiny"), s.rmsnormq(13, shift=3), s.rmsnormq(13, shift=-5),
+              s.rmsnormq(9, shift=200), s.rmsnormq(1), s.rmsnormq(1, "min", shift=-4),
+              s.rmsnormq(64, eps=(1 << 62)), s.rmsnormq(172, shift=2)]
+    for k in range(0, 16):   # the int16 max-abs from a few units to saturation: its
+        cases.append(s.rmsnormq(V + 3, shift=14 - k))   # leading-one positions ~2 .. 15
     await tb.run_all(_sample(cases, keep=range(0, len(cases), 2)))
     await tb.stop()
 
@@ -448,6 +477,15 @@ async def errors(dut):
     mod(rn, "negative shift beats D range", E.ARITH, d=end - 8, imm=(-40) & 0xFFFF)
     mod(rn, "gain past the end", E.SRAM_RANGE, b=end - 4)
     cases.append((s.rmsnorm(8, eps=-(1 << 62)), None))
+    rq8 = s.rmsnormq(16)
+    mod(rq8, "negative shift", E.ARITH, imm=(-40) & 0xFFFF)
+    mod(rq8, "eps misaligned", E.ALIGN, c=CFG.P + 4)
+    mod(rq8, "A misaligned", E.ALIGN, a=CFG.A + 1)
+    mod(rq8, "record misaligned (after pass 1)", E.ALIGN, d=CFG.D + 2)
+    mod(rq8, "record past the end (after pass 1)", E.SRAM_RANGE, d=end - W - 8)
+    mod(rq8, "negative shift beats the record", E.ARITH, d=CFG.D + 4, imm=(-40) & 0xFFFF)
+    mod(rq8, "gain past the end", E.SRAM_RANGE, b=end - 4)
+    cases.append((s.rmsnormq(8, eps=-(1 << 62)), None))
     dq = s.dynq(20, Dtype.I32)
     mod(dq, "record misaligned", E.ALIGN, d=CFG.D + 4)
     mod(dq, "record past the end", E.SRAM_RANGE, d=end - W - 16)
@@ -496,7 +534,8 @@ async def timing(dut):
                      s.reduction(Opcode.RSUM, n, Dtype.I32, Dtype.I16),
                      s.reduction(Opcode.ARGMAX, n, Dtype.I32, Dtype.I32),
                      s.rmsnorm(n), s.dynq(n, Dtype.I16), s.dynq(n, Dtype.I32),
-                     s.softmax(n), s.rope(n // 8, 8), s.silu(n), s.wsum(n, 8, stride=8)):
+                     s.softmax(n), s.rope(n // 8, 8), s.silu(n), s.wsum(n, 8, stride=8),
+                     s.rmsnormq(n)):
             cmd = case.cmd
             await tb.run(case, full=False)
             rows.append({"name": case.name, "op": cmd["op"].name.lower(), "n": cmd["n"],

@@ -354,6 +354,39 @@ class Stimulus:
                      "n": n, "c": c, "imm": shift & 0xFFFF},
                     [(a, x.tobytes()), (b, g.tobytes()), (c, np.array([eps], "<i8").tobytes())])
 
+    def rmsnormq(self, n, kind="random", shift=0, eps=671):
+        """``rmsnormq.i8.i16``: RMSNorm then dynq into a record at a word-aligned D.
+
+        Kinds: ``random``; ``zero`` (with ``eps`` 0: the all-zero record); ``min`` / ``max``
+        / ``minmax`` rows; ``sat`` (full-scale rows and gains: with a negative ``shift`` the
+        int16 normalised values saturate, both signs); ``outlier`` (one -32768 among small
+        values: the others quantise to about 0); ``tiny`` (gains of a few units: small
+        max-abs, a left-shifted dynq index)."""
+        cfg = self.cfg
+        W = cfg.word_bytes
+        a = cfg.A + self.off(2)
+        b = cfg.B + self.off(2)
+        d = cfg.D + W * self.prng.randrange(3)
+        c = cfg.P + 8 * self.prng.randrange(4)
+        g = self.rng.integers(-32767, 32767, n, endpoint=True).astype(np.int16)
+        if kind == "random":
+            x = (self.rng.normal(0, 1200, n)).clip(-32768, 32767).astype(np.int16)
+        elif kind == "sat":
+            x = self.values(Dtype.I16, n, "minmax")
+            g = self.values(Dtype.I16, n, "minmax")
+        elif kind == "outlier":
+            x = self.rng.integers(-40, 40, n, endpoint=True).astype(np.int16)
+            x[self.rng.integers(0, n)] = -32768
+        elif kind == "tiny":
+            x = (self.rng.normal(0, 1200, n)).clip(-32768, 32767).astype(np.int16)
+            g = self.rng.integers(-3, 3, n, endpoint=True).astype(np.int16)
+        else:
+            x = self.values(Dtype.I16, n, kind)
+        return Case(f"rmsnormq n={n} {kind} shift={shift} eps={eps}",
+                    {"op": Opcode.RMSNORMQ, "td": Dtype.I8, "ts": Dtype.I16, "d": d, "a": a,
+                     "b": b, "n": n, "c": c, "imm": shift & 0xFFFF},
+                    [(a, x.tobytes()), (b, g.tobytes()), (c, np.array([eps], "<i8").tobytes())])
+
     def dynq(self, n, ts, kind="random", outlier=False):
         cfg = self.cfg
         W = cfg.word_bytes

@@ -131,8 +131,31 @@ def test_fused_pysim():
     s = _stim(3)
     cases = [s.table_case(tid, 0) for tid in TableId]
     cases += [s.rmsnorm(12), s.dynq(13, Dtype.I16), s.dynq(9, Dtype.I32, outlier=True),
-              s.softmax(11), s.rope(2, 8), s.silu(10), s.wsum(5, 11)]
+              s.softmax(11), s.rope(2, 8), s.silu(10), s.wsum(5, 11), s.rmsnormq(21)]
     _run(cases)
+
+
+def test_rmsnormq_pysim():
+    """rmsnormq against the ISA simulator (the golden dynquant(rmsnorm)): random, saturating
+    int16 values of both signs, an outlier, tiny values, all-zero rows with eps 0 and > 0,
+    lengths 1 .. 2 chunks, and its refusals (the record's, after RMSNorm's ARITH)."""
+    s = _stim(4)
+    cases = [s.table_case(TableId.RSQRT, 0), s.table_case(TableId.DYNQ, 0)]
+    cases += [s.rmsnormq(n) for n in (1, 7, 8, 9, 16, 64)]
+    cases += [s.rmsnormq(13, "sat", shift=-8), s.rmsnormq(8, "sat", shift=-3),
+              s.rmsnormq(17, "min", shift=-6), s.rmsnormq(17, "max", shift=-6),
+              s.rmsnormq(11, "outlier"), s.rmsnormq(12, "tiny"),
+              s.rmsnormq(10, "zero", eps=0), s.rmsnormq(10, "zero"),
+              s.rmsnormq(9, shift=40), s.rmsnormq(9, shift=3)]
+    good = s.rmsnormq(8)
+    bad_d = Case("rmsnormq misaligned record", dict(good.cmd, d=good.cmd["d"] + 4), good.writes)
+    bad_s = Case("rmsnormq negative shift, misaligned record",
+                 dict(good.cmd, d=good.cmd["d"] + 4, imm=(-40) & 0xFFFF), good.writes)
+    far = Case("rmsnormq record past the end", dict(good.cmd, d=CFG.sram_bytes - 8))
+    cases += [bad_d, bad_s, far]
+    res = _run(cases)
+    assert [e for _, e, _ in res[-3:]] == [ErrorCode.ALIGN, ErrorCode.ARITH,
+                                          ErrorCode.SRAM_RANGE]
 
 
 def test_errors_pysim():
@@ -166,7 +189,7 @@ def test_other_geometries_pysim(lanes, word_bytes):
               s.reduction(Opcode.ARGMAX, 13, Dtype.I16, Dtype.I8, "ties"),
               s.reduction(Opcode.RSUMSQ, 7, Dtype.I64, Dtype.I16, "min"),
               s.rmsnorm(9), s.dynq(10, Dtype.I32), s.softmax(9), s.rope(3, 6),
-              s.silu(7), s.wsum(4, 2 * lanes + 1)]
+              s.silu(7), s.wsum(4, 2 * lanes + 1), s.rmsnormq(11), s.rmsnormq(6, "sat", shift=-5)]
     _run(cases, cfg)
 
 

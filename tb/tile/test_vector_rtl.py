@@ -22,7 +22,7 @@ from chipotle.sim.flow import build_root
 
 TB = Path(__file__).parent
 TESTS = ["tables_missing_then_load", "elementwise", "requant", "reductions", "rmsnorm",
-         "dynq", "softmax", "rope_silu", "wsum", "errors", "timing"]
+         "rmsnormq", "dynq", "softmax", "rope_silu", "wsum", "errors", "timing"]
 #: Per simulator: (configuration, fraction of the random cases).
 PLAN = {
     "verilator": [("default", 1.0)],
