@@ -121,18 +121,17 @@ class _Ctx:
         return self.isa.n_counters + REDUCE_COUNTER if REDUCE_COUNTER < 0 else REDUCE_COUNTER
 
 
-def _norm_rows(e, k, st, n, norm, x, xn, xq, stride_x, stride_q, xreg=0):
-    """rmsnorm + dynq of `n` rows: x (int16 rows, + register `xreg`) -> xn -> records xq."""
+def _norm_rows(e, k, st, n, norm, x, xq, stride_x, stride_q, xreg=0):
+    """RMSNorm + dynamic quantisation (one ``rmsnormq`` each) of `n` rows: x (int16 rows,
+    + register `xreg`) -> records xq."""
     dim = k.c.dim
     e("add", "r6", k.a(st, x, xreg), 0)
-    e("add", "r7", k.a(st, xn), 0)
     e("add", "r8", k.a(st, xq), 0)
 
     def body():
-        e("rmsnorm.i16.i16", "r7", "r6", k.a(st, "g"), dim, k.lay[f"{st.name}.eps"], norm.shift)
-        e("dynq.i8.i16", "r8", "r7", dim)
+        e("rmsnormq.i8.i16", "r8", "r6", k.a(st, "g"), dim, k.lay[f"{st.name}.eps"],
+          norm.shift)
         e("add", "r6", f"r6+{stride_x}", 0)
-        e("add", "r7", f"r7+{stride_x}", 0)
         e("add", "r8", f"r8+{stride_q}", 0)
     e.loop(n, body)
 
@@ -229,7 +228,7 @@ def _att_batch(e, k, st, m, idx):
     xs, ks, vs, krec = pad(2 * dim), pad(2 * kvd), pad(kvd), rec(hs)
     kblock = k.context * krec
     last = idx + 1 == len(k.pl.pipeline) - 1        # the next (last) stage takes one row
-    _norm_rows(e, k, st, m, ly.att_norm, "x", "xn", "xq", xs, rec(dim), xreg=5)
+    _norm_rows(e, k, st, m, ly.att_norm, "x", "xq", xs, rec(dim), xreg=5)
     ms = k.lay[f"{st.name}.wq_ms"], k.lay[f"{st.name}.wk_ms"], k.lay[f"{st.name}.wv_ms"]
     e("matmul.i16", k.a(st, "q16"), k.a(st, "xq"), k.a(st, "wq"), ms[0], dim, dim, m)
     e("matmul.i16", k.a(st, "k16"), k.a(st, "xq"), k.a(st, "wk"), ms[1], kvd, dim, m)
@@ -354,7 +353,7 @@ def _ffn_batch(e, k, st, m, idx):
     xs, hsz = pad(2 * dim), pad(2 * hid)
     last = idx == len(k.pl.pipeline) - 1
     xreg = 0 if last else 5
-    _norm_rows(e, k, st, m, ly.ffn_norm, "x", "xn", "xq", xs, rec(dim), xreg=xreg)
+    _norm_rows(e, k, st, m, ly.ffn_norm, "x", "xq", xs, rec(dim), xreg=xreg)
     ms = {w: k.lay[f"{st.name}.{w}_ms"] for w in ("w1", "w3", "w2")}
     e("matmul.i16", k.a(st, "h1"), k.a(st, "xq"), k.a(st, "w1"), ms["w1"], hid, dim, m)
     e("matmul.i16", k.a(st, "h3"), k.a(st, "xq"), k.a(st, "w3"), ms["w3"], hid, dim, m)
@@ -386,9 +385,8 @@ def _cls(e, k, st):
     j = pl.classifier.index(k.lay.xy)
     e.comment(f"final norm, classifier rows {first} .. {first + n - 1}, local argmax")
     e("wait", k.counter(k.lay.xy, st), 1)
-    e("rmsnorm.i16.i16", k.a(st, "xn"), k.a(st, "x"), k.a(st, "g"), dim,
+    e("rmsnormq.i8.i16", k.a(st, "xq"), k.a(st, "x"), k.a(st, "g"), dim,
       k.lay[f"{st.name}.eps"], qm.final_norm.shift)
-    e("dynq.i8.i16", k.a(st, "xq"), k.a(st, "xn"), dim)
     e("matmul.i32", k.a(st, "logits"), k.a(st, "xq"), k.a(st, "w"), k.lay[f"{st.name}.ms"],
       n, dim, 1)
     e("argmax.i32.i32", k.a(st, "loc"), k.a(st, "logits"), n)

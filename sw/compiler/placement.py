@@ -182,7 +182,7 @@ class Stage:
             krec = rec(hs)
             return [("eps", 8, "c"), ("att_ms", 4, "c"), ("wq_ms", 4 * dim, "c"),
                     ("wk_ms", 4 * kvd, "c"), ("wv_ms", 4 * kvd, "c"), ("wo_ms", 4 * dim, "c"),
-                    ("g", 2 * dim, "act"), ("x", B * M * xs, "act"), ("xn", M * xs, "act"),
+                    ("g", 2 * dim, "act"), ("x", B * M * xs, "act"),
                     ("xq", M * rec(dim), "act"), ("q16", M * xs, "act"),
                     ("k16", M * pad(2 * kvd), "act"), ("qrec", M * c.n_heads * krec, "act"),
                     ("t", min(c.kv_mul, M) * pad(4 * context), "act"), ("p", 2 * context, "act"),
@@ -198,7 +198,7 @@ class Stage:
             hsz = pad(2 * hid)
             return [("eps", 8, "c"), ("w1_ms", 4 * hid, "c"), ("w3_ms", 4 * hid, "c"),
                     ("w2_ms", 4 * dim, "c"), ("g", 2 * dim, "act"), ("x", B * M * xs, "act"),
-                    ("xn", M * xs, "act"), ("xq", M * rec(dim), "act"),
+                    ("xq", M * rec(dim), "act"),
                     ("h1", M * hsz, "act"), ("h3", M * hsz, "act"), ("silu", M * hsz, "act"),
                     ("gate", M * 2 * hsz, "act"), ("grec", M * rec(hid), "act"),
                     ("y2", M * xs, "act"), ("xo", M * xs, "act"),
@@ -207,7 +207,7 @@ class Stage:
         if self.kind == "cls":
             cap = self.rows[2]
             return [("eps", 8, "c"), ("ms", 4 * cap, "c"), ("g", 2 * dim, "act"),
-                    ("x", xs, "act"), ("xn", xs, "act"), ("xq", rec(dim), "act"),
+                    ("x", xs, "act"), ("xq", rec(dim), "act"),
                     ("logits", 4 * cap, "act"), ("loc", W, "act"), ("slot", W, "act"),
                     ("w", cap * pad(dim), "w")]
         raise ValueError(f"unknown stage kind {self.kind!r}")

@@ -437,7 +437,7 @@ def _requests(qm: QuantizedModel, isa: IsaConfig, roles: TensorRoles, xy, contex
                 ("arec", M * rec(dim), "g")]
     req += [("state", 16, "act"), ("mtab", 16 * (M + 1), "act"),
             ("ems", 4 * c.vocab_size, "act"), ("yo", M * pad(2 * max(No, 1)), "act"),
-            ("xo", M * pad(2 * max(No, 1)), "act"), ("xn", M * xs, "act"),
+            ("xo", M * pad(2 * max(No, 1)), "act"),
             ("rec", M * rec(dim), "g"), ("grec", M * rec(k2), "g")]
     if M > 2:
         req += [("zeros", (M - 2) * max(rec(dim), rec(hid), rec(k2)), "act")]
@@ -528,7 +528,7 @@ def _requests(qm: QuantizedModel, isa: IsaConfig, roles: TensorRoles, xy, contex
     if cls_rows is not None:
         cap = cls_rows[2]
         req += [("cls.eps", 8, "c"), ("cls.ms", 4 * cap, "c"), ("cls.g", 2 * dim, "act"),
-                ("cls.xn", xs, "act"), ("cls.xq", rec(dim), "act"),
+                ("cls.xq", rec(dim), "act"),
                 ("cls.logits", 4 * cap, "act"), ("cls.loc", W, "act"),
                 ("cls.slot", 2 * W, "act"), ("cls.w", cap * pad(dim), "w")]
     if reduce:
@@ -755,20 +755,17 @@ def _wait_all(e, k, cnt, n, again=False):
 
 
 def _norm(e, k, src, src_stride, gain, eps, shift, dst, first=None):
-    """rmsnorm + dynq of the batch's rows of `src` into the records at `dst`; `first()` (a
-    wait for `src`) after the registers' setup."""
+    """RMSNorm + dynamic quantisation (one ``rmsnormq`` each) of the batch's rows of `src`
+    into the records at `dst`; `first()` (a wait for `src`) after the registers' setup."""
     dim, rec = k.c.dim, k.isa.record_bytes(k.c.dim)
     e("add", "r6", k.a(src), 0)
-    e("add", "r7", k.a("xn"), 0)
     e("add", "r8", k.a(dst), 0)
     if first is not None:
         first()
 
     def body():
-        e("rmsnorm.i16.i16", "r7", "r6", k.a(gain), dim, k.lay[eps], shift)
-        e("dynq.i8.i16", "r8", "r7", dim)
+        e("rmsnormq.i8.i16", "r8", "r6", k.a(gain), dim, k.lay[eps], shift)
         e("add", "r6", f"r6+{src_stride}", 0)
-        e("add", "r7", f"r7+{k.isa.pad(2 * dim)}", 0)
         e("add", "r8", f"r8+{rec}", 0)
     e.loop("r2", body)
 
@@ -1179,9 +1176,8 @@ def _att_norm(e, k, li, first=None):
     att = k.xy in k.roles.kv
 
     def anorm(s_, d_):
-        e("rmsnorm.i16.i16", k.a("xn"), s_, k.a(p + "ag"), dim, k.lay[p + "att_eps"],
+        e("rmsnormq.i8.i16", d_, s_, k.a(p + "ag"), dim, k.lay[p + "att_eps"],
           ly.att_norm.shift)
-        e("dynq.i8.i16", d_, k.a("xn"), dim)
     local = att or bool(k.jobs)             # a K / V partner normalises too
     if not k.dist_att:
         if local:
@@ -1468,9 +1464,8 @@ def _layer(e, k, li, first=None):
     e.comment(f"layer {li} feed-forward hidden rows {h0} .. {h1 - 1}")
 
     def fnorm(s_, d_):
-        e("rmsnorm.i16.i16", k.a("xn"), s_, k.a(p + "fg"), dim, k.lay[p + "ffn_eps"],
+        e("rmsnormq.i8.i16", d_, s_, k.a(p + "fg"), dim, k.lay[p + "ffn_eps"],
           ly.ffn_norm.shift)
-        e("dynq.i8.i16", d_, k.a("xn"), dim)
     _row_records(e, k, fnorm, "g.xa", pad(2 * dim), "rec", rec(dim), rec(dim), local=Nh > 0,
                  first=lambda: _wait_all(e, k, C_XA, k.T))
     if k.roles.gslot:
@@ -1638,9 +1633,8 @@ def _classifier(e, k):
     xs = isa.pad(2 * dim)
     e("sub", "r3", "r2", 1)                 # the step's last row: m - 1
     e("mul", "r3", "r3", xs)
-    e("rmsnorm.i16.i16", k.a("cls.xn"), k.a("g.x", 3), k.a("cls.g"), dim,
+    e("rmsnormq.i8.i16", k.a("cls.xq"), k.a("g.x", 3), k.a("cls.g"), dim,
       k.lay["cls.eps"], qm.final_norm.shift)
-    e("dynq.i8.i16", k.a("cls.xq"), k.a("cls.xn"), dim)
     e("matmul.i32", k.a("cls.logits"), k.a("cls.xq"), k.a("cls.w"), k.lay["cls.ms"],
       n, dim, 1)
     e("argmax.i32.i32", k.a("cls.loc"), k.a("cls.logits"), n)
