@@ -162,6 +162,7 @@ def _rmsnormq_inputs(case, n):
         x = rand(np.int16, n, -40, 40)
         x[n // 3] = -32768
         g = rand(np.int16, n, -32768, 32767)
+        g[n // 3] = 32767            # a full gain on it: a negative shift saturates it
     else:                            # "tiny": |y| of a few units, b of 0 .. 2
         x = rand(np.int16, n, -3000, 3000)
         g = rand(np.int16, n, -3, 3)
