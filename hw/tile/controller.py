@@ -501,9 +501,19 @@ class Controller(wiring.Component):
         a_val = Signal(32)
         b_val = Signal(32)
         d_val = Signal(32)
+        n_reg = Signal(32)
         n_val = Signal(32)
         m.d.comb += [a_val.eq(val(ins.a)), b_val.eq(val(ins.b)), d_val.eq(val(ins.d)),
-                     n_val.eq((regs[ins.n.reg] + ins.n.imm)[:32])]
+                     n_reg.eq(regs[ins.n.reg]),
+                     n_val.eq((n_reg + ins.n.imm)[:32])]
+        # n_val == 0 without the adder's carry chain (a LOOP's `n = 0` skip, an FPGA timing
+        # cut): r + i = 0 (mod 2**32) iff every sum bit is 0, i.e. the carry into bit k is
+        # r[k] ^ i[k]; then the carry out of bit k is r[k] | i[k], so the test is
+        # (r ^ i) == (r | i) << 1 (mod 2**32): one LUT per bit and an AND tree.
+        n_i = Signal(32)
+        n_zero = Signal()
+        m.d.comb += [n_i.eq(ins.n.imm),
+                     n_zero.eq(((n_reg ^ n_i) ^ ((n_reg | n_i) << 1)[:32]) == 0)]
 
         def write_reg(idx, value):
             with m.Switch(idx):
@@ -863,7 +873,7 @@ class Controller(wiring.Component):
                         fail(ErrorCode.IMEM_RANGE)
                     with m.Elif((sp != 0) & (end > lp_end[(sp - 1)[:ceil_log2(max(D, 2))]])):
                         fail(ErrorCode.LOOP)
-                    with m.Elif(n_val == 0):
+                    with m.Elif(n_zero):
                         do_retire(loop_skip=True)
                     with m.Elif(sp >= D):
                         fail(ErrorCode.LOOP)

@@ -111,6 +111,14 @@ async def scalar_loops_copy(dut):
         add   r5, r5+100, 0
     z:
         st    0x210, r5
+        li    r11, 0xfffffffb       ; -5
+        loop  r11+5, wrapz          ; -5 + 5 wraps to 0: never runs (neither part is 0)
+        st    0x214, 7
+    wrapz:
+        loop  r11+7, wrap2          ; 2 times (the sum carries through every bit)
+        add   r6, r6+1, 0
+    wrap2:
+        st    0x218, r6
         done  1
         done  2
         halt
