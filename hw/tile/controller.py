@@ -729,10 +729,19 @@ class Controller(wiring.Component):
         mjob_sent = Signal()
         # Parts of the range ends, computed in Execute from the instruction (no multiplier
         # by a register value there): X's (M - 1) x_stride, Y's row N size and row stride
-        # pad(N size); Matrix-Check multiplies the rest.
+        # pad(N size); Matrix-Check multiplies the rest.  The sums of the ends' other terms
+        # are made there too, and W's stride and N - 1 registered (an FPGA timing cut: no
+        # operand adder before Matrix-Check's multiplier, one adder after it):
+        #   x_end = mx_xk + mx_xoff      (mx_xk = x_first + K)
+        #   w_end = mx_wk + mx_n1 w_stride   (mx_wk = w_first + K, mx_n1 = N - 1, signed)
+        #   y_end = mx_yl + (M - 1) y_stride (mx_yl = y + N size)
         mx_xoff = Signal(64)
         mx_ystride = Signal(32)
-        mx_ylen = Signal(35)
+        mx_xk = Signal(34)
+        mx_wk = Signal(34)
+        mx_n1 = Signal(signed(33))
+        mx_wstride = Signal(17 + wb)    # strides(): (ceil(K / W) + 1) << wb at most
+        mx_yl = Signal(36)
         # The matrix entry's range ends for the scoreboard, registered in Matrix-Check (the
         # entry is live from Matrix-Issue on): a later instruction's hazard compare starts at
         # registers, not at Matrix-Check's products.
@@ -937,12 +946,17 @@ class Controller(wiring.Component):
                                      Mux(ins.td == Dtype.I16, n_val << 1, n_val << 2))),
                         ys_e.eq(((nes_e + W - 1) >> wb) << wb),
                     ]
-                    xs_e, _ = strides(kw_e, op == Opcode.MATRAW,
-                                      (op == Opcode.MATQK) | is_kvqk)   # mx_op's MATQK
+                    is_raw_e = op == Opcode.MATRAW
+                    is_qk_e = (op == Opcode.MATQK) | is_kvqk            # mx_op's MATQK
+                    xs_e, ws_e = strides(kw_e, is_raw_e, is_qk_e)
                     m.d.sync += [
                         mx_xoff.eq(m_less_1(ins.ts.m1) * xs_e),
                         mx_ystride.eq(ys_e),
-                        mx_ylen.eq(nes_e),
+                        mx_xk.eq(Mux(is_raw_e, a_val, a_val + W) + k_val),
+                        mx_wk.eq(Mux(is_qk_e, b_val + W, b_val) + k_val),
+                        mx_n1.eq(n_val - 1),
+                        mx_wstride.eq(ws_e),
+                        mx_yl.eq(d_val + nes_e),
                     ]
                     m.d.sync += [
                         mx_op.eq(Mux(op == Opcode.MATMUL, MatrixOp.MATMUL,
@@ -1164,9 +1178,9 @@ class Controller(wiring.Component):
             w_end = Signal(64)
             y_end = Signal(64)
             m.d.comb += [
-                x_end.eq(x_first + mx_xoff + mx_k),
-                w_end.eq(w_first + (mx_n - 1) * w_stride + mx_k),
-                y_end.eq(mx_ya + m_less_1(mx_m - 1) * y_stride + mx_ylen),
+                x_end.eq(mx_xk + mx_xoff),
+                w_end.eq(mx_wk + mx_n1 * mx_wstride),
+                y_end.eq(mx_yl + m_less_1(mx_m - 1) * y_stride),
             ]
             tab_bytes = Mux(is_qk, 4, mx_n << 2)
 
