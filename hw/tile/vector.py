@@ -792,6 +792,14 @@ class VectorUnit(wiring.Component):
         rbest = Signal(signed(41))
         rbidx = Signal(range(V))
         m.d.comb += [rbest.eq(best), rbidx.eq(bidx)]
+        # rbest > acc (a MAX / MAXABS chunk replaces the running maximum), with each lane
+        # compared to acc beside the lanes' own compares and the chunk's best lane only
+        # selecting the bit: not a 41-bit compare after the lanes' (an FPGA timing cut)
+        over = Signal(V)
+        m.d.comb += over.eq(Cat(*(rvals[lane] > acc[:len(rbest)].as_signed()
+                                  for lane in range(V))))
+        r_over = Signal()
+        m.d.comb += r_over.eq(over.bit_select(rbidx, 1))
 
         # -- write packing --------------------------------------------------------------------
         # A result is pushed into a slot: a chunk's lanes at v4 (wr, or tw: table entries),
@@ -1281,7 +1289,7 @@ class VectorUnit(wiring.Component):
                     m.d.sync += acc.eq(acc_sum)
                 with m.Case(_Red.MAX, _Red.MAXABS):
                     # (acc holds a 41-bit rbest here, or first is set)
-                    with m.If(first | (rbest > acc[:len(rbest)].as_signed())):
+                    with m.If(first | r_over):
                         # (smax: softmax's maximum, used by its pass 2)
                         m.d.sync += [acc.eq(rbest), accidx.eq(m4_i + rbidx), smax.eq(rbest)]
             m.d.sync += first.eq(0)
