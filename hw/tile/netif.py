@@ -733,21 +733,31 @@ class NetworkInterface(wiring.Component):
                                & ~clear_counters)
         m.d.comb += self.i_wait.ready.eq(wait_ok)
         overflow = Signal()
+        # Each counter's bumped and unbumped next values are made side by side (its sum with
+        # `bump_inc`, saturated, minus the grant; itself minus the grant) and `bump_en`
+        # only selects: `bump_en` comes late (a write-and-bump's last word bumps when the
+        # SRAM arbiter grants it), so it stays off the adders (an FPGA timing cut, one
+        # subtracter more per counter).
         for c, cnt in enumerate(counters):
-            add = Mux(bump_en & (bump_idx == c), bump_inc, 0)
+            hit = Signal(name=f"counter{c}_hit")
             total = Signal(cfg.counter_width + 1, name=f"counter{c}_sum")
+            over = Signal(name=f"counter{c}_over")
             sat = Signal(cfg.counter_width, name=f"counter{c}_sat")
             m.d.comb += [
-                total.eq(cnt + add),
-                sat.eq(Mux(total > cmax, cmax, total)),
+                hit.eq(bump_en & (bump_idx == c)),
+                total.eq(cnt + bump_inc),
+                over.eq(total > cmax),
+                sat.eq(Mux(over, cmax, total)),
             ]
-            with m.If(total > cmax):
+            with m.If(hit & over):
                 m.d.comb += overflow.eq(1)
             sub = Mux(wait_ok & (wait.counter == c), wait.need[:cw], 0)
             with m.If(clear_counters):
                 m.d.sync += cnt.eq(0)
-            with m.Else():
+            with m.Elif(hit):
                 m.d.sync += cnt.eq(sat - sub)
+            with m.Else():
+                m.d.sync += cnt.eq(cnt - sub)
             m.d.comb += self.counters[c].eq(cnt)
 
         # -- transmit -----------------------------------------------------------------------
