@@ -164,6 +164,15 @@ def test_counters_wait_and_control():
         await settle(ctx, 3)
         assert ctx.get(dut.counters[0]) == 255
         assert ctx.get(dut.errors) == NetError.COUNTER_OVERFLOW
+        # A counter at its maximum is not flagged by another counter's bump (each counter's
+        # overflow compare is made without the bump's select, which then gates it).
+        await send(ctx, reset(ME, 0b100, NOC))
+        await settle(ctx, 3)
+        assert ctx.get(dut.errors) == 0
+        await send(ctx, counter_add(ME, 1, 1, NOC))
+        await settle(ctx, 3)
+        assert [ctx.get(dut.counters[c]) for c in (0, 1)] == [255, 2]
+        assert ctx.get(dut.errors) == 0
         # Start, reset (counters and errors), unknown register.
         await send(ctx, start(ME, 0x1234, NOC))
         await settle(ctx, 10)
