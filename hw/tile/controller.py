@@ -657,6 +657,15 @@ class Controller(wiring.Component):
         a_q, b_q, d_q, n_q = (Signal(32, name=f"{x}_q") for x in "abdn")
         bl_q = Signal(32 + C_BITS + 1)  # b's range length (wsum: n c + 4 imm, else 4 n)
         dl_q = Signal(35)               # d's range length (wsum: 4 imm, else 4 n + W)
+        # TABLE: bytes of its entries (table_footprint), decoded from `c` in Execute and
+        # registered with the operands (an FPGA timing cut: the decode of the instruction
+        # memory's `c` was on Issue's hazard compare)
+        tab_src = Signal(13)
+        tab_q = Signal(13)
+        with m.Switch(ins.c):
+            for tid, entries in TABLE_ENTRIES.items():
+                with m.Case(tid.value):
+                    m.d.comb += tab_src.eq(2 * entries)
         v_a = (a_q, a_q + (n_q << 2))
         v_b = (b_q, b_q + bl_q)
         v_c = (ins.c, ins.c + 8)
@@ -854,6 +863,7 @@ class Controller(wiring.Component):
                     # Resolve the operands into the decode register; "Issue" checks and
                     # dispatches from it in the next cycle.
                     m.d.sync += [a_q.eq(a_val), b_q.eq(b_val), d_q.eq(d_val), n_q.eq(n_val),
+                                 tab_q.eq(tab_src),
                                  bl_q.eq(Mux(is_wsum, n_val * ins.c + (ins.imm << 2),
                                              n_val << 2)),
                                  dl_q.eq(Mux(is_wsum, ins.imm << 2, (n_val << 2) + W))]
@@ -1374,16 +1384,11 @@ class Controller(wiring.Component):
             m_t = (mx_c, mx_c + tab_bytes)
             m_y = (mx_ya, y_end)
             k_map = (self.kv_map_lo << wb, self.kv_map_hi << wb)
-            tab_src = Signal(13)        # TABLE: bytes of its entries (table_footprint)
-            with m.Switch(ins.c):
-                for tid, entries in TABLE_ENTRIES.items():
-                    with m.Case(tid.value):
-                        m.d.comb += tab_src.eq(2 * entries)
             f_reads = [(is_vec, v_a), (is_vec & uses_b, v_b), (is_vec & is_rms, v_c),
                        (is_ld, (a_q, a_q + 4)), (is_copy, (a_q, a_q + n_q)),
                        (is_kvapp, (a_q, a_q + (self.kv_k_words << wb))),
                        (is_kvapp, (b_q, b_q + (self.kv_v_words << wb))),
-                       (is_table, (a_q, a_q + tab_src))]
+                       (is_table, (a_q, a_q + tab_q))]
             f_writes = [(is_vec, v_d), (is_st, (d_q, d_q + 4)),
                         (is_copy, (d_q, d_q + n_q)), (is_kvapp, k_map)]
 
