@@ -675,6 +675,17 @@ class IsaSim:
         t._busy[unit] = _InFlight(reads, write, until, t.pc, fault, t._seq)
         return t.pc + 1
 
+    def _write_record(self, t: Tile, d: int, y) -> None:
+        """Write ``dynquant(y)`` (`y`: shape (1, n), int16 or int32) as a record at byte `d`:
+        the header word (int16 ``mu``, ``b``, zeros), then the n int8 (docs/isa.md section 3;
+        the span checked by the caller)."""
+        W = self.config.word_bytes
+        x8, mu, b = nx.dynquant(y, t._table(TableId.DYNQ))
+        header = np.zeros(W // 2, np.int16)
+        header[0], header[1] = mu[0, 0], b[0, 0]
+        t._write(d, header, Dtype.I16)
+        t._write(d + W, x8[0], Dtype.I8)
+
     def _charge(self, t: Tile, instr: Instr, n: int, unit: str | None = None,
                 k: int | None = None) -> int:
         cyc = instr_cycles(instr, self.config, n, k)
@@ -942,21 +953,13 @@ class IsaSim:
                 eps = int(t._read(i.c, 1, Dtype.I64, "epsilon")[0])
                 y = nx.rmsnorm(x[None], g, signed_imm(i.imm), eps, t._table(TableId.RSQRT), 16)
                 t._span(d, W + n, W, "record")
-                x8, mu, b = nx.dynquant(y, t._table(TableId.DYNQ))
-                header = np.zeros(W // 2, np.int16)
-                header[0], header[1] = mu[0, 0], b[0, 0]
-                t._write(d, header, Dtype.I16)
-                t._write(d + W, x8[0], Dtype.I8)
+                self._write_record(t, d, y)
                 self._charge(t, i, n, "vector_cycles")
                 return t.pc + 1
             elif op == Opcode.DYNQ:
                 W = self.config.word_bytes
                 t._span(d, W + n, W, "record")
-                x8, mu, b = nx.dynquant(t._read(a, n, src)[None], t._table(TableId.DYNQ))
-                header = np.zeros(W // 2, np.int16)
-                header[0], header[1] = mu[0, 0], b[0, 0]
-                t._write(d, header, Dtype.I16)
-                t._write(d + W, x8[0], Dtype.I8)
+                self._write_record(t, d, t._read(a, n, src)[None])
                 self._charge(t, i, n, "vector_cycles")
                 return t.pc + 1
             elif op == Opcode.SOFTMAX:
