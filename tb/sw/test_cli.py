@@ -249,10 +249,13 @@ def test_make_sim_passes_prompt_and_config_verbatim(model_paths):
     assert r.returncode == 0, r.stderr
     # ... and accepted with the default backend (the RTL under SIM, verilator) or a matching
     # BACKEND= (make -n: make's checks run, the recipe does not)
+    # (a user's environment: not `make test`'s SIM=verilator,icarus, which no make sim takes)
+    clean = {k: v for k, v in os.environ.items()
+             if k not in ("SIM", "WAVES", "PGO", "HIERARCHICAL", "BACKEND")}
     for args in (["PGO=1"], ["WAVES=1"], ["HIERARCHICAL=0"], ["SIM=icarus"], ["SIM=verilator"],
                  ["BACKEND=icarus", "SIM=icarus", "WAVES=1"]):
         r = subprocess.run(["make", "-n", "sim", *args, models], cwd=root,
-                           capture_output=True, text=True)
+                           capture_output=True, text=True, env=clean)
         assert r.returncode == 0, (args, r.stderr)
     # two simulators named, and one target's variables given to the other: refused by name
     for args, message in (
@@ -262,7 +265,7 @@ def test_make_sim_passes_prompt_and_config_verbatim(model_paths):
             (["bench", "TEMPERATURE=0.8"], "TEMPERATURE= applies to make sim, not make bench"),
             (["sim", "PROMPTS=1"], "PROMPTS= applies to make bench, not make sim")):
         r = subprocess.run(["make", "-n", *args, models], cwd=root, capture_output=True,
-                           text=True)
+                           text=True, env=clean)
         assert r.returncode != 0 and message in r.stderr, (args, r.stderr)
 
 
