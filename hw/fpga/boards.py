@@ -78,17 +78,18 @@ class Board:
 
 
 #: Boards of ``make bitstream BOARD=...`` (``docs/fpga.md`` gives the numbers).  The ULX3S
-#: builds ``CONFIGS["ulx3s"]``, which holds stories260K resident at a context of up to 51
-#: positions: one tile of it synthesises to about 24.5k LUT4 + 6.5k CCU2C, 49 MULT18X18D and
-#: 99 DP16KD, so the 85F takes two.  The iCEBreaker builds the smallest chip the tile accepts
-#: (nothing useful fits the UP5K).  The ULX3S chip fills 99 % of the 85F's LUT slots, where
-#: nextpnr's default placer (HeAP) gives up legalising and its electrostatic placer
+#: builds ``CONFIGS["ulx3s"]``, which holds stories260K resident at a context of up to 53
+#: positions (52 before session 10's fused RMSNorm + quantisation freed its int16 buffer):
+#: one tile of it synthesises to about 24.5k LUT4 + 6.5k CCU2C, 49 MULT18X18D and 99 DP16KD,
+#: so the 85F takes two.  The iCEBreaker builds the smallest chip the tile accepts (nothing
+#: useful fits the UP5K).  The ULX3S chip fills 99 % of the 85F's LUT slots, where nextpnr's
+#: default placer (HeAP) gives up legalising and its electrostatic placer
 #: (``--placer static``) does not (``docs/fpga.md``, "stories260K on the 85F").
 BOARDS = {
     "ulx3s-85f": Board(
         "ulx3s-85f", "amaranth_boards.ulx3s:ULX3S_85F_Platform", "ecp5", 25_000_000,
         50_000_000, 1_000_000,
-        CONFIGS["ulx3s"], {"LUT4": 83_640, "FF": 83_640, "DSP": 156, "BRAM": 208}, context=52,
+        CONFIGS["ulx3s"], {"LUT4": 83_640, "FF": 83_640, "DSP": 156, "BRAM": 208}, context=53,
         nextpnr_opts="--placer static"),
     "icebreaker": Board(
         "icebreaker", "amaranth_boards.icebreaker:ICEBreakerPlatform", "ice40", 12_000_000,
