@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
 __all__ = ["phase_of_pc", "line_of_pc", "profile_plan", "format_profile", "CLASSES", "Timed",
@@ -51,23 +52,14 @@ def phase_of_pc(source: str, raw: bool = False) -> list:
     list of str
         One phase name per instruction; ``"entry"`` before the first comment.
     """
-    phase, out = "entry", []
-    for line in source.splitlines():
-        s = line.strip()
-        if not s:
-            continue
-        if s.startswith(";") or s.startswith("#"):
-            phase = s[1:].strip()
-            if raw:
-                continue
+    out = []
+    for phase, _ in _instructions(source):
+        if not raw:
             phase = re.sub(r"^layer \d+ ", "layer: ", phase)
             phase = re.sub(r"rows? \d+ \.\. \d+", "rows", phase)
             phase = re.sub(r"(KV|query) heads \d+ \.\. \d+", r"\1 heads", phase)
             phase = re.sub(r"KV head \d+", "KV head", phase)
             phase = re.sub(r"columns \d+ \.\. \d+", "columns", phase)
-            continue
-        if s.endswith(":") or s.startswith("."):
-            continue
         out.append(phase)
     return out
 
@@ -75,14 +67,38 @@ def phase_of_pc(source: str, raw: bool = False) -> list:
 def line_of_pc(source: str) -> list:
     """Return the source text of every instruction of an assembly text (index = PC), as
     `phase_of_pc` counts them: a trailing ``; comment`` removed."""
-    out = []
+    return [text for _, text in _instructions(source)]
+
+
+def _instructions(source: str):
+    """Yield ``(comment, text)`` per instruction of an assembly text, in PC order: the last
+    comment before it (``"entry"`` before the first) and its text without a trailing
+    comment.  Blank lines, comments, labels and directives are not instructions."""
+    phase = "entry"
     for line in source.splitlines():
         s = line.strip()
-        if not s or s.startswith(";") or s.startswith("#") or s.endswith(":") \
-                or s.startswith("."):
-            continue
-        out.append(s.split(";")[0].strip())
-    return out
+        if s.startswith(";") or s.startswith("#"):
+            phase = s[1:].strip()
+        elif s and not s.endswith(":") and not s.startswith("."):
+            yield phase, s.split(";")[0].strip()
+
+
+@contextmanager
+def _hooked(sim, execute, sync):
+    """Inside the block, `sim`'s ``_execute`` and ``_issue`` are ``execute(original)`` and its
+    ``_sync`` is ``sync(original)`` (the wrappers of `profile_plan` and `timeline_plan`); the
+    originals are back afterwards."""
+    names = [n for n in ("_execute", "_issue") if hasattr(sim, n)]
+    sync_name = "_sync" if hasattr(sim, "_sync") else "_mx_sync"
+    originals = {n: getattr(sim, n) for n in (*names, sync_name)}
+    for n in names:
+        setattr(sim, n, execute(originals[n], n == "_execute"))
+    setattr(sim, sync_name, sync(originals[sync_name]))
+    try:
+        yield
+    finally:
+        for n in originals:
+            delattr(sim, n)
 
 
 def _klass(op) -> str:
@@ -142,18 +158,8 @@ def profile_plan(sim, compiled, plan) -> tuple:
             return out
         return wrapper
 
-    names = [n for n in ("_execute", "_issue") if hasattr(sim, n)]
-    sync = "_sync" if hasattr(sim, "_sync") else "_mx_sync"
-    originals = {n: getattr(sim, n) for n in (*names, sync)}
-    sim._execute = wrap(originals["_execute"], True)
-    if "_issue" in originals:
-        sim._issue = wrap(originals["_issue"], False)
-    setattr(sim, sync, wrap(originals[sync], False))
-    try:
+    with _hooked(sim, wrap, lambda fn: wrap(fn, False)):
         res = run_plan_isasim(sim, compiled, plan)
-    finally:
-        for n in originals:
-            delattr(sim, n)
     return res, {xy: {ph: dict(d) for ph, d in p.items()} for xy, p in prof.items()}
 
 
@@ -219,7 +225,7 @@ def timeline_plan(sim, compiled, plan, tiles=None) -> tuple:
             return fn(t, *args)
         return wrapper
 
-    def run(fn):
+    def run(fn, _is_execute):
         def wrapper(t, i):
             if t.xy not in want or t.xy in inner:
                 return fn(t, i)
@@ -242,18 +248,9 @@ def timeline_plan(sim, compiled, plan, tiles=None) -> tuple:
             return nxt
         return wrapper
 
-    names = [n for n in ("_execute", "_issue") if hasattr(sim, n)]
-    sync_name = "_sync" if hasattr(sim, "_sync") else "_mx_sync"
-    originals = {n: getattr(sim, n) for n in (*names, sync_name)}
-    for n in names:
-        setattr(sim, n, run(originals[n]))
-    setattr(sim, sync_name, sync(originals[sync_name]))
     t0 = max(t.perf.cycles for t in sim.tiles)     # the step's start (run_plan_isasim's)
-    try:
+    with _hooked(sim, run, sync):
         res = run_plan_isasim(sim, compiled, plan)
-    finally:
-        for n in originals:
-            delattr(sim, n)
     return res, {xy: [replace(e, ready=e.ready - t0, start=e.start - t0,
                               retire=e.retire - t0, finish=e.finish - t0) for e in ev]
                  for xy, ev in out.items()}
