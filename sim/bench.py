@@ -159,7 +159,7 @@ def figures(compiled, prompt_len: int, result: dict) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark (``python -m chipotle.sim.bench --help``)."""
-    from chipotle.cli import ArgumentParser, clock_mhz
+    from chipotle.cli import DEFAULT_CLOCK_MHZ, ArgumentParser, clock_mhz
     from chipotle.compiler import FitError, compile_model
     from chipotle.config import ChipConfig
     from chipotle.model import CheckpointError, load_checkpoint
@@ -177,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
                     "(figures are those of the first; default 1)")
     ap.add_argument("--context", type=int, default=None, help="positions to compile for "
                     "(default: the compiler's)")
-    ap.add_argument("--clock-mhz", type=clock_mhz, default=100.0,
+    ap.add_argument("--clock-mhz", type=clock_mhz, default=DEFAULT_CLOCK_MHZ,
                     help="assumed clock of the tokens/s figures (default: %(default)s)")
     ap.add_argument("--model", type=Path, default=None)
     ap.add_argument("--json", type=Path, default=None, help="also write the figures here")
@@ -260,13 +260,15 @@ def _row(f: dict, mhz: float) -> str:
 def command_line(args) -> str:
     """Return the command that repeats the run of ``args`` (this module's parsed options)."""
     import shlex
+
+    from chipotle.cli import DEFAULT_CLOCK_MHZ
     words = ["python", "-m", "chipotle.sim.bench", "--backend", args.backend, "--config",
              args.config, "--placement", args.placement, "--prompts", args.prompts]
     if args.decode_steps != 1:
         words += ["--decode-steps", str(args.decode_steps)]
     if args.context is not None:
         words += ["--context", str(args.context)]
-    if args.clock_mhz != 100.0:
+    if args.clock_mhz != DEFAULT_CLOCK_MHZ:
         words += ["--clock-mhz", f"{args.clock_mhz:g}"]
     if args.model is not None:
         words += ["--model", str(args.model)]
