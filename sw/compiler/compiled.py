@@ -431,7 +431,7 @@ def _compile(qm: QuantizedModel, config: ChipConfig, context: int,
         raise FitError(f"the program of tile {xy} ("
                        f"{' + '.join(s.name for s in pl.tiles[xy].stages)}) needs {n} "
                        f"instructions, but the instruction memory holds {config.imem_words}",
-                       [Fit((("imem_words", str(-(-n // 128) * 128)),))])
+                       [_imem_fit(n)])
     return CompiledModel(config, qm, c, context, _images(qm, isa, pl, context), programs,
                          entries, pl, sources)
 
@@ -470,7 +470,7 @@ def _compile_tensor(qm: QuantizedModel, config: ChipConfig, context: int,
     if longest > config.imem_words:
         raise FitError(f"the tensor placement's longest program needs {longest} "
                        f"instructions, but the instruction memory holds {config.imem_words}",
-                       [Fit((("imem_words", str(-(-longest // 128) * 128)),))])
+                       [_imem_fit(longest)])
     data = tensor_images(qm, isa, pl, roles, context)
     images = {xy: _chunks(lay, data[xy], isa) for xy, lay in pl.tiles.items()}
     return CompiledModel(config, qm, c, context, images, programs, entries, pl, sources)
@@ -488,6 +488,12 @@ def _fits(qm, config, context) -> bool:
         return False
 
 
+def _imem_fit(words: int) -> Fit:
+    """The instruction memory that holds a program of `words` instructions (a multiple of
+    128 words), as a `Fit`."""
+    return Fit((("imem_words", str(-(-words // 128) * 128)),))
+
+
 def _verified(qm, config, context, placement="pipeline", kvapp=False) -> tuple | None:
     """Compile for real; return ``()`` if it fits, the extra ``(("imem_words", N),)`` it
     needs (the instruction memory the refusal suggests), or None."""
@@ -495,15 +501,14 @@ def _verified(qm, config, context, placement="pipeline", kvapp=False) -> tuple |
         _compile(qm, config, context, None, placement, kvapp)
         return ()
     except FitError as e:
-        more = [f.config for f in e.fits if [k for k, _ in f.config] == ["imem_words"]]
+        more = [f for f in e.fits if [k for k, _ in f.config] == ["imem_words"]]
         if not more:
             return None
         try:
-            _compile(qm, config.replace(imem_words=int(more[0][0][1])), context, None,
-                     placement, kvapp)
+            _compile(qm, more[0].apply(config)[0], context, None, placement, kvapp)
         except FitError:
             return None
-        return more[0]
+        return more[0].config
 
 
 def _tensor_places(qm: QuantizedModel, config: ChipConfig, context: int, kvapp: bool) -> bool:
