@@ -413,24 +413,16 @@ class VectorUnit(wiring.Component):
                               (Opcode.ARGMAX, _Lane.PASS, _Red.MAX)):
                 with m.Case(o):
                     m.d.comb += [lmode.eq(lm), red.eq(rd)]
-            with m.Case(Opcode.RMSNORM):
+            with m.Case(Opcode.RMSNORM, Opcode.RMSNORMQ):
+                # RMSNORMQ: pass 1 as RMSNorm's; pass 2 RMSNorm's lanes into a max-abs
+                # reduction of their int16 results (no write); pass 3 the same lanes, then the
+                # extra stages requantise each int16 result to int8 (`ext`), written at D + W
                 m.d.comb += [xk.eq(1), xs.eq(1), yk.eq(1), ys.eq(1)]
                 with m.If(ps == _PRO):
                     m.d.comb += xk.eq(3)
                 with m.Elif(ps == _P1):
                     m.d.comb += [lmode.eq(_Lane.SQ), red.eq(_Red.SUM)]
-                with m.Else():
-                    m.d.comb += [use_y.eq(1), lmode.eq(_Lane.NORM), wr.eq(1)]
-            with m.Case(Opcode.RMSNORMQ):
-                # pass 1 as RMSNorm's; pass 2 RMSNorm's lanes into a max-abs reduction of
-                # their int16 results (no write); pass 3 the same lanes, then the extra
-                # stages requantise each int16 result to int8 (`ext`), written at D + W
-                m.d.comb += [xk.eq(1), xs.eq(1), yk.eq(1), ys.eq(1)]
-                with m.If(ps == _PRO):
-                    m.d.comb += xk.eq(3)
-                with m.Elif(ps == _P1):
-                    m.d.comb += [lmode.eq(_Lane.SQ), red.eq(_Red.SUM)]
-                with m.Elif(ps == _P2):
+                with m.Elif((op == Opcode.RMSNORMQ) & (ps == _P2)):
                     m.d.comb += [use_y.eq(1), lmode.eq(_Lane.NORM), red.eq(_Red.MAXABS)]
                 with m.Else():
                     m.d.comb += [use_y.eq(1), lmode.eq(_Lane.NORM), wr.eq(1)]
