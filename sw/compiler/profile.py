@@ -336,8 +336,19 @@ def main(argv=None) -> None:
         ap.error("--layer selects the lines of a --timeline; give --timeline X,Y too")
     if not 1 <= args.rows <= cfg.max_m:
         ap.error(f"--rows must be in 1 .. {cfg.max_m} (M), not {args.rows}")
-    qm = quantize(load_checkpoint(default_model_dir() / "stories260K.bin"))
+    if args.pos < 0:
+        ap.error(f"--pos must be a position (0 or more), not {args.pos}")
+    path = default_model_dir() / "stories260K.bin"
+    if not path.is_file():
+        from ..cli import _where
+        ap.error(_where("checkpoint", path, "$CHIPOTLE_MODEL_DIR"))
+    qm = quantize(load_checkpoint(path))
+    if args.layer is not None and not 0 <= args.layer < qm.config.n_layers:
+        ap.error(f"--layer {args.layer}: the model has layers 0 .. {qm.config.n_layers - 1}")
     cm = compile_model(qm, cfg, args.context, placement=args.placement, kvapp=args.kvapp)
+    if args.pos + args.rows > cm.context:
+        ap.error(f"--pos {args.pos} with --rows {args.rows} needs {args.pos + args.rows} "
+                 f"positions; the compiled context is {cm.context}")
     sim = load_isasim(cm)
     toks = [(7 * i + 1) % qm.config.vocab_size for i in range(args.pos + args.rows)]
     M = cfg.max_m

@@ -679,3 +679,22 @@ def test_gate_pairs_imem_fallback(small_qm):
             > full.placement.tiles[xy].regions["l0.w2"].size)
     assert any("hw" in t.regions for t in tight.placement.tiles.values())  # prefill rows kept
     _assert_prefill_and_decode_bit_exact(tight, small_qm, upto=12)
+
+
+@pytest.mark.model
+def test_profile_refuses_positions_and_layers_outside_the_model(capsys, model_paths,
+                                                                   monkeypatch):
+    """``python -m chipotle.compiler.profile``: a negative position, a position past the
+    context and a layer the model lacks are one-line usage errors, not a traceback or a run
+    of minutes."""
+    from chipotle.compiler import profile
+    monkeypatch.setenv("CHIPOTLE_MODEL_DIR", str(model_paths[0].parent))
+    for argv, message in ((["--pos", "-1"], "--pos must be a position (0 or more), not -1"),
+                          (["--pos", "9999"], "needs 10000 positions; the compiled context "
+                                              "is 512"),
+                          (["--timeline", "0,0", "--layer", "9"],
+                           "--layer 9: the model has layers 0 .. 4")):
+        with pytest.raises(SystemExit) as e:
+            profile.main(argv)
+        err = capsys.readouterr().err
+        assert e.value.code == 2 and message in err and "Traceback" not in err, (argv, err)
