@@ -130,6 +130,11 @@ ifneq ($(filter-out verilator icarus,$(call given,BACKEND)),)
 $(foreach v,SIM WAVES PGO HIERARCHICAL,$(if $(filter command line,$(origin $v)),\
   $(error $v=$(value $v) applies to the RTL simulators (BACKEND=verilator or icarus), not BACKEND=$(call given,BACKEND))))
 endif
+# Verilator's build options under Icarus
+ifeq ($(call given,BACKEND),icarus)
+$(foreach v,PGO HIERARCHICAL,$(if $(filter command line,$(origin $v)),\
+  $(error $v=$(value $v) is a Verilator build option; the simulator here is Icarus)))
+endif
 # SIM= and BACKEND= naming two simulators: say so rather than run one of them
 ifneq ($(filter command line,$(origin SIM)),)
 ifneq ($(filter command line,$(origin BACKEND)),)

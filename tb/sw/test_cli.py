@@ -263,7 +263,9 @@ def test_make_sim_passes_prompt_and_config_verbatim(model_paths):
              "SIM=icarus and BACKEND=verilator name two simulators"),
             (["bench", "PROMPT=hi"], "PROMPT= applies to make sim, not make bench"),
             (["bench", "TEMPERATURE=0.8"], "TEMPERATURE= applies to make sim, not make bench"),
-            (["sim", "PROMPTS=1"], "PROMPTS= applies to make bench, not make sim")):
+            (["sim", "PROMPTS=1"], "PROMPTS= applies to make bench, not make sim"),
+            (["sim", "SIM=icarus", "PGO=1"], "PGO=1 is a Verilator build option; the "
+                                             "simulator here is Icarus")):
         r = subprocess.run(["make", "-n", *args, models], cwd=root, capture_output=True,
                            text=True, env=clean)
         assert r.returncode != 0 and message in r.stderr, (args, r.stderr)
