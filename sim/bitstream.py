@@ -301,8 +301,9 @@ def build(board_name: str, config=None, *, synth_only: bool = False,
     -------
     dict
         ``board``, ``device``, ``config`` (str), ``clk_hz``, ``synth`` (cell counts),
-        ``device_resources``, and after place and route ``used`` / ``available`` per
-        resource, ``fmax_mhz``, ``target_mhz``, ``fmax_kind`` (``"routed"`` or
+        ``goal_hz`` (`Board.goal_hz`), ``device_resources``, and after place and route
+        ``used`` / ``available`` per resource, ``fmax_mhz``, ``target_mhz`` (nextpnr's
+        constraint: the chip clock), ``fmax_kind`` (``"routed"`` or
         ``"post-placement estimate"``), ``critical_path`` (`critical_path`, after routing),
         ``bitstream`` (path), ``seconds`` per phase (``synth`` absent when the netlist was
         reused; nextpnr's own phases from its log as ``place_analytic``, ``place_refine``,
@@ -369,7 +370,7 @@ def build(board_name: str, config=None, *, synth_only: bool = False,
     report = {"board": board_name, "device": f"{platform.device} {platform.package}",
               "config": str(config), "config_fields": config.as_dict(),
               "tile_blackbox": tile_blackbox, "nextpnr_opts": overrides["nextpnr_opts"],
-              "clk_hz": board.clk_hz, "baud": board.baud,
+              "clk_hz": board.clk_hz, "goal_hz": board.goal_hz, "baud": board.baud,
               "device_resources": dict(board.resources), "seconds": seconds}
     t = time.monotonic()
     if reuse_netlist:
@@ -468,8 +469,12 @@ def format_report(r: dict) -> str:
     if "fmax_mhz" in r:
         ok = "met" if r["fmax_mhz"] >= r["target_mhz"] else "NOT met"
         kind = (f" ({r['fmax_kind']})" if r.get("fmax_kind", "routed") != "routed" else "")
-        lines.append(f"  Fmax{kind} {r['fmax_mhz']:.1f} MHz against the {r['target_mhz']:.1f} "
-                     f"MHz target ({ok})")
+        line = (f"  Fmax{kind} {r['fmax_mhz']:.1f} MHz against the {r['target_mhz']:.1f} "
+                f"MHz clock ({ok})")
+        if (goal := r.get("goal_hz")) and goal / 1e6 > r["target_mhz"]:
+            line += (f"; the {goal / 1e6:g} MHz goal "
+                     f"{'met' if r['fmax_mhz'] >= goal / 1e6 else 'NOT met'}")
+        lines.append(line)
     if cp := r.get("critical_path"):
         lines.append(f"  critical path {cp['ns']:.1f} ns ({cp['logic_ns']:.1f} logic, "
                      f"{cp['routing_ns']:.1f} routing) from {cp['start']}")

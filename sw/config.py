@@ -225,13 +225,15 @@ class ChipConfig:
 
 #: Named configurations.  ``default`` is the 4 x 4 product configuration of ``make sim``;
 #: ``small`` a 2 x 2 mesh with small tiles for the regression under Icarus; ``ulx3s`` the
-#: ULX3S 85F board's chip, which holds stories260K at a context of up to 51 positions
-#: (``docs/fpga.md``): two tiles of 176 KiB in one bank each (a bank of 22,528 words maps
-#: to 88 DP16KD, where two banks of 11,264 words took 96), V = 2, M = 1, K up to 256.
+#: ULX3S 85F board's chip (``docs/fpga.md``, "stories260K on the 85F"), which holds
+#: stories260K resident at a context of up to 140 positions: one tile of 384 KiB in one bank
+#: (49,152 words, a multiple of the 2,048 words Yosys maps to 8 DP16KD: 192 DP16KD), V = 2,
+#: M = 1, K up to 256.  Until session 11 it was two tiles of 176 KiB (context 53), which
+#: filled 88 % of the 85F's logic slots and never routed; one tile takes about 45 %.
 CONFIGS = {
     "default": ChipConfig(),
     "small": ChipConfig(mesh_width=2, mesh_height=2, sram_bytes=32 * 1024, lanes=2,
                         imem_words=512, k_max=512),
-    "ulx3s": ChipConfig(mesh_width=2, mesh_height=1, sram_bytes=176 * 1024, n_banks=1,
+    "ulx3s": ChipConfig(mesh_width=1, mesh_height=1, sram_bytes=384 * 1024, n_banks=1,
                         lanes=2, imem_words=1024, max_m=1, k_max=256),
 }

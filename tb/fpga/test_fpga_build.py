@@ -118,9 +118,12 @@ def test_nextpnr_failure_report(tmp_path, monkeypatch):
     """A nextpnr that fails (a stand-in printing the log above) leaves a report with the
     packed utilisation and the error; it gets the board's options unless the caller gives
     the same option.  The netlist check and Yosys are bypassed here."""
+    import dataclasses
     import subprocess
 
     import chipotle.sim.bitstream as bs
+    monkeypatch.setitem(BOARDS, "ulx3s-85f", dataclasses.replace(
+        BOARDS["ulx3s-85f"], nextpnr_opts="--placer static"))
     fake = tmp_path / "fake-nextpnr"
     fake.write_text(f"#!/bin/sh\necho \"$@\" > args.txt\ncat > top.tim <<'EOF'\n{FAILED_LOG}EOF\n"
                     "exit 1\n")
@@ -138,7 +141,7 @@ def test_nextpnr_failure_report(tmp_path, monkeypatch):
     assert "nextpnr FAILED: Unable to find legal placement for all cells" in text, text
     assert "LUT4   synthesis  51,454   placed  82,816 of  83,640 (99 %)" in text, text
     assert "BRAM   synthesis       0   placed     198 of     208 (95 %)" in text, text
-    # the board's nextpnr options (the ULX3S: the static placer), replaced by the caller's
+    # the board's nextpnr options (here the static placer), replaced by the caller's
     assert "--placer static" in (d / "args.txt").read_text()
     with pytest.raises(subprocess.CalledProcessError):
         bs.build("ulx3s-85f", TINY, build_dir=d, reuse_netlist=True, nextpnr_opts="--placer heap",
@@ -190,3 +193,22 @@ def test_ulx3s_config_holds_stories260k(model_paths):
     assert set(compiled.programs) == set(board.config.tiles)
     with pytest.raises(FitError, match="bytes of SRAM"):
         compile_model(qm, board.config, board.context + 1, placement="tensor")
+
+
+def test_report_fmax_against_clock_and_goal():
+    """The report compares the Fmax with the chip clock nextpnr was constrained to and,
+    separately, with the board's goal when the goal is above the clock."""
+    from chipotle.sim.bitstream import format_report
+    r = {"board": "b", "device": "d", "config": "c", "clk_hz": 15e6, "baud": 1, "synth": {},
+         "device_resources": {}, "seconds": {}, "fmax_mhz": 17.3, "target_mhz": 15.0,
+         "fmax_kind": "routed", "goal_hz": 50_000_000}
+    assert "Fmax 17.3 MHz against the 15.0 MHz clock (met); the 50 MHz goal NOT met" in \
+        format_report(r)
+    r.update(fmax_mhz=12.0)
+    assert "(NOT met); the 50 MHz goal NOT met" in format_report(r)
+    r.update(fmax_mhz=52.0)
+    assert "(met); the 50 MHz goal met" in format_report(r)
+    r.update(goal_hz=None)
+    assert "goal" not in format_report(r)
+    r.update(goal_hz=15_000_000)        # a goal the clock already is: said once
+    assert "goal" not in format_report(r)
