@@ -3,6 +3,7 @@
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -426,3 +427,18 @@ def test_fit_tips_are_whole_config_options():
     assert config_tips(ValueError("bad"), "default") == "bad"
 
 
+
+
+def test_make_test_refuses_a_missing_test_path():
+    """``make test PYTEST_ARGS=tb/typo.py`` names the missing path (under pytest-xdist the
+    workers alone only say "no tests ran"); an existing node id still runs."""
+    root = Path(__file__).resolve().parents[2]
+    r = subprocess.run([sys.executable, "-m", "pytest", "-n", "2", "-q", "tb/typo.py",
+                        "tb/sw/test_tokenizer.py::nonexistent_too"], cwd=root,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 4, r.stdout + r.stderr
+    assert "file or directory not found: tb/typo.py" in r.stdout + r.stderr
+    r = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:xdist", "-q", "--co",
+                        "tb/sw/test_sampling.py"], cwd=root, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0 and "test_sampling.py::" in r.stdout, r.stdout + r.stderr
