@@ -176,8 +176,10 @@ class ChipConfig:
     def from_string(cls, text: str, base: ChipConfig | None = None) -> ChipConfig:
         """Parse ``"name"`` or ``"name,key=value,..."`` or ``"key=value,..."``.
 
-        ``name`` is a key of `CONFIGS`; keys are field names, plus ``mesh=WxH`` and
-        ``sram_kib=N``.  Used by ``make sim CONFIG=...`` and ``chipotle generate --config``.
+        ``name`` is a key of `CONFIGS`; keys are field names, plus ``mesh=WxH``,
+        ``sram_kib=N`` and the letters ``str()`` prints: ``W`` (``word_bytes``), ``M``
+        (``max_m``) and ``V`` (``lanes``).  Used by ``make sim CONFIG=...`` and ``chipotle
+        generate --config``.
 
         Raises
         ------
@@ -186,9 +188,10 @@ class ChipConfig:
         """
         cfg = base or CONFIGS["default"]
         changes = {}
+        letters = {"W": "word_bytes", "M": "max_m", "V": "lanes"}
         for part in filter(None, (p.strip() for p in text.split(","))):
             if "=" not in part:
-                if part in {"mesh", "sram_kib"} | {f.name for f in fields(cls)}:
+                if part in {"mesh", "sram_kib"} | set(letters) | {f.name for f in fields(cls)}:
                     example = {"mesh": "mesh=4x4", "sram_kib": "sram_kib=128"}.get(
                         part, f"{part}=<integer>")
                     raise ValueError(f"{part!r} needs a value, e.g. {example}")
@@ -198,6 +201,7 @@ class ChipConfig:
                 cfg = CONFIGS[part]
                 continue
             key, value = (s.strip() for s in part.split("=", 1))
+            key = letters.get(key, key)
             try:
                 if key == "mesh":
                     w, h = value.lower().split("x")
@@ -212,7 +216,8 @@ class ChipConfig:
                     changes[key] = int(value, 0)
                 else:
                     raise ValueError(f"unknown configuration key {key!r}; known: mesh, "
-                                     f"sram_kib, {', '.join(f.name for f in fields(cls))}")
+                                     f"sram_kib, {', '.join(f.name for f in fields(cls))} "
+                                     f"(W, M, V for word_bytes, max_m, lanes)")
             except ValueError as e:
                 if "unknown configuration key" in str(e):
                     raise

@@ -44,10 +44,25 @@ def test_bad_config_is_a_usage_error(capsys, tiny):
                     "false"),
     ("default,mesh", "'mesh' needs a value, e.g. mesh=4x4"),
     ("lanes", "'lanes' needs a value, e.g. lanes=<integer>"),
+    ("V", "'V' needs a value, e.g. V=<integer>"),
+    ("V=x", "bad value 'x' for 'lanes' in 'V=x': expected an integer"),
 ])
 def test_bad_config_value_says_what_is_expected(capsys, tiny, text, expect):
     code, _, err = run(capsys, "--backend", "isasim", "--config", text, *tiny)
     assert code == 2 and f"--config: {expect}" in err and "compiling" not in err
+
+
+def test_config_takes_the_letters_it_prints():
+    """``--config`` takes the W, M and V of the configuration banner (``str(config)``) as
+    well as the field names, so a printed configuration can be typed back."""
+    from chipotle.config import CONFIGS, ChipConfig
+    c = ChipConfig.from_string("small,V=8,M=2,W=16,mesh=3x1")
+    assert (c.lanes, c.max_m, c.word_bytes) == (8, 2, 16)
+    assert c == CONFIGS["small"].replace(lanes=8, max_m=2, word_bytes=16, mesh_width=3,
+                                         mesh_height=1)
+    assert str(c).endswith("W=16, M=2, V=8")
+    assert ChipConfig.from_string(f"mesh=3x1,sram_kib=32,{str(c).split('SRAM/tile, ')[1]}"
+                                  .replace(" ", ""), base=CONFIGS["small"]) == c
 
 
 def test_chip_model_forward_equals_golden(tiny):
