@@ -127,7 +127,8 @@ class ChipConfig:
                          max_m=self.max_m, lanes=self.lanes, k_max=self.k_max,
                          imem_words=self.imem_words, n_counters=self.n_counters,
                          loop_depth=self.loop_depth, mcast_max_flits=self.mcast_max_flits,
-                         max_packet_flits=255, overlap=self.overlap)
+                         max_packet_flits=255, read_words=self.n_banks,
+                         overlap=self.overlap)
 
     def tile_config(self):
         """Return the gateware's ``chipotle.hw.tile.TileConfig`` of one tile (no KV store)."""

@@ -145,7 +145,7 @@ class TileConfig:
                          imem_words=self.imem_words, n_counters=self.n_counters,
                          loop_depth=self.loop_depth, mcast_max_flits=self.mcast_max_flits,
                          max_packet_flits=(1 << self.noc_length_width) - 1,
-                         overlap=self.overlap)
+                         read_words=self.n_banks, overlap=self.overlap)
 
 
 class TileDatapath(wiring.Component):

@@ -17,16 +17,19 @@ Sram
     The banked SRAM with port ``r`` (read) and port ``rw`` (read/write).
 SramArbiter
     Round-robin arbiter sharing one :class:`SramSignature` port between initiators.
+connect_narrow
+    Connect a one-word initiator to a port that reads several words (``read_words > 1``).
 """
 
 # ruff: noqa: F403, F405  (names come from `from amaranth import *`)
 
 from amaranth import *  # house style (STYLE.md)
 from amaranth.lib import memory, wiring
-from amaranth.lib.wiring import In, Out
+from amaranth.lib.wiring import In, Out, connect
 from amaranth.utils import ceil_log2, exact_log2
 
-__all__ = ["ADDR_WIDTH", "SramReadSignature", "SramSignature", "Sram", "SramArbiter"]
+__all__ = ["ADDR_WIDTH", "SramReadSignature", "SramSignature", "Sram", "SramArbiter",
+           "connect_narrow"]
 
 ADDR_WIDTH = 16
 
@@ -95,10 +98,18 @@ class SramSignature(_WordSignature):
     cycle after a granted request, when its address was out of range: such a write
     changes nothing and such a read returns 0.
 
+    A *wide* port (``read_words`` R > 1) returns, for a read of ``addr``, the R consecutive
+    words ``addr .. addr + R - 1`` on ``rdata`` (word ``k`` in bits ``64 k ..`` for W = 8,
+    i.e. ``rdata.word_select(k, 8 * word_bytes)``); a word past the end of the SRAM reads 0
+    and is not an error (``error`` is only about ``addr``, word 0).  Writes stay one word.
+    A one-word initiator uses word 0 (:func:`connect_narrow`).
+
     Parameters
     ----------
     word_bytes : int
         Word width in bytes (also the width of ``wmask``).
+    read_words : int
+        R, words a read returns (default 1).
 
     Members
     -------
@@ -114,14 +125,17 @@ class SramSignature(_WordSignature):
         Write data.
     ready : ``In(1)``
         The request is granted this cycle.
-    rdata : ``In(8 * word_bytes)``
-        Read word, valid in the cycle after a granted read.
+    rdata : ``In(8 * word_bytes * read_words)``
+        Read words ``addr .. addr + R - 1``, valid in the cycle after a granted read.
     error : ``In(1)``
         One-cycle pulse in the cycle after a granted request with an out-of-range address.
     """
 
-    def __init__(self, *, word_bytes=8):
+    def __init__(self, *, word_bytes=8, read_words=1):
+        if not isinstance(read_words, int) or read_words < 1:
+            raise ValueError(f"read_words must be a positive integer, not {read_words!r}")
         self._word_bytes = word_bytes
+        self._read_words = read_words
         super().__init__({
             "en": Out(1),
             "we": Out(1),
@@ -129,12 +143,45 @@ class SramSignature(_WordSignature):
             "wmask": Out(word_bytes),
             "wdata": Out(8 * word_bytes),
             "ready": In(1),
-            "rdata": In(8 * word_bytes),
+            "rdata": In(8 * word_bytes * read_words),
             "error": In(1),
         })
 
+    @property
+    def read_words(self):
+        """R, words a read returns."""
+        return self._read_words
+
+    def __eq__(self, other):
+        return super().__eq__(other) and self.read_words == other.read_words
+
     def __repr__(self):
-        return f"SramSignature(word_bytes={self.word_bytes})"
+        if self.read_words == 1:
+            return f"SramSignature(word_bytes={self.word_bytes})"
+        return f"SramSignature(word_bytes={self.word_bytes}, read_words={self.read_words})"
+
+
+def connect_narrow(m, initiator, port):
+    """Connect a one-word initiator port to a target port, which may be wide.
+
+    ``initiator`` is the ``Out(SramSignature(word_bytes=W))`` side (or a flipped
+    ``In``); ``port`` is an ``In(SramSignature(word_bytes=W, read_words=R))`` (an arbiter's
+    initiator port, an SRAM's ``rw``).  With R = 1 this is :func:`~amaranth.lib.wiring.connect`;
+    otherwise the request goes through unchanged and the initiator sees word 0 of ``rdata``
+    (the word at its address).
+    """
+    if initiator.signature.read_words != 1:
+        raise ValueError(f"the initiator must read one word, not {initiator.signature!r}")
+    if port.signature.read_words == 1:
+        connect(m, initiator, port)
+        return
+    W = port.signature.word_bytes
+    m.d.comb += [
+        port.en.eq(initiator.en), port.we.eq(initiator.we), port.addr.eq(initiator.addr),
+        port.wmask.eq(initiator.wmask), port.wdata.eq(initiator.wdata),
+        initiator.ready.eq(port.ready), initiator.rdata.eq(port.rdata[:8 * W]),
+        initiator.error.eq(port.error),
+    ]
 
 
 class Sram(wiring.Component):
@@ -149,7 +196,14 @@ class Sram(wiring.Component):
     conflict: there is no arbitration inside the SRAM, every request is served in the cycle
     it is made (``rw.ready`` is always 1; share ``rw`` between initiators with
     :class:`SramArbiter`).  Banking is the physical organisation (block RAM primitives,
-    smaller macros on an ASIC) and the hook for a later wide read of ``n_banks`` words.
+    smaller macros on an ASIC) and gives ``rw`` its *wide read*: with ``read_words`` R > 1
+    a read of ``addr`` returns the R consecutive words ``addr .. addr + R - 1`` (each in a
+    different bank, R <= ``n_banks``; bank ``b`` reads row ``addr // n_banks``, or the row
+    after it when ``b < addr % n_banks``: one shared row incrementer in the address path,
+    none when R = 1), rotated into word order on ``rdata`` by the registered bank of
+    ``addr`` (the multiplexer word 0 already has).  A word past the end reads 0 and is not an
+    error (``error`` is about ``addr``).  With R = 1 (the default) the SRAM is exactly the
+    one-word SRAM it was.
 
     Latency: 1 cycle on both ports.  Transparency: ``r`` is transparent for ``rw``'s
     writes: a read on ``r`` in the same cycle as a write on ``rw`` to the same word returns
@@ -172,16 +226,18 @@ class Sram(wiring.Component):
         Word width in bytes, a power of two (default 8).
     n_banks : int
         Number of banks, a power of two (default 2).
+    read_words : int
+        R, words a read on ``rw`` returns, 1 .. ``n_banks`` (default 1).
 
     Members
     -------
     r : ``In(SramReadSignature(word_bytes=word_bytes))``
         Read port (the matrix unit's: weights, activations, KV rows).
-    rw : ``In(SramSignature(word_bytes=word_bytes))``
+    rw : ``In(SramSignature(word_bytes=word_bytes, read_words=read_words))``
         Read/write port (everything else, through an :class:`SramArbiter`).
     """
 
-    def __init__(self, *, size_bytes=32768, word_bytes=8, n_banks=2):
+    def __init__(self, *, size_bytes=32768, word_bytes=8, n_banks=2, read_words=1):
         if not isinstance(word_bytes, int) or word_bytes <= 0 or word_bytes & (word_bytes - 1):
             raise ValueError(f"word_bytes must be a positive power of two, not {word_bytes!r}")
         if not isinstance(n_banks, int) or n_banks <= 0 or n_banks & (n_banks - 1):
@@ -193,12 +249,16 @@ class Sram(wiring.Component):
         if size_bytes // word_bytes > 2 ** ADDR_WIDTH:
             raise ValueError(f"size_bytes must be at most {2 ** ADDR_WIDTH * word_bytes}, "
                              f"not {size_bytes}")
+        if not isinstance(read_words, int) or not 1 <= read_words <= n_banks:
+            raise ValueError(f"read_words must be an integer from 1 to n_banks = {n_banks}, "
+                             f"not {read_words!r}")
         self._size_bytes = size_bytes
         self._word_bytes = word_bytes
         self._n_banks = n_banks
+        self._read_words = read_words
         super().__init__({
             "r": In(SramReadSignature(word_bytes=word_bytes)),
-            "rw": In(SramSignature(word_bytes=word_bytes)),
+            "rw": In(SramSignature(word_bytes=word_bytes, read_words=read_words)),
         })
 
     @property
@@ -217,6 +277,11 @@ class Sram(wiring.Component):
         return self._n_banks
 
     @property
+    def read_words(self):
+        """R, words a read on ``rw`` returns."""
+        return self._read_words
+
+    @property
     def depth(self):
         """Capacity in words; valid addresses are ``0 .. depth - 1``."""
         return self._size_bytes // self._word_bytes
@@ -224,27 +289,40 @@ class Sram(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         width = 8 * self.word_bytes
-        bank_bits = exact_log2(self.n_banks)
-        bank_depth = self.depth // self.n_banks
+        nb, R = self.n_banks, self.read_words
+        bank_bits = exact_log2(nb)
+        bank_depth = self.depth // nb
+        row_bits = ceil_log2(bank_depth)
 
         def split(addr):
-            return addr[:bank_bits], addr[bank_bits:][:ceil_log2(bank_depth)]
+            return addr[:bank_bits], addr[bank_bits:][:row_bits]
 
         r_bank, r_row = split(self.r.addr)
         rw_bank, rw_row = split(self.rw.addr)
         r_ok = self.r.addr < self.depth
         rw_ok = self.rw.addr < self.depth
+        rw_read = self.rw.en & ~self.rw.we
+
+        # Wide read (R > 1): word k of a read is word addr + k, in bank (bank + k) % nb; bank b
+        # serves word k = (b - bank) % nb when k < R, at row + 1 when b < bank (the word is
+        # in the next row).  Word k is in range when addr + k < depth: addr's row is below
+        # the last (b < bank) or addr itself is in range (b > bank; the banks share rows).
+        if R > 1:
+            rw_row1 = Signal(row_bits)
+            m.d.comb += rw_row1.eq(rw_row + 1)
+            rw_full_row = self.rw.addr[bank_bits:]
+            rw_ok1 = rw_full_row < bank_depth - 1       # addr's row + 1 is a row of the SRAM
 
         # Which bank answers, and whether the last request was refused; both are updated
         # only by a request, so the output word holds while the port is idle.
-        r_sel = Signal(range(self.n_banks))
+        r_sel = Signal(range(nb))
         r_zero = Signal()
-        rw_sel = Signal(range(self.n_banks))
-        rw_zero = Signal()
+        rw_sel = Signal(range(nb))
+        rw_zero = Signal(R)         # word k of the last read on rw was out of range
         with m.If(self.r.en):
             m.d.sync += [r_sel.eq(r_bank), r_zero.eq(~r_ok)]
-        with m.If(self.rw.en & ~self.rw.we):
-            m.d.sync += [rw_sel.eq(rw_bank), rw_zero.eq(~rw_ok)]
+        with m.If(rw_read):
+            m.d.sync += [rw_sel.eq(rw_bank), rw_zero[0].eq(~rw_ok)]
         m.d.sync += [
             self.r.error.eq(self.r.en & ~r_ok),
             self.rw.error.eq(self.rw.en & ~rw_ok),
@@ -253,7 +331,7 @@ class Sram(wiring.Component):
 
         r_words = []
         rw_words = []
-        for b in range(self.n_banks):
+        for b in range(nb):
             mem = memory.Memory(shape=unsigned(width), depth=bank_depth, init=[])
             m.submodules[f"bank{b}"] = mem
             wp = mem.write_port(granularity=8)
@@ -263,22 +341,42 @@ class Sram(wiring.Component):
             rp = mem.read_port(transparent_for=(wp,))
             here_r = (r_bank == b) & r_ok
             here_rw = (rw_bank == b) & rw_ok
+            if R > 1:
+                # bank b holds word k = (b - bank) % nb of the read; it reads when k < R
+                k_of = Signal(range(nb), name=f"rw_k{b}")
+                m.d.comb += k_of.eq(b - rw_bank)        # modulo 2**bank_bits
+                after = rw_bank > b                     # the word is in the next row
+                read_b = (k_of < R) & Mux(after, rw_ok1, rw_ok)
+                rw_addr_b = Mux(after, rw_row1, rw_row)
+            else:
+                read_b = here_rw
+                rw_addr_b = rw_row
             m.d.comb += [
                 rp.addr.eq(r_row),
                 rp.en.eq(self.r.en & here_r),
-                rwp.addr.eq(rw_row),
-                rwp.en.eq(self.rw.en & ~self.rw.we & here_rw),
+                rwp.addr.eq(rw_addr_b),
+                rwp.en.eq(rw_read & read_b),
                 wp.addr.eq(rw_row),
                 wp.data.eq(self.rw.wdata),
                 wp.en.eq(Mux(self.rw.en & self.rw.we & here_rw, self.rw.wmask, 0)),
             ]
             r_words.append(rp.data)
             rw_words.append(rwp.data)
+        if R > 1:
+            # word k >= 1 is out of range when addr + k >= depth: addr's row is the last and
+            # its bank + k wraps past the last bank, or addr itself is out of range
+            last_row = ~rw_ok1
+            with m.If(rw_read):
+                for k in range(1, R):
+                    m.d.sync += rw_zero[k].eq(~rw_ok | (last_row & (rw_bank + k >= nb)))
 
-        m.d.comb += [
-            self.r.data.eq(Mux(r_zero, 0, Array(r_words)[r_sel])),
-            self.rw.rdata.eq(Mux(rw_zero, 0, Array(rw_words)[rw_sel])),
-        ]
+        m.d.comb += self.r.data.eq(Mux(r_zero, 0, Array(r_words)[r_sel]))
+        rw_data = []
+        for k in range(R):
+            sel_k = Signal(range(nb), name=f"rw_sel{k}")
+            m.d.comb += sel_k.eq(rw_sel + k)            # modulo 2**bank_bits
+            rw_data.append(Mux(rw_zero[k], 0, Array(rw_words)[sel_k]))
+        m.d.comb += self.rw.rdata.eq(Cat(*rw_data))
         return m
 
 
@@ -290,7 +388,9 @@ class SramArbiter(wiring.Component):
     forwards its request to ``o`` and raises its ``ready`` with ``o.ready``.  ``rdata`` goes
     to every initiator (each knows when its read was granted); ``error`` goes only to the
     initiator granted in the previous cycle.  No added latency: a granted read still
-    returns its word in the next cycle.
+    returns its word in the next cycle.  With ``read_words`` R > 1 every port is wide
+    (``rdata`` carries the R words of a read, as ``Sram.rw`` returns them); a one-word
+    initiator is connected with :func:`connect_narrow` and uses word 0.
 
     Parameters
     ----------
@@ -298,22 +398,25 @@ class SramArbiter(wiring.Component):
         Number of initiators (at least 1).
     word_bytes : int
         Word width in bytes.
+    read_words : int
+        R, words a read returns (default 1).
 
     Members
     -------
-    i : ``In(SramSignature(word_bytes=word_bytes)).array(n)``
+    i : ``In(SramSignature(word_bytes=word_bytes, read_words=read_words)).array(n)``
         Initiator-facing ports.
-    o : ``Out(SramSignature(word_bytes=word_bytes))``
+    o : ``Out(SramSignature(word_bytes=word_bytes, read_words=read_words))``
         The shared port, to the SRAM.
     """
 
-    def __init__(self, n, *, word_bytes=8):
+    def __init__(self, n, *, word_bytes=8, read_words=1):
         if not isinstance(n, int) or n < 1:
             raise ValueError(f"n must be a positive integer, not {n!r}")
         self._n = n
+        sig = SramSignature(word_bytes=word_bytes, read_words=read_words)
         super().__init__({
-            "i": In(SramSignature(word_bytes=word_bytes)).array(n),
-            "o": Out(SramSignature(word_bytes=word_bytes)),
+            "i": In(sig).array(n),
+            "o": Out(sig),
         })
 
     @property

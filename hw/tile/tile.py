@@ -25,7 +25,7 @@ from .datapath import TileConfig, mux_matrix_commands
 from .kvstore import KvParams, KvStore
 from .matrix import MatrixUnit, MatrixWriteback
 from .netif import ImemWrite, NetCommand, NetCompletion, NetifConfig, NetworkInterface, WaitRequest
-from .sram import Sram, SramArbiter, SramSignature
+from .sram import Sram, SramArbiter, SramSignature, connect_narrow
 from .vector import VectorUnit
 
 __all__ = ["TileCore", "Tile"]
@@ -37,9 +37,11 @@ class TileCore(wiring.Component):
     The SRAM's read port belongs to the matrix unit; its read/write port is shared
     round-robin (:class:`SramArbiter`) by ``sram`` (the network interface), the controller,
     the matrix write-back stage, the vector unit (:class:`VectorUnit`, ``lanes`` wide;
-    it needs ``word_bytes >= 8``) and the KV store (:class:`KvStore`, always present, K rows
-    with a header word: the ISA's records; ``KVAPP`` and ``KVQK`` drive it; its ``STREAM_K``
-    commands reach the matrix unit through `mux_matrix_commands`).  ``soft_reset`` resets the
+    it needs ``word_bytes >= 8``; it reads ``n_banks`` consecutive words per cycle, the
+    SRAM's wide read, which the one-word initiators share as word 0) and the KV store
+    (:class:`KvStore`, always present, K rows with a header word: the ISA's records;
+    ``KVAPP`` and ``KVQK`` drive it; its ``STREAM_K`` commands reach the matrix unit through
+    `mux_matrix_commands`).  ``soft_reset`` resets the
     controller, the units and the performance counters (not the SRAM, the instruction
     memory nor the KV layout, which is an input).
 
@@ -102,15 +104,18 @@ class TileCore(wiring.Component):
         c = self._config
         W = c.word_bytes
         rst = self.soft_reset
+        # The vector unit reads n_banks consecutive words per cycle (the SRAM's wide read);
+        # the other initiators read one word (word 0 of the same rdata)
         m.submodules.sram = sram = Sram(size_bytes=c.sram_bytes, word_bytes=W,
-                                        n_banks=c.n_banks)
-        m.submodules.arbiter = arb = SramArbiter(5, word_bytes=W)
+                                        n_banks=c.n_banks, read_words=c.n_banks)
+        m.submodules.arbiter = arb = SramArbiter(5, word_bytes=W, read_words=c.n_banks)
         mx = MatrixUnit(word_bytes=W, max_m=c.max_m, k_max=c.k_max)
         wb = MatrixWriteback(word_bytes=W, max_m=c.max_m)
         ctrl = Controller(sram_bytes=c.sram_bytes, word_bytes=W, max_m=c.max_m, k_max=c.k_max,
                           imem_words=c.imem_words, n_counters=c.n_counters,
                           loop_depth=c.loop_depth, overlap=c.overlap)
-        vec = VectorUnit(lanes=c.lanes, word_bytes=W, sram_bytes=c.sram_bytes)
+        vec = VectorUnit(lanes=c.lanes, word_bytes=W, sram_bytes=c.sram_bytes,
+                         read_words=c.n_banks)
         m.submodules.vector = ResetInserter(rst)(vec)
         m.submodules.matrix = ResetInserter(rst)(mx)
         m.submodules.writeback = ResetInserter(rst)(wb)
@@ -120,9 +125,9 @@ class TileCore(wiring.Component):
 
         connect(m, mx.bus, sram.r)
         connect(m, arb.o, sram.rw)
-        connect(m, flipped(self.sram), arb.i[0])
-        connect(m, ctrl.bus, arb.i[1])
-        connect(m, wb.bus, arb.i[2])
+        connect_narrow(m, flipped(self.sram), arb.i[0])
+        connect_narrow(m, ctrl.bus, arb.i[1])
+        connect_narrow(m, wb.bus, arb.i[2])
         connect(m, ctrl.o_mjob, wb.i_job)
         connect(m, mx.o, wb.i_res)
         connect(m, flipped(self.i_imem), ctrl.i_imem)
@@ -144,7 +149,7 @@ class TileCore(wiring.Component):
         # KV store: APPEND (KVAPP) and STREAM_K (KVQK) from the controller; STREAM_K's
         # matrix command reaches the matrix unit through the command mux, the controller
         # sends the write-back job with the K records' header address.
-        connect(m, kv.bus, arb.i[4])
+        connect_narrow(m, kv.bus, arb.i[4])
         connect(m, ctrl.o_kv, kv.i_cmd)
         mux_matrix_commands(m, kv.o_mcmd, ctrl.o_mcmd, mx.i_cmd)
         m.d.comb += [

@@ -184,7 +184,8 @@ class VectorUnit(wiring.Component):
     to three *passes* over its vector, micro-sequenced with scalar steps between them
     (leading-one detect, table look-up).  Each pass walks the vector in *chunks* of up to
     ``lanes`` elements through a stream engine: the read side issues the chunks' source
-    words back to back (one SRAM word per granted cycle), each chunk fires into the 4-stage
+    words back to back (up to ``read_words`` consecutive words of one source stream per
+    granted cycle: the SRAM's wide read), each chunk fires into the 4-stage
     lanes when its words have landed, and leaves them folded into a reduction or packed
     into one of `RESULT_SLOTS` result slots, from which the write side writes the
     destination words with byte enables, with priority over the reads.  Cycles:
@@ -214,6 +215,9 @@ class VectorUnit(wiring.Component):
     sram_bytes : int
         Size of the SRAM the operands live in (the range checks' limit), at most
         ``2**ADDR_WIDTH`` words.
+    read_words : int
+        R, words one read of ``bus`` returns (the SRAM's ``n_banks`` for a wide read;
+        default 1, one word per read).
 
     Members
     -------
@@ -221,15 +225,16 @@ class VectorUnit(wiring.Component):
         Commands; accepted only when idle (``ready`` is high in the idle state only).
     o_done : ``Out(stream.Signature(VectorDone))``
         One word per command, after its last SRAM write.
-    bus : ``Out(SramSignature(word_bytes=word_bytes))``
+    bus : ``Out(SramSignature(word_bytes=word_bytes, read_words=read_words))``
         SRAM initiator port (1-cycle read latency, grant handshake; ``en`` never depends
-        on ``ready``).  A ``bus.error`` (cannot happen after the range checks) turns the
-        command's error into ``SRAM_RANGE``.
+        on ``ready``; a read returns the R words from its address, writes are one word).
+        A ``bus.error`` (cannot happen after the range checks) turns the command's error
+        into ``SRAM_RANGE``.
     busy : ``Out(1)``
         A command is in progress (accepted, ``o_done`` not yet taken).
     """
 
-    def __init__(self, *, lanes=None, word_bytes=8, sram_bytes=32768):
+    def __init__(self, *, lanes=None, word_bytes=8, sram_bytes=32768, read_words=1):
         lanes = IsaConfig().lanes if lanes is None else lanes
         if not isinstance(lanes, int) or lanes < 2 or lanes % 2:
             raise ValueError(f"lanes must be an even integer of at least 2, not {lanes!r}")
@@ -240,13 +245,16 @@ class VectorUnit(wiring.Component):
                 or sram_bytes // word_bytes > 2 ** ADDR_WIDTH):
             raise ValueError(f"sram_bytes must be a positive multiple of word_bytes of at most "
                              f"{2 ** ADDR_WIDTH} words, not {sram_bytes!r}")
+        if not isinstance(read_words, int) or read_words < 1:
+            raise ValueError(f"read_words must be a positive integer, not {read_words!r}")
         self._lanes = lanes
         self._word_bytes = word_bytes
         self._sram_bytes = sram_bytes
+        self._read_words = read_words
         super().__init__({
             "i_cmd": In(stream.Signature(VectorCommand)),
             "o_done": Out(stream.Signature(VectorDone)),
-            "bus": Out(SramSignature(word_bytes=word_bytes)),
+            "bus": Out(SramSignature(word_bytes=word_bytes, read_words=read_words)),
             "busy": Out(1),
         })
 
@@ -265,9 +273,14 @@ class VectorUnit(wiring.Component):
         """Size of the SRAM (the range checks' limit)."""
         return self._sram_bytes
 
+    @property
+    def read_words(self):
+        """R, words one SRAM read returns."""
+        return self._read_words
+
     def elaborate(self, platform):
         m = Module()
-        V, W = self.lanes, self.word_bytes
+        V, W, R = self.lanes, self.word_bytes, self.read_words
         wb = exact_log2(W)
         SRAM = self.sram_bytes
         # Read buffers: a chunk of V elements of up to 4 bytes at any byte offset in a word.
@@ -492,8 +505,10 @@ class VectorUnit(wiring.Component):
 
         # -- stream engine: read side ----------------------------------------------------------
         # The geometry registers (i, ih, t, j0, ax, ay, az, ad) describe the chunk being read.
-        # Its words are issued one per granted cycle (x words, then y, then z); with the last
-        # one its extraction offsets and write geometry move to pm_*, land with the word
+        # Its words are issued per granted cycle (x words, then y, then z), up to R of one
+        # stream at a time (a wide read of the next min(R, words left in the stream), which
+        # land together in consecutive buffer words); with the last read its extraction
+        # offsets and write geometry move to pm_*, land with the words
         # (fm_*, `fire` the cycle after, when the buffers hold the whole chunk) and follow it
         # down the lane pipeline (v[k], m_*[k]).  Reads of the next chunk go on meanwhile: a
         # word issued after a chunk's last one lands at the end of that chunk's fire cycle at
@@ -504,18 +519,34 @@ class VectorUnit(wiring.Component):
         pend = Signal()
         pend_sel = Signal(2)
         pend_j = Signal(range(NW))
+        pend_k = Signal(range(R + 1))   # words of the landing read that go to the buffer
         pend_last = Signal()
         r_sel = Signal(2)
         r_j = Signal(range(3 * NW + 1))
         r_addr = Signal(ADDR_WIDTH + 1)
-        with m.If(rq < nwx):
-            m.d.comb += [r_sel.eq(0), r_j.eq(rq), r_addr.eq(fx + rq)]
-        with m.Elif(rq < nwx + nwy):
-            m.d.comb += [r_sel.eq(1), r_j.eq(rq - nwx), r_addr.eq(fy + rq - nwx)]
-        with m.Else():
-            m.d.comb += [r_sel.eq(2), r_j.eq(rq - nwx - nwy), r_addr.eq(fz + rq - nwx - nwy)]
         r_total = nwx + nwy + nwz
-        r_last = rq + 1 == r_total
+        if R == 1:
+            r_k = Const(1, 1)           # words issued this cycle
+            with m.If(rq < nwx):
+                m.d.comb += [r_sel.eq(0), r_j.eq(rq), r_addr.eq(fx + rq)]
+            with m.Elif(rq < nwx + nwy):
+                m.d.comb += [r_sel.eq(1), r_j.eq(rq - nwx), r_addr.eq(fy + rq - nwx)]
+            with m.Else():
+                m.d.comb += [r_sel.eq(2), r_j.eq(rq - nwx - nwy),
+                             r_addr.eq(fz + rq - nwx - nwy)]
+        else:
+            r_left = Signal(range(3 * NW + 1))  # words of the current stream not yet issued
+            r_k = Signal(range(R + 1))
+            with m.If(rq < nwx):
+                m.d.comb += [r_sel.eq(0), r_j.eq(rq), r_addr.eq(fx + rq), r_left.eq(nwx - rq)]
+            with m.Elif(rq < nwx + nwy):
+                m.d.comb += [r_sel.eq(1), r_j.eq(rq - nwx), r_addr.eq(fy + rq - nwx),
+                             r_left.eq(nwx + nwy - rq)]
+            with m.Else():
+                m.d.comb += [r_sel.eq(2), r_j.eq(rq - nwx - nwy),
+                             r_addr.eq(fz + rq - nwx - nwy), r_left.eq(r_total - rq)]
+            m.d.comb += r_k.eq(Mux(r_left < R, r_left, R))
+        r_last = rq + r_k == r_total
 
         def meta(prefix):
             return (Signal(wb, name=f"{prefix}_ox"), Signal(wb, name=f"{prefix}_oy"),
@@ -533,11 +564,20 @@ class VectorUnit(wiring.Component):
         for k in range(1, 4):
             m.d.sync += [a.eq(b) for a, b in zip(mpipe[k], mpipe[k - 1], strict=True)]
         with m.If(pend):
-            with m.Switch(Cat(pend_j, pend_sel)):
+            if R == 1:
+                with m.Switch(Cat(pend_j, pend_sel)):
+                    for s_ in range(3):
+                        for j in range(NW):
+                            with m.Case(j | (s_ << len(pend_j))):
+                                m.d.sync += bufs[s_][j].eq(self.bus.rdata)
+            else:
+                # word k of the read lands in buffer word pend_j + k of stream pend_sel
                 for s_ in range(3):
                     for j in range(NW):
-                        with m.Case(j | (s_ << len(pend_j))):
-                            m.d.sync += bufs[s_][j].eq(self.bus.rdata)
+                        for k in range(min(R, j + 1)):
+                            with m.If((pend_sel == s_) & (pend_j == j - k) & (pend_k > k)):
+                                m.d.sync += bufs[s_][j].eq(
+                                    self.bus.rdata.word_select(k, 8 * W))
             with m.If(pend_last):
                 m.d.sync += [a.eq(b) for a, b in zip(fm, pm, strict=True)]
         with m.If(self.bus.error):
@@ -915,8 +955,8 @@ class VectorUnit(wiring.Component):
         with m.Elif(rd_want):
             m.d.comb += [self.bus.en.eq(1), self.bus.addr.eq(r_addr)]
             with m.If(self.bus.ready):
-                m.d.sync += [rq.eq(rq + 1), pend.eq(1), pend_sel.eq(r_sel), pend_j.eq(r_j),
-                             pend_last.eq(r_last)]
+                m.d.sync += [rq.eq(rq + r_k), pend.eq(1), pend_sel.eq(r_sel), pend_j.eq(r_j),
+                             pend_k.eq(r_k), pend_last.eq(r_last)]
                 m.d.comb += credit_in.eq((rq == 0) & (wr | tw))
                 with m.If(r_sel == 1):
                     m.d.sync += [pc_valid.eq(1), pc_addr.eq(fy)]

@@ -906,6 +906,10 @@ class IsaConfig:
         Longest multicast packet, head included (the NoC's limit).
     max_packet_flits : int
         Largest number of payload flits in one unicast packet.
+    read_words : int
+        R: SRAM words one vector-unit read returns (the SRAM's wide read of ``n_banks``
+        consecutive words, ``docs/tile.md`` "SRAM"; 1: one word per read).  Only the
+        cycle estimate depends on it.
     cost : CostModel
     """
 
@@ -919,6 +923,7 @@ class IsaConfig:
     loop_depth: int = 4
     mcast_max_flits: int = 8
     max_packet_flits: int = 255
+    read_words: int = 1
     cost: CostModel = field(default_factory=CostModel)
     #: Issue policy: False, every unit instruction finishes before the next issues; True,
     #: one matrix, one vector and one SEND instruction run in the background under
@@ -928,7 +933,8 @@ class IsaConfig:
 
     def __post_init__(self):
         for name in ("sram_bytes", "word_bytes", "max_m", "lanes", "k_max", "imem_words",
-                     "n_counters", "loop_depth", "mcast_max_flits", "max_packet_flits"):
+                     "n_counters", "loop_depth", "mcast_max_flits", "max_packet_flits",
+                     "read_words"):
             v = getattr(self, name)
             if not isinstance(v, int) or v <= 0:
                 raise ValueError(f"`{name}` must be a positive integer, not {v!r}")
@@ -1048,7 +1054,7 @@ def _vec_flush(state: dict, push: int | None = None) -> int:
 
 def vector_cycles(op: Opcode, td: Dtype, ts: Dtype, n: int, imm: int = 0, c: int = 0,
                   a: int = 0, b: int = 0, d: int = 0, *, lanes: int = 8, word_bytes: int = 8,
-                  slots: int = 3) -> int:
+                  slots: int = 3, read_words: int = 1) -> int:
     """Return the cycles the vector unit of ``hw/tile/vector.py`` takes for one command.
 
     The schedule of ``docs/tile.md`` ("Vector unit", "Timing") played cycle by cycle, with
@@ -1072,6 +1078,9 @@ def vector_cycles(op: Opcode, td: Dtype, ts: Dtype, n: int, imm: int = 0, c: int
         V and W.
     slots : int
         Result slots of the unit (``_SLOTS`` in ``hw/tile/vector.py``).
+    read_words : int
+        R, words one SRAM read returns (``VectorUnit(read_words=...)``, the tile's
+        ``n_banks``): a chunk's source stream of ``w`` words takes ``ceil(w / R)`` reads.
 
     Returns
     -------
@@ -1083,7 +1092,9 @@ def vector_cycles(op: Opcode, td: Dtype, ts: Dtype, n: int, imm: int = 0, c: int
     ValueError
         If ``op`` is not a vector-unit opcode or ``n`` is not positive.
     """
-    V, W = lanes, word_bytes
+    V, W, R = lanes, word_bytes, read_words
+    if R < 1:
+        raise ValueError(f"`read_words` must be a positive integer, not {R}")
     if not (op.value >> 4 in (1, 2) or op == Opcode.TABLE):
         raise ValueError(f"`op` must be a vector-unit opcode, not {op.name}")
     if op != Opcode.TABLE and n < 1:
@@ -1093,14 +1104,18 @@ def vector_cycles(op: Opcode, td: Dtype, ts: Dtype, n: int, imm: int = 0, c: int
     state = {"slots": []}
     total = 3 + (n.bit_length() if op == Opcode.ROPE else 0)   # accept, checks, n mod hs
 
+    def rd(addr, nbytes):
+        """Reads of one source stream's words: up to R consecutive words per read."""
+        return -(-_span(addr, nbytes, W) // R)
+
     def elems(count, xs, ys=None, ds=None, x0=a, y0=b, d0=d):
-        """Chunks of V elements: (read words, destination words) each."""
+        """Chunks of V elements: (reads, destination words) each."""
         out = []
         for i in range(0, count, V):
             cnt = min(V, count - i)
-            r = _span(x0 + i * xs, cnt * xs, W)
+            r = rd(x0 + i * xs, cnt * xs)
             if ys:
-                r += _span(y0 + i * ys, cnt * ys, W)
+                r += rd(y0 + i * ys, cnt * ys)
             out.append((r, _span(d0 + i * ds, cnt * ds, W) if ds else 0))
         return out
 
@@ -1112,11 +1127,11 @@ def vector_cycles(op: Opcode, td: Dtype, ts: Dtype, n: int, imm: int = 0, c: int
     elif op == Opcode.REQI:
         total += stream(elems(n, sk, ds=dk), True)
     elif op == Opcode.REQM:
-        total += stream([(_span(b, 4, W), 0)]) + stream(elems(n, sk, ds=dk), True)
+        total += stream([(rd(b, 4), 0)]) + stream(elems(n, sk, ds=dk), True)
     elif op in (Opcode.RSUM, Opcode.RSUMSQ, Opcode.RMAX, Opcode.RMAXABS, Opcode.ARGMAX):
         total += stream(elems(n, sk)) + _vec_flush(state, _span(d, dk, W))
     elif op == Opcode.RMSNORM:
-        total += stream([(_span(c, 8, W), 0)]) + stream(elems(n, 2))
+        total += stream([(rd(c, 8), 0)]) + stream(elems(n, 2))
         total += 3 + stream(elems(n, 2, 2, dk), True)
     elif op == Opcode.DYNQ:
         total += stream(elems(n, sk)) + 3 + stream(elems(n, sk, ds=dk, d0=d + W), True)
@@ -1124,7 +1139,7 @@ def vector_cycles(op: Opcode, td: Dtype, ts: Dtype, n: int, imm: int = 0, c: int
         # prologue (epsilon), pass 1 sum of squares, the RMSNorm scalar step (3), pass 2
         # max |int16 normalised| (x and gain read, nothing written), the dynq scalar step
         # and header write (3), pass 3 recompute and quantise into the record's data
-        total += stream([(_span(c, 8, W), 0)]) + stream(elems(n, 2))
+        total += stream([(rd(c, 8), 0)]) + stream(elems(n, 2))
         total += 3 + stream(elems(n, 2, 2))
         total += 3 + stream(elems(n, 2, 2, 1, d0=d + W), True, lag=_VEC_LAG_Q)
     elif op == Opcode.SOFTMAX:
@@ -1135,8 +1150,8 @@ def vector_cycles(op: Opcode, td: Dtype, ts: Dtype, n: int, imm: int = 0, c: int
         for h in range(0, n, imm):
             for j in range(0, imm, V):
                 cnt = min(V, imm - j)
-                r = (_span(a + 2 * (h + j), 2 * cnt, W) + _span(b + j, cnt // 2 * 2, W)
-                     + _span(b + imm + j, cnt // 2 * 2, W))
+                r = (rd(a + 2 * (h + j), 2 * cnt) + rd(b + j, cnt // 2 * 2)
+                     + rd(b + imm + j, cnt // 2 * 2))
                 chunks.append((r, _span(d + dk * (h + j), dk * cnt, W)))
         total += stream(chunks, True)
     elif op == Opcode.SILU:
@@ -1146,7 +1161,7 @@ def vector_cycles(op: Opcode, td: Dtype, ts: Dtype, n: int, imm: int = 0, c: int
             cnt = min(V, imm - j)
             rows, cached = [], None
             for t in range(n):
-                r = _span(b + t * c + j, cnt, W)
+                r = rd(b + t * c + j, cnt)
                 if (a + 2 * t) // W != cached:
                     cached = (a + 2 * t) // W
                     r += 1
@@ -1159,7 +1174,7 @@ def vector_cycles(op: Opcode, td: Dtype, ts: Dtype, n: int, imm: int = 0, c: int
                 state["slots"].append(wd)
     else:   # TABLE
         entries = TABLE_ENTRIES[TableId(c)]
-        total += stream([(_span(a + 2 * i, 2 * min(V, entries - i), W), min(V, entries - i))
+        total += stream([(rd(a + 2 * i, 2 * min(V, entries - i)), min(V, entries - i))
                          for i in range(0, entries, V)], True, table=True)
     return total
 
@@ -1241,7 +1256,8 @@ def instr_cycles(instr: Instr, config: IsaConfig, n: int = 0, k: int | None = No
         # the vector unit's own schedule, operands assumed word-aligned (RMSNorm's epsilon
         # address and WSUM's row stride are the `c` immediate)
         return issue + vector_cycles(op, instr.td, instr.src, max(n, 1), instr.imm, instr.c,
-                                       lanes=V, word_bytes=W, slots=c.vec_slots)
+                                       lanes=V, word_bytes=W, slots=c.vec_slots,
+                                       read_words=config.read_words)
     if unit == 0:
         return issue
     # matrix unit and its write-back, from the command's acceptance to the last write

@@ -5,9 +5,11 @@ A stimulus coroutine drives random requests on the read port ``r`` and the read/
 past the end).  A request monitor feeds the reference model (``tilemodel.Shadow``: a read on
 ``r`` sees this cycle's write on ``rw``, the port is transparent; out-of-range requests flag
 ``error`` and touch nothing), which queues the expected responses; a response monitor
-records what the DUT returned one cycle later; a cocotb-bus scoreboard compares them.
+records what the DUT returned one cycle later; a cocotb-bus scoreboard compares them.  With
+``READ_WORDS`` R > 1 (the wide read) a read on ``rw`` returns the R words ``addr .. addr +
+R - 1``, a word past the end as 0, ``error`` only for ``addr`` itself.
 
-Environment: ``SRAM_DEPTH`` (words), ``SEED``.
+Environment: ``SRAM_DEPTH`` (words), ``READ_WORDS``, ``SEED``.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from cocotb_bus.scoreboard import Scoreboard
 from tilemodel import Shadow
 
 DEPTH = int(os.environ.get("SRAM_DEPTH", "96"))
+R = int(os.environ.get("READ_WORDS", "1"))
 SEED = int(os.environ.get("SEED", "1"))
 W = 8
 FULL = (1 << W) - 1
@@ -104,12 +107,17 @@ class SramModel:
                 rw_resp = ("rw", addr, None, int(addr >= DEPTH))
                 self.shadow.write(addr, wdata, wmask)
             else:
-                rw_resp = ("rw", addr, self.shadow.read(addr), int(addr >= DEPTH))
+                rw_resp = ("rw", addr, self.wide(addr), int(addr >= DEPTH))
         # Queued in the order the response monitor emits them: r, then rw.
         if r is not None:
             self.expected.append(("r", r, self.shadow.read(r), int(r >= DEPTH)))
         if rw_resp is not None:
             self.expected.append(rw_resp)
+
+    def wide(self, addr):
+        """The R words a read on ``rw`` at ``addr`` returns (0 for a word past the end)."""
+        return sum((self.shadow.read(addr + k) if addr + k < DEPTH else 0) << (8 * W * k)
+                   for k in range(R))
 
 
 async def _setup(dut):
@@ -142,6 +150,8 @@ def _addr(rng):
         return rng.randrange(8)                       # collisions between the ports
     if u < 0.9:
         return rng.randrange(DEPTH)
+    if u < 0.95:
+        return DEPTH - 1 - rng.randrange(4)           # a wide read's words past the end
     return rng.choice([DEPTH, DEPTH + 1, DEPTH + 8, 2 * DEPTH, 2 ** 16 - 1,
                        rng.randrange(DEPTH, 2 ** 16)])
 
@@ -182,6 +192,8 @@ async def directed(dut):
             dut.rw__wdata.value, dut.rw__wmask.value = data, mask
         await RisingEdge(dut.clk)
 
+    for a in range(DEPTH):      # the model starts at zero; the SRAM keeps the last test's
+        await cycle(rw=(1, a, 0, FULL))
     await cycle(rw=(1, 3, 0x1111111111111111, FULL))
     await cycle(rw=(1, 3, 0x2222222222222222, 0b10000001))
     await cycle(r=3, rw=(1, 3, 0x3333333333333333, FULL))     # r sees the new word
@@ -190,6 +202,13 @@ async def directed(dut):
     await cycle(rw=(1, DEPTH + 3, 0x4444444444444444, FULL))  # would alias word 3 on wrap
     await cycle(r=DEPTH + 3, rw=(1, 2 ** 16 - 1, 0x55, FULL))
     await cycle(r=3)
+    # wide reads: every start bank, across the rows, the last words (the rest reads 0)
+    for a in range(DEPTH):
+        await cycle(rw=(1, a, 0x0101010101010101 * (a & 0xFF), FULL))
+    for a in (0, 1, 2, 3, 5, 6, 7, DEPTH - 4, DEPTH - 3, DEPTH - 2, DEPTH - 1):
+        await cycle(r=a, rw=(0, a, 0, 0))
+    await cycle(rw=(1, 4, 0x77, 0x01))
+    await cycle(rw=(0, 3, 0, 0))                              # sees the write before it
     await cycle()
     await cycle()
     await _drain(dut, expected)

@@ -96,7 +96,8 @@ class VectorBench:
         self.sb.add_interface(self.mon, self.expected)
         self.contention = contention
         self.log = []           # (case name, error, cycles)
-        self.banks = [dut.sram.bank0, dut.sram.bank1] if BACKDOOR else []
+        self.banks = ([getattr(dut.sram, f"bank{b}") for b in range(CFG.n_banks)]
+                      if BACKDOOR else [])
 
     async def start(self):
         """Start the clock, reset, fill the SRAM with random words (DUT and reference)."""

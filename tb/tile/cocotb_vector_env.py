@@ -37,7 +37,7 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out, connect, flipped
 
 from chipotle.golden import numerics as nx
-from chipotle.hw.tile.sram import Sram, SramArbiter, SramSignature
+from chipotle.hw.tile.sram import Sram, SramArbiter, SramSignature, connect_narrow
 from chipotle.hw.tile.vector import RESULT_SLOTS, VectorCommand, VectorDone, VectorUnit
 from chipotle.isa.core import (
     DTYPE_INFO,
@@ -67,11 +67,15 @@ class VectorBenchConfig:
     ----------
     lanes, word_bytes, sram_bytes
         Of the ``VectorUnit`` and the SRAM.
+    n_banks
+        SRAM banks; the unit reads ``n_banks`` consecutive words per cycle (the SRAM's wide
+        read; 1: one word, the ``ulx3s`` tile's).
     """
 
     lanes: int = 8
     word_bytes: int = 8
     sram_bytes: int = 8192
+    n_banks: int = 2
 
     @property
     def words(self) -> int:
@@ -100,12 +104,13 @@ class VectorBenchConfig:
 
     def isa(self) -> IsaConfig:
         return IsaConfig(sram_bytes=self.sram_bytes, word_bytes=self.word_bytes,
-                         lanes=self.lanes)
+                         lanes=self.lanes, read_words=self.n_banks)
 
 
 CONFIGS = {
     "default": VectorBenchConfig(),                       # V = 8, W = 8 (docs/isa.md)
     "v4": VectorBenchConfig(lanes=4, sram_bytes=8192),    # V < W bytes: sub-word chunks
+    "narrow": VectorBenchConfig(n_banks=1),               # one word per read (ulx3s)
 }
 
 
@@ -133,11 +138,13 @@ class VectorTop(wiring.Component):
     def elaborate(self, platform):
         cfg = self._cfg
         m = Module()
+        R = cfg.n_banks
         m.submodules.vu = vu = VectorUnit(lanes=cfg.lanes, word_bytes=cfg.word_bytes,
-                                          sram_bytes=cfg.sram_bytes)
-        m.submodules.sram = sram = Sram(size_bytes=cfg.sram_bytes, word_bytes=cfg.word_bytes)
-        m.submodules.arb = arb = SramArbiter(2, word_bytes=cfg.word_bytes)
-        connect(m, flipped(self.host), arb.i[0])
+                                          sram_bytes=cfg.sram_bytes, read_words=R)
+        m.submodules.sram = sram = Sram(size_bytes=cfg.sram_bytes, word_bytes=cfg.word_bytes,
+                                        n_banks=R, read_words=R)
+        m.submodules.arb = arb = SramArbiter(2, word_bytes=cfg.word_bytes, read_words=R)
+        connect_narrow(m, flipped(self.host), arb.i[0])
         connect(m, vu.bus, arb.i[1])
         connect(m, arb.o, sram.rw)
         connect(m, flipped(self.i_cmd), vu.i_cmd)
@@ -183,7 +190,8 @@ def model_cycles(cmd: dict, cfg: VectorBenchConfig) -> int:
     return vector_cycles(cmd["op"], cmd.get("td", Dtype.I8), cmd.get("ts", Dtype.I8),
                          cmd.get("n", 0), cmd.get("imm", 0), cmd.get("c", 0), cmd.get("a", 0),
                          cmd.get("b", 0), cmd.get("d", 0), lanes=cfg.lanes,
-                         word_bytes=cfg.word_bytes, slots=RESULT_SLOTS)
+                         word_bytes=cfg.word_bytes, slots=RESULT_SLOTS,
+                         read_words=cfg.n_banks)
 
 
 class VectorRef:

@@ -6,8 +6,14 @@ Verilog build and catch most mistakes first.
 
 from __future__ import annotations
 
+import gc
+import warnings
+
 import numpy as np
 import pytest
+from amaranth.hdl import Module
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, connect, flipped
 from amaranth.sim import Simulator
 from tilemodel import (
     KvModel,
@@ -26,9 +32,12 @@ from chipotle.hw.tile import (
     KvOp,
     MatrixError,
     Sram,
+    SramArbiter,
+    SramSignature,
     TileConfig,
     TileDatapath,
 )
+from chipotle.hw.tile.sram import connect_narrow
 
 CFG = TileConfig(sram_bytes=4096, word_bytes=8, n_banks=2, max_m=4, k_max=176,
                  kv=KvLayout(n_layers=2, n_kv_heads=2, head_size=12, max_pos=10, base=300))
@@ -247,6 +256,76 @@ def test_sram_out_of_range_pysim():
         assert await access(97, 0) == (0, 1)
 
     _run(dut, bench)
+
+
+class _WideTop(wiring.Component):
+    """An ``Sram`` with a wide read behind an ``SramArbiter``: port ``wide`` (initiator 1)
+    reads ``read_words`` words, port ``narrow`` (initiator 0) one (``connect_narrow``)."""
+
+    def __init__(self, n_banks, read_words):
+        self.nb, self.rw = n_banks, read_words
+        super().__init__({"narrow": In(SramSignature(word_bytes=8)),
+                          "wide": In(SramSignature(word_bytes=8, read_words=read_words))})
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.sram = sram = Sram(size_bytes=768, word_bytes=8, n_banks=self.nb,
+                                        read_words=self.rw)
+        m.submodules.arb = arb = SramArbiter(2, word_bytes=8, read_words=self.rw)
+        connect_narrow(m, flipped(self.narrow), arb.i[0])
+        connect(m, flipped(self.wide), arb.i[1])
+        connect(m, arb.o, sram.rw)
+        return m
+
+
+@pytest.mark.parametrize(("n_banks", "read_words"), [(4, 4), (4, 3), (2, 2), (1, 1)])
+def test_sram_wide_read_pysim(n_banks, read_words):
+    """A wide read returns words addr .. addr + R - 1 from any start bank, 0 past the end
+    (``error`` only when addr itself is out of range); the one-word initiator behind the
+    same arbiter reads word 0 of it; writes stay one word."""
+    dut = _WideTop(n_banks, read_words)
+    depth, R = 96, read_words
+    word = [(0x0102030405060708 * (a + 1)) & (2 ** 64 - 1) for a in range(depth)]
+
+    def expect(addr):
+        return sum((word[addr + k] if addr + k < depth else 0) << (64 * k) for k in range(R))
+
+    async def bench(ctx):
+        async def access(p, addr, we=0, data=0):
+            ctx.set(p.en, 1)
+            ctx.set(p.we, we)
+            ctx.set(p.addr, addr)
+            ctx.set(p.wdata, data)
+            ctx.set(p.wmask, 0xFF)
+            assert ctx.get(p.ready)      # alone on the arbiter: granted at once
+            await ctx.tick()
+            ctx.set(p.en, 0)
+            return ctx.get(p.rdata), ctx.get(p.error)
+        for a in range(depth):
+            await access(dut.wide if a % 2 else dut.narrow, a, 1, word[a])
+        for a in list(range(12)) + list(range(depth - 5, depth)):
+            assert await access(dut.wide, a) == (expect(a), 0), a
+            assert await access(dut.narrow, a) == (word[a], 0), a
+        for a in (depth, depth + 1, 2 ** 16 - 1):
+            assert await access(dut.wide, a) == (0, 1), a
+            assert await access(dut.narrow, a) == (0, 1), a
+        # a write of one word beside a wide read's other words leaves them
+        await access(dut.wide, 6, 1, 0xAB)
+        word[6] = 0xAB
+        assert await access(dut.wide, 5) == (expect(5), 0)
+        assert await access(dut.wide, 6) == (expect(6), 0)
+
+    _run(dut, bench)
+
+
+def test_wide_read_bad_parameters():
+    with warnings.catch_warnings():     # the half-built component is never elaborated
+        warnings.simplefilter("ignore")
+        with pytest.raises(ValueError, match="read_words must be an integer from 1 to n_banks"):
+            Sram(size_bytes=768, word_bytes=8, n_banks=2, read_words=4)
+        with pytest.raises(ValueError, match="read_words must be a positive integer"):
+            SramSignature(word_bytes=8, read_words=0)
+        gc.collect()
 
 
 def test_kv_append_cycles_pysim():

@@ -55,7 +55,11 @@ def test_kvstore_rtl(sim):
 
 
 def test_sram_rtl(sim):
-    verilog = generate_verilog(Sram(size_bytes=768, word_bytes=8, n_banks=4), name="tile_sram")
-    run = run_cocotb(sim=sim, verilog=verilog, toplevel="tile_sram", test_module="cocotb_sram",
-                     test_dir=TB, extra_env={"SRAM_DEPTH": "96"})
-    assert len(run.passed) == 2, run.passed
+    """One-word reads, and wide reads of 3 words from 4 banks and 2 from 2 banks."""
+    for banks, words in ((4, 1), (4, 3), (2, 2)):
+        verilog = generate_verilog(Sram(size_bytes=768, word_bytes=8, n_banks=banks,
+                                        read_words=words), name="tile_sram")
+        run = run_cocotb(sim=sim, verilog=verilog, toplevel="tile_sram",
+                         test_module="cocotb_sram", test_dir=TB,
+                         extra_env={"SRAM_DEPTH": "96", "READ_WORDS": str(words)})
+        assert len(run.passed) == 2, (banks, words, run.passed)

@@ -176,11 +176,14 @@ def test_errors_pysim():
                                       ErrorCode.SHAPE, ErrorCode.SHAPE]
 
 
-@pytest.mark.parametrize(("lanes", "word_bytes"), [(4, 8), (2, 16), (2, 8)])
-def test_other_geometries_pysim(lanes, word_bytes):
-    """V below a word's worth of bytes (V = 2, W = 8 is the ulx3s and small chips' unit), and a
-    16-byte word: one case of each kind."""
-    cfg = VectorBenchConfig(lanes=lanes, word_bytes=word_bytes, sram_bytes=2048)
+@pytest.mark.parametrize(("lanes", "word_bytes", "n_banks"),
+                         [(4, 8, 2), (2, 16, 2), (2, 8, 1), (8, 8, 1), (8, 8, 4), (4, 16, 4)])
+def test_other_geometries_pysim(lanes, word_bytes, n_banks):
+    """V below a word's worth of bytes (V = 2, W = 8 is the small chip's unit; V = 2 with one
+    bank, one word per read, the ulx3s chip's), a 16-byte word, one-word reads at V = 8 and
+    four-word reads (4 banks): one case of each kind."""
+    cfg = VectorBenchConfig(lanes=lanes, word_bytes=word_bytes, sram_bytes=2048,
+                            n_banks=n_banks)
     s = Stimulus(cfg, 6)
     cases = [s.table_case(tid, 0) for tid in TableId]
     cases += [s.elementwise(Opcode.VMUL, 11, Dtype.I32, Dtype.I16),
