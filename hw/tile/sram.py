@@ -373,8 +373,10 @@ class Sram(wiring.Component):
         m.d.comb += self.r.data.eq(Mux(r_zero, 0, Array(r_words)[r_sel]))
         rw_data = []
         for k in range(R):
-            sel_k = Signal(range(nb), name=f"rw_sel{k}")
-            m.d.comb += sel_k.eq(rw_sel + k)            # modulo 2**bank_bits
+            sel_k = rw_sel
+            if k:
+                sel_k = Signal(range(nb), name=f"rw_sel{k}")
+                m.d.comb += sel_k.eq(rw_sel + k)        # modulo 2**bank_bits
             rw_data.append(Mux(rw_zero[k], 0, Array(rw_words)[sel_k]))
         m.d.comb += self.rw.rdata.eq(Cat(*rw_data))
         return m

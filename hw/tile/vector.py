@@ -519,14 +519,14 @@ class VectorUnit(wiring.Component):
         pend = Signal()
         pend_sel = Signal(2)
         pend_j = Signal(range(NW))
-        pend_k = Signal(range(R + 1))   # words of the landing read that go to the buffer
+        pend_k = Signal(range(R + 1)) if R > 1 else None  # words of the landing read
         pend_last = Signal()
         r_sel = Signal(2)
         r_j = Signal(range(3 * NW + 1))
         r_addr = Signal(ADDR_WIDTH + 1)
         r_total = nwx + nwy + nwz
         if R == 1:
-            r_k = Const(1, 1)           # words issued this cycle
+            r_k = 1                     # words issued this cycle
             with m.If(rq < nwx):
                 m.d.comb += [r_sel.eq(0), r_j.eq(rq), r_addr.eq(fx + rq)]
             with m.Elif(rq < nwx + nwy):
@@ -534,19 +534,26 @@ class VectorUnit(wiring.Component):
             with m.Else():
                 m.d.comb += [r_sel.eq(2), r_j.eq(rq - nwx - nwy),
                              r_addr.eq(fz + rq - nwx - nwy)]
+            r_last = rq + 1 == r_total
         else:
-            r_left = Signal(range(3 * NW + 1))  # words of the current stream not yet issued
-            r_k = Signal(range(R + 1))
+            # this read takes the rest of the current stream when its end is within R words;
+            # it is the chunk's last read when the streams after it are empty (no adder after
+            # the stream's words left on the path of r_last, which enables registers)
+            r_k = Signal(range(R + 1))      # words issued this cycle
+            r_last = Signal()
+
+            def read_from(sel, j, addr, end, later_empty):
+                """Read stream ``sel`` (its words end at ``end`` of the chunk's count)."""
+                ends = end <= rq + R
+                m.d.comb += [r_sel.eq(sel), r_j.eq(j), r_addr.eq(addr),
+                             r_k.eq(Mux(ends, end - rq, R)), r_last.eq(ends & later_empty)]
+
             with m.If(rq < nwx):
-                m.d.comb += [r_sel.eq(0), r_j.eq(rq), r_addr.eq(fx + rq), r_left.eq(nwx - rq)]
+                read_from(0, rq, fx + rq, nwx, (nwy == 0) & (nwz == 0))
             with m.Elif(rq < nwx + nwy):
-                m.d.comb += [r_sel.eq(1), r_j.eq(rq - nwx), r_addr.eq(fy + rq - nwx),
-                             r_left.eq(nwx + nwy - rq)]
+                read_from(1, rq - nwx, fy + rq - nwx, nwx + nwy, nwz == 0)
             with m.Else():
-                m.d.comb += [r_sel.eq(2), r_j.eq(rq - nwx - nwy),
-                             r_addr.eq(fz + rq - nwx - nwy), r_left.eq(r_total - rq)]
-            m.d.comb += r_k.eq(Mux(r_left < R, r_left, R))
-        r_last = rq + r_k == r_total
+                read_from(2, rq - nwx - nwy, fz + rq - nwx - nwy, r_total, 1)
 
         def meta(prefix):
             return (Signal(wb, name=f"{prefix}_ox"), Signal(wb, name=f"{prefix}_oy"),
@@ -956,7 +963,9 @@ class VectorUnit(wiring.Component):
             m.d.comb += [self.bus.en.eq(1), self.bus.addr.eq(r_addr)]
             with m.If(self.bus.ready):
                 m.d.sync += [rq.eq(rq + r_k), pend.eq(1), pend_sel.eq(r_sel), pend_j.eq(r_j),
-                             pend_k.eq(r_k), pend_last.eq(r_last)]
+                             pend_last.eq(r_last)]
+                if R > 1:
+                    m.d.sync += pend_k.eq(r_k)
                 m.d.comb += credit_in.eq((rq == 0) & (wr | tw))
                 with m.If(r_sel == 1):
                     m.d.sync += [pc_valid.eq(1), pc_addr.eq(fy)]
