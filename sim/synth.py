@@ -131,7 +131,9 @@ def _tile_datapath():
 def _sram(config):
     from chipotle.hw.tile.sram import Sram
     t = config.tile_config()
-    return Sram(size_bytes=t.sram_bytes, word_bytes=t.word_bytes, n_banks=t.n_banks)
+    # as in the tile: reads on rw return n_banks words (the vector unit's wide read)
+    return Sram(size_bytes=t.sram_bytes, word_bytes=t.word_bytes, n_banks=t.n_banks,
+                read_words=t.n_banks)
 
 
 def _vector_unit():

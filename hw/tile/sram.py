@@ -356,7 +356,10 @@ class Sram(wiring.Component):
                 rp.en.eq(self.r.en & here_r),
                 rwp.addr.eq(rw_addr_b),
                 rwp.en.eq(rw_read & read_b),
-                wp.addr.eq(rw_row),
+                # the write port shares the read port's address (one read/write port of
+                # a true dual-port block RAM, not a second copy): a write goes to bank
+                # `rw_bank`, whose rw_addr_b is rw_row
+                wp.addr.eq(rw_addr_b),
                 wp.data.eq(self.rw.wdata),
                 wp.en.eq(Mux(self.rw.en & self.rw.we & here_rw, self.rw.wmask, 0)),
             ]
