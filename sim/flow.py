@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import hashlib
 import os
 import re
@@ -76,13 +77,26 @@ def source_digest() -> str:
     return h.hexdigest()
 
 
+@functools.cache
+def _process_digest() -> str:
+    """`source_digest` as this process first saw it (the first cached generation).
+
+    A long run (``chipotle.sim.bench`` over several prompts) generates from the modules it
+    imported at its start; if ``hw/`` is edited meanwhile, the digest of the files on disk
+    no longer describes those modules, and caching their Verilog under it would hand the old
+    design to the next run as the new one.  The process's first digest keeps naming what
+    the process generates."""
+    return source_digest()
+
+
 def generate_verilog_cached(factory, name: str, key: str, *, progress=None) -> str:
     """Return the Verilog of ``factory()``, generated once per `key` and source version.
 
     Generating a large design (the 4 x 4 `Chip`: about two minutes) is the slow part of a
     warm run, so the text is kept in ``build/verilog/<name>-<hash>.v``, where the hash
-    covers `key` (e.g. the configuration's ``repr``) and `source_digest`.  Parallel
-    callers share the file through a lock.
+    covers `key` (e.g. the configuration's ``repr``) and `source_digest` as the process
+    first computed it (so sources edited during a run do not rename the modules already
+    imported).  Parallel callers share the file through a lock.
 
     Parameters
     ----------
@@ -96,7 +110,7 @@ def generate_verilog_cached(factory, name: str, key: str, *, progress=None) -> s
     progress : callable of str, optional
         Told when a (slow) generation starts and ends.
     """
-    digest = hashlib.sha256(f"{name}\0{key}\0{source_digest()}".encode()).hexdigest()[:16]
+    digest = hashlib.sha256(f"{name}\0{key}\0{_process_digest()}".encode()).hexdigest()[:16]
     path = build_root() / "verilog" / f"{name}-{digest}.v"
     with _locked(path.with_suffix(".lock")):
         if path.exists():

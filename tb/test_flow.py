@@ -20,3 +20,27 @@ def test_generate_verilog_cached(tmp_path, monkeypatch):
     other = flow.generate_verilog_cached(lambda: factory(16), "skid", "w16")
     assert calls == [8, 16] and other != first
     assert len(list((tmp_path / "verilog").glob("skid-*.v"))) == 2
+
+
+def test_cache_names_the_sources_the_process_imported(tmp_path, monkeypatch):
+    """Sources edited on disk during a run (a bench over several prompts) do not rename what
+    the run generates: its modules are the ones it imported, so the cache stays under the
+    digest the process first saw, and a later process sees the new digest."""
+    monkeypatch.setenv("CHIPOTLE_BUILD_DIR", str(tmp_path))
+    disk = ["before the edit"]
+    monkeypatch.setattr(flow, "source_digest", lambda: disk[0])
+    flow._process_digest.cache_clear()
+    calls = []
+
+    def factory():
+        calls.append(1)
+        return SkidBuffer(8)
+
+    flow.generate_verilog_cached(factory, "skid", "w8")
+    disk[0] = "after the edit"
+    flow.generate_verilog_cached(factory, "skid", "w8")
+    assert len(calls) == 1 and len(list((tmp_path / "verilog").glob("skid-*.v"))) == 1
+    flow._process_digest.cache_clear()         # a new process: the edited sources
+    flow.generate_verilog_cached(factory, "skid", "w8")
+    assert len(calls) == 2 and len(list((tmp_path / "verilog").glob("skid-*.v"))) == 2
+    flow._process_digest.cache_clear()
