@@ -19,7 +19,8 @@ The design is ``chipotle.hw.fpga.boards.BoardTop`` through Amaranth's platform A
 ``icepack``.  The tile is generated once as a Verilog module and instantiated per position
 (as ``chipotle.hw.chip.chip_verilog``).  Everything lands in ``build/fpga/<board>/``; the
 report (LUT4, flip-flops, DSP, block RAM against the device; Fmax against the target clock)
-is printed and written to ``report.txt`` and ``report.json`` there.
+is printed and written to ``report.txt`` and ``report.json.chipotle`` there (``report.json``
+is nextpnr's own).
 
 Members
 -------

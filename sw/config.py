@@ -235,7 +235,7 @@ class ChipConfig:
 #: stories260K resident at a context of up to 140 positions: one tile of 384 KiB in one bank
 #: (49,152 words, a multiple of the 2,048 words Yosys maps to 8 DP16KD: 192 DP16KD), V = 2,
 #: M = 1, K up to 256.  Until session 11 it was two tiles of 176 KiB (context 53), which
-#: filled 88 % of the 85F's logic slots and never routed; one tile takes about 45 %.
+#: filled 88 % of the 85F's logic slots and never routed; one tile takes 43 % (docs/fpga.md).
 CONFIGS = {
     "default": ChipConfig(),
     "small": ChipConfig(mesh_width=2, mesh_height=2, sram_bytes=32 * 1024, lanes=2,
