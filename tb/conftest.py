@@ -7,7 +7,8 @@ sim
     Icarus); every RTL test runs once per simulator.
 model_paths
     Paths of the stories260K checkpoint and tok512 tokenizer.  A missing file skips
-    the test on a developer's machine but fails it under CI (``CI=true``).
+    the test on a developer's machine but fails it under CI (``CI=true``); a
+    ``$CHIPOTLE_MODEL_DIR`` (make: ``MODEL_DIR=``) without them refuses the run.
 
 Tests marked ``slow`` (the default 4 x 4 chip, about 7 minutes from a cold build cache) are
 deselected unless the ``-m`` expression names ``slow`` (``make test-default`` runs ``-m
@@ -26,6 +27,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from chipotle.sim import simulators_from_env  # noqa: E402
 
+#: The stories260K checkpoint and tok512 tokenizer (`model_paths`).
+MODEL_FILES = ("stories260K.bin", "tok512.bin")
+
 
 def pytest_configure(config):
     """Refuse a bad ``$SIM`` or a ``$CHIPOTLE_MODEL_DIR`` that is not a directory once, before
@@ -38,6 +42,14 @@ def pytest_configure(config):
     d = os.environ.get("CHIPOTLE_MODEL_DIR")
     if d is not None and not Path(d).is_dir():
         raise pytest.UsageError(f"$CHIPOTLE_MODEL_DIR (make: MODEL_DIR=) is not a directory: {d}")
+    if d is not None:
+        # A folder given on purpose must hold the model: its absence is a mistake, not a
+        # machine without the files (which skips the model tests, the default folder's way).
+        missing = [n for n in MODEL_FILES if not (Path(d) / n).is_file()]
+        if missing:
+            raise pytest.UsageError(f"$CHIPOTLE_MODEL_DIR (make: MODEL_DIR=) {d} lacks "
+                                    f"{', '.join(missing)}; `make models MODEL_DIR={d}` "
+                                    "fetches them")
 
 
 def pytest_collection_modifyitems(config, items):
@@ -64,7 +76,7 @@ def model_paths():
     from chipotle.paths import default_model_dir
 
     d = default_model_dir()
-    ckpt, tok = d / "stories260K.bin", d / "tok512.bin"
+    ckpt, tok = (d / n for n in MODEL_FILES)
     missing = [p for p in (ckpt, tok) if not p.is_file()]
     if missing:
         msg = (f"model files not found: {', '.join(map(str, missing))} "

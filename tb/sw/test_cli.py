@@ -442,3 +442,16 @@ def test_make_test_refuses_a_missing_test_path():
                         "tb/sw/test_sampling.py"], cwd=root, capture_output=True, text=True,
                        timeout=300)
     assert r.returncode == 0 and "test_sampling.py::" in r.stdout, r.stdout + r.stderr
+
+
+def test_make_test_refuses_a_model_dir_without_the_model(tmp_path):
+    """``make test MODEL_DIR=<a folder without the model>`` is refused before any test
+    instead of skipping every model test and passing."""
+    root = Path(__file__).resolve().parents[2]
+    env = dict(os.environ, CHIPOTLE_MODEL_DIR=str(tmp_path))
+    env.pop("CI", None)
+    r = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:xdist", "-q",
+                        "tb/sw/test_sampling.py"], cwd=root, env=env, capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 4, r.stdout + r.stderr
+    assert f"{tmp_path} lacks stories260K.bin, tok512.bin" in r.stdout + r.stderr
