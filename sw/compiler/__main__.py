@@ -125,14 +125,23 @@ def main(argv=None) -> None:
                     help="append K and V with kvapp (the host writes CompiledModel.kv_layouts); "
                          "default: compile_model's (on for the tensor placement, as make sim)")
     args = ap.parse_args(argv)
-    cfg = ChipConfig.from_string(args.config)
+    try:
+        cfg = ChipConfig.from_string(args.config)
+    except ValueError as e:
+        ap.error(f"--config: {e}")
+    if args.context is not None and args.context < 1:
+        ap.error(f"--context must be a positive number of positions, not {args.context}")
     path = args.model or default_model_dir() / "stories260K.bin"
     t = time.time()
     if args.model == "small":
         from .run import small_model
         qm = small_model()
     else:
-        qm = quantize(load_checkpoint(path))
+        try:
+            ckpt = load_checkpoint(path)
+        except (OSError, ValueError) as e:
+            raise SystemExit(f"error: {e}") from None
+        qm = quantize(ckpt)
     try:
         compiled = compile_model(qm, cfg, args.context, placement=args.placement,
                                  kvapp=args.kvapp)

@@ -561,3 +561,18 @@ def test_tensor_batch_at_the_end_of_the_context(small_qm):
     compiled = compile_model(small_qm, CONFIGS["small"], context=8, placement="tensor")
     assert compiled.config.max_m == 4
     run_sequence(compiled, [5, 1, 60, 2, 33, 7, 19, 4], 0, 3)     # the last batch: 6 .. 7
+
+
+@pytest.mark.parametrize("argv, expect", [
+    (["--config", "defualt"], "--config: unknown configuration 'defualt'"),
+    (["--config", "M=0"], "--config: ChipConfig.max_m must be a positive integer, not 0"),
+    (["--context", "0"], "--context must be a positive number of positions, not 0"),
+    (["--model", "/no/such/checkpoint.bin"], "No such file or directory"),
+])
+def test_compiler_cli_refuses_bad_input_in_one_line(capsys, argv, expect):
+    """``python -m chipotle.compiler`` refuses a bad configuration, context or checkpoint
+    with one line naming it, not a traceback."""
+    from chipotle.compiler.__main__ import main
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert expect in capsys.readouterr().err + str(e.value.code)
