@@ -408,6 +408,15 @@ def _generate_chip(args, checkpoint, tokenizer, model_path, tok_path, out, err) 
                                 fix=f"give --context {len(ids)} or more (`make sim`: CONTEXT=;"
                                     f" the model's seq_len, {seq_len}, is the most)")
     except PromptTooLongError as e:
+        if args.context is not None and len(ids) <= seq_len:
+            try:    # would the longer context the message asks for fit the configuration?
+                compile_model(checkpoint, config, context=len(ids), placement=args.placement)
+            except (FitError, ValueError) as fe:
+                raise UsageError(
+                    f"the prompt is {len(ids)} tokens (BOS included), longer than --context "
+                    f"{args.context}, and a context of {len(ids)} does not fit this "
+                    f"configuration either ({config_tips(fe, args.config)}): shorten the "
+                    f"prompt, or give a configuration with more SRAM") from None
         raise UsageError(str(e)) from None
     err.write(f"[{args.backend}] compiling {model_path.name} for {config}, "
               f"{args.placement} placement\n")

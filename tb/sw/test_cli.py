@@ -455,3 +455,18 @@ def test_make_test_refuses_a_model_dir_without_the_model(tmp_path):
                        text=True, timeout=300)
     assert r.returncode == 4, r.stdout + r.stderr
     assert f"{tmp_path} lacks stories260K.bin, tok512.bin" in r.stdout + r.stderr
+
+
+@pytest.mark.model
+def test_prompt_longer_than_the_context_and_the_configuration(capsys, model_paths):
+    """A prompt longer than --context whose length the configuration cannot hold either:
+    the refusal says so and gives the context that fits, instead of asking for a context
+    the compiler then refuses."""
+    ckpt, tok = model_paths
+    prompt = " ".join(["Once upon a time there was a big dog."] * 18)     # 199 tokens
+    code, out, err = run(capsys, "--backend", "isasim", "--config", "ulx3s", "--context", "140",
+                         "--model", str(ckpt), "--tokenizer", str(tok), "--prompt", prompt)
+    assert code == 2 and out == ""
+    assert "the prompt is 199 tokens (BOS included), longer than --context 140, and a " \
+           "context of 199 does not fit this configuration either" in err
+    assert "a configuration that fits: --context 140" in err and "compiling" not in err
