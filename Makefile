@@ -22,13 +22,14 @@ COMMA       := ,
 
 # `make sim` parameters: the prompt, tokens to generate, the chip configuration (a name of
 # chipotle.config.CONFIGS and/or key=value,..., e.g. CONFIG=default,mesh=4x4,sram_kib=128),
-# the context to compile for (default: the model's), the clock of the tokens/s figure, and
+# the context to compile for (default: the model's), the clock of the tokens/s figure (default:
+# the CLI's 100 MHz; BACKEND=uart: the bitstream's, which it requires), and
 # the backend (default: the RTL under $(SIM); also isasim, golden, reference).
 PROMPT      ?= Once upon a time
 STEPS       ?= 128
 CONFIG      ?= default
 CONTEXT     ?=
-CLOCK_MHZ   ?= 100
+CLOCK_MHZ   ?=
 PLACEMENT   ?= tensor
 TEMPERATURE ?= 0
 # sampling (TEMPERATURE > 0): top-p mass and xorshift seed (empty: the time, printed at the end)
@@ -53,7 +54,7 @@ export WAVES
 all: help
 
 help:
-	@echo "make sim        generate a story on the chip RTL under Verilator (PROMPT=, STEPS= (default 128; 0: until EOS or the context), SIM=icarus, CONFIG=, PLACEMENT=, TEMPERATURE=, TOPP=, SEED= (sampling), CONTEXT=, CLOCK_MHZ= (assumed clock of tokens/s), MODEL_DIR=, WAVES=1 or HIERARCHICAL=0 (flat Verilator build, ~30 min), PGO=1 (profile-guided Verilator build: ~20% faster simulation, the first build twice as long), THREADS=2 (Verilator model threads: rarely faster on 2 cores, see docs/performance.md); BACKEND=isasim: the ISA simulator's estimate (no build), BACKEND=golden|reference: host models only; BACKEND=uart PORT=/dev/ttyUSB0 [BAUD=]: a board)"
+	@echo "make sim        generate a story on the chip RTL under Verilator (PROMPT=, STEPS= (default 128; 0: until EOS or the context), SIM=icarus, CONFIG=, PLACEMENT=, TEMPERATURE=, TOPP=, SEED= (sampling), CONTEXT=, CLOCK_MHZ= (assumed clock of tokens/s, default 100; BACKEND=uart: the bitstream's, required), MODEL_DIR=, WAVES=1 or HIERARCHICAL=0 (flat Verilator build, ~30 min), PGO=1 (profile-guided Verilator build: ~20% faster simulation, the first build twice as long), THREADS=2 (Verilator model threads: rarely faster on 2 cores, see docs/performance.md); BACKEND=isasim: the ISA simulator's estimate (no build), BACKEND=golden|reference: host models only; BACKEND=uart PORT=/dev/ttyUSB0 [BAUD=]: a board)"
 	@echo "make test       run the regression (SIM=verilator|icarus, default both; WAVES=1; JOBS= pytest workers, default 2; PYTEST_ARGS=\"-k noc\"; MODEL_DIR=; skipped tests listed with their reason)"
 	@echo "make test-default  the default 4x4 chip under Verilator: TEST_STEPS= tokens greedy from BOS, bit-exact with the golden model (slow)"
 	@echo "make bench      decode/prefill benchmark on the RTL under Verilator (slow; BACKEND=verilator (default)|icarus|isasim (estimate, no build; about as slow per token as the cached RTL), CONFIG=, PLACEMENT=, PROMPTS=1,64,256, CONTEXT=, CLOCK_MHZ=, MODEL_DIR=)"
@@ -102,7 +103,7 @@ PROMPTS     ?= 1,64,256
 bench: venv
 	$(PY) -m chipotle.sim.bench --backend "$$CHIPOTLE_MAKE_BACKEND" --config "$$CHIPOTLE_MAKE_CONFIG" \
 	  --placement "$$CHIPOTLE_MAKE_PLACEMENT" --prompts "$$CHIPOTLE_MAKE_PROMPTS" \
-	  --clock-mhz "$$CHIPOTLE_MAKE_CLOCK_MHZ"$(if $(value CONTEXT), --context "$$CHIPOTLE_MAKE_CONTEXT")
+	  $(if $(value CLOCK_MHZ),--clock-mhz "$$CHIPOTLE_MAKE_CLOCK_MHZ")$(if $(value CONTEXT), --context "$$CHIPOTLE_MAKE_CONTEXT")
 
 # The variables of `make sim` and `make bench` reach the command through the environment,
 # exactly as given: the shell never parses their text (quotes, `$`, `;`, backquotes,
@@ -156,14 +157,14 @@ endif
 # optional `make sim` arguments, only those given (so the echoed command has no blank lines)
 # (MODEL_DIR reaches the CLI as $$CHIPOTLE_MODEL_DIR, above: its errors then name it)
 SIM_OPTS = $(strip $(if $(value THREADS),--sim-threads "$$CHIPOTLE_MAKE_THREADS") \
+  $(if $(value CLOCK_MHZ),--clock-mhz "$$CHIPOTLE_MAKE_CLOCK_MHZ") \
   $(if $(value CONTEXT),--context "$$CHIPOTLE_MAKE_CONTEXT") \
   $(if $(value SEED),--seed "$$CHIPOTLE_MAKE_SEED") $(if $(value PORT),--port "$$CHIPOTLE_MAKE_PORT") \
   $(if $(value BAUD),--baud "$$CHIPOTLE_MAKE_BAUD"))
 sim: venv
 	$(VENV)/bin/chipotle generate --backend "$$CHIPOTLE_MAKE_BACKEND" --prompt "$$CHIPOTLE_MAKE_PROMPT" \
 	  --steps "$$CHIPOTLE_MAKE_STEPS" --temperature "$$CHIPOTLE_MAKE_TEMPERATURE" --topp "$$CHIPOTLE_MAKE_TOPP" \
-	  --config "$$CHIPOTLE_MAKE_CONFIG" --clock-mhz "$$CHIPOTLE_MAKE_CLOCK_MHZ" \
-	  --placement "$$CHIPOTLE_MAKE_PLACEMENT" $(SIM_OPTS)
+	  --config "$$CHIPOTLE_MAKE_CONFIG" --placement "$$CHIPOTLE_MAKE_PLACEMENT" $(SIM_OPTS)
 
 # `make bitstream` parameters: the board (ulx3s-85f, icebreaker); CONFIG given on the command
 # line or in the environment replaces the board's chip configuration; SYNTH_ONLY=1 stops after

@@ -197,10 +197,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="how the compiler maps the model on the mesh (docs/architecture.md): "
                         "a pipeline of stages, or every layer split over all tiles (tensor) "
                         "(default: %(default)s)")
-    g.add_argument("--clock-mhz", type=clock_mhz, default=DEFAULT_CLOCK_MHZ, metavar="F",
-                   help="assumed clock frequency for the tokens/s figure of the chip backends "
-                        "(default: %(default)s; no chip has a routed Fmax yet: docs/fpga.md gives "
-                        "its timing estimates)")
+    g.add_argument("--clock-mhz", type=clock_mhz, default=None, metavar="F",
+                   help="assumed clock frequency for the tokens/s figure of the simulated chip "
+                        f"backends (default: {DEFAULT_CLOCK_MHZ:g}; no chip has a routed Fmax "
+                        "yet: docs/fpga.md gives its timing estimates); uart: the bitstream's "
+                        "clock, required (the step figures are wall time times it; the ULX3S "
+                        "build of make bitstream: 15)")
     g.add_argument("--sim-threads", type=positive_int, default=1, metavar="N",
                    help="verilator: threads of the simulated model (Verilator --threads; a "
                         "build of its own).  On a 2-core machine 2 was once a quarter faster, "
@@ -272,7 +274,7 @@ def _generate(args, out, err) -> int:
                                  (args.backdoor_load, "--backdoor-load", ("verilator", "icarus")),
                                  (args.port is not None, "--port", ("uart",)),
                                  (args.baud is not None, "--baud", ("uart",)),
-                                 (args.clock_mhz != DEFAULT_CLOCK_MHZ, "--clock-mhz", chip)):
+                                 (args.clock_mhz is not None, "--clock-mhz", chip)):
         if given and args.backend not in where:
             raise UsageError(f"{option} applies to the {', '.join(where)} backend"
                              f"{'s' * (len(where) > 1)}, not {args.backend}")
@@ -393,6 +395,12 @@ def _generate_chip(args, checkpoint, tokenizer, model_path, tok_path, out, err) 
         raise UsageError(f"--config: {e}") from None
     if args.backend == "uart" and not args.port:
         raise UsageError("--backend uart needs --port (e.g. /dev/ttyUSB0)")
+    if args.backend == "uart" and args.clock_mhz is None:
+        raise UsageError("--backend uart needs --clock-mhz, the bitstream's clock (the ULX3S "
+                         "build of make bitstream: 15): the board's step figures are the wall "
+                         "time times it")
+    if args.clock_mhz is None:
+        args.clock_mhz = DEFAULT_CLOCK_MHZ
     if args.backend in ("verilator", "icarus"):   # the flow's switches, before any work
         from chipotle.sim.flow import env_flag
         try:

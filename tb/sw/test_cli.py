@@ -392,9 +392,12 @@ def test_options_of_other_backends_are_refused(capsys, tiny, tmp_path):
              "reference"),
             (["--backend", "isasim", "--baud", "9600"],
              "--baud applies to the uart backend, not isasim"),
-            (["--backend", "golden", "--clock-mhz", "50"],
+            (["--backend", "golden", "--clock-mhz", "100"],
              "--clock-mhz applies to the isasim, verilator, icarus, uart backends, not "
-             "golden")):
+             "golden"),
+            (["--backend", "uart", "--port", "/dev/null"],
+             "--backend uart needs --clock-mhz, the bitstream's clock (the ULX3S build of "
+             "make bitstream: 15): the board's step figures are the wall time times it")):
         code, out, err = run(capsys, *tiny, *argv)
         assert code == 2 and out == "" and err == f"chipotle generate: error: {message}\n", \
             (argv, err)
