@@ -103,7 +103,7 @@ PROMPTS     ?= 1,64,256
 bench: venv
 	$(PY) -m chipotle.sim.bench --backend "$$CHIPOTLE_MAKE_BACKEND" --config "$$CHIPOTLE_MAKE_CONFIG" \
 	  --placement "$$CHIPOTLE_MAKE_PLACEMENT" --prompts "$$CHIPOTLE_MAKE_PROMPTS" \
-	  $(if $(value CLOCK_MHZ),--clock-mhz "$$CHIPOTLE_MAKE_CLOCK_MHZ")$(if $(value CONTEXT), --context "$$CHIPOTLE_MAKE_CONTEXT")
+	  $(RUN_OPTS)
 
 # The variables of `make sim` and `make bench` reach the command through the environment,
 # exactly as given: the shell never parses their text (quotes, `$`, `;`, backquotes,
@@ -156,9 +156,10 @@ endif
 endif
 # optional `make sim` arguments, only those given (so the echoed command has no blank lines)
 # (MODEL_DIR reaches the CLI as $$CHIPOTLE_MODEL_DIR, above: its errors then name it)
-SIM_OPTS = $(strip $(if $(value THREADS),--sim-threads "$$CHIPOTLE_MAKE_THREADS") \
-  $(if $(value CLOCK_MHZ),--clock-mhz "$$CHIPOTLE_MAKE_CLOCK_MHZ") \
-  $(if $(value CONTEXT),--context "$$CHIPOTLE_MAKE_CONTEXT") \
+# (RUN_OPTS: those `make bench` takes too)
+RUN_OPTS = $(strip $(if $(value CLOCK_MHZ),--clock-mhz "$$CHIPOTLE_MAKE_CLOCK_MHZ") \
+  $(if $(value CONTEXT),--context "$$CHIPOTLE_MAKE_CONTEXT"))
+SIM_OPTS = $(strip $(if $(value THREADS),--sim-threads "$$CHIPOTLE_MAKE_THREADS") $(RUN_OPTS) \
   $(if $(value SEED),--seed "$$CHIPOTLE_MAKE_SEED") $(if $(value PORT),--port "$$CHIPOTLE_MAKE_PORT") \
   $(if $(value BAUD),--baud "$$CHIPOTLE_MAKE_BAUD"))
 sim: venv

@@ -25,10 +25,11 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+from chipotle.paths import DEFAULT_CHECKPOINT, DEFAULT_TOKENIZER  # noqa: E402
 from chipotle.sim import simulators_from_env  # noqa: E402
 
 #: The stories260K checkpoint and tok512 tokenizer (`model_paths`).
-MODEL_FILES = ("stories260K.bin", "tok512.bin")
+MODEL_FILES = (DEFAULT_CHECKPOINT, DEFAULT_TOKENIZER)
 
 
 def pytest_configure(config):

@@ -105,8 +105,8 @@ def main(argv=None) -> None:
     """Print the memory map (and with ``--bench`` the cycle estimates) of a model."""
     from ..config import ChipConfig
     from ..golden import quantize
-    from ..model import load_checkpoint
-    from ..paths import default_model_dir
+    from ..model import CheckpointError, load_checkpoint
+    from ..paths import DEFAULT_CHECKPOINT, DEFAULT_TOKENIZER, default_model_dir
     from . import FitError, compile_model
 
     ap = argparse.ArgumentParser(prog="python -m chipotle.compiler",
@@ -131,7 +131,7 @@ def main(argv=None) -> None:
         ap.error(f"--config: {e}")
     if args.context is not None and args.context < 1:
         ap.error(f"--context must be a positive number of positions, not {args.context}")
-    path = args.model or default_model_dir() / "stories260K.bin"
+    path = args.model or default_model_dir() / DEFAULT_CHECKPOINT
     t = time.time()
     if args.model == "small":
         from .run import small_model
@@ -139,7 +139,7 @@ def main(argv=None) -> None:
     else:
         try:
             ckpt = load_checkpoint(path)
-        except (OSError, ValueError) as e:
+        except (OSError, CheckpointError) as e:
             raise SystemExit(f"error: {e}") from None
         qm = quantize(ckpt)
     try:
@@ -159,7 +159,7 @@ def main(argv=None) -> None:
         bench(compiled, ids)
     elif args.bench:
         from ..tokenizer import load_tokenizer
-        tok = load_tokenizer(default_model_dir() / "tok512.bin")
+        tok = load_tokenizer(default_model_dir() / DEFAULT_TOKENIZER)
         ids = tok.encode(_TEXT)
         while len(ids) < 260:
             ids += tok.encode(_TEXT, bos=False)

@@ -301,7 +301,7 @@ def main(argv=None) -> None:
     from ..config import ChipConfig
     from ..golden import quantize
     from ..model import load_checkpoint
-    from ..paths import default_model_dir
+    from ..paths import DEFAULT_CHECKPOINT, default_model_dir
     from . import compile_model
     from .run import load_isasim, run_step_isasim
     ap = argparse.ArgumentParser(prog="python -m chipotle.compiler.profile",
@@ -338,7 +338,7 @@ def main(argv=None) -> None:
         ap.error(f"--rows must be in 1 .. {cfg.max_m} (M), not {args.rows}")
     if args.pos < 0:
         ap.error(f"--pos must be a position (0 or more), not {args.pos}")
-    path = default_model_dir() / "stories260K.bin"
+    path = default_model_dir() / DEFAULT_CHECKPOINT
     if not path.is_file():
         from ..cli import _where
         ap.error(_where("checkpoint", path, "$CHIPOTLE_MODEL_DIR"))

@@ -11,6 +11,9 @@ from chipotle import backends, cli
 from chipotle.paths import FETCH_HINT
 from tbcommon.cli import run, write_tiny_model
 
+#: The checkout's top folder (where `make` runs).
+ROOT = Path(__file__).resolve().parents[2]
+
 
 @pytest.fixture
 def tiny(tmp_path):
@@ -208,15 +211,13 @@ def test_make_sim_passes_prompt_and_config_verbatim(model_paths):
     """``make sim`` hands PROMPT and CONFIG to the CLI through the environment: a newline,
     quotes, ``$`` and backquotes reach the model as typed, and a CONFIG holding shell syntax
     is refused as a configuration name instead of running."""
-    from pathlib import Path
-    root = Path(__file__).resolve().parents[2]
     models = f"MODEL_DIR={model_paths[0].parent}"
     prompt = 'Line one\nLine "two" $HOME `echo x` \\n'
     r = subprocess.run(["make", "-s", "sim", "BACKEND=reference", "STEPS=1", "TEMPERATURE=0",
-                        f"PROMPT={prompt}", models], cwd=root, capture_output=True, text=True)
+                        f"PROMPT={prompt}", models], cwd=ROOT, capture_output=True, text=True)
     assert r.returncode == 0 and r.stdout.startswith(prompt), (r.stdout, r.stderr)
     r = subprocess.run(["make", "-s", "sim", "BACKEND=isasim", "STEPS=1", models,
-                        'CONFIG=default"; echo INJECTED; "'], cwd=root, capture_output=True,
+                        'CONFIG=default"; echo INJECTED; "'], cwd=ROOT, capture_output=True,
                        text=True)
     assert r.returncode != 0 and "INJECTED\n" not in r.stdout + r.stderr
     assert "unknown configuration 'default\"; echo INJECTED; \"'" in r.stderr, r.stderr
@@ -226,26 +227,26 @@ def test_make_sim_passes_prompt_and_config_verbatim(model_paths):
     for var in (["STEPS=1;echo INJECTED"], ["STEPS=1 --model /etc/passwd"],
                 ["TEMPERATURE=0 `echo INJECTED`"], ["PLACEMENT=tensor;echo INJECTED"],
                 [f"PROMPT=$(shell touch {stamp})", "CONTEXT=3"]):
-        r = subprocess.run(["make", "-s", "sim", "BACKEND=isasim", models, *var], cwd=root,
+        r = subprocess.run(["make", "-s", "sim", "BACKEND=isasim", models, *var], cwd=ROOT,
                            capture_output=True, text=True)
         assert r.returncode != 0 and "INJECTED\n" not in r.stdout + r.stderr, (var, r.stderr)
         assert not stamp.exists(), var
     assert "invalid int value: '1 --model /etc/passwd'" in subprocess.run(
         ["make", "-s", "sim", "BACKEND=isasim", models, "STEPS=1 --model /etc/passwd"],
-        cwd=root, capture_output=True, text=True).stderr
-    r = subprocess.run(["make", "-s", "sim", "SIM=iverilog", models], cwd=root,
+        cwd=ROOT, capture_output=True, text=True).stderr
+    r = subprocess.run(["make", "-s", "sim", "SIM=iverilog", models], cwd=ROOT,
                        capture_output=True, text=True)
     assert r.returncode != 0 and "SIM=iverilog: make sim and make bench take SIM=verilator" \
         in r.stderr, r.stderr
     # the RTL simulators' variables with a backend that runs none: refused by make, naming
     # the variable; in the environment (as `make test` passes SIM to its tests) they are not
     for var in ("SIM=icarus", "WAVES=1", "PGO=1", "HIERARCHICAL=0"):
-        r = subprocess.run(["make", "-s", "sim", "BACKEND=isasim", var, models], cwd=root,
+        r = subprocess.run(["make", "-s", "sim", "BACKEND=isasim", var, models], cwd=ROOT,
                            capture_output=True, text=True)
         assert r.returncode != 0 and f"{var} applies to the RTL simulators (BACKEND=" \
             "verilator or icarus), not BACKEND=isasim" in r.stderr, (var, r.stderr)
     r = subprocess.run(["make", "-s", "sim", "BACKEND=reference", "STEPS=1", models],
-                       cwd=root, capture_output=True, text=True,
+                       cwd=ROOT, capture_output=True, text=True,
                        env={**os.environ, "SIM": "verilator,icarus", "WAVES": "1"})
     assert r.returncode == 0, r.stderr
     # ... and accepted with the default backend (the RTL under SIM, verilator) or a matching
@@ -255,7 +256,7 @@ def test_make_sim_passes_prompt_and_config_verbatim(model_paths):
              if k not in ("SIM", "WAVES", "PGO", "HIERARCHICAL", "BACKEND")}
     for args in (["PGO=1"], ["WAVES=1"], ["HIERARCHICAL=0"], ["SIM=icarus"], ["SIM=verilator"],
                  ["BACKEND=icarus", "SIM=icarus", "WAVES=1"]):
-        r = subprocess.run(["make", "-n", "sim", *args, models], cwd=root,
+        r = subprocess.run(["make", "-n", "sim", *args, models], cwd=ROOT,
                            capture_output=True, text=True, env=clean)
         assert r.returncode == 0, (args, r.stderr)
     # two simulators named, and one target's variables given to the other: refused by name
@@ -267,7 +268,7 @@ def test_make_sim_passes_prompt_and_config_verbatim(model_paths):
             (["sim", "PROMPTS=1"], "PROMPTS= applies to make bench, not make sim"),
             (["sim", "SIM=icarus", "PGO=1"], "PGO=1 is a Verilator build option; the "
                                              "simulator here is Icarus")):
-        r = subprocess.run(["make", "-n", *args, models], cwd=root, capture_output=True,
+        r = subprocess.run(["make", "-n", *args, models], cwd=ROOT, capture_output=True,
                            text=True, env=clean)
         assert r.returncode != 0 and message in r.stderr, (args, r.stderr)
 
@@ -276,13 +277,11 @@ def test_make_sim_passes_prompt_and_config_verbatim(model_paths):
 def test_make_sim_seed_and_topp_reach_the_sampler(model_paths):
     """``make sim SEED= TOPP=``: a sampled story is repeatable by its seed, and the summary
     names the seed and top-p used."""
-    from pathlib import Path
-    root = Path(__file__).resolve().parents[2]
 
     def story(seed):
         r = subprocess.run(["make", "-s", "sim", "BACKEND=reference", "STEPS=40",
                             "TEMPERATURE=1.0", "TOPP=0.8", f"SEED={seed}",
-                            f"MODEL_DIR={model_paths[0].parent}"], cwd=root,
+                            f"MODEL_DIR={model_paths[0].parent}"], cwd=ROOT,
                            capture_output=True, text=True)
         assert r.returncode == 0, r.stderr
         assert f"top-p 0.8, seed {seed}" in r.stderr, r.stderr
@@ -342,8 +341,6 @@ def test_make_models_and_model_dir_with_spaces(model_paths, tmp_path):
     again (here from a ``file://`` MODEL_URL), refuses a download whose sha256 is wrong
     without replacing anything, and ``MODEL_DIR=`` may hold spaces."""
     import shutil
-    from pathlib import Path
-    root = Path(__file__).resolve().parents[2]
     d = tmp_path / "my models"
     d.mkdir()
     for p in model_paths:
@@ -351,7 +348,7 @@ def test_make_models_and_model_dir_with_spaces(model_paths, tmp_path):
     good = (d / "tok512.bin").read_bytes()
     (d / "tok512.bin").write_bytes(good[:1000])                  # a truncated download
     src = f"MODEL_URL=file://{model_paths[0].parent}"
-    r = subprocess.run(["make", "-s", "models", f"MODEL_DIR={d}", src], cwd=root,
+    r = subprocess.run(["make", "-s", "models", f"MODEL_DIR={d}", src], cwd=ROOT,
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "tok512.bin: sha256 is not the published one: fetching it again" in r.stdout
@@ -363,14 +360,14 @@ def test_make_models_and_model_dir_with_spaces(model_paths, tmp_path):
     (bad / "tok512.bin").write_bytes(good[:-1] + b"\0")
     (d / "tok512.bin").write_bytes(good[:10])
     r = subprocess.run(["make", "-s", "models", f"MODEL_DIR={d}", f"MODEL_URL=file://{bad}"],
-                       cwd=root, capture_output=True, text=True)
+                       cwd=ROOT, capture_output=True, text=True)
     assert r.returncode != 0 and "the download's sha256 is not" in r.stdout, r.stdout
     assert (d / "tok512.bin").read_bytes() == good[:10]
     (d / "tok512.bin").write_bytes(good)
     r = subprocess.run(["make", "-s", "sim", "BACKEND=reference", "STEPS=2", "TEMPERATURE=0",
-                        f"MODEL_DIR={d}"], cwd=root, capture_output=True, text=True)
+                        f"MODEL_DIR={d}"], cwd=ROOT, capture_output=True, text=True)
     assert r.returncode == 0 and r.stdout.startswith("Once upon a time"), r.stderr
-    r = subprocess.run(["make", "-s", "models", f"MODEL_DIR={d / 'tok512.bin'}"], cwd=root,
+    r = subprocess.run(["make", "-s", "models", f"MODEL_DIR={d / 'tok512.bin'}"], cwd=ROOT,
                        capture_output=True, text=True)
     assert r.returncode != 0 and "is a file; give the folder" in r.stderr, r.stderr
 
@@ -430,19 +427,16 @@ def test_fit_tips_are_whole_config_options():
     assert config_tips(ValueError("bad"), "default") == "bad"
 
 
-
-
 def test_make_test_refuses_a_missing_test_path():
     """``make test PYTEST_ARGS=tb/typo.py`` names the missing path (under pytest-xdist the
     workers alone only say "no tests ran"); an existing node id still runs."""
-    root = Path(__file__).resolve().parents[2]
     r = subprocess.run([sys.executable, "-m", "pytest", "-n", "2", "-q", "tb/typo.py",
-                        "tb/sw/test_tokenizer.py::nonexistent_too"], cwd=root,
+                        "tb/sw/test_tokenizer.py::nonexistent_too"], cwd=ROOT,
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 4, r.stdout + r.stderr
     assert "file or directory not found: tb/typo.py" in r.stdout + r.stderr
     r = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:xdist", "-q", "--co",
-                        "tb/sw/test_sampling.py"], cwd=root, capture_output=True, text=True,
+                        "tb/sw/test_sampling.py"], cwd=ROOT, capture_output=True, text=True,
                        timeout=300)
     assert r.returncode == 0 and "test_sampling.py::" in r.stdout, r.stdout + r.stderr
 
@@ -450,11 +444,10 @@ def test_make_test_refuses_a_missing_test_path():
 def test_make_test_refuses_a_model_dir_without_the_model(tmp_path):
     """``make test MODEL_DIR=<a folder without the model>`` is refused before any test
     instead of skipping every model test and passing."""
-    root = Path(__file__).resolve().parents[2]
     env = dict(os.environ, CHIPOTLE_MODEL_DIR=str(tmp_path))
     env.pop("CI", None)
     r = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:xdist", "-q",
-                        "tb/sw/test_sampling.py"], cwd=root, env=env, capture_output=True,
+                        "tb/sw/test_sampling.py"], cwd=ROOT, env=env, capture_output=True,
                        text=True, timeout=300)
     assert r.returncode == 4, r.stdout + r.stderr
     assert f"{tmp_path} lacks stories260K.bin, tok512.bin" in r.stdout + r.stderr
