@@ -496,10 +496,15 @@ def place(qm: QuantizedModel, isa: IsaConfig, width: int, height: int, context: 
         if got is not None:
             found = groups, got
     if found is None:
-        need = _tiles_needed(qm, isa, context)
-        raise FitError(f"the model needs at least {need} tiles of {isa.sram_bytes:,} bytes at "
-                       f"context {context} (embedding, {qm.config.n_layers} x (attention, "
-                       f"feed-forward), classifier), but the mesh has {T}")
+        need = _tiles_needed(qm, isa, context)      # a lower bound: it may be <= T
+        stages = (f"(embedding, {qm.config.n_layers} x (attention, feed-forward), "
+                  f"classifier)")
+        if need > T:
+            raise FitError(f"the model needs at least {need} tiles of {isa.sram_bytes:,} bytes "
+                           f"at context {context} {stages}, but the mesh has {T}")
+        raise FitError(f"the model does not fit the mesh's {T} tiles of {isa.sram_bytes:,} "
+                       f"bytes at context {context}: no split of its stages {stages} over them "
+                       f"keeps every tile within its SRAM")
     groups, (ctiles, rect, red, clays) = found
     tiles, pipeline = {}, []
     for g, xy in zip(groups, order, strict=False):

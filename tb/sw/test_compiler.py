@@ -285,6 +285,20 @@ def test_fit_error_too_few_tiles(small_qm):
         compile_model(small_qm, c, ctx, placement=placement)
 
 
+@pytest.mark.model
+def test_fit_error_enough_tiles_but_no_split(stories_qm):
+    """When the lower bound of tiles is met but no split of the stages fits them, the refusal
+    does not claim more tiles are needed than the mesh has ("needs 4, has 4")."""
+    cfg = ChipConfig.from_string("mesh=2x2,sram_kib=171")
+    with pytest.raises(FitError) as e:
+        compile_model(stories_qm, cfg, 207)
+    msg = str(e.value)
+    assert "does not fit the mesh's 4 tiles of 175,104 bytes at context 207" in msg, msg
+    assert "needs at least" not in msg
+    for c, ctx, placement in _suggested(e.value, cfg):
+        compile_model(stories_qm, c, ctx, placement=placement)
+
+
 def test_fit_error_attention_context():
     """An attention stage whose KV cache is too big for the tile: a shorter context fits."""
     from chipotle.golden.quantize import calibration_sequences
