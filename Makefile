@@ -27,7 +27,8 @@ COMMA       := ,
 # the backend (default: the RTL under $(SIM); also isasim, golden, reference).
 PROMPT      ?= Once upon a time
 STEPS       ?= 128
-CONFIG      ?= default
+# (CONFIG empty: the CLI's default, the `default` chip; BACKEND=uart: the ULX3S bitstream's)
+CONFIG      ?=
 CONTEXT     ?=
 CLOCK_MHZ   ?=
 PLACEMENT   ?= tensor
@@ -47,6 +48,22 @@ SHA_stories260K.bin := b0a507e7ad0f626624f17112325e66691f9076d622e1d3274d103d002
 SHA_tok512.bin      := 037cb335abb25d1fa9e8ecae30ed2a3a8ace9302862ebcdc05d51a6bbb10c312
 
 export WAVES
+
+# A variable given on the command line that no target reads is refused, not ignored (a
+# misspelt STEP=16 would otherwise run 128 steps): every variable the targets take, and
+# CHIPOTLE_* (the Python side's own).
+MAKE_VARIABLES := PYTHON VENV SIM WAVES JOBS PYTEST_ARGS PROMPT STEPS CONFIG CONTEXT \
+                  CLOCK_MHZ PLACEMENT TEMPERATURE TOPP SEED MODEL_DIR PORT BAUD BACKEND \
+                  TEST_STEPS PROMPTS BOARD SYNTH_ONLY PGO HIERARCHICAL THREADS MODEL_URL
+unknown_given := $(filter-out $(MAKE_VARIABLES) CHIPOTLE_%,$(foreach v,$(.VARIABLES),\
+                   $(if $(filter command line,$(origin $v)),$v)))
+variable_hint = $(firstword $(filter $1S $(patsubst %S,%,$1),$(MAKE_VARIABLES)))
+ifneq ($(unknown_given),)
+$(error $(strip $(foreach v,$(unknown_given),$v=$(if $(call variable_hint,$v), (did you mean \
+  $(call variable_hint,$v)=?))))$(if $(word 2,$(unknown_given)),: no target of this Makefile \
+  takes these,: no target of this Makefile takes it); `make help` lists the variables of each \
+  target)
+endif
 
 .PHONY: all venv iverilog test test-default sim bench bitstream models lint clean distclean \
         help
@@ -86,6 +103,16 @@ ifneq ($(MODEL_DIR),)
 export CHIPOTLE_MODEL_DIR := $(if $(filter /%,$(firstword $(MODEL_DIR))),$(MODEL_DIR),$(CURDIR)/$(MODEL_DIR))
 endif
 
+# JOBS is pytest-xdist's -n: a count of workers (0: none) or auto, checked here so that the
+# error names JOBS=
+ifneq ($(filter test,$(MAKECMDGOALS)),)
+strip_digits = $(subst 0,,$(subst 1,,$(subst 2,,$(subst 3,,$(subst 4,,$(subst 5,,$(subst 6,,$(subst 7,,$(subst 8,,$(subst 9,,$1))))))))))
+ifeq ($(filter auto logical,$(value JOBS))$(if $(strip $(value JOBS)),$(if $(call strip_digits,$(strip $(value JOBS))),,ok)),)
+$(error JOBS=$(value JOBS): make test takes JOBS=N, the number of pytest workers (0: in one \
+  process), or JOBS=auto (one per core))
+endif
+endif
+
 # -rs: the reason of every skipped test (e.g. model files not found) in the summary
 test: venv
 	SIM=$(or $(SIM),verilator$(COMMA)icarus) $(PY) -m pytest -n $(JOBS) -rs --durations=15 $(PYTEST_ARGS)
@@ -101,7 +128,7 @@ test-default: venv
 # prefill of the prompt (chipotle.sim.bench).
 PROMPTS     ?= 1,64,256
 bench: venv
-	$(PY) -m chipotle.sim.bench --backend "$$CHIPOTLE_MAKE_BACKEND" --config "$$CHIPOTLE_MAKE_CONFIG" \
+	$(PY) -m chipotle.sim.bench --backend "$$CHIPOTLE_MAKE_BACKEND" $(CONFIG_OPT) \
 	  --placement "$$CHIPOTLE_MAKE_PLACEMENT" --prompts "$$CHIPOTLE_MAKE_PROMPTS" \
 	  $(RUN_OPTS)
 
@@ -157,6 +184,7 @@ endif
 # optional `make sim` arguments, only those given (so the echoed command has no blank lines)
 # (MODEL_DIR reaches the CLI as $$CHIPOTLE_MODEL_DIR, above: its errors then name it)
 # (RUN_OPTS: those `make bench` takes too)
+CONFIG_OPT = $(if $(value CONFIG),--config "$$CHIPOTLE_MAKE_CONFIG")
 RUN_OPTS = $(strip $(if $(value CLOCK_MHZ),--clock-mhz "$$CHIPOTLE_MAKE_CLOCK_MHZ") \
   $(if $(value CONTEXT),--context "$$CHIPOTLE_MAKE_CONTEXT"))
 SIM_OPTS = $(strip $(if $(value THREADS),--sim-threads "$$CHIPOTLE_MAKE_THREADS") $(RUN_OPTS) \
@@ -165,7 +193,7 @@ SIM_OPTS = $(strip $(if $(value THREADS),--sim-threads "$$CHIPOTLE_MAKE_THREADS"
 sim: venv
 	$(VENV)/bin/chipotle generate --backend "$$CHIPOTLE_MAKE_BACKEND" --prompt "$$CHIPOTLE_MAKE_PROMPT" \
 	  --steps "$$CHIPOTLE_MAKE_STEPS" --temperature "$$CHIPOTLE_MAKE_TEMPERATURE" --topp "$$CHIPOTLE_MAKE_TOPP" \
-	  --config "$$CHIPOTLE_MAKE_CONFIG" --placement "$$CHIPOTLE_MAKE_PLACEMENT" $(SIM_OPTS)
+	  $(CONFIG_OPT) --placement "$$CHIPOTLE_MAKE_PLACEMENT" $(SIM_OPTS)
 
 # `make bitstream` parameters: the board (ulx3s-85f, icebreaker); CONFIG given on the command
 # line or in the environment replaces the board's chip configuration; SYNTH_ONLY=1 stops after
@@ -173,7 +201,7 @@ sim: venv
 BOARD       ?= ulx3s-85f
 SYNTH_ONLY  ?=
 bitstream: venv
-	$(PY) -m chipotle.sim.bitstream --board $(BOARD) \
+	CHIPOTLE_MAKE_BITSTREAM=1 $(PY) -m chipotle.sim.bitstream --board "$(BOARD)" \
 	  $(if $(filter command line environment,$(origin CONFIG)),--config "$(CONFIG)",) \
 	  $(if $(SYNTH_ONLY),--synth-only,)
 
@@ -186,12 +214,14 @@ models:
 	mkdir -p "$$dir" || exit 1; \
 	for pair in stories260K.bin:$(SHA_stories260K.bin) tok512.bin:$(SHA_tok512.bin); do \
 	  f=$${pair%%:*}; sum=$${pair#*:}; \
-	  if test -f "$$dir/$$f" && echo "$$sum  $$dir/$$f" | sha256sum -c --status; then continue; fi; \
+	  if test -f "$$dir/$$f" && echo "$$sum  $$dir/$$f" | sha256sum -c --status; then \
+	    echo "$$dir/$$f: present, sha256 the published one ($$sum)"; continue; fi; \
 	  test -f "$$dir/$$f" && echo "$$dir/$$f: sha256 is not the published one: fetching it again"; \
 	  curl -fL -o "$$dir/$$f.part" $(MODEL_URL)/$$f || exit 1; \
 	  echo "$$sum  $$dir/$$f.part" | sha256sum -c --status || \
 	    { echo "$(MODEL_URL)/$$f: the download's sha256 is not $$sum; kept $$dir/$$f.part"; exit 1; }; \
 	  mv -f "$$dir/$$f.part" "$$dir/$$f" || exit 1; \
+	  echo "$$dir/$$f: downloaded, sha256 the published one ($$sum)"; \
 	done; ls -l "$$dir"
 
 lint: venv

@@ -203,13 +203,24 @@ def main(argv: list[str] | None = None) -> int:
         checkpoint = load_checkpoint(model_path)
     except (CheckpointError, OSError) as e:
         ap.refuse(str(e) if str(model_path) in str(e) else f"--model {model_path}: {e}")
+    need = max(lengths) + args.decode_steps
     try:
         compiled = compile_model(checkpoint, config, context=args.context,
                                  placement=args.placement)
     except FitError as e:
-        from chipotle.cli import config_tips
-        ap.refuse(config_tips(e, args.config))
-    need = max(lengths) + args.decode_steps
+        from chipotle.cli import _shorter_context, config_tips
+        shorter = _shorter_context(e, need) if args.context is None else None
+        if shorter is None:
+            ap.refuse(config_tips(e, args.config))
+        # no --context: the longest context this configuration holds, said so
+        print(f"context {shorter}: the longest this chip ({config}) holds the model for; its "
+              f"seq_len, {checkpoint.config.seq_len}, does not fit (--context sets the "
+              f"context; `make bench`: CONTEXT=)", file=sys.stderr, flush=True)
+        try:
+            compiled = compile_model(checkpoint, config, context=shorter,
+                                     placement=args.placement)
+        except FitError as e2:
+            ap.refuse(config_tips(e2, args.config))
     if need > compiled.context:
         steps = f"{args.decode_steps} decode step{'s' * (args.decode_steps != 1)}"
         seq_len = checkpoint.config.seq_len

@@ -499,7 +499,8 @@ def main(argv=None):
 
     parser = argparse.ArgumentParser(prog="python -m chipotle.sim.bitstream", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--board", default="ulx3s-85f", choices=sorted(BOARDS))
+    parser.add_argument("--board", default="ulx3s-85f", metavar="BOARD",
+                        help=f"the board: {', '.join(sorted(BOARDS))} (default: %(default)s)")
     parser.add_argument("--config", default="", help="chip configuration (as make sim's "
                         "CONFIG), default: the board's")
     parser.add_argument("--synth-only", action="store_true", help="stop after Yosys")
@@ -517,11 +518,16 @@ def main(argv=None):
                         "route the netlist an earlier run (--synth-only) left in the build "
                         "directory, if it is this design's")
     args = parser.parse_args(argv)
+    # `make bitstream` sets $CHIPOTLE_MAKE_BITSTREAM: errors then name make's variables
+    under_make = "CHIPOTLE_MAKE_BITSTREAM" in os.environ
+    if args.board not in BOARDS:
+        parser.error(f"{'BOARD=' if under_make else '--board '}{args.board}: not a board of "
+                     f"this flow; the boards: {', '.join(sorted(BOARDS))}")
     board = BOARDS[args.board]
     try:
         config = ChipConfig.from_string(args.config, base=board.config) if args.config else None
     except ValueError as e:
-        parser.error(f"--config: {e}")
+        parser.error(f"{'CONFIG=' if under_make else '--config '}{args.config}: {e}")
     try:
         report = build(args.board, config, synth_only=args.synth_only,
                        tile_blackbox=args.tile_blackbox, build_dir=args.build_dir,

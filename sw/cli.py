@@ -187,12 +187,16 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--seed", type=int, default=None, metavar="S",
                    help="xorshift seed (default or 0: the current time, as llama2.c; the seed "
                         "used is printed in the summary)")
-    g.add_argument("--config", default="default", metavar="CONFIG",
-                   help="chip configuration of the isasim, verilator and icarus backends: a "
+    g.add_argument("--config", default=None, metavar="CONFIG",
+                   help="chip configuration of the chip backends: a "
                         f"name ({', '.join(CONFIGS)}) and/or key=value,... (e.g. "
-                        "mesh=2x2,sram_kib=64) (default: %(default)s)")
+                        "mesh=2x2,sram_kib=64) (default: default; uart: the chip of make "
+                        f"bitstream's ULX3S build, {_uart_default_config()})")
     g.add_argument("--context", type=positive_int, default=None, metavar="N",
-                   help="positions to compile for (chip backends; default: the compiler's)")
+                   help="positions to compile for (chip backends; default: the model's "
+                        "seq_len, or the longest the configuration holds if that is shorter, "
+                        "as the run then says; uart without --config: the ULX3S build's, "
+                        f"{_uart_default_context()})")
     g.add_argument("--placement", choices=("pipeline", "tensor"), default="tensor",
                    help="how the compiler maps the model on the mesh (docs/architecture.md): "
                         "a pipeline of stages, or every layer split over all tiles (tensor) "
@@ -269,7 +273,7 @@ def _generate(args, out, err) -> int:
         raise UsageError(f"--steps must be a non-negative integer, not {args.steps}")
     chip = backends.CHIP_BACKENDS
     for given, option, where in ((args.context is not None, "--context", chip),
-                                 (args.config != "default", "--config", chip),
+                                 (args.config is not None, "--config", chip),
                                  (args.placement != "tensor", "--placement", chip),
                                  (args.backdoor_load, "--backdoor-load", ("verilator", "icarus")),
                                  (args.port is not None, "--port", ("uart",)),
@@ -381,6 +385,31 @@ def _chip_summary(args, g: dict, compiled, config) -> str:
     return "\n".join(lines)
 
 
+def _uart_default_config() -> str:
+    """The `chipotle.config.CONFIGS` name of the chip ``make bitstream`` builds for its
+    default board (the ULX3S 85F), the ``--backend uart`` default."""
+    from chipotle.hw.fpga.boards import BOARDS
+    board = BOARDS["ulx3s-85f"]
+    return next(name for name, c in CONFIGS.items() if c == board.config)
+
+
+def _uart_default_context() -> int:
+    """The context (positions) of the ULX3S 85F build's chip, the ``--backend uart``
+    default (`chipotle.hw.fpga.boards.Board.context`)."""
+    from chipotle.hw.fpga.boards import BOARDS
+    return BOARDS["ulx3s-85f"].context
+
+
+def _shorter_context(error, prompt_tokens: int) -> int | None:
+    """The context of a `chipotle.compiler.FitError` suggestion that changes nothing but the
+    context, if it holds `prompt_tokens`; else None."""
+    for fit in getattr(error, "fits", ()):
+        if (not fit.config and fit.placement is None and fit.context is not None
+                and fit.context >= prompt_tokens):
+            return fit.context
+    return None
+
+
 def _generate_chip(args, checkpoint, tokenizer, model_path, tok_path, out, err) -> int:
     """Run `generate` for a backend of `backends.CHIP_BACKENDS` through `chipotle.driver`."""
     import asyncio
@@ -389,16 +418,26 @@ def _generate_chip(args, checkpoint, tokenizer, model_path, tok_path, out, err) 
     from .config import ChipConfig
     from .generate import check_prompt_length, encode_prompt
 
-    try:
-        config = ChipConfig.from_string(args.config)
-    except ValueError as e:
-        raise UsageError(f"--config: {e}") from None
     if args.backend == "uart" and not args.port:
         raise UsageError("--backend uart needs --port (e.g. /dev/ttyUSB0)")
     if args.backend == "uart" and args.clock_mhz is None:
         raise UsageError("--backend uart needs --clock-mhz, the bitstream's clock (the ULX3S "
                          "build of make bitstream: 15): the board's step figures are the wall "
                          "time times it")
+    if args.config is None and args.backend == "uart":
+        # the board's chip, not the simulators' 4 x 4 default: the bitstream fixes the chip
+        args.config = _uart_default_config()
+        if args.context is None:
+            args.context = _uart_default_context()
+        err.write(f"[uart] the chip of make bitstream's ULX3S 85F build: --config "
+                  f"{args.config} --context {args.context} (give --config for another "
+                  f"bitstream's)\n")
+    elif args.config is None:
+        args.config = "default"
+    try:
+        config = ChipConfig.from_string(args.config)
+    except ValueError as e:
+        raise UsageError(f"--config: {e}") from None
     if args.clock_mhz is None:
         args.clock_mhz = DEFAULT_CLOCK_MHZ
     if args.backend in ("verilator", "icarus"):   # the flow's switches, before any work
@@ -433,7 +472,20 @@ def _generate_chip(args, checkpoint, tokenizer, model_path, tok_path, out, err) 
         compiled = compile_model(checkpoint, config, context=args.context,
                                  placement=args.placement)
     except (FitError, ValueError) as e:
-        raise UsageError(config_tips(e, args.config)) from None
+        shorter = _shorter_context(e, len(ids)) if args.context is None else None
+        if shorter is None:
+            raise UsageError(config_tips(e, args.config)) from None
+        # no --context: the longest context this configuration holds, said so
+        err.write(f"[{args.backend}] context {shorter}: the longest this chip ({config}) "
+                  f"holds the model for; its seq_len, {seq_len}, does not fit (--context sets "
+                  f"the context; `make sim`: CONTEXT=)\n")
+        err.flush()
+        args.context = shorter
+        try:
+            compiled = compile_model(checkpoint, config, context=shorter,
+                                     placement=args.placement)
+        except (FitError, ValueError) as e2:
+            raise UsageError(config_tips(e2, args.config)) from None
     try:
         check_prompt_length(len(ids), compiled.context, what=f"compiled for {config}",
                             fix="shorten the prompt, or give a configuration with more SRAM "

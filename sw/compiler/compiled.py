@@ -576,12 +576,15 @@ def _schemes_note(qm: QuantizedModel, config: ChipConfig, context: int, kib: int
 
 
 def _bigger_mesh(config: ChipConfig, upto: int, places, verified) -> Fit | None:
-    """The first square-or-wider mesh (sides grown to ``2 .. upto - 1``) on which `places`
-    holds and `verified` compiles, as a ``mesh=WxH[,imem_words=N]`` `Fit`; None if none."""
-    for side in range(2, upto):
-        w, h = max(side, config.mesh_width), max(side, config.mesh_height)
-        if (w, h) == (config.mesh_width, config.mesh_height):
-            continue
+    """The mesh with the fewest tiles (sides grown up to ``upto - 1``, neither side shrunk;
+    among equal counts the squarer, then the wider) on which `places` holds and `verified`
+    compiles, as a ``mesh=WxH[,imem_words=N]`` `Fit`; None if none.  E.g. a model needing 3
+    tiles on a 1 x 1 mesh gets ``mesh=3x1``, not ``mesh=2x2``."""
+    w0, h0 = config.mesh_width, config.mesh_height
+    shapes = sorted(((w, h) for w in range(w0, max(upto, w0 + 1))
+                     for h in range(h0, max(upto, h0 + 1)) if (w, h) != (w0, h0)),
+                    key=lambda wh: (wh[0] * wh[1], abs(wh[0] - wh[1]), -wh[0]))
+    for w, h in shapes:
         cand = config.replace(mesh_width=w, mesh_height=h)
         if places(cand):
             extra = verified(cand)

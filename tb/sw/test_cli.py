@@ -466,3 +466,84 @@ def test_prompt_longer_than_the_context_and_the_configuration(capsys, model_path
     assert "the prompt is 199 tokens (BOS included), longer than --context 140, and a " \
            "context of 199 does not fit this configuration either" in err
     assert "a configuration that fits: --context 140" in err and "compiling" not in err
+
+
+@pytest.mark.model
+def test_no_context_takes_the_longest_the_configuration_holds(capsys, model_paths):
+    """Without --context, a configuration that cannot hold the model's seq_len compiles for
+    the longest context it holds, and the run says so; with --context, no such fallback."""
+    ckpt, tok = model_paths
+    files = ("--model", str(ckpt), "--tokenizer", str(tok))
+    code, out, err = run(capsys, "--backend", "isasim", "--config", "ulx3s", "--steps", "2",
+                         "--temperature", "0", *files)
+    assert code == 0, err
+    assert out.startswith("Once upon")
+    assert ("[isasim] context 140: the longest this chip (1x1 tiles, 384 KiB SRAM/tile, W=8, "
+            "M=1, V=2) holds the model for; its seq_len, 512, does not fit") in err
+    code, out, err = run(capsys, "--backend", "isasim", "--config", "ulx3s", "--context", "200",
+                         "--steps", "2", *files)
+    assert code == 2 and out == "" and "a configuration that fits: --context 140" in err
+    # a prompt longer than the longest context: refused with the compiler's refusal
+    prompt = " ".join(["Once upon a time there was a big dog."] * 18)     # 199 tokens
+    code, out, err = run(capsys, "--backend", "isasim", "--config", "ulx3s", "--prompt", prompt,
+                         *files)
+    assert code == 2 and out == "" and "a configuration that fits: --context 140" in err
+
+
+@pytest.mark.model
+def test_uart_defaults_to_the_board_chip(capsys, model_paths, tmp_path):
+    """``--backend uart`` without --config compiles for the chip of the ULX3S bitstream at
+    its context (not the simulators' 4 x 4 default), and says so."""
+    from chipotle.hw.fpga.boards import BOARDS
+    ckpt, tok = model_paths
+    board = BOARDS["ulx3s-85f"]
+    code, out, err = run(capsys, "--backend", "uart", "--port", str(tmp_path / "no-such-tty"),
+                         "--clock-mhz", "15", "--steps", "1", "--model", str(ckpt),
+                         "--tokenizer", str(tok))
+    assert (f"[uart] the chip of make bitstream's ULX3S 85F build: --config ulx3s --context "
+            f"{board.context}") in err
+    assert f"compiling stories260K.bin for {board.config}" in err
+    # no board there: the port is refused after the compile, by name
+    assert code == 2 and f"--port {tmp_path / 'no-such-tty'}" in err
+
+
+def _make(*argv):
+    """``make -n ARGV`` in the checkout (nothing runs): (exit code, stderr)."""
+    r = subprocess.run(["make", "-n", *argv], cwd=ROOT, capture_output=True, text=True,
+                       timeout=60)
+    return r.returncode, r.stderr
+
+
+def test_make_refuses_variables_no_target_takes():
+    """A misspelt variable is refused by name (with the variable meant, when it is a plural
+    or singular away), not ignored; the Makefile's own variables and CHIPOTLE_* pass."""
+    code, err = _make("sim", "STEP=3", "BACKEND=reference")
+    assert code == 2 and ("STEP= (did you mean STEPS=?): no target of this Makefile takes "
+                          "it; `make help` lists the variables of each target") in err
+    code, err = _make("help", "FOO=1", "THREAD=2")
+    assert code == 2 and ("FOO= THREAD= (did you mean THREADS=?): no target of this Makefile "
+                          "takes these") in err
+    for argv in (("sim", "STEPS=3", "BACKEND=reference", "CHIPOTLE_X=1"),
+                 ("test", "JOBS=1", "PYTEST_ARGS=-k x", "SIM=icarus", "WAVES=0"),
+                 ("bitstream", "BOARD=icebreaker", "SYNTH_ONLY=1")):
+        code, err = _make(*argv)
+        assert code == 0, (argv, err)
+
+
+def test_make_test_refuses_a_bad_jobs_count():
+    for jobs in ("x", "1x", ""):
+        code, err = _make("test", f"JOBS={jobs}")
+        assert code == 2 and (f"JOBS={jobs}: make test takes JOBS=N, the number of pytest "
+                              "workers (0: in one process), or JOBS=auto") in err, err
+    for jobs in ("0", "12", "auto"):
+        assert _make("test", f"JOBS={jobs}")[0] == 0
+
+
+def test_make_bitstream_errors_name_make_variables():
+    """``make bitstream``'s refusals of a board or configuration name BOARD= and CONFIG=."""
+    for var, message in (("BOARD=ulx3s", "BOARD=ulx3s: not a board of this flow; the boards: "
+                                         "icebreaker, ulx3s-85f"),
+                         ("CONFIG=nope", "CONFIG=nope: unknown configuration 'nope'")):
+        r = subprocess.run(["make", "-s", "bitstream", var], cwd=ROOT, capture_output=True,
+                           text=True, timeout=300)
+        assert r.returncode == 2 and message in r.stderr, r.stderr

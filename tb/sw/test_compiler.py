@@ -590,3 +590,34 @@ def test_compiler_cli_refuses_bad_input_in_one_line(capsys, argv, expect):
     with pytest.raises(SystemExit) as e:
         main(argv)
     assert expect in capsys.readouterr().err + str(e.value.code)
+
+
+def test_bigger_mesh_suggests_the_fewest_tiles():
+    """A refusal's bigger mesh is the one with the fewest tiles that holds the model (the
+    squarer, then the wider, among equal counts), not the next square."""
+    from chipotle.compiler.compiled import _bigger_mesh
+    base = ChipConfig.from_string("small,mesh=1x1")
+
+    def tiles_at_least(n):
+        return lambda c: c.mesh_width * c.mesh_height >= n
+
+    def fit(n, config=base):
+        tip = _bigger_mesh(config, 9, tiles_at_least(n), lambda c: ())
+        return tip and tip.config_text()
+    assert fit(2) == "mesh=2x1"
+    assert fit(3) == "mesh=3x1"
+    assert fit(4) == "mesh=2x2"
+    assert fit(10) == "mesh=5x2"
+    assert fit(100) is None
+    assert fit(5, ChipConfig.from_string("small,mesh=1x2")) == "mesh=1x5"   # sides not shrunk
+    assert fit(6, ChipConfig.from_string("small,mesh=1x2")) == "mesh=3x2"
+    # a shape that places but does not compile is passed over
+    tip = _bigger_mesh(base, 9, tiles_at_least(3), lambda c: None if c.mesh_width == 3 else ())
+    assert tip.config_text() == "mesh=1x3"
+
+
+@pytest.mark.model
+def test_pipeline_refusal_suggests_the_fewest_tiles(model_paths):
+    ckpt = load_checkpoint(model_paths[0])
+    with pytest.raises(FitError, match=r"needs at least 10 tiles .* or mesh=5x2$"):
+        compile_model(ckpt, ChipConfig.from_string("default,mesh=1x1"), placement="pipeline")
