@@ -148,7 +148,7 @@ def test_backend_bad_input():
         SerialTransport(FakeChip(CONFIG), clock_hz=0)
 
 
-def test_bitstream_bad_config_is_a_usage_error(capsys):
+def test_bitstream_bad_config_is_a_usage_error(capsys, monkeypatch):
     """``make bitstream CONFIG=...`` with an unknown configuration: a one-line usage error
     (exit 2) naming the known ones, not a traceback, and nothing is built."""
     from chipotle.sim import bitstream
@@ -157,4 +157,13 @@ def test_bitstream_bad_config_is_a_usage_error(capsys):
         bitstream.main(["--synth-only", "--config", "bogus"])
     assert e.value.code == 2
     err = capsys.readouterr().err
-    assert "--config: unknown configuration 'bogus'; known: default, small" in err
+    from chipotle.config import CONFIGS
+
+    assert "--config bogus: unknown configuration 'bogus'; known: " + ", ".join(CONFIGS) in err
+    assert "Traceback" not in err
+    # under make, the error names make's variable instead of the option
+    monkeypatch.setenv("CHIPOTLE_MAKE_BITSTREAM", "1")
+    with pytest.raises(SystemExit) as e:
+        bitstream.main(["--synth-only", "--config", "bogus"])
+    assert e.value.code == 2
+    assert "CONFIG=bogus: unknown configuration 'bogus'" in capsys.readouterr().err
