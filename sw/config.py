@@ -43,6 +43,11 @@ class ChipConfig:
         M: activation rows of the matrix unit (default 4): prompt tokens per prefill batch.
     lanes : int
         V: vector-unit lanes (default 8).
+    vec_slots : int
+        The vector unit's result slots (``VectorUnit(slots=)``, default 4; at least 1): a
+        writing pass keeps at most this many chunks between their first read and their last
+        write.  The ISA simulator's estimate takes it (``CostModel.vec_slots``), so the
+        estimate and the RTL agree (``docs/tile.md``, "Vector unit", "Timing").
     k_max : int
         Largest K (inner dimension) of the matrix unit (default 512).
     imem_words : int
@@ -74,6 +79,7 @@ class ChipConfig:
     n_banks: int = 2
     max_m: int = 4
     lanes: int = 8
+    vec_slots: int = 4
     k_max: int = 512
     imem_words: int = 1024
     n_counters: int = 16
@@ -122,13 +128,13 @@ class ChipConfig:
 
     def isa_config(self):
         """Return the ``chipotle.isa.IsaConfig`` of one tile."""
-        from .isa.core import IsaConfig
+        from .isa.core import CostModel, IsaConfig
         return IsaConfig(sram_bytes=self.sram_bytes, word_bytes=self.word_bytes,
                          max_m=self.max_m, lanes=self.lanes, k_max=self.k_max,
                          imem_words=self.imem_words, n_counters=self.n_counters,
                          loop_depth=self.loop_depth, mcast_max_flits=self.mcast_max_flits,
                          max_packet_flits=255, read_words=self.n_banks,
-                         overlap=self.overlap)
+                         cost=CostModel(vec_slots=self.vec_slots), overlap=self.overlap)
 
     def tile_config(self):
         """Return the gateware's ``chipotle.hw.tile.TileConfig`` of one tile (no KV store)."""
@@ -137,7 +143,8 @@ class ChipConfig:
                           n_banks=self.n_banks, max_m=self.max_m, k_max=self.k_max, kv=None,
                           imem_words=self.imem_words, n_counters=self.n_counters,
                           loop_depth=self.loop_depth, lanes=self.lanes,
-                          mesh_width=self.mesh_width, mesh_height=self.mesh_height,
+                          vec_slots=self.vec_slots, mesh_width=self.mesh_width,
+                          mesh_height=self.mesh_height,
                           noc_fifo_depth=self.noc_fifo_depth,
                           mcast_max_flits=self.mcast_max_flits, overlap=self.overlap)
 
@@ -236,10 +243,12 @@ class ChipConfig:
 #: (49,152 words, a multiple of the 2,048 words Yosys maps to 8 DP16KD: 192 DP16KD), V = 2,
 #: M = 1, K up to 256.  Until session 11 it was two tiles of 176 KiB (context 53), which
 #: filled 88 % of the 85F's logic slots and never routed; one tile takes 43 % (docs/fpga.md).
+#: ``default`` and ``small`` have 4 vector-unit result slots (session 12), ``ulx3s`` keeps 3,
+#: so the board's Verilog is unchanged (``docs/performance.md``, session 12).
 CONFIGS = {
     "default": ChipConfig(),
     "small": ChipConfig(mesh_width=2, mesh_height=2, sram_bytes=32 * 1024, lanes=2,
                         imem_words=512, k_max=512),
     "ulx3s": ChipConfig(mesh_width=1, mesh_height=1, sram_bytes=384 * 1024, n_banks=1,
-                        lanes=2, imem_words=1024, max_m=1, k_max=256),
+                        lanes=2, vec_slots=3, imem_words=1024, max_m=1, k_max=256),
 }

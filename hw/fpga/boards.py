@@ -100,7 +100,7 @@ BOARDS = {
         "icebreaker", "amaranth_boards.icebreaker:ICEBreakerPlatform", "ice40", 12_000_000,
         12_000_000, 1_000_000,
         ChipConfig(mesh_width=1, mesh_height=1, sram_bytes=16 * 1024, lanes=2, imem_words=256,
-                   max_m=1, k_max=256),
+                   max_m=1, k_max=256, vec_slots=3),
         {"LUT4": 5_280, "FF": 5_280, "DSP": 8, "BRAM": 30, "SPRAM": 4}),
 }
 

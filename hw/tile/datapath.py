@@ -82,6 +82,9 @@ class TileConfig:
         Hardware loop stack of the controller (default 4).
     lanes : int
         V, vector-unit lanes (default 8).
+    vec_slots : int
+        The vector unit's result slots (``VectorUnit(slots=)``, default
+        ``chipotle.hw.tile.vector.RESULT_SLOTS`` = 3; ``ChipConfig`` gives 4).
     mesh_width, mesh_height : int
         Size of the mesh the tile sits in (SEND rectangles are checked against it).
     noc_fifo_depth, noc_length_width, mcast_max_flits : int
@@ -107,6 +110,7 @@ class TileConfig:
     n_counters: int = 16
     loop_depth: int = 4
     lanes: int = 8
+    vec_slots: int = 3
     mesh_width: int = 1
     mesh_height: int = 1
     noc_fifo_depth: int = 16
@@ -139,13 +143,14 @@ class TileConfig:
 
     def isa_config(self):
         """Return the ``chipotle.isa.IsaConfig`` of a tile with these parameters."""
-        from chipotle.isa.core import IsaConfig
+        from chipotle.isa.core import CostModel, IsaConfig
         return IsaConfig(sram_bytes=self.sram_bytes, word_bytes=self.word_bytes,
                          max_m=self.max_m, lanes=self.lanes, k_max=self.k_max,
                          imem_words=self.imem_words, n_counters=self.n_counters,
                          loop_depth=self.loop_depth, mcast_max_flits=self.mcast_max_flits,
                          max_packet_flits=(1 << self.noc_length_width) - 1,
-                         read_words=self.n_banks, overlap=self.overlap)
+                         read_words=self.n_banks, cost=CostModel(vec_slots=self.vec_slots),
+                         overlap=self.overlap)
 
 
 class TileDatapath(wiring.Component):

@@ -115,7 +115,7 @@ class TileCore(wiring.Component):
                           imem_words=c.imem_words, n_counters=c.n_counters,
                           loop_depth=c.loop_depth, overlap=c.overlap)
         vec = VectorUnit(lanes=c.lanes, word_bytes=W, sram_bytes=c.sram_bytes,
-                         read_words=c.n_banks)
+                         read_words=c.n_banks, slots=c.vec_slots)
         m.submodules.vector = ResetInserter(rst)(vec)
         m.submodules.matrix = ResetInserter(rst)(mx)
         m.submodules.writeback = ResetInserter(rst)(wb)

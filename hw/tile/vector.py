@@ -40,7 +40,8 @@ from chipotle.isa.core import (
 
 from .sram import ADDR_WIDTH, SramSignature
 
-__all__ = ["VectorCommand", "VectorDone", "VectorUnit", "VECTOR_OPCODES", "RESULT_SLOTS"]
+__all__ = ["VectorCommand", "VectorDone", "VectorUnit", "VECTOR_OPCODES", "RESULT_SLOTS",
+           "MIN_RESULT_SLOTS"]
 
 #: Opcodes the vector unit executes (everything else completes with ``ILLEGAL``).
 VECTOR_OPCODES = frozenset(
@@ -125,9 +126,15 @@ class _Red(enum.Enum, shape=unsigned(2)):
 # Passes of a command: a prologue reading one parameter word, then up to three passes.
 _PRO, _P1, _P2, _P3 = 0, 1, 2, 3
 
-#: Result slots between the lanes and the SRAM write port: chunks of a writing pass between
-#: their first read and their last write (``chipotle.isa.vector_cycles`` models the same).
+#: Result slots between the lanes and the SRAM write port by default (``VectorUnit(slots=)``):
+#: chunks of a writing pass between their first read and their last write
+#: (``chipotle.isa.vector_cycles(..., slots=)`` models the same).
 RESULT_SLOTS = 3
+#: The fewest result slots the unit works with: one.  Each slot holds a whole chunk's result
+#: (``docs/tile.md``, "Vector unit"): a writing pass takes a slot's credit before a chunk's
+#: first read, a reduction's result and a ``WSUM`` column's accumulators wait for a free
+#: slot, so one slot serialises the chunks (read, lanes, write) but is correct.
+MIN_RESULT_SLOTS = 1
 
 #: Width of the lanes' rounding shifter: a lane that shifts (s >= 1) has ``|p + add| < 2**48``
 #: (``|x * m|`` with x at most 32 bits and m at most 16, or smaller products), so ``2 (p + add)``
@@ -187,7 +194,7 @@ class VectorUnit(wiring.Component):
     words back to back (up to ``read_words`` consecutive words of one source stream per
     granted cycle: the SRAM's wide read), each chunk fires into the 4-stage
     lanes when its words have landed, and leaves them folded into a reduction or packed
-    into one of `RESULT_SLOTS` result slots, from which the write side writes the
+    into one of ``slots`` result slots, from which the write side writes the
     destination words with byte enables, with priority over the reads.  Cycles:
     ``chipotle.isa.vector_cycles`` (exact when every grant is immediate).  Arithmetic is
     exactly the golden model's (``docs/numerics.md``): the one rounding rule
@@ -218,6 +225,12 @@ class VectorUnit(wiring.Component):
     read_words : int
         R, words one read of ``bus`` returns (the SRAM's ``n_banks`` for a wide read;
         default 1, one word per read).
+    slots : int
+        Result slots between the lanes and the write port (default `RESULT_SLOTS` = 3, at
+        least `MIN_RESULT_SLOTS` = 1): a writing pass keeps at most this many chunks between
+        their first read and their last write.  Each slot is ``ceil((W - 1 + 8 V) / W)``
+        words with byte enables, an address and a count (at V = W = 8: 8 words, 598 bits
+        with a 128 KiB SRAM); ``docs/tile.md`` "Timing" for what a fourth one buys.
 
     Members
     -------
@@ -234,7 +247,8 @@ class VectorUnit(wiring.Component):
         A command is in progress (accepted, ``o_done`` not yet taken).
     """
 
-    def __init__(self, *, lanes=None, word_bytes=8, sram_bytes=32768, read_words=1):
+    def __init__(self, *, lanes=None, word_bytes=8, sram_bytes=32768, read_words=1,
+                 slots=RESULT_SLOTS):
         lanes = IsaConfig().lanes if lanes is None else lanes
         if not isinstance(lanes, int) or lanes < 2 or lanes % 2:
             raise ValueError(f"lanes must be an even integer of at least 2, not {lanes!r}")
@@ -247,10 +261,15 @@ class VectorUnit(wiring.Component):
                              f"{2 ** ADDR_WIDTH} words, not {sram_bytes!r}")
         if not isinstance(read_words, int) or read_words < 1:
             raise ValueError(f"read_words must be a positive integer, not {read_words!r}")
+        if (not isinstance(slots, int) or isinstance(slots, bool)
+                or slots < MIN_RESULT_SLOTS):
+            raise ValueError(f"slots must be an integer of at least {MIN_RESULT_SLOTS}, "
+                             f"not {slots!r}")
         self._lanes = lanes
         self._word_bytes = word_bytes
         self._sram_bytes = sram_bytes
         self._read_words = read_words
+        self._slots = slots
         super().__init__({
             "i_cmd": In(stream.Signature(VectorCommand)),
             "o_done": Out(stream.Signature(VectorDone)),
@@ -277,6 +296,11 @@ class VectorUnit(wiring.Component):
     def read_words(self):
         """R, words one SRAM read returns."""
         return self._read_words
+
+    @property
+    def slots(self):
+        """Result slots between the lanes and the SRAM write port."""
+        return self._slots
 
     def elaborate(self, platform):
         m = Module()
@@ -876,11 +900,11 @@ class VectorUnit(wiring.Component):
         m.d.comb += [wdat.eq(packed << (od << 3)), wmsk.eq(pmask << od)]
 
         # -- result slots and the write side ---------------------------------------------------
-        # _SLOTS results wait for the SRAM port (or the table write port); writes have the
+        # NS = `slots` results wait for the SRAM port (or the table write port); writes have the
         # port's priority over reads.  A writing pass (wr, tw) starts reading a chunk only
-        # while fewer than _SLOTS of its chunks are between first read and last write
+        # while fewer than NS of its chunks are between first read and last write
         # (credits), so the lanes, which never stall, always find a free slot.
-        NS = RESULT_SLOTS
+        NS = self.slots
         SN = max(NWD, V)
         sl_dat = [Signal(8 * W * NWD, name=f"sl{k}_dat") for k in range(NS)]
         sl_msk = [Signal(W * NWD, name=f"sl{k}_msk") for k in range(NS)]

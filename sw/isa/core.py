@@ -856,8 +856,9 @@ class CostModel:
         from it (``docs/tile.md``, "Decode register").  A wait for an in-flight instruction
         overlaps it.
     vec_slots : int
-        Result slots of the vector unit (``RESULT_SLOTS`` of ``hw/tile/vector.py``); the
-        vector unit's cycles are `vector_cycles`, its schedule played cycle by cycle.
+        Result slots of the vector unit (``VectorUnit(slots=)`` of ``hw/tile/vector.py``,
+        ``ChipConfig.vec_slots``; default 3, the unit's default); the vector unit's cycles
+        are `vector_cycles`, its schedule played cycle by cycle.
     mat_latency : int
         Matrix unit pipeline: cycles from the issue of a row's last weight word to its result
         leaving the unit (3); the write-back's own timing is `matrix_cycles`'.
@@ -938,6 +939,9 @@ class IsaConfig:
             v = getattr(self, name)
             if not isinstance(v, int) or v <= 0:
                 raise ValueError(f"`{name}` must be a positive integer, not {v!r}")
+        v = self.cost.vec_slots
+        if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
+            raise ValueError(f"`cost.vec_slots` must be a positive integer, not {v!r}")
         W = self.word_bytes
         if W < 4 or W & (W - 1):
             raise ValueError(f"`word_bytes` must be a power of two of at least 4, not {W}")
@@ -1077,7 +1081,7 @@ def vector_cycles(op: Opcode, td: Dtype, ts: Dtype, n: int, imm: int = 0, c: int
     lanes, word_bytes : int
         V and W.
     slots : int
-        Result slots of the unit (``_SLOTS`` in ``hw/tile/vector.py``).
+        Result slots of the unit (``VectorUnit(slots=)``, default 3; at least 1).
     read_words : int
         R, words one SRAM read returns (``VectorUnit(read_words=...)``, the tile's
         ``n_banks``): a chunk's source stream of ``w`` words takes ``ceil(w / R)`` reads.
@@ -1090,11 +1094,14 @@ def vector_cycles(op: Opcode, td: Dtype, ts: Dtype, n: int, imm: int = 0, c: int
     Raises
     ------
     ValueError
-        If ``op`` is not a vector-unit opcode or ``n`` is not positive.
+        If ``op`` is not a vector-unit opcode, ``n`` is not positive, or ``read_words`` or
+        ``slots`` is not a positive integer.
     """
     V, W, R = lanes, word_bytes, read_words
     if R < 1:
         raise ValueError(f"`read_words` must be a positive integer, not {R}")
+    if not isinstance(slots, int) or slots < 1:
+        raise ValueError(f"`slots` must be a positive integer, not {slots!r}")
     if not (op.value >> 4 in (1, 2) or op == Opcode.TABLE):
         raise ValueError(f"`op` must be a vector-unit opcode, not {op.name}")
     if op != Opcode.TABLE and n < 1:

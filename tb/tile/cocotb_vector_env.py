@@ -43,6 +43,7 @@ from chipotle.isa.core import (
     DTYPE_INFO,
     SPECS,
     Addr,
+    CostModel,
     Dtype,
     ErrorCode,
     Instr,
@@ -70,12 +71,16 @@ class VectorBenchConfig:
     n_banks
         SRAM banks; the unit reads ``n_banks`` consecutive words per cycle (the SRAM's wide
         read; 1: one word, the ``ulx3s`` tile's).
+    slots
+        The unit's result slots (``VectorUnit(slots=)``; 3 is the ``ulx3s`` tile's, 4 the
+        ``default`` chip's).
     """
 
     lanes: int = 8
     word_bytes: int = 8
     sram_bytes: int = 8192
     n_banks: int = 2
+    slots: int = RESULT_SLOTS
 
     @property
     def words(self) -> int:
@@ -104,7 +109,8 @@ class VectorBenchConfig:
 
     def isa(self) -> IsaConfig:
         return IsaConfig(sram_bytes=self.sram_bytes, word_bytes=self.word_bytes,
-                         lanes=self.lanes, read_words=self.n_banks)
+                         lanes=self.lanes, read_words=self.n_banks,
+                         cost=CostModel(vec_slots=self.slots))
 
 
 CONFIGS = {
@@ -140,7 +146,8 @@ class VectorTop(wiring.Component):
         m = Module()
         R = cfg.n_banks
         m.submodules.vu = vu = VectorUnit(lanes=cfg.lanes, word_bytes=cfg.word_bytes,
-                                          sram_bytes=cfg.sram_bytes, read_words=R)
+                                          sram_bytes=cfg.sram_bytes, read_words=R,
+                                          slots=cfg.slots)
         m.submodules.sram = sram = Sram(size_bytes=cfg.sram_bytes, word_bytes=cfg.word_bytes,
                                         n_banks=R, read_words=R)
         m.submodules.arb = arb = SramArbiter(2, word_bytes=cfg.word_bytes, read_words=R)
@@ -184,13 +191,13 @@ def model_cycles(cmd: dict, cfg: VectorBenchConfig) -> int:
     """Return the cycles the timing model predicts for ``cmd`` (every grant immediate).
 
     The schedule of ``docs/tile.md`` ("Vector unit", "Timing") as played by
-    ``chipotle.isa.vector_cycles`` for this bench's V, W and the unit's result slots; only
+    ``chipotle.isa.vector_cycles`` for this bench's V, W, R and result slots; only
     meaningful for a command the unit executes (not a refused one).
     """
     return vector_cycles(cmd["op"], cmd.get("td", Dtype.I8), cmd.get("ts", Dtype.I8),
                          cmd.get("n", 0), cmd.get("imm", 0), cmd.get("c", 0), cmd.get("a", 0),
                          cmd.get("b", 0), cmd.get("d", 0), lanes=cfg.lanes,
-                         word_bytes=cfg.word_bytes, slots=RESULT_SLOTS,
+                         word_bytes=cfg.word_bytes, slots=cfg.slots,
                          read_words=cfg.n_banks)
 
 

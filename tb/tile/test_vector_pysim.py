@@ -23,10 +23,11 @@ from cocotb_vector_env import (
     model_cycles,
 )
 
-from chipotle.hw.tile.vector import VectorCommand, VectorUnit
+from chipotle.hw.tile.vector import MIN_RESULT_SLOTS, RESULT_SLOTS, VectorCommand, VectorUnit
 from chipotle.isa.core import Dtype, ErrorCode, Opcode, TableId
 
-CFG = VectorBenchConfig(lanes=8, word_bytes=8, sram_bytes=2048)
+#: The default chip's unit: V = 8, W = 8, 2-word reads, 4 result slots.
+CFG = VectorBenchConfig(lanes=8, word_bytes=8, sram_bytes=2048, slots=4)
 
 
 def _run(cases, cfg=CFG, check_all=True):
@@ -176,14 +177,17 @@ def test_errors_pysim():
                                       ErrorCode.SHAPE, ErrorCode.SHAPE]
 
 
-@pytest.mark.parametrize(("lanes", "word_bytes", "n_banks"),
-                         [(4, 8, 2), (2, 16, 2), (2, 8, 1), (8, 8, 1), (8, 8, 4), (4, 16, 4)])
-def test_other_geometries_pysim(lanes, word_bytes, n_banks):
-    """V below a word's worth of bytes (V = 2, W = 8 is the small chip's unit; V = 2 with one
-    bank, one word per read, the ulx3s chip's), a 16-byte word, one-word reads at V = 8 and
-    four-word reads (4 banks): one case of each kind."""
+@pytest.mark.parametrize(("lanes", "word_bytes", "n_banks", "slots"),
+                         [(4, 8, 2, 3), (2, 16, 2, 3), (2, 8, 2, 4), (2, 8, 1, 3), (8, 8, 1, 3),
+                          (8, 8, 4, 5), (4, 16, 4, 3), (8, 8, 2, 3),
+                          (8, 8, 2, MIN_RESULT_SLOTS)])
+def test_other_geometries_pysim(lanes, word_bytes, n_banks, slots):
+    """V below a word's worth of bytes (V = 2, W = 8 with 4 result slots is the small chip's
+    unit; V = 2 with one bank, one word per read, and 3 slots the ulx3s chip's), a 16-byte
+    word, one-word reads at V = 8, four-word reads (4 banks), and result slots from the
+    fewest the unit takes to more than the default chip's 4: one case of each kind."""
     cfg = VectorBenchConfig(lanes=lanes, word_bytes=word_bytes, sram_bytes=2048,
-                            n_banks=n_banks)
+                            n_banks=n_banks, slots=slots)
     s = Stimulus(cfg, 6)
     cases = [s.table_case(tid, 0) for tid in TableId]
     cases += [s.elementwise(Opcode.VMUL, 11, Dtype.I32, Dtype.I16),
@@ -196,11 +200,25 @@ def test_other_geometries_pysim(lanes, word_bytes, n_banks):
     _run(cases, cfg)
 
 
-@pytest.mark.parametrize("lanes", [0, 3, "8"])
-def test_bad_parameters(lanes):
+@pytest.mark.parametrize(("kwargs", "message"),
+                         [({"lanes": 0}, "lanes must be .* not 0"),
+                          ({"lanes": 3}, "lanes must be .* not 3"),
+                          ({"lanes": "8"}, "lanes must be .* not '8'"),
+                          ({"slots": 0}, "slots must be an integer of at least 1, not 0"),
+                          ({"slots": -2}, "slots must be .* not -2"),
+                          ({"slots": 4.0}, "slots must be .* not 4.0"),
+                          ({"slots": True}, "slots must be .* not True")])
+def test_bad_parameters(kwargs, message):
     with warnings.catch_warnings():     # the half-built component is never elaborated
         warnings.simplefilter("ignore")
-        with pytest.raises(ValueError, match="lanes must be") as info:
-            VectorUnit(lanes=lanes)
+        with pytest.raises(ValueError, match=message) as info:
+            VectorUnit(**kwargs)
         del info
         gc.collect()
+
+
+def test_slots_parameter():
+    """The slot count is the constructor's (default `RESULT_SLOTS`) and sizes the slots."""
+    assert VectorUnit().slots == RESULT_SLOTS == 3
+    assert VectorUnit(slots=MIN_RESULT_SLOTS).slots == 1
+    assert VectorUnit(slots=4).slots == 4

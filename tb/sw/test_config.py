@@ -1,0 +1,72 @@
+"""``ChipConfig.vec_slots``: the vector unit's result slots, from the text form of a
+configuration to the ISA simulator's estimate and the tile's ``VectorUnit``."""
+
+from __future__ import annotations
+
+import pytest
+
+from chipotle.config import CONFIGS, ChipConfig
+from chipotle.isa.core import Dtype, Instr, Opcode, instr_cycles, vector_cycles
+
+
+def test_named_configurations_slots():
+    """The default and small chips have 4 result slots; the ULX3S board's chip keeps 3 (its
+    Verilog unchanged, docs/performance.md session 12)."""
+    assert CONFIGS["default"].vec_slots == 4 == ChipConfig().vec_slots
+    assert CONFIGS["small"].vec_slots == 4
+    assert CONFIGS["ulx3s"].vec_slots == 3
+
+
+def test_vec_slots_parsed_and_passed_on():
+    c = ChipConfig.from_string("ulx3s,vec_slots=5")
+    assert c == CONFIGS["ulx3s"].replace(vec_slots=5)
+    assert ChipConfig.from_string("vec_slots=0x2").vec_slots == 2
+    assert ChipConfig.from_string("small,vec_slots=1").vec_slots == 1
+    assert c.isa_config().cost.vec_slots == 5
+    assert c.tile_config().vec_slots == 5
+    assert c.tile_config().isa_config().cost.vec_slots == 5
+    assert ChipConfig(**c.as_dict()) == c       # the RTL jobs rebuild it from as_dict
+
+
+@pytest.mark.parametrize(("text", "expect"), [
+    ("vec_slots=0", "ChipConfig.vec_slots must be a positive integer, not 0"),
+    ("vec_slots=-3", "ChipConfig.vec_slots must be a positive integer, not -3"),
+    ("vec_slots=four", "bad value 'four' for 'vec_slots' in 'vec_slots=four': expected an "
+                       "integer"),
+    ("vec_slots=2.5", "bad value '2.5' for 'vec_slots' in 'vec_slots=2.5': expected an "
+                      "integer"),
+    ("default,vec_slots", "'vec_slots' needs a value, e.g. vec_slots=<integer>"),
+])
+def test_bad_vec_slots_refused(text, expect):
+    with pytest.raises(ValueError) as info:
+        ChipConfig.from_string(text)
+    assert str(info.value) == expect
+
+
+def test_bad_vec_slots_refused_by_the_isa_and_the_model():
+    from chipotle.isa.core import CostModel, IsaConfig
+    with pytest.raises(ValueError, match=r"`cost.vec_slots` must be a positive integer, not 0"):
+        IsaConfig(cost=CostModel(vec_slots=0))
+    with pytest.raises(ValueError, match=r"`slots` must be a positive integer, not 0"):
+        vector_cycles(Opcode.SILU, Dtype.I16, Dtype.I16, 64, 8, slots=0)
+
+
+def test_estimate_follows_the_slots():
+    """A short writing pass (reqi.i8.i32 at R = 2: 2 + 1 port cycles per chunk) is
+    credit-bound with 3 slots and port-bound with 4, and the estimate says so."""
+    ins = Instr(Opcode.REQI, td=Dtype.I8, ts=Dtype.I32.value, imm=3, c=4)
+    est = {s: instr_cycles(ins, ChipConfig(vec_slots=s).isa_config(), 172) for s in (3, 4)}
+    unit = {s: vector_cycles(Opcode.REQI, Dtype.I8, Dtype.I32, 172, 3, 4, slots=s,
+                             read_words=2) for s in (3, 4)}
+    assert unit[3] == 80            # docs/tile.md, session 11's table (R = 2)
+    assert unit[4] < unit[3]
+    assert est == {s: 2 + unit[s] for s in (3, 4)}      # issue + decode + the unit's
+
+
+@pytest.mark.parametrize("name", ["default", "ulx3s"])
+def test_tile_builds_the_vector_unit_with_the_slots(name):
+    """The tile's ``VectorUnit`` gets the configuration's slot count (as the estimate)."""
+    from chipotle.hw.tile.tile import TileCore
+    cfg = CONFIGS[name].tile_config()
+    m = TileCore(cfg).elaborate(None)
+    assert m.submodules.vector.slots == CONFIGS[name].vec_slots == cfg.isa_config().cost.vec_slots
