@@ -38,7 +38,13 @@ from amaranth.lib.wiring import In, Out, connect, flipped
 
 from chipotle.golden import numerics as nx
 from chipotle.hw.tile.sram import Sram, SramArbiter, SramSignature, connect_narrow
-from chipotle.hw.tile.vector import RESULT_SLOTS, VectorCommand, VectorDone, VectorUnit
+from chipotle.hw.tile.vector import (
+    MIN_RESULT_SLOTS,
+    RESULT_SLOTS,
+    VectorCommand,
+    VectorDone,
+    VectorUnit,
+)
 from chipotle.isa.core import (
     DTYPE_INFO,
     SPECS,
@@ -114,9 +120,11 @@ class VectorBenchConfig:
 
 
 CONFIGS = {
-    "default": VectorBenchConfig(),                       # V = 8, W = 8 (docs/isa.md)
+    # V = 8, W = 8 (docs/isa.md), 2-word reads, 4 result slots: the default chip's unit
+    "default": VectorBenchConfig(slots=4),
     "v4": VectorBenchConfig(lanes=4, sram_bytes=8192),    # V < W bytes: sub-word chunks
-    "narrow": VectorBenchConfig(n_banks=1),               # one word per read (ulx3s)
+    "narrow": VectorBenchConfig(n_banks=1, slots=3),      # one word per read, 3 slots (ulx3s)
+    "min": VectorBenchConfig(slots=MIN_RESULT_SLOTS),     # the fewest result slots: one
 }
 
 
