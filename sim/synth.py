@@ -6,6 +6,7 @@ Usage (from the top of the checkout)::
     .venv/bin/python -m chipotle.sim.synth tile-datapath   # SRAM + matrix unit + KV store
     .venv/bin/python -m chipotle.sim.synth sram --config sram_kib=128   # one tile's SRAM
     .venv/bin/python -m chipotle.sim.synth vector-unit     # V = 8, W = 8 (about 8 minutes)
+    .venv/bin/python -m chipotle.sim.synth vector-unit --config default   # the chip's unit
     .venv/bin/python -m chipotle.sim.synth tile --config small --hierarchy   # per module
 
 Prints the LUT4, flip-flop, DSP (``MULT18X18D``), block-RAM (``DP16KD``) and other cell
@@ -136,9 +137,14 @@ def _sram(config):
                 read_words=t.n_banks)
 
 
-def _vector_unit():
+def _vector_unit(config):
+    """``VectorUnit()`` (its defaults), or the unit of a tile of ``config`` when given."""
     from chipotle.hw.tile.vector import VectorUnit
-    return VectorUnit()
+    if config is None:
+        return VectorUnit()
+    t = config.tile_config()
+    return VectorUnit(lanes=t.lanes, word_bytes=t.word_bytes, sram_bytes=t.sram_bytes,
+                      read_words=t.n_banks, slots=t.vec_slots)
 
 
 def _tile(config):
@@ -147,15 +153,21 @@ def _tile(config):
 
 
 #: Designs the command line knows: name -> (factory of a ChipConfig, top-level module name).
-#: The router, datapath and vector unit are built with their own defaults; ``tile`` is one
-#: tile of ``--config`` (as a board build instantiates it), ``sram`` the SRAM of that tile.
+#: The router and datapath are built with their own defaults, the vector unit too unless
+#: ``--config`` is given (then a tile's of that configuration: V, W, SRAM, reads, slots);
+#: ``tile`` is one tile of ``--config`` (as a board build instantiates it, default
+#: ``default``), ``sram`` the SRAM of that tile.
 DESIGNS = {
     "router": (lambda config: _router(), "noc_router"),
     "tile-datapath": (lambda config: _tile_datapath(), "tile_datapath"),
     "sram": (_sram, "tile_sram"),
-    "vector-unit": (lambda config: _vector_unit(), "vector_unit"),
+    "vector-unit": (_vector_unit, "vector_unit"),
     "tile": (_tile, "tile"),
 }
+
+
+#: The designs built from ``--config``.
+OWN_CONFIG = ("tile", "sram", "vector-unit")
 
 
 def main(argv=None):
@@ -164,25 +176,32 @@ def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m chipotle.sim.synth", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("design", choices=sorted(DESIGNS))
-    parser.add_argument("--config", default="default", help="chip configuration of the "
-                        "tile and sram designs (as make sim's CONFIG), default: default")
+    parser.add_argument("--config", default=None, help="chip configuration of the tile "
+                        "and sram designs (as make sim's CONFIG), default: default; of the "
+                        "vector-unit design when given (else VectorUnit()'s defaults)")
     parser.add_argument("--hierarchy", action="store_true", help="a table per module "
                         "(synth_ecp5 -noflatten)")
     args = parser.parse_args(argv)
+    given = args.config is not None
     try:
-        config = ChipConfig.from_string(args.config)
+        config = ChipConfig.from_string(args.config if given else "default")
     except ValueError as e:
         parser.error(f"--config: {e}")
     factory, top = DESIGNS[args.design]
+    if args.design == "vector-unit" and not given:
+        config = None
     if args.hierarchy:
         print(f"{args.design} ({top}, "
-              f"{config if args.design in ('tile', 'sram') else 'defaults'}), "
+              f"{config if config is not None and args.design in OWN_CONFIG else 'defaults'}), "
               f"ECP5 synth_ecp5 -noflatten, cells per module:")
         print(format_hierarchy(synth_ecp5_hierarchy(factory(config), top)))
         return
     cells = synth_ecp5(factory(config), top)
     what = (f", {config.sram_bytes // 1024} KiB, {config.n_banks} banks"
             if args.design == "sram" else "")
+    if args.design == "vector-unit" and config is not None:
+        what = (f", V = {config.lanes}, W = {config.word_bytes}, {config.n_banks}-word reads, "
+                f"{config.vec_slots} result slots")
     print(f"{args.design} ({top}{what}), ECP5 synth_ecp5: "
           + ", ".join(f"{k} {v}" for k, v in cells.items()))
 

@@ -85,3 +85,18 @@ def test_sram_single_copy():
     cells = synth_ecp5(Sram(size_bytes=size, word_bytes=8, n_banks=2), "tile_sram")
     block_data_bytes = 1024 * 16 // 8          # a DP16KD as 1,024 x 18: 16 data bits a row
     assert cells.get("DP16KD") == size // block_data_bytes, cells
+
+
+def test_vector_unit_design_follows_the_config():
+    """``synth vector-unit`` builds ``VectorUnit()`` without ``--config`` and a tile's unit
+    of the configuration with it (its V, W, reads and result slots)."""
+    from chipotle.config import CONFIGS
+    from chipotle.sim.synth import DESIGNS
+    factory, _ = DESIGNS["vector-unit"]
+    plain = factory(None)
+    assert (plain.lanes, plain.read_words, plain.slots) == (8, 1, 3)
+    for name in ("default", "ulx3s"):
+        c = CONFIGS[name]
+        vu = factory(c)
+        assert (vu.lanes, vu.word_bytes, vu.sram_bytes, vu.read_words, vu.slots) == (
+            c.lanes, c.word_bytes, c.sram_bytes, c.n_banks, c.vec_slots)
