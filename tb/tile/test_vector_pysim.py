@@ -119,6 +119,20 @@ def test_elementwise_pysim():
     _run(cases)
 
 
+def test_long_writing_passes_pysim():
+    """Writing passes of 8 and more chunks, the ones the fourth result slot speeds up (fewer
+    chunks never hold more than 3 slots, so only these tell 4 slots from 3 by their cycles;
+    silu at n = 172 takes 103 / 89 / 82 cycles with 3 / 4 / 5 slots, so a unit or a model
+    one slot off either way fails it)."""
+    s = _stim(5)
+    cases = [s.table_case(TableId.SIGMOID, 0), s.table_case(TableId.EXP2, 0),
+             s.table_case(TableId.RECIP, 0), s.table_case(TableId.DYNQ, 0)]
+    cases += [s.reqi(64, Dtype.I8, Dtype.I32, 23456, 17),
+              s.elementwise(Opcode.VADD, 67, Dtype.I16, Dtype.I16),
+              s.silu(64), s.silu(172), s.softmax(70), s.dynq(64, Dtype.I16)]
+    _run(cases)
+
+
 def test_reductions_pysim():
     s = _stim(2)
     _run([s.reduction(Opcode.RSUM, 17, Dtype.I16, Dtype.I16),
