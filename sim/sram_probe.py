@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import sys
 import time
 from pathlib import Path
@@ -36,7 +35,7 @@ from amaranth import ClockDomain, Elaboratable, Module, Signal
 from amaranth.hdl import Cat
 from amaranth.lib import io
 
-from .bitstream import TOOLS, _tool
+from .bitstream import TOOLS, _tool, log_fmax, log_utilisation
 from .flow import build_root
 
 __all__ = ["SramProbe", "main"]
@@ -141,12 +140,13 @@ def main(argv=None):
     platform.prepare(top, name="top", nextpnr_opts="--timing-allow-fail").execute_local(
         str(bdir))
     log = (bdir / "top.tim").read_text()
-    util = {k: v for k, v in re.findall(r"^Info:\s+(DP16KD|TRELLIS_COMB|TRELLIS_FF):\s+(\S+)",
-                                        log, re.M)}
-    fmax = re.findall(r"Max frequency for clock '[^']+': ([\d.]+) MHz", log)
+    util = log_utilisation(log)
+    fmax = log_fmax(log)
     print(f"{args.board}: placed and routed in {time.monotonic() - t:.0f} s; "
-          + ", ".join(f"{k} {v}" for k, v in util.items())
-          + (f"; Fmax {fmax[-1]} MHz (routed)" if fmax else "; no Fmax in the log"))
+          + ", ".join(f"{k} {util[k][0]} of {util[k][1]}"
+                      for k in ("DP16KD", "TRELLIS_COMB", "TRELLIS_FF") if k in util)
+          + (f"; Fmax {fmax[0]:g} MHz routed (constraint {fmax[1]:g} MHz)" if fmax
+             else "; no Fmax in the log"))
 
 
 if __name__ == "__main__":
