@@ -20,7 +20,11 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields, replace
 
-__all__ = ["ChipConfig", "CONFIGS"]
+__all__ = ["ChipConfig", "CONFIGS", "MAX_VEC_SLOTS"]
+
+#: The most vector-unit result slots a configuration may ask for (``ChipConfig.vec_slots``):
+#: ``silu``, the slots' best customer, stops gaining at 6 (``docs/tile.md``, "Vector unit").
+MAX_VEC_SLOTS = 8
 
 
 @dataclass(frozen=True)
@@ -36,15 +40,17 @@ class ChipConfig:
         SRAM per tile, bytes (default 128 KiB: the reach of the ISA's 17-bit immediate
         offsets).
     word_bytes : int
-        W: bytes per SRAM word, per matrix-unit weight word and per flit payload (default 8).
+        W: bytes per SRAM word, per matrix-unit weight word and per flit payload (default 8;
+        a power of two, at least 8).
     n_banks : int
-        SRAM banks per tile (default 2).
+        SRAM banks per tile (default 2), a power of two.
     max_m : int
         M: activation rows of the matrix unit (default 4): prompt tokens per prefill batch.
     lanes : int
         V: vector-unit lanes (default 8).
     vec_slots : int
-        The vector unit's result slots (``VectorUnit(slots=)``, default 4; at least 1): a
+        The vector unit's result slots (``VectorUnit(slots=)``, default 4; 1 to
+        `MAX_VEC_SLOTS`): a
         writing pass keeps at most this many chunks between their first read and their last
         write.  The ISA simulator's estimate takes it (``CostModel.vec_slots``), so the
         estimate and the RTL agree (``docs/tile.md``, "Vector unit", "Timing").
@@ -104,6 +110,15 @@ class ChipConfig:
         if self.word_bytes < 8:
             raise ValueError(f"word_bytes must be at least 8 (the vector unit reads 8-byte "
                              f"words), not {self.word_bytes}")
+        for name in ("word_bytes", "n_banks"):
+            v = getattr(self, name)
+            if v & (v - 1):
+                raise ValueError(f"{name} must be a power of two (the SRAM's word and bank "
+                                 f"addressing), not {v}")
+        if self.vec_slots > MAX_VEC_SLOTS:
+            raise ValueError(f"vec_slots must be at most {MAX_VEC_SLOTS} (each slot is a "
+                             f"register file of a chunk's result words), not "
+                             f"{self.vec_slots}")
         if self.sram_bytes % (self.word_bytes * self.n_banks):
             raise ValueError(f"sram_bytes ({self.sram_bytes}) must be a multiple of "
                              f"word_bytes x n_banks ({self.word_bytes * self.n_banks})")

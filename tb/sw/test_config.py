@@ -70,3 +70,25 @@ def test_tile_builds_the_vector_unit_with_the_slots(name):
     cfg = CONFIGS[name].tile_config()
     m = TileCore(cfg).elaborate(None)
     assert m.submodules.vector.slots == CONFIGS[name].vec_slots == cfg.isa_config().cost.vec_slots
+
+
+@pytest.mark.parametrize("text, message", [
+    ("default,n_banks=3", "n_banks must be a power of two"),
+    ("default,sram_kib=96,n_banks=3", "n_banks must be a power of two"),
+    ("default,word_bytes=24", "word_bytes must be a power of two"),
+    ("default,vec_slots=9", "vec_slots must be at most 8"),
+])
+def test_config_refuses_what_the_hardware_cannot_build(text, message):
+    """A geometry the SRAM or the vector unit refuses is refused by the configuration itself,
+    naming the key the user gave (a fresh user's ``n_banks=3`` ran on the ISA simulator, and
+    with ``sram_kib=96`` the error named the 128 KiB of a size search)."""
+    from chipotle.config import ChipConfig
+
+    with pytest.raises(ValueError, match=message):
+        ChipConfig.from_string(text)
+
+
+def test_config_largest_vec_slots_is_accepted():
+    from chipotle.config import MAX_VEC_SLOTS, ChipConfig
+
+    assert ChipConfig.from_string(f"default,vec_slots={MAX_VEC_SLOTS}").vec_slots == 8
