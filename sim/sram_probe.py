@@ -7,7 +7,7 @@ Usage (from the top of the checkout)::
 
 The design is one :class:`chipotle.hw.tile.sram.Sram` of the configuration (``sram_bytes``,
 ``word_bytes``, ``n_banks``, ``read_words = n_banks``), both ports driven by a 160-bit
-linear-feedback shift register and both read words folded into registered accumulators
+shift register with XOR feedback and both read words folded into registered accumulators
 whose XOR reaches the board's 8 LEDs, so that Yosys keeps every block RAM and every output
 bit.  It answers one question about a chip that does not route (``docs/fpga.md``, "Session
 12"): can the block RAMs of the SRAM, with their address, data and output multiplexers,
@@ -78,8 +78,9 @@ class SramProbe(Elaboratable):
         m.domains.sync = cd_sync = ClockDomain()
         m.d.comb += cd_sync.clk.eq(clk_buf.i)
 
-        # x^160 + x^159 + x^158 + x^157 + 1 style feedback: any full-period-ish sequence
-        # does; what matters is that every stimulus bit toggles
+        # a shift register with XOR feedback from five of its bits (not a maximal-length
+        # LFSR, nor need it be): what matters is that every stimulus bit toggles, so that
+        # Yosys can tie no SRAM input to a constant
         st = Signal(LFSR_BITS, init=1)
         m.d.sync += st.eq(Cat(st[1:], st[0] ^ st[2] ^ st[3] ^ st[5] ^ st[LFSR_BITS - 1]))
         aw, wb = len(s.r.addr), s.word_bytes
