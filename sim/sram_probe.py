@@ -64,7 +64,7 @@ class SramProbe(Elaboratable):
 
         self.sram = Sram(size_bytes=sram_bytes, word_bytes=word_bytes, n_banks=n_banks,
                          read_words=n_banks)
-        need = 2 * (ADDR_WIDTH + 2) + 9 * word_bytes
+        need = 2 * ADDR_WIDTH + 3 + 9 * word_bytes    # both addresses, 3 enables, data, mask
         if need > LFSR_BITS:
             raise ValueError(f"the probe drives {need} stimulus bits for a {word_bytes}-byte "
                              f"word; it has {LFSR_BITS}")
@@ -83,20 +83,11 @@ class SramProbe(Elaboratable):
         # Yosys can tie no SRAM input to a constant
         st = Signal(LFSR_BITS, init=1)
         m.d.sync += st.eq(Cat(st[1:], st[0] ^ st[2] ^ st[3] ^ st[5] ^ st[LFSR_BITS - 1]))
-        aw, wb = len(s.r.addr), s.word_bytes
-        bits = iter(range(LFSR_BITS))
-
-        def take(n):
-            lo = next(bits)
-            for _ in range(n - 1):
-                next(bits)
-            return st[lo:lo + n]
-
-        m.d.comb += [
-            s.r.addr.eq(take(aw)), s.r.en.eq(take(1)),
-            s.rw.addr.eq(take(aw)), s.rw.en.eq(take(1)), s.rw.we.eq(take(1)),
-            s.rw.wdata.eq(take(8 * wb)), s.rw.wmask.eq(take(wb)),
-        ]
+        inputs = [s.r.addr, s.r.en, s.rw.addr, s.rw.en, s.rw.we, s.rw.wdata, s.rw.wmask]
+        lo = 0
+        for port in inputs:             # consecutive slices of the stimulus register
+            m.d.comb += port.eq(st[lo:lo + len(port)])
+            lo += len(port)
         acc_r = Signal(len(s.r.data))
         acc_rw = Signal(len(s.rw.rdata))
         m.d.sync += [acc_r.eq(Cat(acc_r[1:], acc_r[0]) ^ s.r.data),

@@ -182,14 +182,13 @@ def main(argv=None):
     parser.add_argument("--hierarchy", action="store_true", help="a table per module "
                         "(synth_ecp5 -noflatten)")
     args = parser.parse_args(argv)
-    given = args.config is not None
     try:
-        config = ChipConfig.from_string(args.config if given else "default")
+        # the vector unit without --config is VectorUnit()'s defaults, not a tile's
+        config = (None if args.design == "vector-unit" and args.config is None
+                  else ChipConfig.from_string(args.config or "default"))
     except ValueError as e:
         parser.error(f"--config: {e}")
     factory, top = DESIGNS[args.design]
-    if args.design == "vector-unit" and not given:
-        config = None
     if args.hierarchy:
         print(f"{args.design} ({top}, "
               f"{config if config is not None and args.design in OWN_CONFIG else 'defaults'}), "

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from chipotle.config import CONFIGS, ChipConfig
+from chipotle.config import CONFIGS, MAX_VEC_SLOTS, ChipConfig
 from chipotle.isa.core import Dtype, Instr, Opcode, instr_cycles, vector_cycles
 
 
@@ -89,6 +89,5 @@ def test_config_refuses_what_the_hardware_cannot_build(text, message):
 
 
 def test_config_largest_vec_slots_is_accepted():
-    from chipotle.config import MAX_VEC_SLOTS, ChipConfig
-
+    assert MAX_VEC_SLOTS == 8
     assert ChipConfig.from_string(f"default,vec_slots={MAX_VEC_SLOTS}").vec_slots == 8
