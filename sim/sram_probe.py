@@ -109,10 +109,13 @@ def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m chipotle.sim.sram_probe",
                                      description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--board", default="ulx3s-85f", choices=ecp5)
+    parser.add_argument("--board", default="ulx3s-85f", choices=ecp5,
+                        help="the ECP5 board (default: %(default)s); a real run takes about "
+                        "3 to 5 minutes of Yosys and nextpnr for the ulx3s SRAM")
     parser.add_argument("--config", default="", help="chip configuration (as make sim's "
                         "CONFIG), default: the board's")
-    parser.add_argument("--build-dir", type=Path)
+    parser.add_argument("--build-dir", type=Path, help="default: "
+                        "build/fpga/sram-probe-<board>")
     args = parser.parse_args(argv)
     board = BOARDS[args.board]
     try:
