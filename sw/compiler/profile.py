@@ -6,7 +6,12 @@ breakdown of one decode step of stories260K (the command behind the table in
 ``docs/architecture.md``, "Where a decode step's cycles go"); with ``--timeline X,Y
 [--layer L]`` it prints instead the step's instructions on tile (X, Y), one line each with
 the cycles they became ready, started, retired and their unit finished (`timeline_plan`:
-the source of that section's critical-path table).
+the source of that section's critical-path table); with ``--critical`` it prints the step's
+critical path across the tiles (`critical_plan`, `format_critical`): walked back from the last
+instruction to retire, through the instruction each one waited for (the previous one, the
+unit's last instruction it stalled on, or, for a ``wait``, the ``send`` whose bump released
+it), its cycles summed per phase and class (``net``: from a ``send`` to its ``wait``), per
+layer, per tile and per instruction.
 
 A *phase* is the text of the last comment the code generator put before an instruction
 (``layer 3 attention ...`` and so on) with the layer number removed, so that the phases of
@@ -31,7 +36,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
 __all__ = ["phase_of_pc", "line_of_pc", "profile_plan", "format_profile", "CLASSES", "Timed",
-           "timeline_plan", "format_timeline"]
+           "timeline_plan", "format_timeline", "Segment", "critical_path", "critical_plan",
+           "format_critical"]
 
 #: Instruction classes, in print order.
 CLASSES = ("matrix", "vector", "send", "wait", "kvapp", "scalar")
@@ -208,21 +214,42 @@ def timeline_plan(sim, compiled, plan, tiles=None) -> tuple:
         The dict maps ``(x, y)`` to a list of `Timed`, in execution order (a loop's body
         once per iteration).  The clocks are the tile's, from the step's start (cycles).
     """
-    from ..isa.core import background_unit
+    res, events, _ = _timeline(sim, compiled, plan, tiles)
+    return res, events
+
+
+def _timeline(sim, compiled, plan, tiles=None) -> tuple:
+    """`timeline_plan`, and each instruction's dependencies: ``deps[xy][i]`` for event ``i``
+    of tile ``xy`` holds ``"unit"``, the event ``(xy, j)`` whose unit's finish ended its
+    stall on the scoreboard (if it stalled), and for a ``wait`` that stalled on its counter
+    ``"net"``, the ``send`` event ``(xy2, k)`` whose bump arrived last (None for a bump from
+    before the step or from the host)."""
+    from ..isa.core import Opcode, background_unit
     from .run import run_plan_isasim
     want = set(compiled.sources if tiles is None else tiles)
     phases = {xy: phase_of_pc(compiled.sources[xy], raw=True) for xy in want}
     lines = {xy: line_of_pc(compiled.sources[xy]) for xy in want}
     out: dict = {xy: [] for xy in want}
+    deps: dict = {xy: {} for xy in want}
     ready: dict = {}                    # tile -> the cycle its next instruction became next
     first: dict = {}                    # tile -> the cycle a blocked WAIT first tried
+    blocker: dict = {}                  # tile -> (pc, until) of the entry that ended a stall
+    entries: dict = {xy: {} for xy in want}     # tile -> {(pc, until): event index}
+    arrivals: dict = {}                 # (tile, counter) -> [(cycle, sender event)]
+    sending: list = [None]              # the SEND being executed: (counter, sender event)
     inner = set()
 
     def sync(fn):
-        def wrapper(t, *args):
-            if t.xy in want:
-                ready.setdefault(t.xy, t.perf.cycles)
-            return fn(t, *args)
+        def wrapper(t, units, *args):
+            if t.xy not in want:
+                return fn(t, units, *args)
+            ready.setdefault(t.xy, t.perf.cycles)
+            c0 = t.perf.cycles
+            snap = {u: (t._busy[u].pc, t._busy[u].until) for u in units if u in t._busy}
+            out_ = fn(t, units, *args)
+            if t.perf.cycles > c0 and snap:
+                blocker[t.xy] = max(snap.values(), key=lambda e: e[1])
+            return out_
         return wrapper
 
     def run(fn, _is_execute):
@@ -230,11 +257,17 @@ def timeline_plan(sim, compiled, plan, tiles=None) -> tuple:
             if t.xy not in want or t.xy in inner:
                 return fn(t, i)
             c0, pc = t.perf.cycles, t.pc
+            wait = None
+            if i.op == Opcode.WAIT and i.c < len(t._counters):
+                wait = (list(t._counters[i.c]), t._len(i.n), t.perf.wait_cycles)
+            if i.op == Opcode.SEND:
+                sending[0] = (i.c, (t.xy, len(out[t.xy])))
             inner.add(t.xy)
             try:
                 nxt = fn(t, i)
             finally:
                 inner.discard(t.xy)
+                sending[0] = None
             if nxt is None:                 # a WAIT blocked: it runs again later
                 first.setdefault(t.xy, c0)
                 ready.setdefault(t.xy, c0)
@@ -243,17 +276,167 @@ def timeline_plan(sim, compiled, plan, tiles=None) -> tuple:
             unit = background_unit(i.op) if sim.config.overlap else None
             entry = t._busy.get(unit) if unit is not None else None
             finish = entry.until if entry is not None and entry.pc == pc else t.perf.cycles
+            k = len(out[t.xy])
+            d = {}
+            b = blocker.pop(t.xy, None)
+            if b is not None and b in entries[t.xy]:
+                d["unit"] = (t.xy, entries[t.xy][b])
+            if wait is not None and wait[1] > 0 and t.perf.wait_cycles > wait[2]:
+                last = wait[0][wait[1] - 1]
+                d["net"] = next((s for c, s in arrivals.get((t.xy, i.c), ()) if c == last),
+                                None)
+            if d:
+                deps[t.xy][k] = d
+            if entry is not None and entry.pc == pc:
+                entries[t.xy][(pc, entry.until)] = k
             out[t.xy].append(Timed(pc, phases[t.xy][pc], lines[t.xy][pc], _klass(i.op),
                                    ready.pop(t.xy, c0), start, t.perf.cycles, finish))
             return nxt
         return wrapper
 
+    deliver = sim._deliver
+
+    def delivered(r, arrival, flits):
+        when = deliver(r, arrival, flits)
+        if sending[0] is not None:
+            arrivals.setdefault((r.xy, sending[0][0]), []).append((when, sending[0][1]))
+        return when
+
     t0 = max(t.perf.cycles for t in sim.tiles)     # the step's start (run_plan_isasim's)
-    with _hooked(sim, run, sync):
-        res = run_plan_isasim(sim, compiled, plan)
+    sim._deliver = delivered
+    try:
+        with _hooked(sim, run, sync):
+            res = run_plan_isasim(sim, compiled, plan)
+    finally:
+        del sim._deliver
     return res, {xy: [replace(e, ready=e.ready - t0, start=e.start - t0,
                               retire=e.retire - t0, finish=e.finish - t0) for e in ev]
-                 for xy, ev in out.items()}
+                 for xy, ev in out.items()}, deps
+
+
+@dataclass(frozen=True)
+class Segment:
+    """A stretch of a step's critical path (`critical_path`): ``cycles`` spent on
+    instruction ``index`` of tile ``xy``'s timeline (``kind`` ``"run"``: the instruction's
+    own issue and, for one whose unit a later instruction waited for, its unit's work) or,
+    ``kind`` ``"net"``, in the network between a ``send`` and the ``wait`` (event ``index``)
+    its bump released (the sender's packet on its way and queued at the receiver's port)."""
+    xy: tuple
+    index: int
+    kind: str
+    begin: int
+    end: int
+    event: Timed
+
+    @property
+    def cycles(self) -> int:
+        return self.end - self.begin
+
+
+def critical_path(events: dict, deps: dict, end: tuple | None = None) -> list:
+    """Return a step's critical path, as `Segment`s from its start to `end` (the last
+    instruction of tile ``end`` by default: the tile whose last instruction retires last),
+    from `_timeline`'s events and dependencies.
+
+    Walking back from the end: a ``wait`` released by a bump continues on the sender's
+    ``send`` (the cycles between are ``"net"``); an instruction that stalled on a busy unit
+    continues on the instruction that unit ran (which the segment then covers from its
+    start); any other continues on the tile's previous instruction.  The segments tile the
+    interval from the step's start to the end's retirement: their cycles add up to it.
+    """
+    if end is None:
+        end = max(events, key=lambda xy: (events[xy][-1].retire, xy))
+    xy, i = end, len(events[end]) - 1
+    t_end = events[xy][i].retire
+    segs = []
+    while True:
+        e = events[xy][i]
+        d = deps.get(xy, {}).get(i, {})
+        net = d.get("net")
+        if net is not None and events[net[0]][net[1]].retire <= t_end:
+            s = events[net[0]][net[1]]
+            segs.append(Segment(xy, i, "net", s.retire, t_end, e))
+            xy, i, t_end = net[0], net[1], s.retire
+            continue
+        unit = d.get("unit")
+        if e.start > e.ready and unit is not None and events[unit[0]][unit[1]].start <= e.start:
+            segs.append(Segment(xy, i, "run", min(e.start, t_end), t_end, e))
+            xy, i, t_end = unit[0], unit[1], min(e.start, t_end)
+            continue
+        segs.append(Segment(xy, i, "run", min(e.ready, t_end), t_end, e))
+        if i == 0:
+            break
+        i, t_end = i - 1, min(e.ready, t_end)
+    segs.reverse()
+    return segs
+
+
+def critical_plan(sim, compiled, plan) -> tuple:
+    """Run one `StepPlan` on `sim` (as `timeline_plan`, every tile) and return its result,
+    its critical path (`critical_path`, to the last instruction to retire) and the
+    timelines."""
+    res, events, deps = _timeline(sim, compiled, plan)
+    return res, critical_path(events, deps), events
+
+
+def _opname(text: str) -> str:
+    return text.split()[0] if text else "?"
+
+
+def format_critical(segs: list, top: int = 12) -> str:
+    """Return a critical path as text: its cycles per phase (the layer number removed, as
+    `phase_of_pc`) and class (``net``: in the network between a ``send`` and its ``wait``),
+    per layer, per tile, and the instructions that take most of it (summed over the
+    layers)."""
+    total = sum(s.cycles for s in segs)
+    cols = ("matrix", "vector", "net", "send", "wait", "kvapp", "scalar")
+
+    def klass(s):
+        return "net" if s.kind == "net" else s.event.unit
+
+    def phase(s):
+        p = re.sub(r"^layer \d+ ", "layer: ", s.event.phase)
+        p = re.sub(r"rows? \d+ \.\. \d+", "rows", p)
+        p = re.sub(r"(KV|query) heads \d+ \.\. \d+", r"\1 heads", p)
+        p = re.sub(r"columns \d+ \.\. \d+", "columns", p)
+        return p
+    by_phase: dict = {}
+    for s in segs:
+        by_phase.setdefault(phase(s), defaultdict(int))[klass(s)] += s.cycles
+    lines = [f"critical path: {total:,} cycles, {len(segs)} segments", "",
+             f"{'phase (summed over the layers)':<58}" + "".join(f"{c:>8}" for c in cols)
+             + f"{'total':>8}"]
+    for ph, d in by_phase.items():
+        lines.append(f"{ph[:58]:<58}" + "".join(f"{d.get(c, 0):8,}" for c in cols)
+                     + f"{sum(d.values()):8,}")
+    tot = defaultdict(int)
+    for s in segs:
+        tot[klass(s)] += s.cycles
+    lines.append(f"{'total':<58}" + "".join(f"{tot.get(c, 0):8,}" for c in cols)
+                 + f"{total:8,}")
+    layers: dict = {}
+    for s in segs:
+        m = re.match(r"layer (\d+) ", s.event.phase)
+        key = f"layer {m[1]}" if m else ("before the layers" if not layers else
+                                          "after the layers")
+        layers[key] = layers.get(key, 0) + s.cycles
+    lines += ["", "per layer: " + ", ".join(f"{k} {v:,}" for k, v in layers.items())]
+    tiles: dict = defaultdict(int)
+    for s in segs:
+        tiles[s.xy] += s.cycles
+    lines.append("per tile: " + ", ".join(f"{xy} {v:,}" for xy, v in
+                                          sorted(tiles.items(), key=lambda kv: -kv[1])))
+    ins: dict = defaultdict(lambda: [0, 0])
+    for s in segs:
+        key = _opname(s.event.text)
+        key = f"{key} (network to it)" if s.kind == "net" else key
+        ins[(klass(s), phase(s), key)][0] += s.cycles
+        ins[(klass(s), phase(s), key)][1] += 1
+    lines += ["", f"the {top} instructions with most cycles on the path, per phase (summed "
+                  f"over the layers and their runs on the path):"]
+    for (k, ph, key), (c, n) in sorted(ins.items(), key=lambda kv: -kv[1][0])[:top]:
+        lines.append(f"{c:7,} {n:4}x {k:<7} {key:<28} ; {ph[:70]}")
+    return "\n".join(lines)
 
 
 def format_timeline(events, phase_prefix: str | None = None) -> str:
@@ -319,6 +502,12 @@ def main(argv=None) -> None:
     ap.add_argument("--timeline", metavar="X,Y", default=None,
                     help="print the step's instructions on tile (X, Y) with their cycles "
                          "instead of the breakdown")
+    ap.add_argument("--critical", action="store_true",
+                    help="print the step's critical path across the tiles (per phase and "
+                         "class, per layer, per tile, the instructions on it) instead of "
+                         "the breakdown")
+    ap.add_argument("--top", type=int, default=12,
+                    help="with --critical: the instructions listed (default 12)")
     ap.add_argument("--layer", type=int, default=None,
                     help="with --timeline: only the instructions of this layer")
     args = ap.parse_args(argv)
@@ -355,6 +544,12 @@ def main(argv=None) -> None:
     for p in range(0, args.pos, M):
         run_step_isasim(sim, cm, toks[p:min(p + M, args.pos)], p)
     what = ("decode step" if args.rows == 1 else f"prefill batch of {args.rows} rows")
+    if args.critical:
+        res, segs, _ = critical_plan(sim, cm, cm.step(toks[args.pos:], args.pos))
+        print(f"{what} at position {args.pos}, {args.placement} placement, {cfg}: "
+              f"{res.cycles:,} cycles (estimate)")
+        print(format_critical(segs, args.top))
+        return
     if tile is not None:
         res, events = timeline_plan(sim, cm, cm.step(toks[args.pos:], args.pos), [tile])
         print(f"{what} at position {args.pos}, {args.placement} placement, {cfg}: "

@@ -13,6 +13,8 @@ import pytest
 from chipotle.compiler import compile_model, load_isasim, run_plan_isasim, run_step_isasim
 from chipotle.compiler.profile import (
     CLASSES,
+    critical_plan,
+    format_critical,
     format_profile,
     format_timeline,
     line_of_pc,
@@ -305,6 +307,45 @@ def test_timeline_is_the_step_instruction_by_instruction(small_qm):
     body = text.splitlines()[1:]
     assert body and all("; layer 1 " in line for line in body)
     assert any(line.split()[6] == "matrix" for line in body)
+
+
+def test_critical_path_tiles_the_step(small_qm):
+    """`critical_plan`: the step's critical path from its start to the last instruction to
+    retire, as contiguous segments that add up to that tile's clock; each ``net`` segment
+    runs from a ``send`` to the ``wait`` its bump released (the wait stalled, the send on
+    another tile or the same one, before it), each ``run`` segment is an instruction of the
+    tile's own timeline; on the 2 x 2 chip the path crosses tiles through the gathers.  The
+    step itself is unchanged (bit-exact, the same cycles as `timeline_plan`'s run)."""
+    compiled = compile_model(small_qm, CONFIGS["small"], placement="tensor")
+    runs = []
+    for fn in (timeline_plan, critical_plan):
+        sim = load_isasim(compiled)
+        run_step_isasim(sim, compiled, [1, 2, 3], 0)
+        runs.append(fn(sim, compiled, compiled.step([4], 3)))
+    (res0, _), (res, segs, events) = runs
+    golden = GoldenModel(small_qm)
+    golden.forward_batch([1, 2, 3], 0)
+    np.testing.assert_array_equal(res.logits, golden.forward(4, 3))
+    assert res.cycles == res0.cycles
+    end = max(events, key=lambda xy: events[xy][-1].retire)
+    assert segs[0].begin == 0 and segs[-1].end == events[end][-1].retire
+    assert segs[-1].xy == end and segs[-1].index == len(events[end]) - 1
+    assert sum(s.cycles for s in segs) == events[end][-1].retire
+    for a, b in zip(segs, segs[1:], strict=False):
+        assert a.end == b.begin and a.cycles >= 0, (a, b)
+    for i, s in enumerate(segs):
+        assert s.event is events[s.xy][s.index]
+        if s.kind == "net":
+            assert s.event.unit == "wait" and s.event.retire > s.event.start + 1, s
+            prev = segs[i - 1]
+            assert prev.event.unit == "send" and prev.end == prev.event.retire, (prev, s)
+        else:
+            assert s.kind == "run" and s.event.ready <= s.begin, s
+    assert any(s.kind == "net" for s in segs)
+    assert len({s.xy for s in segs}) >= 2
+    text = format_critical(segs)
+    assert f"critical path: {events[end][-1].retire:,} cycles" in text
+    assert "layer: feed-forward hidden rows" in text and "per tile: " in text
 
 
 @pytest.mark.model
@@ -679,6 +720,26 @@ def test_gate_pairs_imem_fallback(small_qm):
             > full.placement.tiles[xy].regions["l0.w2"].size)
     assert any("hw" in t.regions for t in tight.placement.tiles.values())  # prefill rows kept
     _assert_prefill_and_decode_bit_exact(tight, small_qm, upto=12)
+
+
+@pytest.mark.model
+def test_profile_critical_command(capsys, model_paths, monkeypatch):
+    """``python -m chipotle.compiler.profile --critical``: stories260K's decode step's
+    critical path on the default chip, its length the step's cycles plus the halt after the
+    doorbell (`chipotle.compiler.profile`'s docstring), every layer and the classifier on
+    it."""
+    from chipotle.compiler import profile
+    monkeypatch.setenv("CHIPOTLE_MODEL_DIR", str(model_paths[0].parent))
+    profile.main(["--critical", "--pos", "3", "--top", "5"])
+    out = capsys.readouterr().out
+    import re
+    cycles = int(re.search(r": ([\d,]+) cycles \(estimate\)", out)[1].replace(",", ""))
+    path = int(re.search(r"critical path: ([\d,]+) cycles", out)[1].replace(",", ""))
+    assert path == cycles + 1, out
+    layers = re.search(r"per layer: (.*)", out)[1]
+    assert all(f"layer {i} " in layers for i in range(5)) and "after the layers" in layers
+    assert "final norm of the step's last row" in out
+    assert len(re.findall(r"^ *[\d,]+ +\d+x ", out, re.M)) == 5
 
 
 @pytest.mark.model
