@@ -35,6 +35,15 @@ def small_qm():
     return small_model()
 
 
+@pytest.fixture
+def all_tails(monkeypatch):
+    """Send every weighted-sum tail the split allows (`tensor.WSUM_TAIL_SAVING` 0), so that
+    the small model's short contexts (32 positions) run the partners' tails, which the
+    threshold keeps for ``n > 52``."""
+    from chipotle.compiler import tensor
+    monkeypatch.setattr(tensor, "WSUM_TAIL_SAVING", 0)
+
+
 @pytest.fixture(scope="module")
 def stories_qm(model_paths):
     return quantize(load_checkpoint(model_paths[0]))
@@ -405,6 +414,7 @@ def test_kvapp_default_and_store_path(small_qm, placement, kvapp, expect):
         np.testing.assert_array_equal(r.logits, ref)
 
 
+@pytest.mark.usefixtures("all_tails")
 @pytest.mark.parametrize("kvapp", [True, False], ids=["kvapp", "stores"])
 def test_partners_split_scores_and_slices(small_qm, kvapp):
     """3 x 2 tiles (4 attention tiles, 2 without): the K / V partners (two jobs each), the
@@ -441,6 +451,7 @@ def test_partners_split_scores_and_slices(small_qm, kvapp):
         tok = r.token
 
 
+@pytest.mark.usefixtures("all_tails")
 @pytest.mark.parametrize("mesh, vsplit", [((5, 2), True), ((5, 1), False)], ids=["5x2", "5x1"])
 def test_vpartner_scores(small_qm, mesh, vsplit):
     """The V partner's share of the decode scores (`TensorRoles.vsplit`) and the weighted
@@ -478,7 +489,7 @@ def test_split3():
             assert 0 <= a <= b < n and a % step == 0 and b % step == 0, (W, n, a, b)
             assert _split3(n, W, False) == (_split_at(n, W),) * 2
     a, b = _split3(512, 8, True)
-    assert abs(a / 512 - 0.55) < 0.01 and abs((b - a) - (512 - b)) <= 2
+    assert abs(a / 512 - 0.535) < 0.005 and abs((b - a) / (512 - a) - 0.54) < 0.01
 
 
 def test_wsum_split():
@@ -491,7 +502,18 @@ def test_wsum_split():
         for n in range(1, 600):
             c = _wsum_split(n, W)
             assert 1 <= c <= n and (c == n or c % max(1, W // 2) == 0), (W, n, c)
+            assert c == n or 1.25 * (n - c) > 20, (W, n, c)   # a tail saves its vadd
+    assert min(n for n in range(1, 600) if _wsum_split(n, 8) < n) == 49
     assert abs(_wsum_split(512, 8) / 512 - 0.557) < 0.01
+    assert _wsum_split(52, 8) == 52 and _wsum_split(65, 8) == 40    # positions 51 and 64
+
+
+def test_wsum_tails_without_the_threshold(all_tails):
+    """With `WSUM_TAIL_SAVING` 0 (`all_tails`: the small model's tests, whose contexts end
+    before the threshold) the tails start where the split allows them, at ``n = 13``."""
+    from chipotle.compiler.tensor import _wsum_split
+    assert min(n for n in range(1, 600) if _wsum_split(n, 8) < n) == 13
+    assert _wsum_split(52, 8) == 36
 
 
 def test_split_at():
@@ -515,6 +537,7 @@ def _rows_placement(small_qm):
     return cfg, compiled, roles
 
 
+@pytest.mark.usefixtures("all_tails")
 def test_prefill_rows_on_helpers(small_qm):
     """A prefill batch's attention rows shared with the helpers (`TensorRoles.prow`) on
     3 x 2 tiles (4 attention tiles; the K partner helps two of them, the V partner two):
