@@ -123,30 +123,30 @@ def _split3(n: int, word_bytes: int, vsplit: bool) -> tuple:
     both query heads in one ``matqk`` (3 cycles per key at 2 rows and a send per head of half
     a flit per key, about 4 cycles per key and 20 besides) against the tile's 2 cycles per
     key, so that all three finish together: ``2 a + 8 = 22 + 4 (b - a) = 22 + 4 (n - b)``,
-    ``a ~ (n + 7) / 2``; measured on stories260K the best is a little more for the tile,
-    ``a ~ 0.53 n + 2``, and a little more of the rest for the V partner, ``b ~ a + 0.54 (n -
-    a)`` (the partners start scoring when the query record arrives, the tile as it sends it;
-    the V partner's scores go out first, the K partner also sends the step's own K; session
-    13's sweep of positions 16 .. 510, `docs/architecture.md` section 8: against session 7's
-    ``0.55 n + 2`` and halves, -14 cycles at position 64, -60 at 256, -120 at 510, +7 at 32);
-    ``a`` and ``b`` are multiples of ``W / 4`` (the scores land word-aligned) and ``b`` below
-    ``n``: the K partner always scores the step's own key, so that neither the tile nor the V
-    partner waits for it."""
+    ``a ~ (n + 7) / 2``; measured on stories260K (positions 64, 128, 256) the best is a
+    little more for the tile, ``a ~ 0.55 n + 2`` (the partners start scoring when the query
+    record arrives, the tile as it sends it); ``a`` and ``b`` are multiples of ``W / 4`` (the
+    scores land word-aligned) and ``b`` below ``n``: the K partner always scores the step's
+    own key, so that neither the tile nor the V partner waits for it."""
     if not vsplit:
         a = _split_at(n, word_bytes)
         return a, a
     step = max(1, word_bytes // 4)
     last = (n - 1) // step * step
-    a = max(0, min(int(round((2 + 0.53 * n) / step)) * step, last))
-    b = max(a, min(a + int(round(0.54 * (n - a) / step)) * step, last))
+    a = max(0, min(int(round((40 + 11 * n) / 20 / step)) * step, last))
+    b = max(a, min(a + int(round((n - a) / 2 / step)) * step, last))
     return a, b
 
 
-#: Cycles a decode step's weighted-sum tail must save its attention tile before the tile sends
-#: it to its helper (`_wsum_split`): the ``vadd`` of the partial sums it adds (about 20 at
-#: stories260K's head size 8, ``vector_cycles``).  0 sends every tail the split allows (the
-#: tests of the small model's short contexts do, to run the tails).
-WSUM_TAIL_SAVING = 20
+#: Keys from which a decode step's weighted sum of V is split with the attention tile's helper
+#: (`_wsum_split`; below, the tile sums every key): the tail costs the tile the ``vadd`` of
+#: the partial sums and the network's round trip besides its keys, which the ISA simulator's
+#: estimate puts at a crossover near 52 keys and the RTL near 72 (session 13, stories260K on
+#: the default chip, every second position from 40 to 100 with and without tails: without
+#: them 14 to 69 cycles shorter at positions 40 .. 64, 10 longer at 66, about even at 68
+#: and 70, 16 to 64 longer from 72 on).  0: every tail the split allows (the small model's
+#: tests, whose 32 positions end before it, run the tails that way).
+WSUM_SPLIT_FROM = 72
 
 
 def _wsum_split(n: int, word_bytes: int) -> int:
@@ -155,15 +155,11 @@ def _wsum_split(n: int, word_bytes: int) -> int:
     ``c = n``).  The tile's ``wsum`` takes about ``18 + 1.25 c`` cycles; the partner's path,
     the probabilities' send (``(n - c) / 4`` flits), its ``wsum`` and the partial sums' way
     back, about ``36 + 1.5 (n - c)``: ``c ~ 0.545 n + 6.5``, a multiple of ``W / 2`` (the
-    tail of the uint16 probabilities starts word-aligned), at least that.  A tail costs the
-    tile the ``vadd`` of the partial sums (`WSUM_TAIL_SAVING`, about 20 cycles at
-    stories260K's 8 int32) besides the tail's own share, so a tail whose keys save the tile
-    no more than that (``1.25 (n - c) <= 20``: ``n`` below 49, and 51 and 52, at W = 8; at
-    positions 12 .. 47 a tail cost stories260K 15 to 100 cycles per decode step) is not
-    sent: ``c = n``."""
+    tail of the uint16 probabilities starts word-aligned), at least that; no tail below
+    `WSUM_SPLIT_FROM` keys (there it costs more than it saves)."""
     q = max(1, word_bytes // 2)
     c = max(q, int(round((6.5 + 0.545 * n) / q)) * q)
-    return n if c >= n or 5 * (n - c) <= 4 * WSUM_TAIL_SAVING else c
+    return n if c >= n or n < WSUM_SPLIT_FROM else c
 
 
 def _split(units: int, n: int, j: int) -> tuple:
