@@ -415,10 +415,11 @@ def format_critical(segs: list, top: int = 12) -> str:
     lines.append(f"{'total':<58}" + "".join(f"{tot.get(c, 0):8,}" for c in cols)
                  + f"{total:8,}")
     layers: dict = {}
+    seen = False                        # a layer's segment came already
     for s in segs:
         m = re.match(r"layer (\d+) ", s.event.phase)
-        key = f"layer {m[1]}" if m else ("before the layers" if not layers else
-                                          "after the layers")
+        seen = seen or m is not None
+        key = f"layer {m[1]}" if m else ("after the layers" if seen else "before the layers")
         layers[key] = layers.get(key, 0) + s.cycles
     lines += ["", "per layer: " + ", ".join(f"{k} {v:,}" for k, v in layers.items())]
     tiles: dict = defaultdict(int)

@@ -761,6 +761,10 @@ def test_profile_critical_command(capsys, model_paths, monkeypatch):
     assert path == cycles + 1, out
     layers = re.search(r"per layer: (.*)", out)[1]
     assert all(f"layer {i} " in layers for i in range(5)) and "after the layers" in layers
+    parts = dict(re.fullmatch(r"(.*) ([\d,]+)", p).groups() for p in layers.split(", "))
+    assert list(parts)[0] == "before the layers" and list(parts)[-1] == "after the layers"
+    assert sum(int(v.replace(",", "")) for v in parts.values()) == path
+    assert int(parts["before the layers"].replace(",", "")) > 40    # entry and embedding
     assert "final norm of the step's last row" in out
     assert len(re.findall(r"^ *[\d,]+ +\d+x ", out, re.M)) == 5
 
