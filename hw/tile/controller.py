@@ -717,7 +717,7 @@ class Controller(wiring.Component):
         cp_dst = Signal(32)
         cp_left = Signal(32)
         cp_back = Signal()
-        cp_word = Signal(8 * W)     # the word read
+        cp_word = Signal(8 * W, reset_less=True)     # the word read
         cp_wm = Signal()            # this step moves a whole word (source and destination
         #                             word-aligned in the copy's direction, W bytes left)
 

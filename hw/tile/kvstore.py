@@ -400,7 +400,7 @@ class KvStore(wiring.Component):
         v_dst = Signal(ADDR_WIDTH)
         i = Signal(16)
         word = Signal(8 * W)
-        buf = Signal(8 * W)
+        buf = Signal(8 * W, reset_less=True)    # data: read only after a read lands
         pending = Signal()
         m.d.sync += pending.eq(bus.en & ~bus.we & bus.ready)
         with m.If(pending):

@@ -554,14 +554,14 @@ class MatrixWriteback(wiring.Component):
         pair_addr = Signal(24)           # byte address of the next (m, s) pair
         col_addr = Signal(24)            # byte address of Y[0, n] of the next result
         el_addr = Signal(24)             # byte address of Y[r, n]
-        prod = Signal(signed(64))
+        prod = Signal(signed(64), reset_less=True)
         sh = Signal(signed(18))
         failed = Signal()
         # the next result's side word (its (m, s) pair, MATMUL, or its K-record header,
         # MATQK), read ahead while the write-back computes the first product
         side_arrive = Signal()           # a side word read was granted in the last cycle
         side_off = Signal(range(max(W // 4, 2)))   # its 32-bit lane in the word
-        side_q = Signal(32)              # the side word, held after it arrived
+        side_q = Signal(32, reset_less=True)     # the side word, held after it arrived
         side_ok = Signal()               # the next result's side word is (being) read
 
         size_bytes = Array([C(1, 3), C(2, 3), C(4, 3)])[job.td]

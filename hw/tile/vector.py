@@ -537,7 +537,8 @@ class VectorUnit(wiring.Component):
         # down the lane pipeline (v[k], m_*[k]).  Reads of the next chunk go on meanwhile: a
         # word issued after a chunk's last one lands at the end of that chunk's fire cycle at
         # the earliest, so the buffers need no second copy.
-        bufs = [[Signal(8 * W, name=f"buf{s}_{j}") for j in range(NW)] for s in "xyz"]
+        bufs = [[Signal(8 * W, name=f"buf{s}_{j}", reset_less=True) for j in range(NW)]
+                for s in "xyz"]
         rq = Signal(range(3 * NW + 1))
         rd_done = Signal()          # every chunk of the pass has been issued
         pend = Signal()
@@ -707,13 +708,13 @@ class VectorUnit(wiring.Component):
             yl = ye[lane]
             cs_c = ye[lane >> 1]
             cs_s = ze[lane >> 1]
-            s1_a2 = Signal(signed(17), name=f"s1_a2_{lane}")
-            s1_b2 = Signal(signed(17), name=f"s1_b2_{lane}")
-            s1_mx = Signal(signed(34), name=f"s1_mx_{lane}")
-            s1_my = Signal(signed(34), name=f"s1_my_{lane}")
-            s1_add = Signal(signed(35), name=f"s1_add_{lane}")
-            s1_tidx = Signal(10, name=f"s1_tidx_{lane}")
-            s1_nsh = Signal(5, name=f"s1_nsh_{lane}")
+            s1_a2 = Signal(signed(17), name=f"s1_a2_{lane}", reset_less=True)
+            s1_b2 = Signal(signed(17), name=f"s1_b2_{lane}", reset_less=True)
+            s1_mx = Signal(signed(34), name=f"s1_mx_{lane}", reset_less=True)
+            s1_my = Signal(signed(34), name=f"s1_my_{lane}", reset_less=True)
+            s1_add = Signal(signed(35), name=f"s1_add_{lane}", reset_less=True)
+            s1_tidx = Signal(10, name=f"s1_tidx_{lane}", reset_less=True)
+            s1_nsh = Signal(5, name=f"s1_nsh_{lane}", reset_less=True)
             m.d.sync += [s1_a2.eq(0), s1_b2.eq(0), s1_add.eq(0),
                          s1_mx.eq(x), s1_my.eq(1), s1_tidx.eq(0), s1_nsh.eq(0)]
             with m.Switch(lmode):
@@ -759,10 +760,10 @@ class VectorUnit(wiring.Component):
             # stage 2: the small product; table read in flight
             m2 = Signal(signed(34), name=f"m2_{lane}")
             m.d.comb += m2.eq(s1_a2 * s1_b2)
-            s2_mx = Signal(signed(34), name=f"s2_mx_{lane}")
-            s2_my = Signal(signed(34), name=f"s2_my_{lane}")
-            s2_add = Signal(signed(36), name=f"s2_add_{lane}")
-            s2_nsh = Signal(5, name=f"s2_nsh_{lane}")
+            s2_mx = Signal(signed(34), name=f"s2_mx_{lane}", reset_less=True)
+            s2_my = Signal(signed(34), name=f"s2_my_{lane}", reset_less=True)
+            s2_add = Signal(signed(36), name=f"s2_add_{lane}", reset_less=True)
+            s2_nsh = Signal(5, name=f"s2_nsh_{lane}", reset_less=True)
             m.d.sync += [
                 s2_mx.eq(Mux(lmode == _Lane.NORM, m2, s1_mx)),
                 s2_my.eq(s1_my),
@@ -777,10 +778,10 @@ class VectorUnit(wiring.Component):
             # stage 3: the big product
             mx3 = Mux(lmode == _Lane.EXP, exp_data[lane], s2_mx)
             my3 = Mux(lmode == _Lane.SILU, sig_data[lane], s2_my)
-            s3_p = Signal(signed(68), name=f"s3_p_{lane}")
-            s3_add = Signal(signed(36), name=f"s3_add_{lane}")
-            s3_sh = Signal(range(_SH_MAX + 1), name=f"s3_sh_{lane}")
-            s3_z = Signal(name=f"s3_z_{lane}")
+            s3_p = Signal(signed(68), name=f"s3_p_{lane}", reset_less=True)
+            s3_add = Signal(signed(36), name=f"s3_add_{lane}", reset_less=True)
+            s3_sh = Signal(range(_SH_MAX + 1), name=f"s3_sh_{lane}", reset_less=True)
+            s3_z = Signal(name=f"s3_z_{lane}", reset_less=True)
             sh3 = Mux(lmode == _Lane.EXP, s2_nsh, shamt)
             m.d.sync += [s3_p.eq(mx3 * my3), s3_add.eq(s2_add), s3_sh.eq(sh3), s3_z.eq(sh3 == 0)]
 
@@ -800,8 +801,8 @@ class VectorUnit(wiring.Component):
             m.d.comb += q.eq(Cat(r4[:_SH_W - 1],
                                  Mux(s3_z, t4[_SH_W - 1:], r4[_SH_W - 1].replicate(
                                      len(t4) - _SH_W + 1))))
-            s4q = Signal(signed(40), name=f"s4_q_{lane}")
-            s4r = Signal(64, name=f"s4_r_{lane}")
+            s4q = Signal(signed(40), name=f"s4_q_{lane}", reset_less=True)
+            s4r = Signal(64, name=f"s4_r_{lane}", reset_less=True)
             satq = saturate(q, f"sat{lane}")
             # s4q, the reductions' input: q, or (RMSNORMQ's pass 2) the saturated value
             m.d.sync += [s4q.eq(Mux(qsat, satq[:40], q)), s4r.eq(satq)]
@@ -810,14 +811,14 @@ class VectorUnit(wiring.Component):
 
             # stages 5 and 6 (RMSNORMQ's pass 3): requant(y16, mult2, shamt2) to int8, the
             # rounding as in stage 4 (shamt2 >= 9); a 17 x 17 multiplier per lane
-            s5p = Signal(signed(33), name=f"s5_p_{lane}")
+            s5p = Signal(signed(33), name=f"s5_p_{lane}", reset_less=True)
             m.d.sync += s5p.eq(s4r[:16].as_signed() * mult2)
             u6 = Signal(signed(34), name=f"u6_{lane}")
             m.d.comb += u6.eq(Cat(Const(0, 1), s5p).as_signed() >> shamt2)
             r6 = Signal(signed(34), name=f"r6_{lane}")
             m.d.comb += r6.eq((u6 >> 1) + u6[0])
             hi6 = r6[7:]
-            s6r = Signal(8, name=f"s6_r_{lane}")
+            s6r = Signal(8, name=f"s6_r_{lane}", reset_less=True)
             m.d.sync += s6r.eq(Mux(hi6.all() | ~hi6.any(), r6[:8],
                                    Mux(r6[-1], Const(0x80, 8), Const(0x7F, 8))))
             s6_r.append(s6r)
@@ -906,9 +907,9 @@ class VectorUnit(wiring.Component):
         # (credits), so the lanes, which never stall, always find a free slot.
         NS = self.slots
         SN = max(NWD, V)
-        sl_dat = [Signal(8 * W * NWD, name=f"sl{k}_dat") for k in range(NS)]
-        sl_msk = [Signal(W * NWD, name=f"sl{k}_msk") for k in range(NS)]
-        sl_addr = [Signal(AW, name=f"sl{k}_addr") for k in range(NS)]
+        sl_dat = [Signal(8 * W * NWD, name=f"sl{k}_dat", reset_less=True) for k in range(NS)]
+        sl_msk = [Signal(W * NWD, name=f"sl{k}_msk", reset_less=True) for k in range(NS)]
+        sl_addr = [Signal(AW, name=f"sl{k}_addr", reset_less=True) for k in range(NS)]
         sl_n = [Signal(range(SN + 1), name=f"sl{k}_n") for k in range(NS)]
         s_head = Signal(range(NS))
         s_tail = Signal(range(NS))

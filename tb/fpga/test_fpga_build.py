@@ -4,6 +4,8 @@ Place and route is not in the regression (``make bitstream``; ``docs/fpga.md``).
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from chipotle.config import ChipConfig
@@ -212,3 +214,57 @@ def test_report_fmax_against_clock_and_goal():
     assert "goal" not in format_report(r)
     r.update(goal_hz=15_000_000)        # a goal the clock already is: said once
     assert "goal" not in format_report(r)
+
+
+def test_tile_goes_to_yosys_as_rtlil():
+    """The full build hands Yosys the tile as RTLIL (its memories' contents one
+    ``$meminit_v2`` cell each, read in seconds), the black-box build as Verilog for
+    ``read_verilog -lib``; the board's Yosys script reads the RTLIL."""
+    from chipotle.hw.chip import TILE_MODULE
+    from chipotle.sim.bitstream import tile_file
+    name, text = tile_file(TINY)
+    assert name == f"{TILE_MODULE}.il"
+    assert f"module \\{TILE_MODULE}\n" in text and "cell $meminit_v2" in text
+    assert "initial" not in text
+    assert "COLLISION_X_MASK 1'1" in text          # the lane tables' no_rw_check applied
+    name_v, text_v = tile_file(TINY, blackbox=True)
+    assert name_v == f"{TILE_MODULE}.v" and f"module {TILE_MODULE}(" in text_v
+    b = BOARDS["ulx3s-85f"]
+    platform = b.make_platform()
+    platform.add_file(name, text)
+    script = platform.prepare(BoardTop(b, TINY), name="top").files["top.ys"]
+    assert f"read_rtlil {name}" in script and "read_verilog" not in script
+
+
+def _ff(lsr_bit):
+    return {"type": "TRELLIS_FF", "port_directions": {"LSR": "input", "Q": "output"},
+            "connections": {"LSR": [lsr_bit], "Q": ["x"]}}
+
+
+def test_promote_lsr_globals_moves_only_the_lsr_loads_of_big_nets():
+    """A net with many ``LSR`` loads gets a ``DCCA`` driving exactly those loads; its LUT
+    load stays, a smaller reset net is left alone, and a second pass changes nothing."""
+    from chipotle.sim.bitstream import promote_lsr_globals
+    cells = {"lut": {"type": "LUT4", "port_directions": {"Z": "output", "A": "input"},
+                     "connections": {"Z": [2], "A": [9]}},
+             "use": {"type": "LUT4", "port_directions": {"Z": "output", "A": "input"},
+                     "connections": {"Z": [10], "A": [2]}}}
+    cells |= {f"ff{i}": _ff(2) for i in range(5)} | {f"g{i}": _ff(3) for i in range(2)}
+    netlist = {"modules": {"top": {"cells": cells, "netnames": {
+        "rst_or": {"bits": [2]}, "small_rst": {"bits": [3]}, "n": {"bits": [9, 10]}}}}}
+    assert promote_lsr_globals(netlist, min_fanout=3) == [("rst_or", 5)]
+    top = netlist["modules"]["top"]
+    dcca = top["cells"]["$lsr_gbuf$rst_or"]
+    assert dcca["type"] == "DCCA" and dcca["connections"]["CLKI"] == [2]
+    out = dcca["connections"]["CLKO"][0]
+    assert out not in (2, 3, 9, 10) and top["netnames"]["$lsr_global$rst_or"]["bits"] == [out]
+    assert all(top["cells"][f"ff{i}"]["connections"]["LSR"] == [out] for i in range(5))
+    assert top["cells"]["use"]["connections"]["A"] == [2]          # a LUT load stays
+    assert all(top["cells"][f"g{i}"]["connections"]["LSR"] == [3] for i in range(2))
+    before = json.dumps(netlist, sort_keys=True)
+    assert promote_lsr_globals(netlist, min_fanout=3) == []
+    assert json.dumps(netlist, sort_keys=True) == before
+    with pytest.raises(ValueError, match="min_fanout"):
+        promote_lsr_globals(netlist, min_fanout=1)
+    with pytest.raises(ValueError, match="no module"):
+        promote_lsr_globals({"modules": {}})
