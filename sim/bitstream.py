@@ -271,70 +271,75 @@ LSR_GLOBAL_FANOUT = 800
 
 def promote_lsr_globals(netlist: dict,
                         min_fanout: int = LSR_GLOBAL_FANOUT) -> list[tuple[str, int]]:
-    """Put every net with at least `min_fanout` ``TRELLIS_FF.LSR`` loads behind a ``DCCA``
-    (an ECP5 global buffer), in place; return ``(net name, LSR loads)`` of each one moved.
+    """Put every net bit with at least `min_fanout` ``TRELLIS_FF.LSR`` loads behind a
+    ``DCCA`` (an ECP5 global buffer), in place; return ``(net name, LSR loads)`` of each
+    one moved, largest first.
 
     nextpnr-ecp5 promotes only clock nets to the 16 global networks by itself, so a
     synchronous reset that fans out to thousands of flip-flops is routed through the
-    fabric (session 12: the tile's soft reset, 6,235 loads, the most congested net).  The
-    reset is a LUT output that Yosys makes (``rst | soft_reset`` of ``ResetInserter``), so
-    the RTL cannot place the buffer itself; this edits the Yosys JSON netlist (``synth_ecp5``
-    output, flattened) instead.  Only the ``LSR`` loads move to the buffer's output (the
-    global network reaches the slices' ``LSR`` through their clock/control multiplexers);
-    other loads of the net (LUT inputs) stay on it.  Nets driven by a ``DCCA`` already are
-    skipped, so running it twice changes nothing the second time.
+    fabric (session 12: the tile's soft reset, 6,223 ``LSR`` loads, the most congested
+    net).  The reset is a LUT output that Yosys makes (``rst | soft_reset`` of
+    ``ResetInserter``), so the RTL cannot place the buffer itself; this edits the Yosys
+    JSON netlist (``synth_ecp5`` output, flattened) instead.  Only the ``LSR`` loads move to
+    the buffer's output; other loads of the net (LUT inputs) stay on it.  nextpnr places
+    the ``DCCA`` and routes its output over a global network to the slices' ``LSR``
+    (session 13, ``docs/fpga.md``: both resets of the ``ulx3s`` chip).  Bits driven by a
+    ``DCCA`` already are skipped, so a second pass changes nothing.  A netlist without
+    modules is returned unchanged (nextpnr reports it).
 
     Parameters
     ----------
     netlist : dict
         A Yosys JSON netlist (``write_json``), modified in place.
     min_fanout : int
-        The fewest ``LSR`` loads that make a net global.
+        The fewest ``LSR`` loads that make a net bit global.
 
     Raises
     ------
     ValueError
-        If `min_fanout` is below 2, or the netlist has no module.
+        If `min_fanout` is below 2.
     """
     if min_fanout < 2:
         raise ValueError(f"min_fanout must be at least 2, not {min_fanout}")
-    if not netlist.get("modules"):
-        raise ValueError("the netlist has no module")
     promoted = []
-    for top in netlist["modules"].values():
-        cells = top.get("cells", {})
+    for top in (netlist.get("modules") or {}).values():
+        cells = top.setdefault("cells", {})
+        nets = top.setdefault("netnames", {})
         drivers, lsr, last = {}, {}, 1
+        bit_lists = [v["bits"] for v in nets.values()]
+        bit_lists += [v.get("bits", []) for v in top.get("ports", {}).values()]
         for name, c in cells.items():
             dirs = c.get("port_directions", {})
             for port, bits in c.get("connections", {}).items():
+                bit_lists.append(bits)
                 for b in bits:
-                    if isinstance(b, int):
-                        last = max(last, b)
-                        if dirs.get(port) == "output":
-                            drivers[b] = c["type"]
+                    if isinstance(b, int) and dirs.get(port) == "output":
+                        drivers[b] = c["type"]
             if c["type"] == "TRELLIS_FF":
                 b = c.get("connections", {}).get("LSR", [None])[0]
                 if isinstance(b, int):
                     lsr.setdefault(b, []).append(name)
+        last = max([1] + [b for bits in bit_lists for b in bits if isinstance(b, int)])
         names = {}
-        for n, v in top.get("netnames", {}).items():
-            for b in v["bits"]:
+        for n, v in nets.items():
+            for i, b in enumerate(v["bits"]):
                 if isinstance(b, int):
-                    last = max(last, b)
-                    names.setdefault(b, n)
+                    names.setdefault(b, n if len(v["bits"]) == 1 else f"{n}[{i}]")
         for b, users in sorted(lsr.items(), key=lambda kv: (-len(kv[1]), kv[0])):
             if len(users) < min_fanout or drivers.get(b) == "DCCA":
                 continue
             last += 1
+            net = names.get(b, f"bit{b}")
+            cell, glb = f"$lsr_gbuf${net}", f"$lsr_global${net}"
+            if cell in cells or glb in nets:
+                raise ValueError(f"promote_lsr_globals: {cell!r} or {glb!r} already exists")
             for u in users:
                 cells[u]["connections"]["LSR"] = [last]
-            net = names.get(b, f"bit{b}")
-            cells[f"$lsr_gbuf${net}"] = {
+            cells[cell] = {
                 "hide_name": 1, "type": "DCCA", "parameters": {}, "attributes": {},
                 "port_directions": {"CLKI": "input", "CE": "input", "CLKO": "output"},
                 "connections": {"CLKI": [b], "CE": ["1"], "CLKO": [last]}}
-            top.setdefault("netnames", {})[f"$lsr_global${net}"] = {
-                "hide_name": 0, "bits": [last], "attributes": {}}
+            nets[glb] = {"hide_name": 0, "bits": [last], "attributes": {}}
             promoted.append((net, len(users)))
     return promoted
 
@@ -361,30 +366,42 @@ def tile_file(config, *, blackbox: bool = False) -> tuple[str, str]:
 
 
 def rtlil_no_rw_check(text: str) -> str:
-    """Return Amaranth RTLIL `text` with every read port (``$memrd_v2``) of a memory that
-    carries the ``no_rw_check`` attribute marked "read-during-write collisions undefined"
-    (``COLLISION_X_MASK`` all ones).
+    """Return Amaranth RTLIL `text` with the synchronous read ports (``$memrd_v2``,
+    ``CLK_ENABLE 1``) of every memory that carries the ``no_rw_check`` attribute marked
+    "a collision with a write port gives an undefined word" (``COLLISION_X_MASK`` bits set
+    for the write ports the port is not transparent for: ``TRANSPARENCY_MASK`` inverted).
 
     Why: the vector unit's lane tables carry ``no_rw_check`` so that Yosys builds each as
     one ``DP16KD`` (a read port sharing the write port's address, ``docs/fpga.md``).  From
     Verilog, Yosys applies the attribute when it merges the read register into the port;
     Amaranth's RTLIL has the ports synchronous already, with ``COLLISION_X_MASK`` 0 (the old
     word on a collision), so Yosys keeps that behaviour and builds two copies of each table
-    (two more block RAMs on the ``ulx3s`` chip, session 13).  The mask is what the attribute
-    means; nothing else changes.
+    (two more block RAMs on the ``ulx3s`` chip, session 13).  Asynchronous ports are left
+    alone (Yosys requires their mask to be 0), and so are transparent bits; the tile's
+    memories are all in one clock domain (Yosys also requires 0 across clock domains).
     """
     out = []
     for block in re.split(r"(?m)^(?=module )", text):
-        mems = re.findall(r"(?m)^  attribute \\no_rw_check 1\n(?:  attribute [^\n]*\n)*"
-                          r"  memory [^\n]* \\(\S+)$", block)
-        for mem in mems:
-            cell = (r'(?ms)(^  cell \$memrd_v2 [^\n]*\n(?:    [^\n]*\n)*?'
-                    r'    parameter \\MEMID "\\\\' + re.escape(mem) + r'"\n'
-                    r'(?:    [^\n]*\n)*?    parameter \\COLLISION_X_MASK )(\d+)\'[01]+')
-            block = re.sub(cell, lambda m: f"{m.group(1)}{m.group(2)}'" + "1" * int(m.group(2)),
-                           block)
+        mems = set(re.findall(r"(?m)^  attribute \\no_rw_check 1\n(?:  attribute [^\n]*\n)*"
+                              r"  memory [^\n]* \\(\S+)$", block))
+        if mems:
+            block = re.sub(r"(?ms)^  cell \$memrd_v2 .*?^  end$",
+                           lambda m, mems=mems: _collisions_undefined(m.group(0), mems), block)
         out.append(block)
     return "".join(out)
+
+
+def _collisions_undefined(cell: str, mems: set[str]) -> str:
+    """One ``$memrd_v2`` cell's text, with `rtlil_no_rw_check`'s mask if it applies."""
+    memid = re.search(r'parameter \\MEMID "\\\\(\S+)"', cell)
+    trans = re.search(r"parameter \\TRANSPARENCY_MASK (\d+)'([01]+)", cell)
+    if (not memid or memid.group(1) not in mems or not trans
+            or not re.search(r"parameter \\CLK_ENABLE 1\b", cell)):
+        return cell
+    n, bits = int(trans.group(1)), trans.group(2).rjust(int(trans.group(1)), "0")
+    mask = "".join("0" if t == "1" else "1" for t in bits)
+    return re.sub(r"parameter \\COLLISION_X_MASK \d+'[01]+",
+                  lambda m: f"parameter \\COLLISION_X_MASK {n}'{mask}", cell)
 
 
 def build(board_name: str, config=None, *, synth_only: bool = False,
@@ -432,7 +449,8 @@ def build(board_name: str, config=None, *, synth_only: bool = False,
     dict
         ``board``, ``device``, ``config`` (str), ``clk_hz``, ``synth`` (cell counts),
         ``goal_hz`` (`Board.goal_hz`), ``device_resources``, ``lsr_globals`` (ECP5, with
-        nextpnr: `promote_lsr_globals`'s nets), and after place and route
+        nextpnr: `promote_lsr_globals`'s nets, in the netlist ``top_pnr.json`` that nextpnr
+        then reads; ``top.json`` stays as Yosys wrote it), and after place and route
         ``used`` / ``available`` per resource, ``fmax_mhz``, ``target_mhz`` (nextpnr's
         constraint: the chip clock), ``fmax_kind`` (``"routed"`` or
         ``"post-placement estimate"``), ``critical_path`` (`critical_path`, after routing),
@@ -487,7 +505,8 @@ def build(board_name: str, config=None, *, synth_only: bool = False,
         plan.extract(str(bdir))
     seconds["elaborate"] = round(time.monotonic() - t, 1)
     env = dict(os.environ, **{k: _tool(v) for k, v in TOOLS.items()})
-    stale = ["report.json", "report.txt", "report.json.chipotle", "top.bit", "top.tim"]
+    stale = ["report.json", "report.txt", "report.json.chipotle", "top.bit", "top.tim",
+             "top_pnr.json"]
     if not reuse_netlist:
         stale += ["synth_stat.txt", "top.json"]
     for name in stale:
@@ -518,11 +537,13 @@ def build(board_name: str, config=None, *, synth_only: bool = False,
         report["worst_path_proxy_ns"] = found[0].delay_ns if found else None
         progress(f"{board_name}: {len(found)} longest paths (proxy) in {bdir / 'paths.txt'}")
     if not synth_only:
-        if board.family == "ecp5":
+        pnr_json = "top.json"
+        if board.family == "ecp5":     # Yosys's top.json stays; nextpnr reads top_pnr.json
             netlist = json.loads((bdir / "top.json").read_text())
             report["lsr_globals"] = promote_lsr_globals(netlist)
             if report["lsr_globals"]:
-                (bdir / "top.json").write_text(json.dumps(netlist))
+                pnr_json = "top_pnr.json"
+                (bdir / pnr_json).write_text(json.dumps(netlist))
                 progress(f"{board_name}: resets on globals: " + ", ".join(
                     f"{n} ({k} flip-flops)" for n, k in report["lsr_globals"]))
         t = time.monotonic()
@@ -534,6 +555,7 @@ def build(board_name: str, config=None, *, synth_only: bool = False,
         for cmd in cmds:
             if place_only:          # nothing to write out of an unrouted design
                 cmd = re.sub(r"--textcfg \S+", "", cmd)
+            cmd = cmd.replace("--json top.json", f"--json {pnr_json}")
             try:
                 subprocess.run(["sh", "-c", cmd.replace("\\\n", " ")], cwd=bdir, env=env,
                                check=True, capture_output=True)
@@ -597,6 +619,9 @@ def format_report(r: dict) -> str:
         elif key in dev:
             line += f"   device {dev[key]:>7,} ({100 * n / dev[key]:.0f} %)"
         lines.append(line)
+    if r.get("lsr_globals"):
+        lines.append("  resets on globals (DCCA): " + ", ".join(
+            f"{n} ({k:,} flip-flops)" for n, k in r["lsr_globals"]))
     if r.get("pnr_error"):
         lines.append(f"  nextpnr FAILED: {r['pnr_error']}")
     if "fmax_mhz" in r:

@@ -226,7 +226,10 @@ def test_tile_goes_to_yosys_as_rtlil():
     assert name == f"{TILE_MODULE}.il"
     assert f"module \\{TILE_MODULE}\n" in text and "cell $meminit_v2" in text
     assert "initial" not in text
-    assert "COLLISION_X_MASK 1'1" in text          # the lane tables' no_rw_check applied
+    # the lane tables' no_rw_check applied: their synchronous read ports, nothing else
+    assert text.count("COLLISION_X_MASK 1'1") == 2 * sum(
+        1 for line in text.splitlines() if "memory" in line and "table_" in line
+        and "rsqrt" not in line), text.count("COLLISION_X_MASK 1'1")
     name_v, text_v = tile_file(TINY, blackbox=True)
     assert name_v == f"{TILE_MODULE}.v" and f"module {TILE_MODULE}(" in text_v
     b = BOARDS["ulx3s-85f"]
@@ -266,5 +269,62 @@ def test_promote_lsr_globals_moves_only_the_lsr_loads_of_big_nets():
     assert json.dumps(netlist, sort_keys=True) == before
     with pytest.raises(ValueError, match="min_fanout"):
         promote_lsr_globals(netlist, min_fanout=1)
-    with pytest.raises(ValueError, match="no module"):
-        promote_lsr_globals({"modules": {}})
+    assert promote_lsr_globals({}) == [] and promote_lsr_globals({"modules": {}}) == []
+
+
+def test_promote_lsr_globals_names_bits_and_takes_free_bit_numbers():
+    """Two bits of one net, each at exactly `min_fanout` loads, get a buffer each (named by
+    the bit), on bit numbers no net, port or cell uses."""
+    from chipotle.sim.bitstream import promote_lsr_globals
+    cells = {f"a{i}": _ff(4) for i in range(3)} | {f"b{i}": _ff(5) for i in range(3)}
+    cells["drv"] = {"type": "LUT4", "port_directions": {"Z": "output"},
+                    "connections": {"Z": [30]}}
+    netlist = {"modules": {"top": {"cells": cells, "ports": {"led": {"bits": [40]}},
+                                   "netnames": {"rst_vec": {"bits": [4, 5]}}}}}
+    assert promote_lsr_globals(netlist, min_fanout=3) == [("rst_vec[0]", 3), ("rst_vec[1]", 3)]
+    top = netlist["modules"]["top"]
+    outs = [top["cells"][f"$lsr_gbuf$rst_vec[{i}]"]["connections"]["CLKO"][0] for i in (0, 1)]
+    assert outs == [41, 42]
+    assert [top["cells"][f"a{i}"]["connections"]["LSR"] for i in range(3)] == [[41]] * 3
+    assert [top["cells"][f"b{i}"]["connections"]["LSR"] for i in range(3)] == [[42]] * 3
+    assert promote_lsr_globals(netlist, min_fanout=4) == []
+
+
+def test_rtlil_no_rw_check_marks_only_synchronous_untransparent_bits():
+    """``COLLISION_X_MASK``: all ones on a plain synchronous port, the transparent bit left 0,
+    an asynchronous port and a memory without ``no_rw_check`` untouched."""
+    import re
+
+    from amaranth import Module, unsigned
+    from amaranth.back import rtlil
+    from amaranth.lib import memory, wiring
+    from amaranth.lib.wiring import In, Out
+
+    from chipotle.sim.bitstream import rtlil_no_rw_check
+
+    class Mems(wiring.Component):
+        def __init__(self):
+            super().__init__({"a": In(4), "d": Out(8).array(4)})
+
+        def elaborate(self, platform):
+            m = Module()
+            m.submodules.t = t = memory.Memory(shape=unsigned(8), depth=16, init=[],
+                                               attrs={"no_rw_check": 1})
+            m.submodules.u = u = memory.Memory(shape=unsigned(8), depth=16, init=[])
+            w, w2, wu = t.write_port(), t.write_port(), u.write_port()
+            ports = [t.read_port(), t.read_port(transparent_for=(w,)),
+                     t.read_port(domain="comb"), u.read_port()]
+            for p in (w, w2, wu, *ports):
+                m.d.comb += p.addr.eq(self.a)
+            m.d.comb += [w.en.eq(1), w2.en.eq(1), wu.en.eq(1)]
+            m.d.comb += [self.d[i].eq(p.data) for i, p in enumerate(ports)]
+            return m
+
+    def masks(text):
+        return re.findall(r'MEMID "\\\\(\w+)"(?:\n    [^\n]*)*?\n    parameter '
+                          r"\\COLLISION_X_MASK (\S+)", text)
+
+    text = rtlil.convert(Mems(), name="m")
+    assert masks(text) == [("t", "2'00"), ("t", "2'00"), ("t", "2'00"), ("u", "1'0")]
+    assert masks(rtlil_no_rw_check(text)) == [("t", "2'11"), ("t", "2'10"), ("t", "2'00"),
+                                              ("u", "1'0")]
