@@ -76,7 +76,8 @@ class Path_:
     (Yosys auto-names, cut by `rtl_name`; consecutive repeats merged), `cells` the cell
     types on the way, `start` / `end` the start and end cells (``name (type.pin)``),
     `srcs` the RTL source of each cell on the way (its ``src`` attribute outside the
-    Yosys cell library, e.g. ``chipotle_tile.v:6693.20-6693.36``; repeats merged)."""
+    Yosys cell library, e.g. ``chipotle_tile.v:6693.20-6693.36``, or a Python line such as
+    ``.../hw/tile/vector.py:780`` from the board build's tile RTLIL; repeats merged)."""
 
     delay_ns: float
     nets: list[str]
