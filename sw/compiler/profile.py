@@ -58,16 +58,17 @@ def phase_of_pc(source: str, raw: bool = False) -> list:
     list of str
         One phase name per instruction; ``"entry"`` before the first comment.
     """
-    out = []
-    for phase, _ in _instructions(source):
-        if not raw:
-            phase = re.sub(r"^layer \d+ ", "layer: ", phase)
-            phase = re.sub(r"rows? \d+ \.\. \d+", "rows", phase)
-            phase = re.sub(r"(KV|query) heads \d+ \.\. \d+", r"\1 heads", phase)
-            phase = re.sub(r"KV head \d+", "KV head", phase)
-            phase = re.sub(r"columns \d+ \.\. \d+", "columns", phase)
-        out.append(phase)
-    return out
+    return [phase if raw else _generic_phase(phase) for phase, _ in _instructions(source)]
+
+
+def _generic_phase(phase: str) -> str:
+    """A phase's text with its layer, row, head and column numbers removed, so that the
+    same phase of every layer and tile has one name."""
+    phase = re.sub(r"^layer \d+ ", "layer: ", phase)
+    phase = re.sub(r"rows? \d+ \.\. \d+", "rows", phase)
+    phase = re.sub(r"(KV|query) heads \d+ \.\. \d+", r"\1 heads", phase)
+    phase = re.sub(r"KV head \d+", "KV head", phase)
+    return re.sub(r"columns \d+ \.\. \d+", "columns", phase)
 
 
 def line_of_pc(source: str) -> list:
@@ -395,11 +396,7 @@ def format_critical(segs: list, top: int = 12) -> str:
         return "net" if s.kind == "net" else s.event.unit
 
     def phase(s):
-        p = re.sub(r"^layer \d+ ", "layer: ", s.event.phase)
-        p = re.sub(r"rows? \d+ \.\. \d+", "rows", p)
-        p = re.sub(r"(KV|query) heads \d+ \.\. \d+", r"\1 heads", p)
-        p = re.sub(r"columns \d+ \.\. \d+", "columns", p)
-        return p
+        return _generic_phase(s.event.phase)
     by_phase: dict = {}
     for s in segs:
         by_phase.setdefault(phase(s), defaultdict(int))[klass(s)] += s.cycles
