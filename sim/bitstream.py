@@ -1,4 +1,4 @@
-"""FPGA bitstreams with YoWASP tools (PyPI only): ``make bitstream BOARD=... CONFIG=...``.
+r"""FPGA bitstreams with YoWASP tools (PyPI only): ``make bitstream BOARD=... CONFIG=...``.
 
 Usage (from the top of the checkout)::
 
