@@ -7,6 +7,7 @@ Usage (from the top of the checkout)::
     .venv/bin/python -m chipotle.sim.synth sram --config sram_kib=128   # one tile's SRAM
     .venv/bin/python -m chipotle.sim.synth vector-unit     # V = 8, W = 8 (about 8 minutes)
     .venv/bin/python -m chipotle.sim.synth vector-unit --config default   # the chip's unit
+    .venv/bin/python -m chipotle.sim.synth controller --config ulx3s   # the board's controller
     .venv/bin/python -m chipotle.sim.synth tile --config small --hierarchy   # per module
 
 Prints the LUT4, flip-flop, DSP (``MULT18X18D``), block-RAM (``DP16KD``) and other cell
@@ -156,6 +157,15 @@ def _vector_unit(config):
                       read_words=t.n_banks, slots=t.vec_slots)
 
 
+def _controller(config):
+    """The controller of a tile of ``config`` (as ``Tile`` builds it)."""
+    from chipotle.hw.tile.controller import Controller
+    t = config.tile_config()
+    return Controller(sram_bytes=t.sram_bytes, word_bytes=t.word_bytes, max_m=t.max_m,
+                      k_max=t.k_max, imem_words=t.imem_words, n_counters=t.n_counters,
+                      loop_depth=t.loop_depth, overlap=t.overlap)
+
+
 def _tile(config):
     from chipotle.hw.tile.tile import Tile
     return Tile(config.tile_config(), x=None, y=None)
@@ -165,18 +175,19 @@ def _tile(config):
 #: The router and datapath are built with their own defaults, the vector unit too unless
 #: ``--config`` is given (then a tile's of that configuration: V, W, SRAM, reads, slots);
 #: ``tile`` is one tile of ``--config`` (as a board build instantiates it, default
-#: ``default``), ``sram`` the SRAM of that tile.
+#: ``default``), ``sram`` the SRAM and ``controller`` the controller of that tile.
 DESIGNS = {
     "router": (lambda config: _router(), "noc_router"),
     "tile-datapath": (lambda config: _tile_datapath(), "tile_datapath"),
     "sram": (_sram, "tile_sram"),
     "vector-unit": (_vector_unit, "vector_unit"),
+    "controller": (_controller, "tile_controller"),
     "tile": (_tile, "tile"),
 }
 
 
 #: The designs built from ``--config``.
-OWN_CONFIG = ("tile", "sram", "vector-unit")
+OWN_CONFIG = ("tile", "sram", "vector-unit", "controller")
 
 
 def main(argv=None):

@@ -57,6 +57,7 @@ from .isa.core import (
     matrix_footprint,
     mem_footprint,
     rect_decode,
+    scoreboard_limit,
     send_flits,
     send_footprint,
     signed_imm,
@@ -603,9 +604,10 @@ class IsaSim:
         elif unit not in ("matrix", "vector", "kv") and op not in _MEM_OPS:
             return list(t._busy)
         reads, write = self._footprint(t, i)
+        limit = scoreboard_limit(self.config.sram_bytes)
         return [u for u, e in t._busy.items()
                 if u == unit or (op == Opcode.KVQK and u == "kv")
-                or hazard(reads, write, e.reads, e.write)]
+                or hazard(reads, write, e.reads, e.write, limit)]
 
     def _footprint(self, t: Tile, i: Instr) -> tuple:
         """The SRAM byte ranges (reads, write) of a background instruction, resolved now."""

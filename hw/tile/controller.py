@@ -487,24 +487,41 @@ class Controller(wiring.Component):
         # ---- architectural state --------------------------------------------------------------
         pcw = 17
         pc = Signal(pcw)
-        rf = [C(0, 32)] + [Signal(32, name=f"r{i}") for i in range(1, 16)]
-        regs = Array(rf)
         error = Signal(ErrorCode)
         lp_start = Array(Signal(pcw, name=f"loop_start{i}") for i in range(D))
         lp_end = Array(Signal(pcw, name=f"loop_end{i}") for i in range(D))
         lp_rem = Array(Signal(32, name=f"loop_rem{i}") for i in range(D))
         sp = Signal(range(D + 1))
 
-        def val(opd):
-            return (regs[opd.reg] + opd.off)[:32]
+        # The registers r1 .. r15: a 16 x 32-bit memory with one write port and one
+        # asynchronous read port per operand (a, b, d, n), LUT RAM on an FPGA (four
+        # 16 x 32 copies, TRELLIS_DPR16X4 on an ECP5) instead of 480 flip-flops and four
+        # 16-way read multiplexers (an FPGA area and routing cut).  r0 is never written
+        # and reads 0.  A reset cannot clear LUT RAM, so the controller writes 0 to
+        # r1 .. r15 in the 15 cycles after a reset (`rf_clr`), during which it takes no
+        # host start: registers read 0 after a reset, as the ISA says (docs/isa.md).
+        rf = memory.Memory(shape=32, depth=16, init=[])
+        m.submodules.rf = rf
+        rf_w = rf.write_port()
+        rf_r = {x: rf.read_port(domain="comb") for x in "abdn"}
+        rf_clr = Signal(range(17), init=1)      # the register cleared next; 16: done
+        rf_clearing = Signal()
+        m.d.comb += rf_clearing.eq(rf_clr != 16)
+        with m.If(rf_clearing):
+            m.d.sync += rf_clr.eq(rf_clr + 1)
+        for x, opd in (("a", ins.a), ("b", ins.b), ("d", ins.d), ("n", ins.n)):
+            m.d.comb += rf_r[x].addr.eq(opd.reg)
+
+        def val(opd, x):
+            return (rf_r[x].data + opd.off)[:32]
 
         a_val = Signal(32)
         b_val = Signal(32)
         d_val = Signal(32)
         n_reg = Signal(32)
         n_val = Signal(32)
-        m.d.comb += [a_val.eq(val(ins.a)), b_val.eq(val(ins.b)), d_val.eq(val(ins.d)),
-                     n_reg.eq(regs[ins.n.reg]),
+        m.d.comb += [a_val.eq(val(ins.a, "a")), b_val.eq(val(ins.b, "b")),
+                     d_val.eq(val(ins.d, "d")), n_reg.eq(rf_r["n"].data),
                      n_val.eq((n_reg + ins.n.imm)[:32])]
         # n_val == 0 without the adder's carry chain (a LOOP's `n = 0` skip, an FPGA timing
         # cut): r + i = 0 (mod 2**32) iff every sum bit is 0, i.e. the carry into bit k is
@@ -515,11 +532,19 @@ class Controller(wiring.Component):
         m.d.comb += [n_i.eq(ins.n.imm),
                      n_zero.eq(((n_reg ^ n_i) ^ ((n_reg | n_i) << 1)[:32]) == 0)]
 
-        def write_reg(idx, value):
-            with m.Switch(idx):
-                for i in range(1, 16):
-                    with m.Case(i):
-                        m.d.sync += rf[i].eq(value)
+        # One register write port: the states that write a register drive it (an FPGA area
+        # cut: one write-data multiplexer, not one per register).  Every write is to
+        # ``ins.d.reg`` (LI, ADD, SUB, MUL and LD's latch).
+        rf_we = Signal()
+        rf_wdata = Signal(32)
+        m.d.comb += [
+            rf_w.en.eq(rf_clearing | rf_we & (ins.d.reg != 0)),
+            rf_w.addr.eq(Mux(rf_clearing, rf_clr, ins.d.reg)),
+            rf_w.data.eq(Mux(rf_clearing, 0, rf_wdata)),
+        ]
+
+        def write_reg(value):
+            m.d.comb += [rf_we.eq(1), rf_wdata.eq(value)]
 
         # ---- retire: next PC through the loop stack (zero overhead) -------------------------
         retire = Signal()
@@ -588,11 +613,38 @@ class Controller(wiring.Component):
                 m.next = "Fetch"
 
         ov = p["overlap"]
+        # ---- addresses of the checks and the scoreboard ----------------------------------------
+        # AW bits, 2**AW > the SRAM size: an address or an end at or beyond 2**AW is past the
+        # SRAM whatever its higher bits, so the range checks add AW-bit operands and test
+        # the higher bits by an OR, and the scoreboard holds every range end as
+        # min(end, 2**AW) in AW + 1 bits (chipotle.isa.core.ranges_overlap's `limit`: exact
+        # for every range inside the SRAM; a range wholly beyond it meets nothing).
+        AW = size.bit_length()
+
+        def hi_any(v):
+            v = Value.cast(v)
+            return v[AW:].any() if len(v) > AW else C(0, 1)
+
+        def cl(v):
+            """min(v, 2**AW) (v unsigned) in AW + 1 bits."""
+            v = Value.cast(v)
+            if len(v) <= AW:
+                return v
+            o = v[AW:].any()
+            return Cat(Mux(o, 0, v[:AW]), o)
+
+        def rend(lo, length):
+            """min(lo + length, 2**AW) in AW + 1 bits, with an AW-bit adder."""
+            lo, length = Value.cast(lo), Value.cast(length)
+            s_ = lo[:AW] + length[:AW]
+            s_ = Cat(s_, C(0, max(0, AW + 1 - len(s_))))
+            o = s_[AW] | hi_any(lo) | hi_any(length)
+            return Cat(Mux(o, 0, s_[:AW]), o)
+
         # ---- overlap scoreboard: one entry per background unit (0 matrix, 1 vector, 2 net) --
         # An entry is live while its instruction is in flight (busy) or finished with an
         # error (fault, kept until the next sync point reports it).  Ranges are byte ranges
-        # [lo, hi) resolved at issue; hi saturates at 2**32 (exact for the compare, every lo
-        # is below 2**32).
+        # [lo, hi) resolved at issue, both ends as `cl` (above).
         mx_busy = Signal()      # issued, write-back not finished
         mx_fault = Signal()     # it finished with ARITH (reported at the next sync point)
         mx_pc = Signal(pcw)
@@ -606,7 +658,7 @@ class Controller(wiring.Component):
         nt_pc = Signal(pcw)
 
         def rng(name):
-            return (Signal(32, name=f"{name}_lo"), Signal(33, name=f"{name}_hi"))
+            return (Signal(AW + 1, name=f"{name}_lo"), Signal(AW + 1, name=f"{name}_hi"))
 
         vr_a, vr_b, vr_c, vr_d = rng("vx_a"), rng("vx_b"), rng("vx_c"), rng("vx_d")
         vr_b_en = Signal()
@@ -654,25 +706,30 @@ class Controller(wiring.Component):
         # lengths of its vector ranges) into registers; "Issue" checks, dispatches and
         # computes its footprint from them, so no path runs from the instruction memory
         # through the operand adders into the range compares and the retire decision.
+        # The footprint of an `is_issue` instruction is at most three read ranges and one
+        # write range, one per operand slot (chipotle.isa.core's footprints): slot a reads
+        # [a, a + al) (vector 4 n, LD 4, COPY n, KVAPP its K record, TABLE its entries),
+        # slot b [b, b + bl) (vector: 4 n, wsum n c + 4 imm; KVAPP its V row), slot c
+        # rmsnorm's epsilon [c, c + 8), the write slot [d, d + dl) (vector 4 n + W, wsum
+        # 4 imm, ST 4, COPY n) or KVAPP's whole KV map.  Execute registers each slot's
+        # length, chosen by opcode, with the operands, so Issue adds one length per slot
+        # and compares each slot once per scoreboard entry (an FPGA area and routing cut:
+        # one compare per opcode's range before, 84 range pairs against 25 now).
         a_q, b_q, d_q, n_q = (Signal(32, name=f"{x}_q") for x in "abdn")
-        bl_q = Signal(32 + C_BITS + 1)  # b's range length (wsum: n c + 4 imm, else 4 n)
-        dl_q = Signal(35)               # d's range length (wsum: 4 imm, else 4 n + W)
-        # TABLE: bytes of its entries (table_footprint), decoded from `c` in Execute and
-        # registered with the operands (an FPGA timing cut: the decode of the instruction
-        # memory's `c` was on Issue's hazard compare)
+        al_q = Signal(34)               # slot a's range length
+        bl_q = Signal(32 + C_BITS + 1)  # slot b's range length
+        dl_q = Signal(35)               # the write slot's range length
+        # TABLE: bytes of its entries (table_footprint), decoded from `c` in Execute
         tab_src = Signal(13)
-        tab_q = Signal(13)
         with m.Switch(ins.c):
             for tid, entries in TABLE_ENTRIES.items():
                 with m.Case(tid.value):
                     m.d.comb += tab_src.eq(2 * entries)
-        v_a = (a_q, a_q + (n_q << 2))
-        v_b = (b_q, b_q + bl_q)
-        v_c = (ins.c, ins.c + 8)
-        v_d = (d_q, d_q + dl_q)
 
-        def sat33(v):
-            return Mux(v >= 2 ** 32, 2 ** 32, v)[:33]
+        s_a = (cl(a_q), rend(a_q, al_q))
+        s_b = (cl(b_q), rend(b_q, bl_q))
+        s_c = (cl(ins.c), rend(ins.c, 8))
+        s_d = (cl(d_q), rend(d_q, dl_q))
 
         def issued(u):
             for v in range(3):
@@ -704,8 +761,8 @@ class Controller(wiring.Component):
 
         # ---- operand checks ---------------------------------------------------------------------
         def past(addr, nbytes):
-            """`addr + nbytes` reaches past the SRAM (exact, no wrap)."""
-            return (addr + nbytes) > size
+            """`addr + nbytes` reaches past the SRAM (exact, no wrap: 2**AW > size)."""
+            return rend(addr, nbytes) > size
 
         def misaligned(addr, align):
             bits = exact_log2(align)
@@ -754,9 +811,9 @@ class Controller(wiring.Component):
         # The matrix entry's range ends for the scoreboard, registered in Matrix-Check (the
         # entry is live from Matrix-Issue on): a later instruction's hazard compare starts at
         # registers, not at Matrix-Check's products.
-        mx_xend_q = Signal(64)
-        mx_wend_q = Signal(64)
-        mx_yend_q = Signal(64)
+        mx_xend_q = Signal(AW + 1)     # as `cl`
+        mx_wend_q = Signal(AW + 1)
+        mx_yend_q = Signal(AW + 1)
 
         # M - 1 of a matrix instruction in the range ends: ceil(log2(max_m)) bits, exact for
         # every M the SHAPE check lets through (1 .. max_m), which comes before the range
@@ -821,10 +878,10 @@ class Controller(wiring.Component):
             """The instruction after a WAIT whose request is not granted this cycle holds."""
             m.d.comb += [st.eq(ControllerState.WAITING), self.stall_wait.eq(1)]
 
-        with m.FSM(name="fsm"):
+        with m.FSM(name="fsm") as fsm:
             def accept_start():
-                m.d.comb += self.i_start.ready.eq(1)
-                with m.If(self.i_start.valid):
+                m.d.comb += self.i_start.ready.eq(~rf_clearing)
+                with m.If(self.i_start.valid & ~rf_clearing):
                     m.d.sync += [pc.eq(self.i_start.payload), sp.eq(0)]
                     m.next = "Fetch"
 
@@ -862,24 +919,33 @@ class Controller(wiring.Component):
                 with m.Elif(pd.issue):
                     # Resolve the operands into the decode register; "Issue" checks and
                     # dispatches from it in the next cycle.
-                    m.d.sync += [a_q.eq(a_val), b_q.eq(b_val), d_q.eq(d_val), n_q.eq(n_val),
-                                 tab_q.eq(tab_src),
-                                 bl_q.eq(Mux(is_wsum, n_val * ins.c + (ins.imm << 2),
-                                             n_val << 2)),
-                                 dl_q.eq(Mux(is_wsum, ins.imm << 2, (n_val << 2) + W))]
+                    m.d.sync += [a_q.eq(a_val), b_q.eq(b_val), d_q.eq(d_val), n_q.eq(n_val)]
+                    with m.If(is_vec):
+                        m.d.sync += [al_q.eq(n_val << 2),
+                                     bl_q.eq(Mux(is_wsum, n_val * ins.c + (ins.imm << 2),
+                                                 n_val << 2)),
+                                     dl_q.eq(Mux(is_wsum, ins.imm << 2, (n_val << 2) + W))]
+                    with m.Elif(is_kvapp):
+                        m.d.sync += [al_q.eq(self.kv_k_words << wb),
+                                     bl_q.eq(self.kv_v_words << wb)]
+                    with m.Elif(is_table):
+                        m.d.sync += al_q.eq(tab_src)
+                    with m.Else():      # LD, ST, COPY
+                        m.d.sync += [al_q.eq(Mux(is_copy, n_val, 4)),
+                                     dl_q.eq(Mux(is_copy, n_val, 4))]
                     m.next = "Issue"
                 with m.Elif(pd.simple):
                     # NOP, LI, ADD, SUB, MUL: the register write by opcode, the retire by
                     # the pre-decode
                     with m.Switch(opv):
                         with m.Case(Opcode.LI.value):
-                            write_reg(ins.d.reg, Cat(ins.imm, ins.c[:16]))
+                            write_reg(Cat(ins.imm, ins.c[:16]))
                         with m.Case(Opcode.ADD.value):
-                            write_reg(ins.d.reg, (a_val + b_val)[:32])
+                            write_reg((a_val + b_val)[:32])
                         with m.Case(Opcode.SUB.value):
-                            write_reg(ins.d.reg, (a_val - b_val)[:32])
+                            write_reg((a_val - b_val)[:32])
                         with m.Case(Opcode.MUL.value):
-                            write_reg(ins.d.reg, (a_val * ins.imm)[:32])
+                            write_reg((a_val * ins.imm)[:32])
                     do_retire()
                 with m.Elif(pd.halt):
                     m.d.comb += self.retired.eq(1)
@@ -914,27 +980,16 @@ class Controller(wiring.Component):
                                      err_pc.eq(pc)]
                         do_retire()
                 with m.Elif(pd.net):
-                    m.d.comb += [
-                        self.o_net.valid.eq(1),
-                        self.o_net.payload.op.eq(Mux(op == Opcode.SEND, NetOp.SEND,
-                                                     NetOp.DONE)),
-                        self.o_net.payload.src.eq(a_val),
-                        self.o_net.payload.dst.eq(d_val),
-                        self.o_net.payload.length.eq(n_val),
-                        self.o_net.payload.rect.eq(ins.imm),
-                        self.o_net.payload.counter.eq(ins.c),
-                        self.o_net.payload.code.eq(ins.imm),
-                        self.stall_net.eq(1),
-                    ]
+                    m.d.comb += [self.o_net.valid.eq(1), self.stall_net.eq(1)]
                     with m.If(self.o_net.ready):
                         if ov:
                             with m.If(pd.send):
                                 # In the background: the entry waits for its completion.
                                 m.d.sync += [nt_busy.eq(1), nt_fault.eq(0), nt_pc.eq(pc),
-                                             nr_src[0].eq(a_val),
-                                             nr_src[1].eq(sat33(a_val + n_val)),
-                                             nr_dst[0].eq(d_val),
-                                             nr_dst[1].eq(sat33(d_val + n_val))]
+                                             nr_src[0].eq(cl(a_val)),
+                                             nr_src[1].eq(rend(a_val, n_val)),
+                                             nr_dst[0].eq(cl(d_val)),
+                                             nr_dst[1].eq(rend(d_val, n_val))]
                                 issued(2)
                                 do_retire()
                             with m.Else():
@@ -1015,32 +1070,23 @@ class Controller(wiring.Component):
                     # then range); the slot and position are the KV store's to check.
                     with m.If(misaligned(a_q, W)):
                         fail(ErrorCode.ALIGN)
-                    with m.Elif(past(a_q, self.kv_k_words << wb)):
+                    with m.Elif(past(a_q, al_q)):       # its K record
                         fail(ErrorCode.SRAM_RANGE)
                     with m.Elif(misaligned(b_q, W)):
                         fail(ErrorCode.ALIGN)
-                    with m.Elif(past(b_q, self.kv_v_words << wb)):
+                    with m.Elif(past(b_q, bl_q)):       # its V row
                         fail(ErrorCode.SRAM_RANGE)
                     with m.Elif(d_q[16:].any() | n_q[16:].any()):
                         fail(ErrorCode.KV_RANGE)      # beyond the store's 16-bit fields
                     with m.Else():
-                        kc = self.o_kv.payload
-                        m.d.comb += [
-                            self.o_kv.valid.eq(1),
-                            kc.op.eq(KvOp.APPEND),
-                            kc.layer.eq(d_q[8:16]),
-                            kc.head.eq(d_q[:8]),
-                            kc.pos.eq(n_q[:16]),
-                            kc.args.append.k_src.eq(a_q[wb:]),
-                            kc.args.append.v_src.eq(b_q[wb:]),
-                        ]
+                        m.d.comb += self.o_kv.valid.eq(1)
                         with m.If(self.o_kv.ready):
                             if ov:
                                 m.d.sync += [
-                                    kr_k[0].eq(a_q),
-                                    kr_k[1].eq(sat33(a_q + (self.kv_k_words << wb))),
-                                    kr_v[0].eq(b_q),
-                                    kr_v[1].eq(sat33(b_q + (self.kv_v_words << wb))),
+                                    kr_k[0].eq(s_a[0]),
+                                    kr_k[1].eq(s_a[1]),
+                                    kr_v[0].eq(s_b[0]),
+                                    kr_v[1].eq(s_b[1]),
                                 ]
                             m.next = "Kv"
                 with m.Elif(op == Opcode.COPY):
@@ -1061,18 +1107,7 @@ class Controller(wiring.Component):
                         m.next = "Copy-Read"
                 with m.Else():
                     # Vector units 1 and 2, and TABLE.
-                    m.d.comb += [
-                        self.o_vec.valid.eq(1),
-                        self.o_vec.payload.op.eq(ins.op),
-                        self.o_vec.payload.td.eq(ins.td),
-                        self.o_vec.payload.ts.eq(ins.ts.as_value()),
-                        self.o_vec.payload.c.eq(ins.c),
-                        self.o_vec.payload.imm.eq(ins.imm),
-                        self.o_vec.payload.d.eq(d_q),
-                        self.o_vec.payload.a.eq(a_q),
-                        self.o_vec.payload.b.eq(b_q),
-                        self.o_vec.payload.n.eq(n_q),
-                    ]
+                    m.d.comb += self.o_vec.valid.eq(1)
                     with m.If(self.o_vec.ready):
                         if ov:
                             with m.If(op == Opcode.TABLE):
@@ -1080,10 +1115,10 @@ class Controller(wiring.Component):
                             with m.Else():
                                 # In the background: the entry waits for its completion.
                                 m.d.sync += [vx_busy.eq(1), vx_fault.eq(0), vx_pc.eq(pc),
-                                             vr_a[0].eq(v_a[0]), vr_a[1].eq(sat33(v_a[1])),
-                                             vr_b[0].eq(v_b[0]), vr_b[1].eq(sat33(v_b[1])),
-                                             vr_c[0].eq(v_c[0]), vr_c[1].eq(sat33(v_c[1])),
-                                             vr_d[0].eq(v_d[0]), vr_d[1].eq(sat33(v_d[1])),
+                                             vr_a[0].eq(s_a[0]), vr_a[1].eq(s_a[1]),
+                                             vr_b[0].eq(s_b[0]), vr_b[1].eq(s_b[1]),
+                                             vr_c[0].eq(s_c[0]), vr_c[1].eq(s_c[1]),
+                                             vr_d[0].eq(s_d[0]), vr_d[1].eq(s_d[1]),
                                              vr_b_en.eq(uses_b), vr_c_en.eq(is_rms)]
                                 issued(1)
                                 do_retire()
@@ -1100,7 +1135,7 @@ class Controller(wiring.Component):
                 m.d.comb += st.eq(ControllerState.RUNNING)
                 word = self.bus.rdata
                 lane = word.word_select(mem_addr[2:wb], 32) if wb > 2 else word[:32]
-                write_reg(ins.d.reg, lane)
+                write_reg(lane)
                 do_retire()
 
             with m.State("Store"):
@@ -1184,15 +1219,18 @@ class Controller(wiring.Component):
             x_first = Mux(is_raw, mx_xa, mx_xa + W)
             w_first = Mux(is_qk, mx_wa + W, mx_wa)
             y_stride = mx_ystride
-            x_end = Signal(64)
-            w_end = Signal(64)
-            y_end = Signal(64)
-            m.d.comb += [
-                x_end.eq(mx_xk + mx_xoff),
-                w_end.eq(mx_wk + mx_n1 * mx_wstride),
-                y_end.eq(mx_yl + m_less_1(mx_m - 1) * y_stride),
-            ]
+            # the ends as `cl` (N = 0 makes W's negative: past 2**AW, and SHAPE fails first)
+            x_end = Signal(AW + 1)
+            w_end = Signal(AW + 1)
+            y_end = Signal(AW + 1)
+            t_end = Signal(AW + 1)
             tab_bytes = Mux(is_qk, 4, mx_n << 2)
+            m.d.comb += [
+                x_end.eq(rend(mx_xk, mx_xoff)),
+                w_end.eq(rend(mx_wk, mx_n1 * mx_wstride)),
+                y_end.eq(rend(mx_yl, m_less_1(mx_m - 1) * y_stride)),
+                t_end.eq(rend(mx_c, tab_bytes)),
+            ]
 
             with m.State("Matrix-Check"):
                 m.d.comb += st.eq(ControllerState.RUNNING)
@@ -1213,7 +1251,7 @@ class Controller(wiring.Component):
                     fail(ErrorCode.SRAM_RANGE)
                 with m.Elif(~is_raw & misaligned(mx_c, 4)):
                     fail(ErrorCode.ALIGN)
-                with m.Elif(~is_raw & past(mx_c, tab_bytes)):
+                with m.Elif(~is_raw & (t_end > size)):
                     fail(ErrorCode.SRAM_RANGE)
                 with m.Elif((mx_td == 1) & mx_ya[0] | (mx_td == 2) & mx_ya[:2].any()):
                     fail(ErrorCode.ALIGN)
@@ -1230,18 +1268,7 @@ class Controller(wiring.Component):
                 # KVQK: the KV store checks the slot and the positions and, if they are
                 # inside the layout, offers the matrix command over the slot's K records.
                 m.d.comb += [st.eq(ControllerState.RUNNING), self.matrix_active.eq(1)]
-                kc = self.o_kv.payload
-                m.d.comb += [
-                    self.o_kv.valid.eq(1),
-                    kc.op.eq(KvOp.STREAM_K),
-                    kc.layer.eq(mx_wa[8:16]),
-                    kc.head.eq(mx_wa[:8]),
-                    kc.pos.eq((mx_n - 1)[:16]),
-                    kc.args.stream.x_base.eq(x_first[wb:]),
-                    kc.args.stream.x_stride.eq(rec[wb:]),
-                    kc.args.stream.m.eq(mx_m),
-                    kc.args.stream.x_keep.eq(0),
-                ]
+                m.d.comb += self.o_kv.valid.eq(1)
                 m.d.sync += mjob_sent.eq(0)
                 with m.If(self.o_kv.ready):
                     m.next = "Kv-Stream-Job"
@@ -1255,20 +1282,7 @@ class Controller(wiring.Component):
                 with m.If(self.kv_error):
                     kv_refused()
                 with m.Else():
-                    job = self.o_mjob.payload
-                    m.d.comb += [
-                        self.o_mjob.valid.eq(~mjob_sent & self.kv_stream),
-                        job.op.eq(MatrixOp.MATQK),
-                        job.td.eq(mx_td),
-                        job.m.eq(mx_m),
-                        job.x_hdr.eq(mx_xa[wb:]),
-                        job.x_stride.eq(rec[wb:]),
-                        job.w_hdr.eq(self.kv_k_hdr),
-                        job.w_stride.eq(rec[wb:]),
-                        job.c.eq(mx_c),
-                        job.y.eq(mx_ya),
-                        job.y_stride.eq(y_stride),
-                    ]
+                    m.d.comb += self.o_mjob.valid.eq(~mjob_sent & self.kv_stream)
                     job_done = mjob_sent | self.o_mjob.valid & self.o_mjob.ready
                     m.d.sync += mjob_sent.eq(job_done)
                     with m.If(job_done & ~self.kv_busy):
@@ -1281,32 +1295,7 @@ class Controller(wiring.Component):
 
             with m.State("Matrix-Issue"):
                 m.d.comb += [st.eq(ControllerState.RUNNING), self.matrix_active.eq(1)]
-                cmd = self.o_mcmd.payload
-                m.d.comb += [
-                    self.o_mcmd.valid.eq(~mcmd_sent),
-                    cmd.w_base.eq(w_first[wb:]),
-                    cmd.w_stride.eq(w_stride[wb:]),
-                    cmd.n.eq(mx_n),
-                    cmd.k.eq(mx_k),
-                    cmd.x_base.eq(x_first[wb:]),
-                    cmd.x_stride.eq(x_stride[wb:]),
-                    cmd.m.eq(mx_m),
-                    cmd.x_keep.eq(0),
-                ]
-                job = self.o_mjob.payload
-                m.d.comb += [
-                    self.o_mjob.valid.eq(~mjob_sent),
-                    job.op.eq(mx_op),
-                    job.td.eq(mx_td),
-                    job.m.eq(mx_m),
-                    job.x_hdr.eq(mx_xa[wb:]),
-                    job.x_stride.eq(rec[wb:]),
-                    job.w_hdr.eq(mx_wa[wb:]),
-                    job.w_stride.eq(rec[wb:]),
-                    job.c.eq(mx_c),
-                    job.y.eq(mx_ya),
-                    job.y_stride.eq(y_stride),
-                ]
+                m.d.comb += [self.o_mcmd.valid.eq(~mcmd_sent), self.o_mjob.valid.eq(~mjob_sent)]
                 cmd_done = mcmd_sent | self.o_mcmd.ready
                 job_done = mjob_sent | self.o_mjob.ready
                 m.d.sync += [mcmd_sent.eq(cmd_done), mjob_sent.eq(job_done)]
@@ -1344,6 +1333,58 @@ class Controller(wiring.Component):
                             m.d.sync += [error.eq(nt_code), err_pc.eq(nt_pc)]
                         m.next = "Error"
 
+        # ---- command payloads, driven whatever the state (an FPGA area cut: no multiplexer
+        # chain of the FSM's conditions in front of them; a consumer looks at them only
+        # while `valid`, which the states drive) ----------------------------------------------
+        nc = self.o_net.payload
+        m.d.comb += [
+            nc.op.eq(Mux(ins.op == Opcode.SEND, NetOp.SEND, NetOp.DONE)),
+            nc.src.eq(a_val), nc.dst.eq(d_val), nc.length.eq(n_val), nc.rect.eq(ins.imm),
+            nc.counter.eq(ins.c), nc.code.eq(ins.imm),
+        ]
+        vc = self.o_vec.payload
+        m.d.comb += [
+            vc.op.eq(ins.op), vc.td.eq(ins.td), vc.ts.eq(ins.ts.as_value()), vc.c.eq(ins.c),
+            vc.imm.eq(ins.imm), vc.d.eq(d_q), vc.a.eq(a_q), vc.b.eq(b_q), vc.n.eq(n_q),
+        ]
+        kc = self.o_kv.payload
+        with m.If(fsm.ongoing("Kv-Stream")):        # KVQK's STREAM_K
+            m.d.comb += [
+                kc.op.eq(KvOp.STREAM_K),
+                kc.layer.eq(mx_wa[8:16]),
+                kc.head.eq(mx_wa[:8]),
+                kc.pos.eq((mx_n - 1)[:16]),
+                kc.args.stream.x_base.eq(x_first[wb:]),
+                kc.args.stream.x_stride.eq(rec[wb:]),
+                kc.args.stream.m.eq(mx_m),
+                kc.args.stream.x_keep.eq(0),
+            ]
+        with m.Else():                              # KVAPP's APPEND (state Issue)
+            m.d.comb += [
+                kc.op.eq(KvOp.APPEND),
+                kc.layer.eq(d_q[8:16]),
+                kc.head.eq(d_q[:8]),
+                kc.pos.eq(n_q[:16]),
+                kc.args.append.k_src.eq(a_q[wb:]),
+                kc.args.append.v_src.eq(b_q[wb:]),
+            ]
+        cmd = self.o_mcmd.payload
+        m.d.comb += [
+            cmd.w_base.eq(w_first[wb:]), cmd.w_stride.eq(w_stride[wb:]), cmd.n.eq(mx_n),
+            cmd.k.eq(mx_k), cmd.x_base.eq(x_first[wb:]), cmd.x_stride.eq(x_stride[wb:]),
+            cmd.m.eq(mx_m), cmd.x_keep.eq(0),
+        ]
+        job = self.o_mjob.payload
+        m.d.comb += [
+            job.op.eq(mx_op),       # KVQK's is MATQK
+            job.td.eq(mx_td), job.m.eq(mx_m), job.x_hdr.eq(mx_xa[wb:]),
+            job.x_stride.eq(rec[wb:]),
+            # KVQK (state Kv-Stream-Job): the rows' header from the KV store
+            job.w_hdr.eq(Mux(mx_kv, self.kv_k_hdr, mx_wa[wb:])),
+            job.w_stride.eq(rec[wb:]), job.c.eq(mx_c), job.y.eq(mx_ya),
+            job.y_stride.eq(y_stride),
+        ]
+
         if ov:
             with m.If(mx_busy & ~self.mjob_busy):
                 m.d.sync += mx_busy.eq(0)
@@ -1375,22 +1416,21 @@ class Controller(wiring.Component):
             # LD, ST and COPY for the entries they have a hazard with; a matrix instruction
             # for the matrix entry here and its hazards in Matrix-Check; every other
             # instruction (SEND included) for every entry.
-            def meet(r1, r2):
+            def meet(r1, r2):       # every end as `cl`
+                assert all(len(Value.cast(v)) <= AW + 1 for v in (*r1, *r2))
                 return (r1[0] < r2[1]) & (r2[0] < r1[1])
 
-            m_x = (mx_xa, x_end)
-            m_w = (Mux(mx_kv, self.kv_map_lo << wb, mx_wa),
-                   Mux(mx_kv, self.kv_map_hi << wb, w_end))
-            m_t = (mx_c, mx_c + tab_bytes)
-            m_y = (mx_ya, y_end)
-            k_map = (self.kv_map_lo << wb, self.kv_map_hi << wb)
-            f_reads = [(is_vec, v_a), (is_vec & uses_b, v_b), (is_vec & is_rms, v_c),
-                       (is_ld, (a_q, a_q + 4)), (is_copy, (a_q, a_q + n_q)),
-                       (is_kvapp, (a_q, a_q + (self.kv_k_words << wb))),
-                       (is_kvapp, (b_q, b_q + (self.kv_v_words << wb))),
-                       (is_table, (a_q, a_q + tab_q))]
-            f_writes = [(is_vec, v_d), (is_st, (d_q, d_q + 4)),
-                        (is_copy, (d_q, d_q + n_q)), (is_kvapp, k_map)]
+            k_map = (cl(self.kv_map_lo << wb), cl(self.kv_map_hi << wb))
+            m_x = (cl(mx_xa), x_end)
+            m_w = (Mux(mx_kv, k_map[0], cl(mx_wa)), Mux(mx_kv, k_map[1], w_end))
+            m_t = (cl(mx_c), t_end)
+            m_y = (cl(mx_ya), y_end)
+            # the `is_issue` instruction's slots (above: `s_a` .. `s_d`); ST's `a` is the
+            # value stored, not an address
+            s_w = (Mux(is_kvapp, k_map[0], s_d[0]), Mux(is_kvapp, k_map[1], s_d[1]))
+            f_reads = [(is_vec | is_ld | is_copy | is_kvapp | is_table, s_a),
+                       (is_vec & uses_b | is_kvapp, s_b), (is_vec & is_rms, s_c)]
+            f_writes = [(is_vec | is_st | is_copy | is_kvapp, s_w)]
 
             def hz(e_reads, e_write):
                 terms = [en & meet(r, e_write) for en, r in f_reads + f_writes]
@@ -1398,9 +1438,9 @@ class Controller(wiring.Component):
                 return Cat(*terms).any()
 
             # the matrix entry's ranges, from the registered ends
-            q_w = (m_w[0], Mux(mx_kv, self.kv_map_hi << wb, mx_wend_q))
-            hz_mx = hz([(C(1, 1), (mx_xa, mx_xend_q)), (C(1, 1), q_w), (~is_raw, m_t)],
-                       (mx_ya, mx_yend_q))
+            q_w = (m_w[0], Mux(mx_kv, k_map[1], mx_wend_q))
+            hz_mx = hz([(C(1, 1), (m_x[0], mx_xend_q)), (C(1, 1), q_w), (~is_raw, m_t)],
+                       (m_y[0], mx_yend_q))
             hz_vx = hz([(C(1, 1), vr_a), (vr_b_en, vr_b), (vr_c_en, vr_c)], vr_d)
             hz_nt = hz([(C(1, 1), nr_src)], nr_dst)
             hz_kv = hz([(C(1, 1), kr_k), (C(1, 1), kr_v)], k_map)

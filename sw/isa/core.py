@@ -29,7 +29,8 @@ __all__ = [
     "CostModel", "IsaConfig", "instr_cycles", "issue_cycles", "is_decode_op", "DECODE_OPS",
     "send_flits", "vector_cycles", "matrix_cycles",
     "SCALAR_OPS", "MATRIX_OPS", "vector_footprint", "matrix_footprint", "ranges_overlap",
-    "BACKGROUND_UNITS", "background_unit", "send_footprint", "mem_footprint", "hazard",
+    "scoreboard_limit", "BACKGROUND_UNITS", "background_unit", "send_footprint",
+    "mem_footprint", "hazard",
     "kvapp_footprint", "table_footprint", "copy_steps",
 ]
 
@@ -731,24 +732,44 @@ def mem_footprint(op: Opcode, d: int, a: int, n: int) -> tuple[list[tuple[int, i
     raise ValueError(f"mem_footprint takes LD, ST or COPY, not {op!r}")
 
 
-def hazard(reads: list, write: tuple | None, in_reads: list, in_write: tuple) -> bool:
+def hazard(reads: list, write: tuple | None, in_reads: list, in_write: tuple,
+           limit: int | None = None) -> bool:
     """Return whether an instruction (`reads`, `write`) must wait for an in-flight one.
 
     RAW (a read meets `in_write`), WAW (`write` meets `in_write`) or WAR (`write` meets one
-    of `in_reads`), with `ranges_overlap`; `write` None: the instruction writes no SRAM.
+    of `in_reads`), with `ranges_overlap` (and its `limit`); `write` None: the instruction
+    writes no SRAM.
     """
     if write is None:
-        return any(ranges_overlap(r, in_write) for r in reads)
-    return (any(ranges_overlap(r, in_write) for r in (*reads, write))
-            or any(ranges_overlap(write, r) for r in in_reads))
+        return any(ranges_overlap(r, in_write, limit) for r in reads)
+    return (any(ranges_overlap(r, in_write, limit) for r in (*reads, write))
+            or any(ranges_overlap(write, r, limit) for r in in_reads))
 
 
-def ranges_overlap(r1: tuple[int, int], r2: tuple[int, int]) -> bool:
+def scoreboard_limit(sram_bytes: int) -> int:
+    """Return the scoreboard's address limit for an SRAM of `sram_bytes` bytes (bytes).
+
+    ``2 ** sram_bytes.bit_length()``, the first power of two above the SRAM size: the
+    controller holds every range end as ``min(end, limit)`` in that many bits plus one
+    (``hw/tile/controller.py``, ``docs/tile.md`` "Issue policy").
+    """
+    return 1 << sram_bytes.bit_length()
+
+
+def ranges_overlap(r1: tuple[int, int], r2: tuple[int, int],
+                   limit: int | None = None) -> bool:
     """Return the scoreboard's overlap test of two byte ranges ``[lo, hi)``.
 
     ``lo1 < hi2 and lo2 < hi1`` exactly as the RTL compares them (an empty range strictly
-    inside the other counts: the test is conservative, never optimistic).
+    inside the other counts: the test is conservative, never optimistic).  With `limit`
+    (`scoreboard_limit` of the SRAM size) every end is taken as ``min(end, limit)``, as the
+    controller holds it: the same answer for ranges inside the SRAM, and a range that
+    starts at or beyond `limit` meets nothing (an instruction with such a range faults on
+    its own range check).
     """
+    if limit is not None:
+        r1 = (min(r1[0], limit), min(r1[1], limit))
+        r2 = (min(r2[0], limit), min(r2[1], limit))
     return r1[0] < r2[1] and r2[0] < r1[1]
 
 

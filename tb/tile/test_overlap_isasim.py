@@ -13,8 +13,10 @@ from chipotle.isa.core import (
     ErrorCode,
     IsaConfig,
     Opcode,
+    hazard,
     matrix_footprint,
     ranges_overlap,
+    scoreboard_limit,
     vector_footprint,
 )
 from chipotle.isa.kv import KvLayout
@@ -81,6 +83,27 @@ def test_vector_footprint(op, b_used):
     else:
         assert write == (0x100, 0x100 + 40 + W)
     assert ranges_overlap((0, 4), (3, 8)) and not ranges_overlap((0, 4), (4, 8))
+
+
+def test_ranges_overlap_limit():
+    """With the scoreboard's limit (the controller's AW + 1-bit ends): ranges inside the SRAM
+    meet as without it; a range from the limit on meets nothing, however long."""
+    size = 384 * 1024
+    limit = scoreboard_limit(size)
+    assert limit == 1 << 19 and scoreboard_limit(32768) == 65536   # above a power of two
+    inside = [(0, 4), (3, 8), (4, 8), (size - 8, size), (100, 100), (0, size)]
+    for r1 in inside:
+        for r2 in inside:
+            assert ranges_overlap(r1, r2, limit) == ranges_overlap(r1, r2), (r1, r2)
+    # ends beyond the limit saturate: a range reaching past it still meets one inside
+    assert ranges_overlap((size - 8, 2 ** 32), (size - 4, size), limit)
+    # a range wholly beyond the limit: met without it, not with it
+    beyond = (limit + 16, limit + 64)
+    assert ranges_overlap(beyond, (limit, 2 ** 33)) and not ranges_overlap(
+        beyond, (limit, 2 ** 33), limit)
+    assert not ranges_overlap(beyond, (0, 2 ** 32), limit)
+    assert hazard([beyond], None, [], (0, 2 ** 32)) and not hazard(
+        [beyond], None, [], (0, 2 ** 32), limit)
 
 
 INDEPENDENT = f"{MATMUL}\nvadd.i16.i16 {F:#x}, {F + 0x80:#x}, {F + 0x100:#x}, 32\nhalt"
