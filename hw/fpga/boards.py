@@ -89,13 +89,15 @@ class Board:
 #: builds the smallest chip the tile accepts (nothing useful fits the UP5K).  The ULX3S chip
 #: clock is 15 MHz (the PLL: 25 MHz x 3 / 5), below nextpnr's 20.83 MHz post-placement
 #: estimate for this chip (session 11), so that the bitstream meets its constraint; the
-#: 50 MHz goal stays in the report (``goal_hz``).
+#: 50 MHz goal stays in the report (``goal_hz``).  nextpnr places it with the electrostatic
+#: placer and routes with router2 (session 14: the first routed build of this chip; with
+#: HeAP's placement router2 stalled near 3,700 overused wires, docs/fpga.md "Session 14").
 BOARDS = {
     "ulx3s-85f": Board(
         "ulx3s-85f", "amaranth_boards.ulx3s:ULX3S_85F_Platform", "ecp5", 25_000_000,
         15_000_000, 1_000_000,
         CONFIGS["ulx3s"], {"LUT4": 83_640, "FF": 83_640, "DSP": 156, "BRAM": 208}, context=140,
-        goal_hz=50_000_000),
+        nextpnr_opts="--placer static --router router2", goal_hz=50_000_000),
     "icebreaker": Board(
         "icebreaker", "amaranth_boards.icebreaker:ICEBreakerPlatform", "ice40", 12_000_000,
         12_000_000, 1_000_000,
