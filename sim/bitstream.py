@@ -152,13 +152,16 @@ def pnr_seconds(text: str) -> dict[str, float]:
     Returns
     -------
     dict of str to float
-        ``place_analytic`` (HeAP, legalisation included), ``place_refine`` (the simulated
-        annealing refinement), ``route`` (router1 or router2): those the log has, in seconds.
+        ``place_analytic`` (HeAP, legalisation included; the static placer logs no time of
+        its own), ``place_refine`` (the simulated annealing refinement), ``route`` (router1,
+        or router2 plus the router1 pass that nextpnr runs after it): those the log has, in
+        seconds.
     """
     out = {}
     for m in re.finditer(r"(HeAP Placer Time|SA placement time|Router[12] time):? ([\d.]+) ?s",
                          text):
-        out[_PNR_PHASES[m.group(1)]] = float(m.group(2))
+        key = _PNR_PHASES[m.group(1)]
+        out[key] = round(out.get(key, 0.0) + float(m.group(2)), 2)
     return out
 
 

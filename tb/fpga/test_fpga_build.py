@@ -92,6 +92,9 @@ def test_pnr_seconds():
     assert pnr_seconds(log) == {"place_analytic": 485.39, "place_refine": 1969.01,
                                 "route": 2983.95}
     assert pnr_seconds(log.replace("Router1", "Router2"))["route"] == 2983.95
+    # router2, then the router1 pass after it (session 14's routed build): both count
+    assert pnr_seconds("Info: Router2 time 147.50s\nInfo: Router1 time 4.11s\n") == {
+        "route": 151.61}
     assert pnr_seconds("Info: Packing LUTs...\n") == {}
 
 
