@@ -77,6 +77,44 @@ async def scalar_loops_copy(dut):
         st   0x124, r0
         halt
     """)
+    # a reset clears r1 .. r15 (LUT RAM, written with 0 in the cycles after a reset):
+    # every register made non-zero, then, after check_program's reset, each one stored
+    await tb.check_program("fill", """
+        li   r1, 0x1111
+        li   r2, 0x2222
+        li   r3, 0x3333
+        li   r4, 0x4444
+        li   r5, 0x5555
+        li   r6, 0x6666
+        li   r7, 0x7777
+        li   r8, 0x8888
+        li   r9, 0x9999
+        li   r10, 0xaaaa
+        li   r11, 0xbbbb
+        li   r12, 0xcccc
+        li   r13, 0xdddd
+        li   r14, 0xeeee
+        li   r15, 0xffff
+        halt
+    """)
+    await tb.check_program("cleared_by_reset", """
+        st   0x304, r1
+        st   0x308, r2
+        st   0x30c, r3
+        st   0x310, r4
+        st   0x314, r5
+        st   0x318, r6
+        st   0x31c, r7
+        st   0x320, r8
+        st   0x324, r9
+        st   0x328, r10
+        st   0x32c, r11
+        st   0x330, r12
+        st   0x334, r13
+        st   0x338, r14
+        st   0x33c, r15
+        halt
+    """)
     await tb.check_program("loops", """
         li    r1, 0x100
         li    r9, 3
