@@ -257,7 +257,8 @@ class ChipConfig:
 #: stories260K resident at a context of up to 140 positions: one tile of 384 KiB in one bank
 #: (49,152 words, a multiple of the 2,048 words Yosys maps to 8 DP16KD: 192 DP16KD), V = 2,
 #: M = 1, K up to 256.  Until session 11 it was two tiles of 176 KiB (context 53), which
-#: filled 88 % of the 85F's logic slots and never routed; one tile takes 43 % (docs/fpga.md).
+#: filled 88 % of the 85F's logic slots and never routed; one tile takes 37 % and routes
+#: (docs/fpga.md, session 14).
 #: ``default`` and ``small`` have 4 vector-unit result slots (session 12), ``ulx3s`` keeps 3,
 #: so the board's Verilog is unchanged (``docs/performance.md``, session 12).
 CONFIGS = {
