@@ -555,7 +555,6 @@ class MatrixWriteback(wiring.Component):
         col_addr = Signal(24)            # byte address of Y[0, n] of the next result
         el_addr = Signal(24)             # byte address of Y[r, n]
         prod = Signal(signed(64), reset_less=True)
-        sh = Signal(signed(18))
         failed = Signal()
         # the next result's side word (its (m, s) pair, MATMUL, or its K-record header,
         # MATQK), read ahead while the write-back computes the first product
@@ -619,15 +618,32 @@ class MatrixWriteback(wiring.Component):
         def stage():
             m.d.sync += [mu_q.eq(mu_next), s_q.eq(s_next)]
 
+        # The shift's decode, registered with it (an FPGA timing cut: the write cycle starts
+        # the requantisation at the multiplier, not at a compare and a decoder of `sh`):
+        # sh > 62, sh < 0, min(sh, 62) and the rounding half 2**min(sh, 62) >> 1.
+        s_t = Signal(signed(18))         # sh = s - b (the docstring), 18 bits
+        sh_big = Signal()
+        sh_neg = Signal()
+        sh_c = Signal(6)
+        half = Signal(63)
+        m.d.comb += s_t.eq(s_q)
+        s_c = Mux(s_t > 62, 62, s_t[:6])
+
         def take_product():
             """Register element `pr`'s product and shift, stage element `pr + 1` and move `pr`
             on."""
-            m.d.sync += [prod.eq(acc[pr] * mu_q), sh.eq(s_q), pr.eq(pr + 1)]
+            m.d.sync += [prod.eq(acc[pr] * mu_q), pr.eq(pr + 1),
+                         sh_big.eq(s_t > 62), sh_neg.eq(s_t < 0), sh_c.eq(s_c),
+                         half.eq((C(1, 64) << s_c) >> 1)]
             stage()
 
-        # the element in `prod` is an arithmetic error: `requant_dyn` refuses it
+        # the element in `prod` is an arithmetic error: `requant_dyn` refuses it.  |prod| <
+        # 2**46 by the bits above 46: all equal to the sign, and prod = -2**46 (the only
+        # value of that form outside the bound) excluded.
         bad = Signal()
-        m.d.comb += bad.eq(~raw & ((sh < 0) | (prod >= (1 << 46)) | (prod <= -(1 << 46))))
+        p_top = prod[46:]
+        p_fits = (~p_top.any() | (p_top.all() & prod[:46].any()))
+        m.d.comb += bad.eq(~raw & (sh_neg | ~p_fits))
 
         def select_take():
             """In a cycle that may take a result, point the staging at its element 0 (by the
@@ -659,20 +675,20 @@ class MatrixWriteback(wiring.Component):
             with m.Else():
                 m.next = "Element"
 
-        # requantisation of `prod` (registered) by (mult, sh) to the job's type
-        sh_c = Signal(6)
-        m.d.comb += sh_c.eq(Mux(sh > 62, 62, sh[:6]))
-        half = Signal(63)
-        m.d.comb += half.eq((C(1, 64) << sh_c) >> 1)
+        # requantisation of `prod` (registered) by (mult, sh) to the job's type; the
+        # saturation by the bits above the type's sign bit (all equal to the sign: it fits)
         xm = Signal(signed(66))
         m.d.comb += xm.eq(prod * mult.as_unsigned() + half)
         shifted = Signal(signed(66))
-        m.d.comb += shifted.eq(Mux(sh > 62, 0, xm >> sh_c))
+        m.d.comb += shifted.eq(Mux(sh_big, 0, xm >> sh_c))
         value = Signal(signed(32))
         for code, bits in ((0, 8), (1, 16), (2, 32)):
             lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+            top = shifted[bits - 1:]
+            neg = shifted[65]
             with m.If(job.td == code):
-                m.d.comb += value.eq(Mux(shifted > hi, hi, Mux(shifted < lo, lo, shifted)))
+                m.d.comb += value.eq(Mux(~top.any() | top.all(), shifted[:bits].as_signed(),
+                                         Mux(neg, lo, hi)))
         out = Mux(raw, acc[r], value)
         boff = el_addr[:wb] if wb else C(0, 1)
         m.d.comb += [
