@@ -667,9 +667,12 @@ def main(argv=None):
     parser.add_argument("--synth-only", action="store_true", help="stop after Yosys")
     parser.add_argument("--tile-blackbox", action="store_true", help="synthesise the top "
                         "with the tile as a black box (implies --synth-only)")
-    parser.add_argument("--build-dir", type=Path)
-    parser.add_argument("--nextpnr-opts", default="", help="extra nextpnr options, e.g. "
-                        "\"--router router2\"")
+    parser.add_argument("--build-dir", type=Path, metavar="DIR", help="where the tools run "
+                        "and the report, netlist and bitstream go (default: "
+                        "build/fpga/<board>)")
+    parser.add_argument("--nextpnr-opts", default="", help="extra nextpnr options, after the "
+                        "board's, which one given again replaces, e.g. \"--seed 2\" or "
+                        "\"--placer heap\"")
     parser.add_argument("--place-only", action="store_true", help="nextpnr without routing "
                         "or bitstream: its post-placement Fmax estimate")
     parser.add_argument("--paths", type=int, default=0, metavar="N", help="after Yosys, "
