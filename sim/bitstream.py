@@ -658,7 +658,8 @@ def main(argv=None):
     from chipotle.config import ChipConfig
     from chipotle.hw.fpga.boards import BOARDS
 
-    parser = argparse.ArgumentParser(prog="python -m chipotle.sim.bitstream", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m chipotle.sim.bitstream",
+                                     description=__doc__.split("\nMembers\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--board", default="ulx3s-85f", metavar="BOARD",
                         help=f"the board: {', '.join(sorted(BOARDS))} (default: %(default)s)")

@@ -67,7 +67,7 @@ def bands(placed: dict, axis: str = "Y", band: int = 16) -> dict[int, int]:
 
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m chipotle.sim.congestion",
-                                     description=__doc__,
+                                     description=__doc__.split("\nMembers\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("by_net", type=Path, help="router2's *_congestion_by_net_<i>.csv")
     parser.add_argument("--placed", type=Path, help="nextpnr --write JSON of the placement")

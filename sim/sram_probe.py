@@ -107,7 +107,7 @@ def main(argv=None):
 
     ecp5 = sorted(k for k, b in BOARDS.items() if b.family == "ecp5")
     parser = argparse.ArgumentParser(prog="python -m chipotle.sim.sram_probe",
-                                     description=__doc__,
+                                     description=__doc__.split("\nMembers\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--board", default="ulx3s-85f", choices=ecp5,
                         help="the ECP5 board (default: %(default)s); a real run takes about "
