@@ -622,10 +622,10 @@ class MatrixWriteback(wiring.Component):
         # the requantisation at the multiplier, not at a compare and a decoder of `sh`):
         # sh > 62, sh < 0, min(sh, 62) and the rounding half 2**min(sh, 62) >> 1.
         s_t = Signal(signed(18))         # sh = s - b (the docstring), 18 bits
-        sh_big = Signal()
-        sh_neg = Signal()
-        sh_c = Signal(6)
-        half = Signal(63)
+        sh_big = Signal(reset_less=True)     # read with `prod`, which has no reset either
+        sh_neg = Signal(reset_less=True)
+        sh_c = Signal(6, reset_less=True)
+        half = Signal(63, reset_less=True)
         m.d.comb += s_t.eq(s_q)
         s_c = Mux(s_t > 62, 62, s_t[:6])
 
