@@ -32,6 +32,8 @@ tile_file
     The tile module as Yosys reads it.
 promote_lsr_globals
     High-fanout resets onto ECP5 global buffers (the netlist edit between Yosys and nextpnr).
+device_overflow
+    What a netlist needs beyond the device (checked before nextpnr).
 log_fmax, log_utilisation, pnr_seconds, critical_path
     What the flow reads from nextpnr's log and ``--report`` JSON.
 """
@@ -51,7 +53,7 @@ from pathlib import Path
 
 from .flow import build_root, generate_verilog
 
-__all__ = ["build", "critical_path", "format_report", "log_fmax", "log_utilisation",
+__all__ = ["build", "critical_path", "device_overflow", "format_report", "log_fmax", "log_utilisation",
            "pnr_seconds", "promote_lsr_globals", "rtlil_no_rw_check", "tile_file",
            "LSR_GLOBAL_FANOUT", "TOOLS"]
 
@@ -96,6 +98,37 @@ def _synth_counts(cells: dict[str, int], family: str) -> dict[str, int]:
             out[key] = sum(v for k, v in cells.items() if k.startswith(cell[:-1]))
         else:
             out[key] = cells.get(cell, 0)
+    return out
+
+
+def device_overflow(synth: dict[str, int], resources: dict[str, int],
+                    family: str) -> list[tuple[str, int, int]]:
+    """The resources a synthesised netlist needs beyond the device, before nextpnr runs.
+
+    Parameters
+    ----------
+    synth : dict of str to int
+        The report's Yosys counts (``LUT4``, ``FF``, ``DSP``, ``BRAM``, ``CCU2C``, ``SPRAM``).
+    resources : dict of str to int
+        The device totals (`Board.resources`).
+    family : {"ecp5", "ice40"}
+
+    Returns
+    -------
+    list of (str, int, int)
+        ``(resource, needed, available)`` for each one that does not fit, where on the ECP5
+        ``LUT4`` needs LUT4 + 2 CCU2C slots (nextpnr places a carry cell in two
+        ``TRELLIS_COMB``; a lower bound of what it packs), the others the cell counts.
+        Empty if everything fits.  (Session 14: a 512 KiB SRAM's 267 DP16KD on the 208 of
+        the 85F made nextpnr hang in legalisation instead of failing.)
+    """
+    out = []
+    for key, have in resources.items():
+        need = synth.get(key, 0)
+        if family == "ecp5" and key == "LUT4":
+            need += 2 * synth.get("CCU2C", 0)
+        if need > have:
+            out.append((key, need, have))
     return out
 
 
@@ -467,7 +500,9 @@ def build(board_name: str, config=None, *, synth_only: bool = False,
     KeyError
         For an unknown board.
     ValueError
-        With `reuse_netlist`, if there is no netlist or it is not this design's.
+        With `reuse_netlist`, if there is no netlist or it is not this design's; if the
+        netlist needs more of a resource than the device has (`device_overflow`), before
+        nextpnr, with the report written (``fit_error``).
     subprocess.CalledProcessError
         If a tool fails (its log is in the build directory).  When nextpnr fails, the report
         files are written first, with its packed utilisation (``used`` / ``available``)
@@ -540,6 +575,15 @@ def build(board_name: str, config=None, *, synth_only: bool = False,
         (bdir / "paths.txt").write_text(format_paths(found, vfiles) + "\n")
         report["worst_path_proxy_ns"] = found[0].delay_ns if found else None
         progress(f"{board_name}: {len(found)} longest paths (proxy) in {bdir / 'paths.txt'}")
+    if not synth_only and (over := device_overflow(report["synth"], board.resources,
+                                                   board.family)):
+        what = ", ".join(f"{k} {n:,} of {h:,}" for k, n, h in over)
+        report["fit_error"] = what
+        _write_report(bdir, report)
+        raise ValueError(f"{board_name}: the configuration ({config}) does not fit the "
+                         f"{report['device']}: it needs {what} (Yosys's counts, "
+                         f"{bdir / 'report.txt'}); nextpnr not run; give a smaller "
+                         f"configuration (CONFIG= / --config, e.g. a smaller sram_kib)")
     if not synth_only:
         pnr_json = "top.json"
         if board.family == "ecp5":     # Yosys's top.json stays; nextpnr reads top_pnr.json
@@ -626,6 +670,8 @@ def format_report(r: dict) -> str:
     if r.get("lsr_globals"):
         lines.append("  resets on globals (DCCA): " + ", ".join(
             f"{n} ({k:,} flip-flops)" for n, k in r["lsr_globals"]))
+    if r.get("fit_error"):
+        lines.append(f"  does NOT fit the device: {r['fit_error']} (nextpnr not run)")
     if r.get("pnr_error"):
         lines.append(f"  nextpnr FAILED: {r['pnr_error']}")
     if "fmax_mhz" in r:
@@ -683,6 +729,13 @@ def main(argv=None):
                         "route the netlist an earlier run (--synth-only) left in the build "
                         "directory, if it is this design's")
     args = parser.parse_args(argv)
+    if args.paths < 0:
+        parser.error(f"--paths {args.paths}: give a count of paths, 0 or more")
+    stop = ("--synth-only" if args.synth_only else
+            "--tile-blackbox" if args.tile_blackbox else None)
+    if stop and (args.place_only or args.reuse_netlist):
+        parser.error(f"{'--place-only' if args.place_only else '--reuse-netlist'} runs "
+                     f"nextpnr, {stop} stops before it: give one of them")
     # `make bitstream` sets $CHIPOTLE_MAKE_BITSTREAM: errors then name make's variables
     under_make = "CHIPOTLE_MAKE_BITSTREAM" in os.environ
     if args.board not in BOARDS:

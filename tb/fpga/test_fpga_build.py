@@ -155,6 +155,34 @@ def test_nextpnr_failure_report(tmp_path, monkeypatch):
     assert args.count("--placer") == 1 and args[args.index("--placer") + 1] == "heap", args
 
 
+def test_device_overflow_refused_before_nextpnr(tmp_path, monkeypatch):
+    """A netlist with more block RAM than the device (a 512 KiB SRAM's 267 DP16KD on the
+    85F's 208, which made nextpnr hang in session 14) is refused before nextpnr, with the
+    resource named and the report written; the LUT4 need counts 2 slots per CCU2C."""
+    import chipotle.sim.bitstream as bs
+    from chipotle.sim.bitstream import device_overflow
+    res = BOARDS["ulx3s-85f"].resources
+    assert device_overflow({"LUT4": 20_000, "CCU2C": 4_000, "BRAM": 203}, res, "ecp5") == []
+    assert device_overflow({"LUT4": 80_000, "CCU2C": 2_000, "BRAM": 267}, res, "ecp5") == [
+        ("LUT4", 84_000, 83_640), ("BRAM", 267, 208)]
+    assert device_overflow({"LUT4": 80_000, "CCU2C": 2_000}, res, "ice40") == []
+    fake = tmp_path / "fake-nextpnr"
+    fake.write_text("#!/bin/sh\ntouch ran.txt\nexit 1\n")
+    fake.chmod(0o755)
+    real_tool = bs._tool
+    monkeypatch.setattr(bs, "_tool", lambda n: str(fake) if "nextpnr" in n else real_tool(n))
+    monkeypatch.setattr(bs, "_check_netlist", lambda bdir, files: None)
+    d = tmp_path / "b"
+    d.mkdir()
+    (d / "top.json").write_text("{}")
+    (d / "synth_stat.txt").write_text("=== top ===\n\n    21000   LUT4\n    267   DP16KD\n")
+    with pytest.raises(ValueError, match="does not fit the LFE5U-85F.*BRAM 267 of 208"):
+        bs.build("ulx3s-85f", TINY, build_dir=d, reuse_netlist=True, progress=lambda s: None)
+    assert not (d / "ran.txt").exists()
+    assert "does NOT fit the device: BRAM 267 of 208 (nextpnr not run)" in \
+        (d / "report.txt").read_text()
+
+
 def test_critical_path():
     """The worst same-clock path of a nextpnr report, by module: a hand-made report with a
     longer cross-domain path (ignored) and two clock paths."""
@@ -331,3 +359,19 @@ def test_rtlil_no_rw_check_marks_only_synchronous_untransparent_bits():
     assert masks(text) == [("t", "2'00"), ("t", "2'00"), ("t", "2'00"), ("u", "1'0")]
     assert masks(rtlil_no_rw_check(text)) == [("t", "2'11"), ("t", "2'10"), ("t", "2'00"),
                                               ("u", "1'0")]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--board", "nosuch"], "--board nosuch: not a board of this flow"),
+    (["--paths", "-1"], "--paths -1: give a count of paths, 0 or more"),
+    (["--place-only", "--synth-only"], "--place-only runs nextpnr, --synth-only stops"),
+    (["--reuse-netlist", "--tile-blackbox"], "--reuse-netlist runs nextpnr, --tile-blackbox"),
+])
+def test_bitstream_command_line_refusals(argv, message, capsys):
+    """Options that contradict each other or name nothing are refused at once, in one
+    error line naming them (no elaboration, no Yosys)."""
+    from chipotle.sim.bitstream import main
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2
+    assert message in capsys.readouterr().err
