@@ -53,7 +53,8 @@ from pathlib import Path
 
 from .flow import build_root, generate_verilog
 
-__all__ = ["build", "critical_path", "device_overflow", "format_report", "log_fmax", "log_utilisation",
+__all__ = ["build", "critical_path", "device_overflow", "format_report", "log_fmax",
+           "log_utilisation",
            "pnr_seconds", "promote_lsr_globals", "rtlil_no_rw_check", "tile_file",
            "LSR_GLOBAL_FANOUT", "TOOLS"]
 
