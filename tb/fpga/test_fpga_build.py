@@ -119,6 +119,24 @@ def test_log_utilisation():
     assert log_utilisation("ERROR: Failed to open JSON file\n") == {}
 
 
+def _fake_nextpnr_build_dir(tmp_path, monkeypatch, script, synth_stat):
+    """A build directory holding a netlist stand-in and Yosys's `synth_stat` text, with
+    nextpnr replaced by the shell `script` and the netlist check bypassed (Yosys is
+    skipped: ``reuse_netlist``).  Returns the directory."""
+    import chipotle.sim.bitstream as bs
+    fake = tmp_path / "fake-nextpnr"
+    fake.write_text("#!/bin/sh\n" + script)
+    fake.chmod(0o755)
+    real_tool = bs._tool
+    monkeypatch.setattr(bs, "_tool", lambda n: str(fake) if "nextpnr" in n else real_tool(n))
+    monkeypatch.setattr(bs, "_check_netlist", lambda bdir, files: None)
+    d = tmp_path / "b"
+    d.mkdir()
+    (d / "top.json").write_text("{}")
+    (d / "synth_stat.txt").write_text(synth_stat)
+    return d
+
+
 def test_nextpnr_failure_report(tmp_path, monkeypatch):
     """A nextpnr that fails (a stand-in printing the log above) leaves a report with the
     packed utilisation and the error; it gets the board's options unless the caller gives
@@ -129,17 +147,10 @@ def test_nextpnr_failure_report(tmp_path, monkeypatch):
     import chipotle.sim.bitstream as bs
     monkeypatch.setitem(BOARDS, "ulx3s-85f", dataclasses.replace(
         BOARDS["ulx3s-85f"], nextpnr_opts="--placer static"))
-    fake = tmp_path / "fake-nextpnr"
-    fake.write_text(f"#!/bin/sh\necho \"$@\" > args.txt\ncat > top.tim <<'EOF'\n{FAILED_LOG}EOF\n"
-                    "exit 1\n")
-    fake.chmod(0o755)
-    real_tool = bs._tool
-    monkeypatch.setattr(bs, "_tool", lambda n: str(fake) if "nextpnr" in n else real_tool(n))
-    monkeypatch.setattr(bs, "_check_netlist", lambda bdir, files: None)
-    d = tmp_path / "b"
-    d.mkdir()
-    (d / "top.json").write_text("{}")
-    (d / "synth_stat.txt").write_text("=== top ===\n\n    51454   LUT4\n    17846   TRELLIS_FF\n")
+    d = _fake_nextpnr_build_dir(
+        tmp_path, monkeypatch,
+        f"echo \"$@\" > args.txt\ncat > top.tim <<'EOF'\n{FAILED_LOG}EOF\nexit 1\n",
+        "=== top ===\n\n    51454   LUT4\n    17846   TRELLIS_FF\n")
     with pytest.raises(subprocess.CalledProcessError):
         bs.build("ulx3s-85f", TINY, build_dir=d, reuse_netlist=True, progress=lambda s: None)
     text = (d / "report.txt").read_text()
@@ -166,16 +177,8 @@ def test_device_overflow_refused_before_nextpnr(tmp_path, monkeypatch):
     assert device_overflow({"LUT4": 80_000, "CCU2C": 2_000, "BRAM": 267}, res, "ecp5") == [
         ("LUT4", 84_000, 83_640), ("BRAM", 267, 208)]
     assert device_overflow({"LUT4": 80_000, "CCU2C": 2_000}, res, "ice40") == []
-    fake = tmp_path / "fake-nextpnr"
-    fake.write_text("#!/bin/sh\ntouch ran.txt\nexit 1\n")
-    fake.chmod(0o755)
-    real_tool = bs._tool
-    monkeypatch.setattr(bs, "_tool", lambda n: str(fake) if "nextpnr" in n else real_tool(n))
-    monkeypatch.setattr(bs, "_check_netlist", lambda bdir, files: None)
-    d = tmp_path / "b"
-    d.mkdir()
-    (d / "top.json").write_text("{}")
-    (d / "synth_stat.txt").write_text("=== top ===\n\n    21000   LUT4\n    267   DP16KD\n")
+    d = _fake_nextpnr_build_dir(tmp_path, monkeypatch, "touch ran.txt\nexit 1\n",
+                                "=== top ===\n\n    21000   LUT4\n    267   DP16KD\n")
     with pytest.raises(ValueError, match="does not fit the LFE5U-85F.*BRAM 267 of 208"):
         bs.build("ulx3s-85f", TINY, build_dir=d, reuse_netlist=True, progress=lambda s: None)
     assert not (d / "ran.txt").exists()
