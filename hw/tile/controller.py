@@ -532,9 +532,9 @@ class Controller(wiring.Component):
         m.d.comb += [n_i.eq(ins.n.imm),
                      n_zero.eq(((n_reg ^ n_i) ^ ((n_reg | n_i) << 1)[:32]) == 0)]
 
-        # One register write port: the states that write a register drive it (an FPGA area
-        # cut: one write-data multiplexer, not one per register).  Every write is to
-        # ``ins.d.reg`` (LI, ADD, SUB, MUL and LD's latch).
+        # One register write port: the states that write a register drive it (the LUT RAM's
+        # one write port below).  Every write is to ``ins.d.reg`` (LI, ADD, SUB, MUL and
+        # LD's latch).
         rf_we = Signal()
         rf_wdata = Signal(32)
         m.d.comb += [
@@ -1219,7 +1219,9 @@ class Controller(wiring.Component):
             x_first = Mux(is_raw, mx_xa, mx_xa + W)
             w_first = Mux(is_qk, mx_wa + W, mx_wa)
             y_stride = mx_ystride
-            # the ends as `cl` (N = 0 makes W's negative: past 2**AW, and SHAPE fails first)
+            # the ends as `cl` (N = 0 makes W's product negative, so its end is 2**AW; the
+            # simulator's matrix_footprint takes W to the end for N = 0 too: the hazard wait
+            # before the SHAPE refusal is the same)
             x_end = Signal(AW + 1)
             w_end = Signal(AW + 1)
             y_end = Signal(AW + 1)
@@ -1333,9 +1335,10 @@ class Controller(wiring.Component):
                             m.d.sync += [error.eq(nt_code), err_pc.eq(nt_pc)]
                         m.next = "Error"
 
-        # ---- command payloads, driven whatever the state (an FPGA area cut: no multiplexer
-        # chain of the FSM's conditions in front of them; a consumer looks at them only
-        # while `valid`, which the states drive) ----------------------------------------------
+        # ---- command payloads, driven whatever the state (no multiplexer chain of the FSM's
+        # conditions in front of them: 9,707 -> 9,306 LUT slots at a fixed 20 ns mapping,
+        # docs/fpga.md "Session 14"; a consumer looks at them only while `valid`, which the
+        # states drive) ---------------------------------------------------------------------
         nc = self.o_net.payload
         m.d.comb += [
             nc.op.eq(Mux(ins.op == Opcode.SEND, NetOp.SEND, NetOp.DONE)),

@@ -850,7 +850,10 @@ def matrix_footprint(op: Opcode, d: int, a: int, b: int, n: int, c: int, m: int,
     w_first, w_stride = (b + W, rec) if qk else (b, kw)
     reads = [(a, x_first + (m - 1) * x_stride + k)]
     if op != Opcode.KVQK:
-        reads.append((b, w_first + (n - 1) * w_stride + k))
+        # N = 0 (refused with SHAPE after its hazard wait): W to the end of the address
+        # space, as the controller has it (its W end is min(end, limit) of a negative
+        # product: the limit)
+        reads.append((b, w_first + (n - 1) * w_stride + k if n else 1 << 64))
     elif kv_map is not None:
         reads.append(tuple(kv_map))
     if not raw:

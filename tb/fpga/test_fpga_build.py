@@ -176,7 +176,10 @@ def test_device_overflow_refused_before_nextpnr(tmp_path, monkeypatch):
     assert device_overflow({"LUT4": 20_000, "CCU2C": 4_000, "BRAM": 203}, res, "ecp5") == []
     assert device_overflow({"LUT4": 80_000, "CCU2C": 2_000, "BRAM": 267}, res, "ecp5") == [
         ("LUT4", 84_000, 83_640), ("BRAM", 267, 208)]
-    assert device_overflow({"LUT4": 80_000, "CCU2C": 2_000}, res, "ice40") == []
+    ice = BOARDS["icebreaker"].resources     # no carry cells counted on the iCE40
+    assert device_overflow({"LUT4": 5_000, "CCU2C": 2_000}, ice, "ice40") == []
+    assert device_overflow({"LUT4": 5_300, "BRAM": 31}, ice, "ice40") == [
+        ("LUT4", 5_300, 5_280), ("BRAM", 31, 30)]
     d = _fake_nextpnr_build_dir(tmp_path, monkeypatch, "touch ran.txt\nexit 1\n",
                                 "=== top ===\n\n    21000   LUT4\n    267   DP16KD\n")
     with pytest.raises(ValueError, match="does not fit the LFE5U-85F.*BRAM 267 of 208"):
@@ -370,10 +373,11 @@ def test_rtlil_no_rw_check_marks_only_synchronous_untransparent_bits():
     (["--place-only", "--synth-only"], "--place-only runs nextpnr, --synth-only stops"),
     (["--reuse-netlist", "--tile-blackbox"], "--reuse-netlist runs nextpnr, --tile-blackbox"),
 ])
-def test_bitstream_command_line_refusals(argv, message, capsys):
+def test_bitstream_command_line_refusals(argv, message, capsys, monkeypatch):
     """Options that contradict each other or name nothing are refused at once, in one
     error line naming them (no elaboration, no Yosys)."""
     from chipotle.sim.bitstream import main
+    monkeypatch.delenv("CHIPOTLE_MAKE_BITSTREAM", raising=False)   # the option names
     with pytest.raises(SystemExit) as e:
         main(argv)
     assert e.value.code == 2

@@ -59,6 +59,12 @@ def test_matrix_footprint_is_exact():
     assert reads[0] == (XA, XA + W + (M - 1) * cfg.record_bytes(K) + K)
     assert reads[1] == (WA, WA + (N - 1) * cfg.pad(K) + K)
     assert reads[2] == (CA, CA + 4 * N)
+    # N = 0 (a SHAPE error after its hazard wait): W to the end, as the controller's clamped
+    # end of a negative product; it meets a write anywhere above W's start
+    reads0, _ = matrix_footprint(Opcode.MATMUL, YA, XA, WA, 0, CA, M, K, Dtype.I16, W)
+    assert reads0[1] == (WA, 1 << 64)
+    limit = scoreboard_limit(4096)
+    assert ranges_overlap(reads0[1], (WA + 4000, WA + 4001), limit)
     # the same operands on two backgrounds around Y: a byte equal in both runs was written
     sims = []
     for fill in (0x00, 0xA5):
