@@ -576,16 +576,15 @@ def build(board_name: str, config=None, *, synth_only: bool = False,
         (bdir / "paths.txt").write_text(format_paths(found, vfiles) + "\n")
         report["worst_path_proxy_ns"] = found[0].delay_ns if found else None
         progress(f"{board_name}: {len(found)} longest paths (proxy) in {bdir / 'paths.txt'}")
-    if not synth_only and (over := device_overflow(report["synth"], board.resources,
-                                                   board.family)):
-        what = ", ".join(f"{k} {n:,} of {h:,}" for k, n, h in over)
-        report["fit_error"] = what
-        _write_report(bdir, report)
-        raise ValueError(f"{board_name}: the configuration ({config}) does not fit the "
-                         f"{report['device']}: it needs {what} (Yosys's counts, "
-                         f"{bdir / 'report.txt'}); nextpnr not run; give a smaller "
-                         f"configuration (CONFIG= / --config, e.g. a smaller sram_kib)")
     if not synth_only:
+        if over := device_overflow(report["synth"], board.resources, board.family):
+            what = ", ".join(f"{k} {n:,} of {h:,}" for k, n, h in over)
+            report["fit_error"] = what
+            _write_report(bdir, report)
+            raise ValueError(f"{board_name}: the configuration ({config}) does not fit the "
+                             f"{report['device']}: it needs {what} (Yosys's counts, "
+                             f"{bdir / 'report.txt'}); nextpnr not run; give a smaller "
+                             f"configuration (CONFIG= / --config, e.g. a smaller sram_kib)")
         pnr_json = "top.json"
         if board.family == "ecp5":     # Yosys's top.json stays; nextpnr reads top_pnr.json
             netlist = json.loads((bdir / "top.json").read_text())

@@ -159,11 +159,8 @@ def _vector_unit(config):
 
 def _controller(config):
     """The controller of a tile of ``config`` (as ``Tile`` builds it)."""
-    from chipotle.hw.tile.controller import Controller
-    t = config.tile_config()
-    return Controller(sram_bytes=t.sram_bytes, word_bytes=t.word_bytes, max_m=t.max_m,
-                      k_max=t.k_max, imem_words=t.imem_words, n_counters=t.n_counters,
-                      loop_depth=t.loop_depth, overlap=t.overlap)
+    from chipotle.hw.tile.tile import tile_controller
+    return tile_controller(config.tile_config())
 
 
 def _tile(config):

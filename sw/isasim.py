@@ -356,6 +356,8 @@ class IsaSim:
             if not isinstance(v, int) or not 1 <= v <= 16:
                 raise ValueError(f"`{name}` must be an integer in [1, 16], not {v!r}")
         self.config = config or IsaConfig()
+        # the scoreboard's range limit (`scoreboard_limit`), once, not per hazard check
+        self._sb_limit = scoreboard_limit(self.config.sram_bytes)
         self.width, self.height = width, height
         self._tiles = {(x, y): Tile(self, x, y) for y in range(height) for x in range(width)}
         self.events: list[DoneEvent] = []
@@ -604,10 +606,9 @@ class IsaSim:
         elif unit not in ("matrix", "vector", "kv") and op not in _MEM_OPS:
             return list(t._busy)
         reads, write = self._footprint(t, i)
-        limit = scoreboard_limit(self.config.sram_bytes)
         return [u for u, e in t._busy.items()
                 if u == unit or (op == Opcode.KVQK and u == "kv")
-                or hazard(reads, write, e.reads, e.write, limit)]
+                or hazard(reads, write, e.reads, e.write, self._sb_limit)]
 
     def _footprint(self, t: Tile, i: Instr) -> tuple:
         """The SRAM byte ranges (reads, write) of a background instruction, resolved now."""

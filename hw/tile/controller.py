@@ -625,21 +625,21 @@ class Controller(wiring.Component):
             v = Value.cast(v)
             return v[AW:].any() if len(v) > AW else C(0, 1)
 
+        def clamp(low, over):
+            """2**AW if `over`, else the AW-bit `low`: AW + 1 bits."""
+            return Cat(Mux(over, 0, low), over)
+
         def cl(v):
             """min(v, 2**AW) (v unsigned) in AW + 1 bits."""
             v = Value.cast(v)
-            if len(v) <= AW:
-                return v
-            o = v[AW:].any()
-            return Cat(Mux(o, 0, v[:AW]), o)
+            return v if len(v) <= AW else clamp(v[:AW], hi_any(v))
 
         def rend(lo, length):
             """min(lo + length, 2**AW) in AW + 1 bits, with an AW-bit adder."""
             lo, length = Value.cast(lo), Value.cast(length)
             s_ = lo[:AW] + length[:AW]
             s_ = Cat(s_, C(0, max(0, AW + 1 - len(s_))))
-            o = s_[AW] | hi_any(lo) | hi_any(length)
-            return Cat(Mux(o, 0, s_[:AW]), o)
+            return clamp(s_[:AW], s_[AW] | hi_any(lo) | hi_any(length))
 
         # ---- overlap scoreboard: one entry per background unit (0 matrix, 1 vector, 2 net) --
         # An entry is live while its instruction is in flight (busy) or finished with an
@@ -760,9 +760,11 @@ class Controller(wiring.Component):
                     fail(ErrorCode.SRAM_RANGE)
 
         # ---- operand checks ---------------------------------------------------------------------
-        def past(addr, nbytes):
-            """`addr + nbytes` reaches past the SRAM (exact, no wrap: 2**AW > size)."""
-            return rend(addr, nbytes) > size
+        # Issue's range checks are the slot ends (`s_a` .. `s_d`: LD [a, a + 4), ST [d, d + 4),
+        # COPY [a, a + n) and [d, d + n), KVAPP its K record and V row), past the SRAM when
+        # above its size (exact, no wrap: 2**AW > size).
+        def past(end):
+            return end > size
 
         def misaligned(addr, align):
             bits = exact_log2(align)
@@ -1052,7 +1054,7 @@ class Controller(wiring.Component):
                 with first(op == Opcode.LD):
                     with m.If(misaligned(a_q, 4)):
                         fail(ErrorCode.ALIGN)
-                    with m.Elif(past(a_q, 4)):
+                    with m.Elif(past(s_a[1])):
                         fail(ErrorCode.SRAM_RANGE)
                     with m.Else():
                         m.d.sync += mem_addr.eq(a_q)
@@ -1060,7 +1062,7 @@ class Controller(wiring.Component):
                 with m.Elif(op == Opcode.ST):
                     with m.If(misaligned(d_q, 4)):
                         fail(ErrorCode.ALIGN)
-                    with m.Elif(past(d_q, 4)):
+                    with m.Elif(past(s_d[1])):
                         fail(ErrorCode.SRAM_RANGE)
                     with m.Else():
                         m.d.sync += [mem_addr.eq(d_q), cp_src.eq(a_q)]
@@ -1070,11 +1072,11 @@ class Controller(wiring.Component):
                     # then range); the slot and position are the KV store's to check.
                     with m.If(misaligned(a_q, W)):
                         fail(ErrorCode.ALIGN)
-                    with m.Elif(past(a_q, al_q)):       # its K record
+                    with m.Elif(past(s_a[1])):       # its K record
                         fail(ErrorCode.SRAM_RANGE)
                     with m.Elif(misaligned(b_q, W)):
                         fail(ErrorCode.ALIGN)
-                    with m.Elif(past(b_q, bl_q)):       # its V row
+                    with m.Elif(past(s_b[1])):       # its V row
                         fail(ErrorCode.SRAM_RANGE)
                     with m.Elif(d_q[16:].any() | n_q[16:].any()):
                         fail(ErrorCode.KV_RANGE)      # beyond the store's 16-bit fields
@@ -1090,9 +1092,9 @@ class Controller(wiring.Component):
                                 ]
                             m.next = "Kv"
                 with m.Elif(op == Opcode.COPY):
-                    with m.If(past(a_q, n_q)):
+                    with m.If(past(s_a[1])):
                         fail(ErrorCode.SRAM_RANGE)
-                    with m.Elif(past(d_q, n_q)):
+                    with m.Elif(past(s_d[1])):
                         fail(ErrorCode.SRAM_RANGE)
                     with m.Elif(n_q == 0):
                         do_retire()

@@ -28,7 +28,15 @@ from .netif import ImemWrite, NetCommand, NetCompletion, NetifConfig, NetworkInt
 from .sram import Sram, SramArbiter, SramSignature, connect_narrow
 from .vector import VectorUnit
 
-__all__ = ["TileCore", "Tile"]
+__all__ = ["TileCore", "Tile", "tile_controller"]
+
+
+def tile_controller(c: TileConfig) -> Controller:
+    """The controller of a tile of configuration `c` (``TileCore``'s; also what
+    ``python -m chipotle.sim.synth controller`` synthesises)."""
+    return Controller(sram_bytes=c.sram_bytes, word_bytes=c.word_bytes, max_m=c.max_m,
+                      k_max=c.k_max, imem_words=c.imem_words, n_counters=c.n_counters,
+                      loop_depth=c.loop_depth, overlap=c.overlap)
 
 
 class TileCore(wiring.Component):
@@ -111,9 +119,7 @@ class TileCore(wiring.Component):
         m.submodules.arbiter = arb = SramArbiter(5, word_bytes=W, read_words=c.n_banks)
         mx = MatrixUnit(word_bytes=W, max_m=c.max_m, k_max=c.k_max)
         wb = MatrixWriteback(word_bytes=W, max_m=c.max_m)
-        ctrl = Controller(sram_bytes=c.sram_bytes, word_bytes=W, max_m=c.max_m, k_max=c.k_max,
-                          imem_words=c.imem_words, n_counters=c.n_counters,
-                          loop_depth=c.loop_depth, overlap=c.overlap)
+        ctrl = tile_controller(c)
         vec = VectorUnit(lanes=c.lanes, word_bytes=W, sram_bytes=c.sram_bytes,
                          read_words=c.n_banks, slots=c.vec_slots)
         m.submodules.vector = ResetInserter(rst)(vec)
