@@ -193,17 +193,19 @@ SIM_OPTS = $(strip $(if $(value THREADS),--sim-threads "$$CHIPOTLE_MAKE_THREADS"
 sim: venv
 	$(VENV)/bin/chipotle generate --backend "$$CHIPOTLE_MAKE_BACKEND" --prompt "$$CHIPOTLE_MAKE_PROMPT" \
 	  --steps "$$CHIPOTLE_MAKE_STEPS" --temperature "$$CHIPOTLE_MAKE_TEMPERATURE" --topp "$$CHIPOTLE_MAKE_TOPP" \
-	  $(CONFIG_OPT) --placement "$$CHIPOTLE_MAKE_PLACEMENT" $(SIM_OPTS)
+	  $(strip $(CONFIG_OPT) --placement "$$CHIPOTLE_MAKE_PLACEMENT" $(SIM_OPTS))
 
 # `make bitstream` parameters: the board (ulx3s-85f, icebreaker); CONFIG given on the command
 # line or in the environment replaces the board's chip configuration; SYNTH_ONLY=1 stops after
 # Yosys.  Output and report in build/fpga/$(BOARD)/ (docs/fpga.md).
 BOARD       ?= ulx3s-85f
 SYNTH_ONLY  ?=
+# (the options are gathered first so that make echoes the command on one line)
+BITSTREAM_OPTS = --board "$(BOARD)" \
+  $(if $(filter command line environment,$(origin CONFIG)),--config "$(CONFIG)") \
+  $(if $(filter-out 0,$(SYNTH_ONLY)),--synth-only)
 bitstream: venv
-	CHIPOTLE_MAKE_BITSTREAM=1 $(PY) -m chipotle.sim.bitstream --board "$(BOARD)" \
-	  $(if $(filter command line environment,$(origin CONFIG)),--config "$(CONFIG)",) \
-	  $(if $(filter-out 0,$(SYNTH_ONLY)),--synth-only,)
+	CHIPOTLE_MAKE_BITSTREAM=1 $(PY) -m chipotle.sim.bitstream $(strip $(BITSTREAM_OPTS))
 
 # A file already there is kept only if its sha256 is the published one (a truncated or
 # corrupt download is fetched again); a download is checked before it replaces anything.

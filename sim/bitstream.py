@@ -18,7 +18,8 @@ The design is ``chipotle.hw.fpga.boards.BoardTop`` through Amaranth's platform A
 (amaranth-boards): Yosys (``synth_ecp5`` / ``synth_ice40``), nextpnr, then ``ecppack`` /
 ``icepack``.  The tile is generated once as a module and instantiated per position (as
 ``chipotle.hw.chip.chip_verilog``); Yosys reads it as RTLIL (`tile_file`), not Verilog.
-Everything lands in ``build/fpga/<board>/``; the report (LUT4, flip-flops, DSP, block RAM
+Everything lands in ``build/fpga/<board>/`` (``--tile-blackbox``:
+``build/fpga/<board>-tile-blackbox/``); the report (LUT4, flip-flops, DSP, block RAM
 against the device; Fmax against the target clock) is printed and written to
 ``report.txt`` and ``report.json.chipotle`` there (``report.json`` is nextpnr's own).
 
@@ -442,6 +443,17 @@ def _collisions_undefined(cell: str, mems: set[str]) -> str:
                   lambda m: f"parameter \\COLLISION_X_MASK {n}'{mask}", cell)
 
 
+def _default_dir(board_name: str, tile_blackbox: bool) -> Path:
+    """`build`'s build directory when none is given."""
+    return build_root() / "fpga" / (board_name + ("-tile-blackbox" if tile_blackbox else ""))
+
+
+def _previous(name: str) -> str:
+    """The name the previous build's `name` is kept under: ``top.bit`` -> ``top.prev.bit``."""
+    stem, _, ext = name.rpartition(".")
+    return f"{stem}.prev.{ext}"
+
+
 def build(board_name: str, config=None, *, synth_only: bool = False,
           tile_blackbox: bool = False, build_dir: Path | None = None, nextpnr_opts: str = "",
           place_only: bool = False, paths: int = 0, reuse_netlist: bool = False,
@@ -461,7 +473,11 @@ def build(board_name: str, config=None, *, synth_only: bool = False,
         board top, UART bridge and mesh (the regression's quick check; implies
         ``synth_only``).
     build_dir : path, optional
-        Default ``build/fpga/<board>``.
+        Default ``build/fpga/<board>`` (``build/fpga/<board>-tile-blackbox`` with
+        `tile_blackbox`, so that the quick check leaves the real build's report alone).  The
+        previous build's ``top.bit`` and ``report.txt`` there are kept as ``top.prev.bit``
+        and ``report.prev.txt`` while this one runs (the bitstream a board runs stays at
+        hand during a rebuild); the new ones replace nothing else.
     nextpnr_opts : str
         Extra nextpnr options, after the flow's and the board's (``Board.nextpnr_opts``; an
         option given here replaces the board's), e.g. ``"--router router2"``, ``"--seed 2"``,
@@ -515,7 +531,10 @@ def build(board_name: str, config=None, *, synth_only: bool = False,
         raise KeyError(f"unknown board {board_name!r}; known: {', '.join(BOARDS)}")
     board = BOARDS[board_name]
     config = board.config if config is None else config
-    bdir = Path(build_dir or build_root() / "fpga" / board_name).resolve()
+    bdir = Path(build_dir or _default_dir(board_name, tile_blackbox)).resolve()
+    if reuse_netlist and not bdir.is_dir():
+        raise ValueError(f"--reuse-netlist: there is no build directory {bdir}: run the "
+                         f"synthesis first (--synth-only)")
     bdir.mkdir(parents=True, exist_ok=True)
     seconds = {}
     t = time.monotonic()
@@ -549,6 +568,9 @@ def build(board_name: str, config=None, *, synth_only: bool = False,
              "top_pnr.json"]
     if not reuse_netlist:
         stale += ["synth_stat.txt", "top.json"]
+    for name in ("top.bit", "report.txt"):     # the last build's, kept until this one's
+        if (bdir / name).exists():
+            (bdir / name).replace(bdir / _previous(name))
     for name in stale:
         (bdir / name).unlink(missing_ok=True)
 
@@ -755,7 +777,7 @@ def main(argv=None):
     except ValueError as e:
         sys.exit(f"error: {e}")
     except subprocess.CalledProcessError as e:
-        bdir = Path(args.build_dir or build_root() / "fpga" / args.board)
+        bdir = Path(args.build_dir or _default_dir(args.board, args.tile_blackbox))
         rep = bdir / "report.txt"
         if rep.exists() and "FAILED" in rep.read_text():
             print(rep.read_text(), end="")

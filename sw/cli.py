@@ -77,6 +77,12 @@ class UsageError(Exception):
 #: The clock (MHz) of the tokens/s figure and the UART line rate (baud) when not given.
 DEFAULT_CLOCK_MHZ, DEFAULT_BAUD = 100.0, 1_000_000
 
+
+def _ulx3s_clock_mhz() -> float:
+    """The clock of make bitstream's ULX3S 85F design, MHz (``Board.clk_hz``)."""
+    from .hw.fpga.boards import BOARDS
+    return BOARDS["ulx3s-85f"].clk_hz / 1e6
+
 #: make's variable for each command-line option of ``chipotle generate`` and the bench, as
 #: the Makefile's ``sim`` and ``bench`` targets pass them (``--model`` and ``--tokenizer``
 #: come from the directory ``MODEL_DIR=``).
@@ -203,10 +209,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default: %(default)s)")
     g.add_argument("--clock-mhz", type=clock_mhz, default=None, metavar="F",
                    help="assumed clock frequency for the tokens/s figure of the simulated chip "
-                        f"backends (default: {DEFAULT_CLOCK_MHZ:g}; no chip has a routed Fmax "
-                        "yet: docs/fpga.md gives its timing estimates); uart: the bitstream's "
-                        "clock, required (the step figures are wall time times it; the ULX3S "
-                        "build of make bitstream: 15)")
+                        f"backends (default: {DEFAULT_CLOCK_MHZ:g}; the routed Fmax of the "
+                        "boards' chips is in docs/fpga.md); uart: the bitstream's clock, "
+                        "required (the step figures are wall time times it; the ULX3S build "
+                        f"of make bitstream: {_ulx3s_clock_mhz():g})")
     g.add_argument("--sim-threads", type=positive_int, default=1, metavar="N",
                    help="verilator: threads of the simulated model (Verilator --threads; a "
                         "build of its own).  On a 2-core machine 2 was once a quarter faster, "
@@ -421,9 +427,9 @@ def _generate_chip(args, checkpoint, tokenizer, model_path, tok_path, out, err) 
     if args.backend == "uart" and not args.port:
         raise UsageError("--backend uart needs --port (e.g. /dev/ttyUSB0)")
     if args.backend == "uart" and args.clock_mhz is None:
-        raise UsageError("--backend uart needs --clock-mhz, the bitstream's clock (the ULX3S "
-                         "build of make bitstream: 15): the board's step figures are the wall "
-                         "time times it")
+        raise UsageError(f"--backend uart needs --clock-mhz, the bitstream's clock (the ULX3S "
+                         f"build of make bitstream: {_ulx3s_clock_mhz():g}): the board's step "
+                         f"figures are the wall time times it")
     if args.config is None and args.backend == "uart":
         # the board's chip, not the simulators' 4 x 4 default: the bitstream fixes the chip
         args.config = _uart_default_config()

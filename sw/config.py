@@ -20,7 +20,11 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields, replace
 
-__all__ = ["ChipConfig", "CONFIGS", "MAX_VEC_SLOTS"]
+__all__ = ["ChipConfig", "CONFIGS", "MAX_VEC_SLOTS", "SRAM_ADDR_BITS"]
+
+#: Bits of a tile's SRAM word address (``chipotle.hw.tile.sram.ADDR_WIDTH``): a tile's SRAM
+#: holds at most ``2**16`` words, 512 KiB with 8-byte words (``ChipConfig.max_sram_bytes``).
+SRAM_ADDR_BITS = 16
 
 #: The most vector-unit result slots a configuration may ask for (``ChipConfig.vec_slots``):
 #: ``silu``, the slots' best customer, stops gaining at 6 (``docs/tile.md``, "Vector unit").
@@ -38,7 +42,7 @@ class ChipConfig:
         west port of tile (0, 0) (``docs/noc.md``).
     sram_bytes : int
         SRAM per tile, bytes (default 128 KiB: the reach of the ISA's 17-bit immediate
-        offsets).
+        offsets); at most `max_sram_bytes` (512 KiB with 8-byte words).
     word_bytes : int
         W: bytes per SRAM word, per matrix-unit weight word and per flit payload (default 8;
         a power of two, at least 8).
@@ -119,6 +123,12 @@ class ChipConfig:
             raise ValueError(f"vec_slots must be at most {MAX_VEC_SLOTS} (each slot is a "
                              f"register file of a chunk's result words), not "
                              f"{self.vec_slots}")
+        if self.sram_bytes > self.max_sram_bytes:
+            raise ValueError(f"sram_bytes must be at most {self.max_sram_bytes:,} bytes "
+                             f"({self.max_sram_bytes // 1024} KiB: 2**{SRAM_ADDR_BITS} words "
+                             f"of word_bytes = {self.word_bytes}, the reach of a tile's "
+                             f"{SRAM_ADDR_BITS}-bit SRAM word addresses), not "
+                             f"{self.sram_bytes:,} ({self.sram_bytes / 1024:g} KiB)")
         if self.sram_bytes % (self.word_bytes * self.n_banks):
             raise ValueError(f"sram_bytes ({self.sram_bytes}) must be a multiple of "
                              f"word_bytes x n_banks ({self.word_bytes * self.n_banks})")
@@ -135,6 +145,12 @@ class ChipConfig:
     def tiles(self) -> list[tuple[int, int]]:
         """Tile coordinates ``(x, y)``, row-major (the order of ``Chip.status``)."""
         return [(x, y) for y in range(self.mesh_height) for x in range(self.mesh_width)]
+
+    @property
+    def max_sram_bytes(self) -> int:
+        """The largest ``sram_bytes`` the tile's word addresses reach, bytes:
+        ``2**SRAM_ADDR_BITS * word_bytes``."""
+        return (1 << SRAM_ADDR_BITS) * self.word_bytes
 
     @property
     def sram_words(self) -> int:
@@ -193,7 +209,8 @@ class ChipConfig:
 
     def __str__(self) -> str:
         return (f"{self.mesh_width}x{self.mesh_height} tiles, {self.sram_bytes // 1024} KiB "
-                f"SRAM/tile, W={self.word_bytes}, M={self.max_m}, V={self.lanes}")
+                f"SRAM/tile, W={self.word_bytes}, M={self.max_m}, V={self.lanes}, "
+                f"vec_slots={self.vec_slots}")
 
     @classmethod
     def from_string(cls, text: str, base: ChipConfig | None = None) -> ChipConfig:

@@ -614,6 +614,8 @@ def _suggest_tensor(qm: QuantizedModel, config: ChipConfig, context: int, messag
     if m:
         need_kib = -(-int(m.group(1).replace(",", "")) // 1024)
         for kib in (need_kib, need_kib + 4):
+            if kib * 1024 > config.max_sram_bytes:
+                break
             extra = _verified(qm, config.replace(sram_bytes=kib * 1024), context, "tensor",
                               kvapp)
             if extra is not None:
@@ -654,8 +656,8 @@ def _suggest(qm: QuantizedModel, config: ChipConfig, context: int) -> list:
         if extra is not None:
             tips.append(Fit(extra, context=lo))
     unit = max(1, config.word_bytes * config.n_banks // 1024) * 1024
-    lo, hi = config.sram_bytes // unit + 1, 64 * 1024 * 1024 // unit   # smallest SRAM
-    if not tips and _fits(qm, config.replace(sram_bytes=hi * unit), context):
+    lo, hi = config.sram_bytes // unit + 1, config.max_sram_bytes // unit   # smallest SRAM
+    if not tips and lo <= hi and _fits(qm, config.replace(sram_bytes=hi * unit), context):
         while lo < hi:
             mid = (lo + hi) // 2
             if _fits(qm, config.replace(sram_bytes=mid * unit), context):

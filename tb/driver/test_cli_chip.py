@@ -60,7 +60,7 @@ def test_config_takes_the_letters_it_prints():
     assert (c.lanes, c.max_m, c.word_bytes) == (8, 2, 16)
     assert c == CONFIGS["small"].replace(lanes=8, max_m=2, word_bytes=16, mesh_width=3,
                                          mesh_height=1)
-    assert str(c).endswith("W=16, M=2, V=8")
+    assert str(c).endswith("W=16, M=2, V=8, vec_slots=4")
     assert ChipConfig.from_string(f"mesh=3x1,sram_kib=32,{str(c).split('SRAM/tile, ')[1]}"
                                   .replace(" ", ""), base=CONFIGS["small"]) == c
 

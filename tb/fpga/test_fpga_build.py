@@ -54,17 +54,30 @@ def test_ulx3s_top_synthesises(tmp_path):
     assert paths.count("ns (proxy)") == 3 and r["worst_path_proxy_ns"] > 0, paths
     assert "longest path" in format_report(r)
     # --reuse-netlist: the same design takes the netlist without Yosys ...
+    (tmp_path / "top.bit").write_bytes(b"the last bitstream")
+    first_report = (tmp_path / "report.txt").read_text()
     again = build("ulx3s-85f", TINY, tile_blackbox=True, build_dir=tmp_path,
                   reuse_netlist=True, progress=lambda s: None)
     assert again["synth"] == s and "synth" not in again["seconds"] and again["netlist_reused"]
+    # ... and the last build's bitstream and report are kept beside the new ones
+    assert (tmp_path / "top.prev.bit").read_bytes() == b"the last bitstream"
+    assert not (tmp_path / "top.bit").exists()          # a synthesis makes no bitstream
+    assert (tmp_path / "report.prev.txt").read_text() == first_report
+    assert (tmp_path / "report.txt").exists()
     # ... another configuration, or a directory without a netlist, is refused
     other = ChipConfig.from_string("mesh=2x1", base=TINY)
     with pytest.raises(ValueError, match="another design"):
         build("ulx3s-85f", other, tile_blackbox=True, build_dir=tmp_path, reuse_netlist=True,
               progress=lambda s: None)
+    (tmp_path / "empty").mkdir()
     with pytest.raises(ValueError, match="no .*top.json"):
         build("ulx3s-85f", TINY, tile_blackbox=True, build_dir=tmp_path / "empty",
               reuse_netlist=True, progress=lambda s: None)
+    # ... and a directory that is not there is refused, not made
+    with pytest.raises(ValueError, match="there is no build directory .*missing"):
+        build("ulx3s-85f", TINY, tile_blackbox=True, build_dir=tmp_path / "missing",
+              reuse_netlist=True, progress=lambda s: None)
+    assert not (tmp_path / "missing").exists()
 
 
 def test_log_fmax():

@@ -394,7 +394,7 @@ def test_options_of_other_backends_are_refused(capsys, tiny, tmp_path):
              "golden"),
             (["--backend", "uart", "--port", "/dev/null"],
              "--backend uart needs --clock-mhz, the bitstream's clock (the ULX3S build of "
-             "make bitstream: 15): the board's step figures are the wall time times it")):
+             "make bitstream: 20): the board's step figures are the wall time times it")):
         code, out, err = run(capsys, *tiny, *argv)
         assert code == 2 and out == "" and err == f"chipotle generate: error: {message}\n", \
             (argv, err)
@@ -479,7 +479,7 @@ def test_no_context_takes_the_longest_the_configuration_holds(capsys, model_path
     assert code == 0, err
     assert out.startswith("Once upon")
     assert ("[isasim] context 140: the longest this chip (1x1 tiles, 384 KiB SRAM/tile, W=8, "
-            "M=1, V=2) holds the model for; its seq_len, 512, does not fit") in err
+            "M=1, V=2, vec_slots=3) holds the model for; its seq_len, 512, does not fit") in err
     code, out, err = run(capsys, "--backend", "isasim", "--config", "ulx3s", "--context", "200",
                          "--steps", "2", *files)
     assert code == 2 and out == "" and "a configuration that fits: --context 140" in err
@@ -512,6 +512,19 @@ def _make(*argv):
     r = subprocess.run(["make", "-n", *argv], cwd=ROOT, capture_output=True, text=True,
                        timeout=60)
     return r.returncode, r.stderr
+
+
+@pytest.mark.parametrize("argv", [("bitstream",), ("bitstream", "CONFIG=small", "SYNTH_ONLY=1"),
+                                  ("sim", "BACKEND=reference")])
+def test_make_echoes_commands_without_empty_lines(argv):
+    """The commands make echoes have no empty continuation lines (options left out by make
+    conditionals used to leave ``\\``-only lines in the echo: a fresh user's finding)."""
+    r = subprocess.run(["make", "-n", *argv], cwd=ROOT, capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert not [ln for ln in lines if ln.strip() in ("", "\\")], r.stdout
+    assert any("chipotle" in ln for ln in lines), r.stdout
 
 
 def test_make_refuses_variables_no_target_takes():

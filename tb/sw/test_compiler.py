@@ -619,5 +619,7 @@ def test_bigger_mesh_suggests_the_fewest_tiles():
 @pytest.mark.model
 def test_pipeline_refusal_suggests_the_fewest_tiles(model_paths):
     ckpt = load_checkpoint(model_paths[0])
-    with pytest.raises(FitError, match=r"needs at least 10 tiles .* or mesh=5x2$"):
+    # (no sram_kib: one tile would need more than the 512 KiB its word addresses reach)
+    with pytest.raises(FitError, match=r"needs at least 10 tiles .*; a configuration that "
+                                       r"fits: mesh=5x2$"):
         compile_model(ckpt, ChipConfig.from_string("default,mesh=1x1"), placement="pipeline")

@@ -91,3 +91,19 @@ def test_config_refuses_what_the_hardware_cannot_build(text, message):
 def test_config_largest_vec_slots_is_accepted():
     assert MAX_VEC_SLOTS == 8
     assert ChipConfig.from_string(f"default,vec_slots={MAX_VEC_SLOTS}").vec_slots == 8
+
+
+def test_config_refuses_sram_past_the_word_addresses():
+    """An SRAM past the 16-bit word addresses is refused in bytes and KiB by the configuration
+    (a fresh user's ``sram_kib=9999`` was refused only by the compiler, in words and bytes),
+    the largest one is accepted, and the bound is the gateware's address width."""
+    from chipotle.config import SRAM_ADDR_BITS
+    from chipotle.hw.tile.sram import ADDR_WIDTH
+
+    assert SRAM_ADDR_BITS == ADDR_WIDTH
+    with pytest.raises(ValueError, match=r"at most 524,288 bytes \(512 KiB.*not 10,238,976 "
+                                         r"\(9999 KiB\)"):
+        ChipConfig.from_string("ulx3s,sram_kib=9999")
+    assert ChipConfig.from_string("ulx3s,sram_kib=512").sram_bytes == 512 * 1024
+    assert ChipConfig.from_string("default,word_bytes=16,sram_kib=1024").max_sram_bytes \
+        == 1024 * 1024
