@@ -51,7 +51,7 @@ class ChipConfig:
     max_m : int
         M: activation rows of the matrix unit (default 4): prompt tokens per prefill batch.
     lanes : int
-        V: vector-unit lanes (default 8).
+        V: vector-unit lanes (default 8), even, at least 2.
     vec_slots : int
         The vector unit's result slots (``VectorUnit(slots=)``, default 4; 1 to
         `MAX_VEC_SLOTS`): a
@@ -119,6 +119,10 @@ class ChipConfig:
             if v & (v - 1):
                 raise ValueError(f"{name} must be a power of two (the SRAM's word and bank "
                                  f"addressing), not {v}")
+        if self.lanes < 2 or self.lanes % 2:
+            raise ValueError(f"lanes (V) must be an even number of at least 2 (what the "
+                             f"vector unit, chipotle.hw.tile.vector.VectorUnit, builds), not "
+                             f"{self.lanes}")
         if self.vec_slots > MAX_VEC_SLOTS:
             raise ValueError(f"vec_slots must be at most {MAX_VEC_SLOTS} (each slot is a "
                              f"register file of a chunk's result words), not "

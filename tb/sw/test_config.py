@@ -77,6 +77,8 @@ def test_tile_builds_the_vector_unit_with_the_slots(name):
     ("default,sram_kib=96,n_banks=3", "n_banks must be a power of two"),
     ("default,word_bytes=24", "word_bytes must be a power of two"),
     ("default,vec_slots=9", "vec_slots must be at most 8"),
+    ("default,V=3", r"lanes \(V\) must be an even number of at least 2 .*not 3"),
+    ("default,V=1", r"lanes \(V\) must be an even number"),
 ])
 def test_config_refuses_what_the_hardware_cannot_build(text, message):
     """A geometry the SRAM or the vector unit refuses is refused by the configuration itself,
