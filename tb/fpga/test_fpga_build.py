@@ -436,7 +436,7 @@ def test_pnr_phase_reads_nextpnr_log():
            "Info:     iter=26 wires=687505 overused=1174 overuse=1174 archfail=NA",
            "Info: Router2 time 473.76s", "Info: Running router1 to check that route is legal...",
            "Info: Routing..",
-           "Info:          0 |        0          0 |    0     0 |        12|       5.01       5.01|",
+           "Info:     0 |     0     0 |  0   0 |        12|   5.01   5.01|",
            "Info: Critical path report for clock '$glbnet$clk' (posedge -> posedge):",
            "Info: Program finished normally."]
     says = [pnr_phase("\n".join(log[:n])) for n in range(len(log) + 1)]
