@@ -443,7 +443,8 @@ def test_pnr_phase_reads_nextpnr_log():
     assert says == [
         None, "packing", "placing", "placing (static placer): iteration 520",
         "placing (static placer): iteration 520", "placing: annealing refinement",
-        "placing: annealing refinement, iteration 15", "placing: annealing refinement, iteration 15",
+        "placing: annealing refinement, iteration 15",
+        "placing: annealing refinement, iteration 15",
         "routing: setting up", "routing: setting up",
         "routing (router2): iteration 26, 1,174 overused wires left",
         "routing (router2): iteration 26, 1,174 overused wires left",
