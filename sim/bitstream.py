@@ -579,9 +579,10 @@ def build(board_name: str, config=None, *, synth_only: bool = False,
         ``used`` / ``available`` per resource, ``fmax_mhz``, ``target_mhz`` (nextpnr's
         constraint: the chip clock), ``fmax_kind`` (``"routed"`` or
         ``"post-placement estimate"``), ``critical_path`` (`critical_path`, after routing),
-        ``bitstream`` (path), ``seconds`` per phase (``synth`` absent when the netlist was
-        reused; nextpnr's own phases from its log as ``place_analytic``, ``place_refine``,
-        ``route``).
+        ``bitstream`` (path), ``seconds`` per phase (``elaborate``, ``synth`` (absent when
+        the netlist was reused), ``pnr_and_pack``; nextpnr's own phases from its log, parts
+        of ``pnr_and_pack``, as ``place_analytic``, ``place_refine``, ``route``) and
+        ``total``, the whole flow.
 
     Raises
     ------
@@ -608,7 +609,7 @@ def build(board_name: str, config=None, *, synth_only: bool = False,
                          f"synthesis first (--synth-only)")
     bdir.mkdir(parents=True, exist_ok=True)
     seconds = {}
-    t = time.monotonic()
+    t = t_start = time.monotonic()
     progress(f"{board_name}: elaborating {config} at {board.clk_hz / 1e6:g} MHz")
     platform = board.make_platform()
     platform.add_file(*tile_file(config, blackbox=tile_blackbox))
@@ -741,6 +742,7 @@ def build(board_name: str, config=None, *, synth_only: bool = False,
             report["fmax_kind"] = "post-placement estimate"
         bit = bdir / ("top.bit" if board.family == "ecp5" else "top.bin")
         report["bitstream"] = str(bit) if bit.exists() else None
+    seconds["total"] = round(time.monotonic() - t_start, 1)
     _write_report(bdir, report)
     return report
 
@@ -793,7 +795,13 @@ def format_report(r: dict) -> str:
         lines.append(f"  nextpnr options: {r['nextpnr_opts']}")
     if r.get("bitstream"):
         lines.append(f"  bitstream {r['bitstream']}")
-    lines.append("  seconds: " + ", ".join(f"{k} {v}" for k, v in r["seconds"].items()))
+    sec = dict(r["seconds"])
+    own = [f"{k} {sec.pop(k):.1f}" for k in ("place_analytic", "place_refine", "route")
+           if k in sec]
+    text = ", ".join(f"{k} {v:.1f}" for k, v in sec.items())
+    if own:
+        text += f" (nextpnr's own phases, within pnr_and_pack: {', '.join(own)})"
+    lines.append(f"  seconds: {text}")
     return "\n".join(lines)
 
 

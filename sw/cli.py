@@ -94,18 +94,29 @@ MAKE_VARIABLES = {"--config": "CONFIG", "--context": "CONTEXT", "--steps": "STEP
                   "--model": "MODEL_DIR", "--tokenizer": "MODEL_DIR"}
 
 
-def config_tips(error, given: str) -> str:
+def config_tips(error, given: str, prompt_tokens: int = 0) -> str:
     """Return a refusal with each configuration it suggests written as the options to give.
 
     A `chipotle.compiler.FitError`'s suggestions (`chipotle.compiler.Fit`) become whole
     options: configuration changes ``sram_kib=175`` as ``--config <given>,sram_kib=175`` (the
     parts of `given` the change replaces, and ``default``, dropped), a context as
-    ``--context N``, a placement as ``--placement P``.  Any other error, or a `FitError`
-    without suggestions, is returned as its text.
+    ``--context N``, a placement as ``--placement P``.  A suggested context shorter than
+    `prompt_tokens` (the prompt, BOS included) is not offered: the refusal says the prompt
+    is longer than it instead.  Any other error, or a `FitError` without suggestions, is
+    returned as its text.
     """
     fits = getattr(error, "fits", ())
     if not fits:
         return str(error)
+    short = [f.context for f in fits if f.context is not None and f.context < prompt_tokens]
+    fits = [f for f in fits if f.context is None or f.context >= prompt_tokens]
+    what = error.what
+    if short:
+        what += (f"; the longest context it holds, {max(short)}, is shorter than the prompt's "
+                 f"{prompt_tokens} tokens (BOS included): shorten the prompt to at most "
+                 f"{max(short)} tokens")
+    if not fits:
+        return what
 
     def whole(fit) -> str:
         parts = []
@@ -121,7 +132,7 @@ def config_tips(error, given: str) -> str:
             parts.append(f"--placement {fit.placement}")
         return " ".join(parts) + (f" ({fit.note})" if fit.note else "")
 
-    return f"{error.what}; a configuration that fits: {' or '.join(map(whole, fits))}"
+    return f"{what}; a configuration that fits: {' or '.join(map(whole, fits))}"
 
 
 def under_make(message: str) -> str:
@@ -480,7 +491,7 @@ def _generate_chip(args, checkpoint, tokenizer, model_path, tok_path, out, err) 
     except (FitError, ValueError) as e:
         shorter = _shorter_context(e, len(ids)) if args.context is None else None
         if shorter is None:
-            raise UsageError(config_tips(e, args.config)) from None
+            raise UsageError(config_tips(e, args.config, len(ids))) from None
         # no --context: the longest context this configuration holds, said so
         err.write(f"[{args.backend}] context {shorter}: the longest this chip ({config}) "
                   f"holds the model for; its seq_len, {seq_len}, does not fit (--context sets "
@@ -491,7 +502,7 @@ def _generate_chip(args, checkpoint, tokenizer, model_path, tok_path, out, err) 
             compiled = compile_model(checkpoint, config, context=shorter,
                                      placement=args.placement)
         except (FitError, ValueError) as e2:
-            raise UsageError(config_tips(e2, args.config)) from None
+            raise UsageError(config_tips(e2, args.config, len(ids))) from None
     try:
         check_prompt_length(len(ids), compiled.context, what=f"compiled for {config}",
                             fix="shorten the prompt, or give a configuration with more SRAM "

@@ -53,6 +53,8 @@ def test_ulx3s_top_synthesises(tmp_path):
     paths = (tmp_path / "paths.txt").read_text()
     assert paths.count("ns (proxy)") == 3 and r["worst_path_proxy_ns"] > 0, paths
     assert "longest path" in format_report(r)
+    assert r["seconds"]["total"] >= r["seconds"]["synth"] + r["seconds"]["elaborate"] - 0.2
+    assert f"total {r['seconds']['total']:.1f}" in format_report(r)
     # --reuse-netlist: the same design takes the netlist without Yosys ...
     (tmp_path / "top.bit").write_bytes(b"the last bitstream")
     first_report = (tmp_path / "report.txt").read_text()
