@@ -276,16 +276,18 @@ class ChipConfig:
 #: ``small`` a 2 x 2 mesh with small tiles for the regression under Icarus; ``ulx3s`` the
 #: ULX3S 85F board's chip (``docs/fpga.md``, "stories260K on the 85F"), which holds
 #: stories260K resident at a context of up to 140 positions: one tile of 384 KiB in one bank
-#: (49,152 words, a multiple of the 2,048 words Yosys maps to 8 DP16KD: 192 DP16KD), V = 2,
+#: (49,152 words, a multiple of the 2,048 words Yosys maps to 8 DP16KD: 192 DP16KD), V = 4,
 #: M = 1, K up to 256.  Until session 11 it was two tiles of 176 KiB (context 53), which
-#: filled 88 % of the 85F's logic slots and never routed; one tile takes 37 % and routes
-#: (docs/fpga.md, session 14).
-#: ``default`` and ``small`` have 4 vector-unit result slots (session 12), ``ulx3s`` keeps 3,
-#: so the board's Verilog is unchanged (``docs/performance.md``, session 12).
+#: filled 88 % of the 85F's logic slots and never routed; one tile takes 44 % and routes
+#: (docs/fpga.md, sessions 14 and 15).  V = 4 since session 15 (V = 2 before: 37 % of the
+#: logic; the RTL's decode 45,368 / 61,928 cycles per token at positions 1 / 64 against
+#: 50,455 / 77,450, routed at 23.8 MHz: docs/fpga.md, "Session 15").
+#: ``default`` and ``small`` have 4 vector-unit result slots (session 12), ``ulx3s`` keeps 3
+#: (``docs/performance.md``, session 12).
 CONFIGS = {
     "default": ChipConfig(),
     "small": ChipConfig(mesh_width=2, mesh_height=2, sram_bytes=32 * 1024, lanes=2,
                         imem_words=512, k_max=512),
     "ulx3s": ChipConfig(mesh_width=1, mesh_height=1, sram_bytes=384 * 1024, n_banks=1,
-                        lanes=2, vec_slots=3, imem_words=1024, max_m=1, k_max=256),
+                        lanes=4, vec_slots=3, imem_words=1024, max_m=1, k_max=256),
 }

@@ -53,6 +53,9 @@ def test_ulx3s_top_synthesises(tmp_path):
     paths = (tmp_path / "paths.txt").read_text()
     assert paths.count("ns (proxy)") == 3 and r["worst_path_proxy_ns"] > 0, paths
     assert "longest path" in format_report(r)
+    # the one clock constraint is the oscillator's: nextpnr derives the PLL output's from it
+    lpf = (tmp_path / "top.lpf").read_text()
+    assert "FREQUENCY NET" not in lpf and 'FREQUENCY PORT "clk25_0__io" 25000000.0 HZ' in lpf, lpf
     assert r["seconds"]["total"] >= r["seconds"]["synth"] + r["seconds"]["elaborate"] - 0.2
     assert f"total {r['seconds']['total']:.1f}" in format_report(r)
     # --reuse-netlist: the same design takes the netlist without Yosys ...

@@ -479,7 +479,7 @@ def test_no_context_takes_the_longest_the_configuration_holds(capsys, model_path
     assert code == 0, err
     assert out.startswith("Once upon")
     assert ("[isasim] context 140: the longest this chip (1x1 tiles, 384 KiB SRAM/tile, W=8, "
-            "M=1, V=2, vec_slots=3) holds the model for; its seq_len, 512, does not fit") in err
+            "M=1, V=4, vec_slots=3) holds the model for; its seq_len, 512, does not fit") in err
     code, out, err = run(capsys, "--backend", "isasim", "--config", "ulx3s", "--context", "200",
                          "--steps", "2", *files)
     assert code == 2 and out == "" and "a configuration that fits: --context 140" in err

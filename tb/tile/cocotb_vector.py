@@ -535,7 +535,7 @@ async def timing(dut):
                      s.reduction(Opcode.RSUM, n, Dtype.I32, Dtype.I16),
                      s.reduction(Opcode.ARGMAX, n, Dtype.I32, Dtype.I32),
                      s.rmsnorm(n), s.dynq(n, Dtype.I16), s.dynq(n, Dtype.I32),
-                     s.softmax(n), s.rope(n // 8, 8), s.silu(n), s.wsum(n, 8, stride=8),
+                     s.softmax(n), s.rope(max(1, n // 8), 8), s.silu(n), s.wsum(n, 8, stride=8),
                      s.rmsnormq(n)):
             cmd = case.cmd
             await tb.run(case, full=False)

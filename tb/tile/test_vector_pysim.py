@@ -192,12 +192,14 @@ def test_errors_pysim():
 
 
 @pytest.mark.parametrize(("lanes", "word_bytes", "n_banks", "slots"),
-                         [(4, 8, 2, 3), (2, 16, 2, 3), (2, 8, 2, 4), (2, 8, 1, 3), (8, 8, 1, 3),
+                         [(4, 8, 2, 3), (2, 16, 2, 3), (2, 8, 2, 4), (2, 8, 1, 3), (4, 8, 1, 3),
+                          (8, 8, 1, 3),
                           (8, 8, 4, 5), (4, 16, 4, 3), (8, 8, 2, 3),
                           (8, 8, 2, MIN_RESULT_SLOTS)])
 def test_other_geometries_pysim(lanes, word_bytes, n_banks, slots):
     """V below a word's worth of bytes (V = 2, W = 8 with 4 result slots is the small chip's
-    unit; V = 2 with one bank, one word per read, and 3 slots the ulx3s chip's), a 16-byte
+    unit; V = 4 with one bank, one word per read, and 3 slots the ulx3s chip's since session
+    15, V = 2 so before), a 16-byte
     word, one-word reads at V = 8, four-word reads (4 banks), and result slots from the
     fewest the unit takes to more than the default chip's 4: one case of each kind."""
     cfg = VectorBenchConfig(lanes=lanes, word_bytes=word_bytes, sram_bytes=2048,

@@ -3,7 +3,7 @@
 The DUT is ``cocotb_vector_env.VectorTop`` (``VectorUnit`` with an 8 KiB SRAM and a host
 port) in the default configuration (V = 8, W = 8, 2 banks: the unit reads 2 consecutive words
 per cycle; 4 result slots: the ``default`` chip's unit) and, on smaller samples of the random
-cases, ``narrow`` (one bank, one word per read, 3 result slots: the ``ulx3s`` tile's unit)
+cases, ``narrow`` (V = 4, one bank, one word per read, 3 result slots: the ``ulx3s`` tile's unit)
 and ``min`` (as ``default`` with one result slot, the fewest the unit takes).  After every
 command the whole SRAM is
 compared with the reference, read straight from the bank arrays (``BACKDOOR=1``: no clock
