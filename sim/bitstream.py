@@ -843,14 +843,23 @@ def main(argv=None):
                      f"nextpnr, {stop} stops before it: give one of them")
     # `make bitstream` sets $CHIPOTLE_MAKE_BITSTREAM: errors then name make's variables
     under_make = "CHIPOTLE_MAKE_BITSTREAM" in os.environ
+
+    def refuse(message):
+        """argparse's error (usage, exit 2), or under make one line without the usage of
+        options the user did not type."""
+        if not under_make:
+            parser.error(message)
+        print(f"make bitstream: error: {message}", file=sys.stderr)
+        sys.exit(2)
+
     if args.board not in BOARDS:
-        parser.error(f"{'BOARD=' if under_make else '--board '}{args.board}: not a board of "
-                     f"this flow; the boards: {', '.join(sorted(BOARDS))}")
+        refuse(f"{'BOARD=' if under_make else '--board '}{args.board}: not a board of "
+               f"this flow; the boards: {', '.join(sorted(BOARDS))}")
     board = BOARDS[args.board]
     try:
         config = ChipConfig.from_string(args.config, base=board.config) if args.config else None
     except ValueError as e:
-        parser.error(f"{'CONFIG=' if under_make else '--config '}{args.config}: {e}")
+        refuse(f"{'CONFIG=' if under_make else '--config '}{args.config}: {e}")
     try:
         report = build(args.board, config, synth_only=args.synth_only,
                        tile_blackbox=args.tile_blackbox, build_dir=args.build_dir,

@@ -565,3 +565,6 @@ def test_make_bitstream_errors_name_make_variables():
         r = subprocess.run(["make", "-s", "bitstream", var], cwd=ROOT, capture_output=True,
                            text=True, timeout=300)
         assert r.returncode == 2 and message in r.stderr, r.stderr
+        # one line, without argparse's usage of options make users do not type
+        assert r.stderr.strip().startswith("make bitstream: error: ") and "usage:" not in \
+            r.stderr, r.stderr
