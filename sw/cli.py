@@ -83,6 +83,7 @@ def _ulx3s_clock_mhz() -> float:
     from .hw.fpga.boards import BOARDS
     return BOARDS["ulx3s-85f"].clk_hz / 1e6
 
+
 #: make's variable for each command-line option of ``chipotle generate`` and the bench, as
 #: the Makefile's ``sim`` and ``bench`` targets pass them (``--model`` and ``--tokenizer``
 #: come from the directory ``MODEL_DIR=``).
