@@ -75,7 +75,7 @@ help:
 	@echo "make test       run the regression (SIM=verilator|icarus, default both; WAVES=1; JOBS= pytest workers, default 2; PYTEST_ARGS=\"-k noc\"; MODEL_DIR=; skipped tests listed with their reason)"
 	@echo "make test-default  the default 4x4 chip under Verilator: TEST_STEPS= tokens greedy from BOS, bit-exact with the golden model (slow)"
 	@echo "make bench      decode/prefill benchmark on the RTL under Verilator (slow; BACKEND=verilator (default)|icarus|isasim (estimate, no build; about as slow per token as the cached RTL), CONFIG=, PLACEMENT=, PROMPTS=1,64,256, CONTEXT=, CLOCK_MHZ=, MODEL_DIR=)"
-	@echo "make bitstream  FPGA bitstream + resource/timing report with YoWASP tools (BOARD=ulx3s-85f|icebreaker, CONFIG=, SYNTH_ONLY=1; docs/fpga.md). About 10 min on the default ulx3s chip (session 14, idle machine: Yosys 2 min, nextpnr 8 min; README)"
+	@echo "make bitstream  FPGA bitstream + resource/timing report with YoWASP tools (BOARD=ulx3s-85f|icebreaker, CONFIG=, SYNTH_ONLY=1; docs/fpga.md). About 10-12 min on the default ulx3s chip (session 15: 11 min 42 s from a fresh clone beside a test run, Yosys 2 min, nextpnr 9-10 min; README)"
 	@echo "make venv       set-up: .venv with the pinned Python tools (editable chipotle), Icarus Verilog via apt-get if absent"
 	@echo "make models     download stories260K.bin and tok512.bin (needs network)"
 	@echo "make lint       ruff on the Python sources"
@@ -181,6 +181,23 @@ $(if $(filter command line,$(origin PROMPTS)),\
   $(error PROMPTS= applies to make bench, not make sim (make sim takes PROMPT=, the prompt text)))
 endif
 endif
+# make bitstream's variables given to other targets, and other targets' variables given to
+# make bitstream alone, are refused rather than ignored (CLOCK_MHZ=50 does not set a board's
+# clock: the board does)
+ifeq ($(filter bitstream,$(MAKECMDGOALS)),)
+$(foreach v,BOARD SYNTH_ONLY,$(if $(filter command line,$(origin $v)),\
+  $(error $v= applies to make bitstream, not make $(or $(MAKECMDGOALS),help))))
+endif
+ifeq ($(MAKECMDGOALS),bitstream)
+bitstream_foreign := $(filter-out BOARD CONFIG SYNTH_ONLY PYTHON VENV CHIPOTLE_%,\
+  $(foreach v,$(.VARIABLES),$(if $(filter command line,$(origin $v)),$v)))
+ifneq ($(bitstream_foreign),)
+$(error $(foreach v,$(bitstream_foreign),$v=) $(if $(word 2,$(bitstream_foreign)),apply,applies) to other targets, not make bitstream (it takes BOARD=, CONFIG= and SYNTH_ONLY=1; the clock is the board's: docs/fpga.md))
+endif
+endif
+ifneq ($(filter-out 0 1,$(value SYNTH_ONLY)),)
+$(error SYNTH_ONLY=$(value SYNTH_ONLY): give SYNTH_ONLY=1 (stop after Yosys) or leave it out)
+endif
 # optional `make sim` arguments, only those given (so the echoed command has no blank lines)
 # (MODEL_DIR reaches the CLI as $$CHIPOTLE_MODEL_DIR, above: its errors then name it)
 # (RUN_OPTS: those `make bench` takes too)
@@ -200,10 +217,14 @@ sim: venv
 # Yosys.  Output and report in build/fpga/$(BOARD)/ (docs/fpga.md).
 BOARD       ?= ulx3s-85f
 SYNTH_ONLY  ?=
-# (the options are gathered first so that make echoes the command on one line)
-BITSTREAM_OPTS = --board "$(BOARD)" \
-  $(if $(filter command line environment,$(origin CONFIG)),--config "$(CONFIG)") \
-  $(if $(filter-out 0,$(SYNTH_ONLY)),--synth-only)
+# (the options are gathered first so that make echoes the command on one line; BOARD and
+# CONFIG reach it through the environment, as make sim's variables: the shell never parses
+# their text)
+unexport BOARD
+$(foreach v,BOARD CONFIG,$(eval bitstream: export CHIPOTLE_MAKE_$v = $$(call given,$v)))
+BITSTREAM_OPTS = --board "$$CHIPOTLE_MAKE_BOARD" \
+  $(if $(filter command line environment,$(origin CONFIG)),--config "$$CHIPOTLE_MAKE_CONFIG") \
+  $(if $(filter 1,$(value SYNTH_ONLY)),--synth-only)
 bitstream: venv
 	CHIPOTLE_MAKE_BITSTREAM=1 $(PY) -m chipotle.sim.bitstream $(strip $(BITSTREAM_OPTS))
 

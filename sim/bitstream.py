@@ -545,10 +545,10 @@ def build(board_name: str, config=None, *, synth_only: bool = False,
         ``synth_only``).
     build_dir : path, optional
         Default ``build/fpga/<board>`` (``build/fpga/<board>-tile-blackbox`` with
-        `tile_blackbox`, so that the quick check leaves the real build's report alone).  The
-        previous build's ``top.bit`` and ``report.txt`` there are kept as ``top.prev.bit``
-        and ``report.prev.txt`` while this one runs (the bitstream a board runs stays at
-        hand during a rebuild); the new ones replace nothing else.
+        `tile_blackbox`, so that the quick check leaves the real build's report alone).  A
+        bitstream there (``top.bit``) and its ``report.txt`` are kept as ``top.prev.bit``
+        and ``report.prev.txt`` when the build starts (the bitstream a board runs, and what
+        it is, stay at hand during a rebuild, and a refused or failed rebuild loses neither).
     nextpnr_opts : str
         Extra nextpnr options, after the flow's and the board's (``Board.nextpnr_opts``; an
         option given here replaces the board's), e.g. ``"--router router2"``, ``"--seed 2"``,
@@ -640,9 +640,10 @@ def build(board_name: str, config=None, *, synth_only: bool = False,
              "top_pnr.json"]
     if not reuse_netlist:
         stale += ["synth_stat.txt", "top.json"]
-    for name in ("top.bit", "report.txt"):     # the last build's, kept until this one's
-        if (bdir / name).exists():
-            (bdir / name).replace(bdir / _previous(name))
+    if (bdir / "top.bit").exists():     # the last bitstream and its report, kept aside
+        for name in ("top.bit", "report.txt"):
+            if (bdir / name).exists():
+                (bdir / name).replace(bdir / _previous(name))
     for name in stale:
         (bdir / name).unlink(missing_ok=True)
 
@@ -670,10 +671,17 @@ def build(board_name: str, config=None, *, synth_only: bool = False,
         (bdir / "paths.txt").write_text(format_paths(found, vfiles) + "\n")
         report["worst_path_proxy_ns"] = found[0].delay_ns if found else None
         progress(f"{board_name}: {len(found)} longest paths (proxy) in {bdir / 'paths.txt'}")
+    over = [] if tile_blackbox else device_overflow(report["synth"], board.resources,
+                                                     board.family)
+    if over and synth_only:        # a measurement: reported, not refused
+        report["fit_error"] = ", ".join(f"{k} {n:,} of {h:,}" for k, n, h in over)
+        progress(f"{board_name}: the netlist does NOT fit the {report['device']}: it needs "
+                 f"{report['fit_error']} (Yosys's counts)")
     if not synth_only:
-        if over := device_overflow(report["synth"], board.resources, board.family):
+        if over:
             what = ", ".join(f"{k} {n:,} of {h:,}" for k, n, h in over)
             report["fit_error"] = what
+            seconds["total"] = round(time.monotonic() - t_start, 1)
             _write_report(bdir, report)
             raise ValueError(f"{board_name}: the configuration ({config}) does not fit the "
                              f"{report['device']}: it needs {what} (Yosys's counts, "
@@ -717,6 +725,7 @@ def build(board_name: str, config=None, *, synth_only: bool = False,
                                        in _CELLS[board.family].items() if c in util}
                 errors = re.findall(r"^ERROR: (.*)$", log, re.M)
                 report["pnr_error"] = "; ".join(errors) or f"{cmd.split()[0]} exit {e.returncode}"
+                seconds["total"] = round(time.monotonic() - t_start, 1)
                 _write_report(bdir, report)
                 raise
         seconds["pnr_and_pack"] = round(time.monotonic() - t, 1)

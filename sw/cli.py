@@ -480,7 +480,7 @@ def _generate_chip(args, checkpoint, tokenizer, model_path, tok_path, out, err) 
                 raise UsageError(
                     f"the prompt is {len(ids)} tokens (BOS included), longer than --context "
                     f"{args.context}, and a context of {len(ids)} does not fit this "
-                    f"configuration either ({config_tips(fe, args.config)}): shorten the "
+                    f"configuration either ({config_tips(fe, args.config, len(ids))}): shorten the "
                     f"prompt, or give a configuration with more SRAM") from None
         raise UsageError(str(e)) from None
     err.write(f"[{args.backend}] compiling {model_path.name} for {config}, "

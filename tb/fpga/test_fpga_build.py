@@ -64,11 +64,17 @@ def test_ulx3s_top_synthesises(tmp_path):
     again = build("ulx3s-85f", TINY, tile_blackbox=True, build_dir=tmp_path,
                   reuse_netlist=True, progress=lambda s: None)
     assert again["synth"] == s and "synth" not in again["seconds"] and again["netlist_reused"]
-    # ... and the last build's bitstream and report are kept beside the new ones
+    # ... and the last build's bitstream and its report are kept beside the new ones
     assert (tmp_path / "top.prev.bit").read_bytes() == b"the last bitstream"
     assert not (tmp_path / "top.bit").exists()          # a synthesis makes no bitstream
     assert (tmp_path / "report.prev.txt").read_text() == first_report
     assert (tmp_path / "report.txt").exists()
+    # a run with no bitstream there leaves the kept pair alone
+    (tmp_path / "report.prev.txt").write_text("the report of the last bitstream")
+    build("ulx3s-85f", TINY, tile_blackbox=True, build_dir=tmp_path, reuse_netlist=True,
+          progress=lambda s: None)
+    assert (tmp_path / "report.prev.txt").read_text() == "the report of the last bitstream"
+    assert (tmp_path / "top.prev.bit").read_bytes() == b"the last bitstream"
     # ... another configuration, or a directory without a netlist, is refused
     other = ChipConfig.from_string("mesh=2x1", base=TINY)
     with pytest.raises(ValueError, match="another design"):
@@ -230,6 +236,13 @@ def test_device_overflow_refused_before_nextpnr(tmp_path, monkeypatch):
     assert not (d / "ran.txt").exists()
     assert "does NOT fit the device: BRAM 267 of 208 (nextpnr not run)" in \
         (d / "report.txt").read_text()
+    # a synthesis only (SYNTH_ONLY=1) is a measurement: it says so, and does not fail
+    said = []
+    r = bs.build("ulx3s-85f", TINY, build_dir=d, reuse_netlist=True, synth_only=True,
+                 progress=said.append)
+    assert r["fit_error"] == "BRAM 267 of 208" and "total" in r["seconds"], r
+    assert any("does NOT fit the LFE5U-85F BG381: it needs BRAM 267 of 208" in s for s in said)
+    assert "does NOT fit the device: BRAM 267 of 208" in (d / "report.txt").read_text()
 
 
 def test_critical_path():

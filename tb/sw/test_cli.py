@@ -456,8 +456,9 @@ def test_make_test_refuses_a_model_dir_without_the_model(tmp_path):
 @pytest.mark.model
 def test_prompt_longer_than_the_context_and_the_configuration(capsys, model_paths):
     """A prompt longer than --context whose length the configuration cannot hold either:
-    the refusal says so and gives the context that fits, instead of asking for a context
-    the compiler then refuses."""
+    the refusal says so, gives the longest context the configuration holds as the prompt's
+    limit and the configurations that hold the prompt, and suggests no context shorter than
+    the prompt (a fresh user was told ``--context 140`` for a longer prompt, session 15)."""
     ckpt, tok = model_paths
     prompt = " ".join(["Once upon a time there was a big dog."] * 18)     # 199 tokens
     code, out, err = run(capsys, "--backend", "isasim", "--config", "ulx3s", "--context", "140",
@@ -465,7 +466,10 @@ def test_prompt_longer_than_the_context_and_the_configuration(capsys, model_path
     assert code == 2 and out == ""
     assert "the prompt is 199 tokens (BOS included), longer than --context 140, and a " \
            "context of 199 does not fit this configuration either" in err
-    assert "a configuration that fits: --context 140" in err and "compiling" not in err
+    assert "the longest context it holds, 140, is shorter than the prompt's 199 tokens (BOS " \
+           "included): shorten the prompt to at most 140 tokens; a configuration that fits: " \
+           "--config ulx3s,sram_kib=414" in err and "compiling" not in err, err
+    assert "fits: --context" not in err and "or --context" not in err, err
 
 
 @pytest.mark.model
@@ -493,6 +497,7 @@ def test_no_context_takes_the_longest_the_configuration_holds(capsys, model_path
             "context it holds, 140, is shorter than the prompt's 199 tokens (BOS included): "
             "shorten the prompt to at most 140 tokens") in err, err
     assert "--context 140" not in err, err
+
 
 
 @pytest.mark.model
@@ -530,6 +535,34 @@ def test_make_echoes_commands_without_empty_lines(argv):
     lines = r.stdout.splitlines()
     assert not [ln for ln in lines if ln.strip() in ("", "\\")], r.stdout
     assert any("chipotle" in ln for ln in lines), r.stdout
+
+
+def test_make_bitstream_variables_stay_with_it():
+    """make bitstream refuses the variables of other targets given to it alone (CLOCK_MHZ=50
+    would not set the board's clock), other targets refuse its BOARD= and SYNTH_ONLY=, and
+    SYNTH_ONLY takes 1 or 0 only (``no`` meant synth-only before, session 15's fresh user)."""
+    code, err = _make("bitstream", "CLOCK_MHZ=50", "STEPS=3")
+    assert code == 2 and "CLOCK_MHZ= STEPS= apply to other targets, not make bitstream" in err
+    code, err = _make("sim", "BACKEND=reference", "BOARD=ulx3s-85f")
+    assert code == 2 and "BOARD= applies to make bitstream, not make sim" in err, err
+    code, err = _make("bitstream", "SYNTH_ONLY=no")
+    assert code == 2 and "SYNTH_ONLY=no: give SYNTH_ONLY=1" in err, err
+    for ok in (("bitstream", "SYNTH_ONLY=0"), ("bitstream", "SYNTH_ONLY=1", "CONFIG=small"),
+               ("sim", "bitstream", "BOARD=icebreaker", "BACKEND=reference")):
+        code, err = _make(*ok)
+        assert code == 0, (ok, err)
+
+
+def test_make_bitstream_passes_values_unparsed():
+    """BOARD= and CONFIG= reach the flow as given, not through the shell (a backquote in
+    CONFIG ran as a command before)."""
+    r = subprocess.run(["make", "-s", "bitstream", "CONFIG=`echo x`"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and "CONFIG=`echo x`: unknown configuration '`echo x`'" in \
+        r.stderr, r.stderr
+    r = subprocess.run(["make", "-s", "bitstream", 'BOARD=a b"c'], cwd=ROOT,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and 'BOARD=a b"c: not a board of this flow' in r.stderr, r.stderr
 
 
 def test_make_refuses_variables_no_target_takes():
