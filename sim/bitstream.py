@@ -17,7 +17,8 @@ Usage (from the top of the checkout)::
 The design is ``chipotle.hw.fpga.boards.BoardTop`` through Amaranth's platform API
 (amaranth-boards): Yosys (``synth_ecp5`` / ``synth_ice40``), nextpnr, then ``ecppack`` /
 ``icepack``.  The tile is generated once as a module and instantiated per position (as
-``chipotle.hw.chip.chip_verilog``); Yosys reads it as RTLIL (`tile_file`), not Verilog.
+``chipotle.hw.chip.chip_verilog``); Yosys reads it as RTLIL (`tile_file`), not Verilog
+(``--tile-blackbox``: its Verilog with ``read_verilog -lib``, the ports only).
 Everything lands in ``build/fpga/<board>/`` (``--tile-blackbox``:
 ``build/fpga/<board>-tile-blackbox/``); the report (LUT4, flip-flops, DSP, block RAM
 against the device; Fmax against the target clock) is printed and written to

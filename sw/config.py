@@ -106,7 +106,9 @@ class ChipConfig:
                 continue
             v = getattr(self, f.name)
             if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
-                raise ValueError(f"ChipConfig.{f.name} must be a positive integer, not {v!r}")
+                letter = {"lanes": " (V)", "max_m": " (M)", "word_bytes": " (W)"}.get(f.name, "")
+                raise ValueError(f"ChipConfig.{f.name}{letter} must be a positive integer, "
+                                 f"not {v!r}")
         if not 1 <= self.mesh_width <= 15 or not 1 <= self.mesh_height <= 16:
             raise ValueError(f"the mesh must be 1..15 x 1..16 tiles (the host link takes the "
                              f"last column address), not {self.mesh_width} x "
@@ -246,6 +248,11 @@ class ChipConfig:
                 continue
             key, value = (s.strip() for s in part.split("=", 1))
             key = letters.get(key, key)
+            sets = {"mesh": ("mesh_width", "mesh_height"), "sram_kib": ("sram_bytes",)}.get(
+                key, (key,))
+            if twice := [f for f in sets if f in changes]:
+                raise ValueError(f"{part!r}: {twice[0]} is given twice in {text!r}; give it "
+                                 f"once")
             try:
                 if key == "mesh":
                     w, h = value.lower().split("x")

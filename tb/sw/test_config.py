@@ -79,6 +79,9 @@ def test_tile_builds_the_vector_unit_with_the_slots(name):
     ("default,vec_slots=9", "vec_slots must be at most 8"),
     ("default,V=3", r"lanes \(V\) must be an even number of at least 2 .*not 3"),
     ("default,V=1", r"lanes \(V\) must be an even number"),
+    ("ulx3s,sram_kib=512,sram_kib=64", r"'sram_kib=64': sram_bytes is given twice"),
+    ("default,V=4,lanes=8", r"'lanes=8': lanes is given twice"),
+    ("default,mesh=2x2,mesh_width=3", r"mesh_width is given twice"),
 ])
 def test_config_refuses_what_the_hardware_cannot_build(text, message):
     """A geometry the SRAM or the vector unit refuses is refused by the configuration itself,
