@@ -128,9 +128,9 @@ test-default: venv
 # prefill of the prompt (chipotle.sim.bench).
 PROMPTS     ?= 1,64,256
 bench: venv
-	$(PY) -m chipotle.sim.bench --backend "$$CHIPOTLE_MAKE_BACKEND" $(CONFIG_OPT) \
-	  --placement "$$CHIPOTLE_MAKE_PLACEMENT" --prompts "$$CHIPOTLE_MAKE_PROMPTS" \
-	  $(RUN_OPTS)
+	$(PY) -m chipotle.sim.bench --backend "$$CHIPOTLE_MAKE_BACKEND" \
+	  $(strip --placement "$$CHIPOTLE_MAKE_PLACEMENT" --prompts "$$CHIPOTLE_MAKE_PROMPTS" \
+	  $(CONFIG_OPT) $(RUN_OPTS))
 
 # The variables of `make sim` and `make bench` reach the command through the environment,
 # exactly as given: the shell never parses their text (quotes, `$`, `;`, backquotes,
@@ -195,8 +195,10 @@ ifneq ($(bitstream_foreign),)
 $(error $(foreach v,$(bitstream_foreign),$v=) $(if $(word 2,$(bitstream_foreign)),apply,applies) to other targets, not make bitstream (it takes BOARD=, CONFIG= and SYNTH_ONLY=1; the clock is the board's: docs/fpga.md))
 endif
 endif
+ifneq ($(filter bitstream,$(MAKECMDGOALS)),)
 ifneq ($(filter-out 0 1,$(value SYNTH_ONLY)),)
 $(error SYNTH_ONLY=$(value SYNTH_ONLY): give SYNTH_ONLY=1 (stop after Yosys) or leave it out)
+endif
 endif
 # optional `make sim` arguments, only those given (so the echoed command has no blank lines)
 # (MODEL_DIR reaches the CLI as $$CHIPOTLE_MODEL_DIR, above: its errors then name it)

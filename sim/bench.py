@@ -210,8 +210,10 @@ def main(argv: list[str] | None = None) -> int:
     except FitError as e:
         from chipotle.cli import _shorter_context, config_tips
         shorter = _shorter_context(e, need) if args.context is None else None
+        needs = (f"the {need} positions the longest prompt and the decode steps need: give "
+                 f"shorter prompts (--prompts; `make bench`: PROMPTS=)")
         if shorter is None:
-            ap.refuse(config_tips(e, args.config))
+            ap.refuse(config_tips(e, args.config, need, needs))
         # no --context: the longest context this configuration holds, said so
         print(f"context {shorter}: the longest this chip ({config}) holds the model for; its "
               f"seq_len, {checkpoint.config.seq_len}, does not fit (--context sets the "
@@ -220,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
             compiled = compile_model(checkpoint, config, context=shorter,
                                      placement=args.placement)
         except FitError as e2:
-            ap.refuse(config_tips(e2, args.config))
+            ap.refuse(config_tips(e2, args.config, need, needs))
     if need > compiled.context:
         steps = f"{args.decode_steps} decode step{'s' * (args.decode_steps != 1)}"
         seq_len = checkpoint.config.seq_len

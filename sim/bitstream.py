@@ -218,6 +218,9 @@ _PNR_MARKS = [
     (re.compile(r"at iteration #(\d+): temp = [\d.]+, timing cost = (\d+)"),
      lambda m: f"placing: annealing refinement, iteration {m[1]}"),
     (re.compile(r"Running simulated annealing placer"), lambda m: "placing: annealing refinement"),
+    (re.compile(r"at iteration #(\d+), type "), lambda m: f"placing (HeAP): iteration {m[1]}"),
+    (re.compile(r"Creating initial analytic placement|Running main analytical placer"),
+     lambda m: "placing (HeAP)"),
     (re.compile(r"^Info: iter=(\d+) steplen=.*"), lambda m: f"placing (static placer): "
                                                           f"iteration {m[1]}"),
     (re.compile(r"Running Static placer|Running HeAP"), lambda m: "placing"),
@@ -547,9 +550,10 @@ def build(board_name: str, config=None, *, synth_only: bool = False,
     build_dir : path, optional
         Default ``build/fpga/<board>`` (``build/fpga/<board>-tile-blackbox`` with
         `tile_blackbox`, so that the quick check leaves the real build's report alone).  A
-        bitstream there (``top.bit``) and its ``report.txt`` are kept as ``top.prev.bit``
-        and ``report.prev.txt`` when the build starts (the bitstream a board runs, and what
-        it is, stay at hand during a rebuild, and a refused or failed rebuild loses neither).
+        bitstream there (``top.bit``, iCE40 ``top.bin``) and its ``report.txt`` are kept as
+        ``top.prev.bit`` (``top.prev.bin``) and ``report.prev.txt`` when the build starts
+        (the bitstream a board runs, and what it is, stay at hand during a rebuild, and a
+        refused or failed rebuild loses neither).
     nextpnr_opts : str
         Extra nextpnr options, after the flow's and the board's (``Board.nextpnr_opts``; an
         option given here replaces the board's), e.g. ``"--router router2"``, ``"--seed 2"``,
@@ -637,14 +641,17 @@ def build(board_name: str, config=None, *, synth_only: bool = False,
         plan.extract(str(bdir))
     seconds["elaborate"] = round(time.monotonic() - t, 1)
     env = dict(os.environ, **{k: _tool(v) for k, v in TOOLS.items()})
-    stale = ["report.json", "report.txt", "report.json.chipotle", "top.bit", "top.tim",
-             "top_pnr.json"]
+    stale = ["report.json", "report.txt", "report.json.chipotle", "top.bit", "top.bin",
+             "top.tim", "top_pnr.json"]
     if not reuse_netlist:
         stale += ["synth_stat.txt", "top.json"]
-    if (bdir / "top.bit").exists():     # the last bitstream and its report, kept aside
-        for name in ("top.bit", "report.txt"):
-            if (bdir / name).exists():
-                (bdir / name).replace(bdir / _previous(name))
+    bitstream = "top.bit" if board.family == "ecp5" else "top.bin"
+    if (bdir / bitstream).exists():     # the last bitstream and its report, kept aside
+        (bdir / bitstream).replace(bdir / _previous(bitstream))
+        if (bdir / "report.txt").exists():
+            (bdir / "report.txt").replace(bdir / "report.prev.txt")
+        else:
+            (bdir / "report.prev.txt").unlink(missing_ok=True)
     for name in stale:
         (bdir / name).unlink(missing_ok=True)
 
@@ -831,7 +838,8 @@ def main(argv=None):
                         "with the tile as a black box (implies --synth-only)")
     parser.add_argument("--build-dir", type=Path, metavar="DIR", help="where the tools run "
                         "and the report, netlist and bitstream go (default: "
-                        "build/fpga/<board>)")
+                        "build/fpga/<board>, with --tile-blackbox "
+                        "build/fpga/<board>-tile-blackbox)")
     parser.add_argument("--nextpnr-opts", default="", help="extra nextpnr options, after the "
                         "board's, which one given again replaces, e.g. \"--seed 2\" or "
                         "\"--placer heap\"")

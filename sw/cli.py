@@ -95,7 +95,7 @@ MAKE_VARIABLES = {"--config": "CONFIG", "--context": "CONTEXT", "--steps": "STEP
                   "--model": "MODEL_DIR", "--tokenizer": "MODEL_DIR"}
 
 
-def config_tips(error, given: str, prompt_tokens: int = 0) -> str:
+def config_tips(error, given: str, prompt_tokens: int = 0, needs: str | None = None) -> str:
     """Return a refusal with each configuration it suggests written as the options to give.
 
     A `chipotle.compiler.FitError`'s suggestions (`chipotle.compiler.Fit`) become whole
@@ -103,7 +103,8 @@ def config_tips(error, given: str, prompt_tokens: int = 0) -> str:
     parts of `given` the change replaces, and ``default``, dropped), a context as
     ``--context N``, a placement as ``--placement P``.  A suggested context shorter than
     `prompt_tokens` (the prompt, BOS included) is not offered: the refusal says the prompt
-    is longer than it instead.  Any other error, or a `FitError` without suggestions, is
+    is longer than it instead (`needs`: what needs the `prompt_tokens` positions and what to
+    do, in place of the prompt's).  Any other error, or a `FitError` without suggestions, is
     returned as its text.
     """
     fits = getattr(error, "fits", ())
@@ -113,20 +114,26 @@ def config_tips(error, given: str, prompt_tokens: int = 0) -> str:
     fits = [f for f in fits if f.context is None or f.context >= prompt_tokens]
     what = error.what
     if short:
-        what += (f"; the longest context it holds, {max(short)}, is shorter than the prompt's "
-                 f"{prompt_tokens} tokens (BOS included): shorten the prompt to at most "
-                 f"{max(short)} tokens")
+        what += (f"; the longest context it holds, {max(short)}, is shorter than "
+                 + (needs or f"the prompt's {prompt_tokens} tokens (BOS included): shorten the "
+                             f"prompt to at most {max(short)} tokens"))
     if not fits:
         return what
+
+    def fields_of(key: str) -> set:
+        """The ChipConfig fields a key of ``--config`` sets (aliases included)."""
+        key = {"W": "word_bytes", "M": "max_m", "V": "lanes", "sram_kib": "sram_bytes"}.get(
+            key, key)
+        return {"mesh_width", "mesh_height"} if key == "mesh" else {key}
 
     def whole(fit) -> str:
         parts = []
         if fit.context is not None:
             parts.append(f"--context {fit.context}")
         if fit.config:
-            changed = {key for key, _ in fit.config}
+            changed = set().union(*(fields_of(key) for key, _ in fit.config))
             kept = [part.strip() for part in given.split(",") if part.strip()
-                    and part.split("=", 1)[0].strip() not in changed
+                    and not fields_of(part.split("=", 1)[0].strip()) & changed
                     and part.strip() != "default"]
             parts.append(f"--config {','.join([*kept, fit.config_text()])}")
         if fit.placement is not None:
@@ -492,7 +499,19 @@ def _generate_chip(args, checkpoint, tokenizer, model_path, tok_path, out, err) 
     except (FitError, ValueError) as e:
         shorter = _shorter_context(e, len(ids)) if args.context is None else None
         if shorter is None:
-            raise UsageError(config_tips(e, args.config, len(ids))) from None
+            message = config_tips(e, args.config, len(ids))
+            if (args.context is None and _shorter_context(e, 0) is not None
+                    and len(ids) <= seq_len):
+                # it holds a context, shorter than the prompt: what would hold the prompt
+                try:
+                    compile_model(checkpoint, config, context=len(ids),
+                                  placement=args.placement)
+                except (FitError, ValueError) as fe:
+                    tips = config_tips(fe, args.config, len(ids))
+                    if "a configuration that fits: " in tips:
+                        message += (f"; for the prompt's {len(ids)} positions, a configuration "
+                                    f"that fits: {tips.split('a configuration that fits: ')[-1]}")
+            raise UsageError(message) from None
         # no --context: the longest context this configuration holds, said so
         err.write(f"[{args.backend}] context {shorter}: the longest this chip ({config}) "
                   f"holds the model for; its seq_len, {seq_len}, does not fit (--context sets "

@@ -613,9 +613,9 @@ def _suggest_tensor(qm: QuantizedModel, config: ChipConfig, context: int, messag
     m = re.search(r"needs ([\d,]+) bytes of SRAM", message)
     if m:
         need_kib = -(-int(m.group(1).replace(",", "")) // 1024)
-        for kib in (need_kib, need_kib + 4):
-            if kib * 1024 > config.max_sram_bytes:
-                break
+        top_kib = config.max_sram_bytes // 1024
+        for kib in dict.fromkeys(k for k in (need_kib, min(need_kib + 4, top_kib))
+                                 if k <= top_kib):
             extra = _verified(qm, config.replace(sram_bytes=kib * 1024), context, "tensor",
                               kvapp)
             if extra is not None:

@@ -135,3 +135,17 @@ def test_printed_command_repeats_the_run(capsys, model_paths):
     assert capsys.readouterr().out == first
     # the "MAC busy" columns say what they measure (not a share of the peak MACs)
     assert "MAC busy: the share of tile-cycles a matrix unit streamed weights" in first
+
+
+@pytest.mark.model
+def test_bench_does_not_suggest_a_context_too_short_for_its_prompts(capsys, model_paths):
+    """The default prompts (up to 256 tokens) on the ulx3s chip, which holds 140 positions:
+    the refusal says the prompts need more positions than the chip holds, and does not offer
+    the --context 140 that the bench would then refuse."""
+    with pytest.raises(SystemExit) as e:
+        bench.main(["--backend", "isasim", "--config", "ulx3s", "--model", str(model_paths[0])])
+    err = capsys.readouterr().err
+    assert e.value.code == 2, err
+    assert ("the longest context it holds, 140, is shorter than the 257 positions the longest "
+            "prompt and the decode steps need: give shorter prompts (--prompts") in err, err
+    assert "--context 140" not in err, err

@@ -468,3 +468,10 @@ def test_pnr_phase_reads_nextpnr_log():
         "routing (router2): iteration 26, 1,174 overused wires left",
         "routing: router1's legality pass", "routing (router1)",
         "routing (router1): 12 arcs left", "timing report", "finished"], says
+    # HeAP (--placer heap) logs its own lines
+    heap = ["Info: Packing IOs..", "Info: Creating initial analytic placement for 27298 cells",
+            "Info:     at initial placer iter 0, wirelen = 1234",
+            "Info: Running main analytical placer, max 1000 iterations.",
+            "Info:     at iteration #1, type ALL: wirelen solved = 2345, spread = 3456"]
+    assert [pnr_phase("\n".join(heap[:n])) for n in range(2, len(heap) + 1)] == [
+        "placing (HeAP)", "placing (HeAP)", "placing (HeAP)", "placing (HeAP): iteration 1"]

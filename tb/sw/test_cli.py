@@ -15,6 +15,14 @@ from tbcommon.cli import run, write_tiny_model
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.fixture(autouse=True)
+def _no_outer_make(monkeypatch):
+    """These tests run make themselves: an outer make's command line (``make test JOBS=1``:
+    ``$MAKEFLAGS``) must not reach it as the inner make's own command line."""
+    for name in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES"):
+        monkeypatch.delenv(name, raising=False)
+
+
 @pytest.fixture
 def tiny(tmp_path):
     """A synthetic checkpoint (seq_len 8) and a matching tokenizer, as CLI arguments."""
@@ -497,6 +505,9 @@ def test_no_context_takes_the_longest_the_configuration_holds(capsys, model_path
             "context it holds, 140, is shorter than the prompt's 199 tokens (BOS included): "
             "shorten the prompt to at most 140 tokens") in err, err
     assert "--context 140" not in err, err
+    assert err.rstrip().endswith("shorten the prompt to at most 140 tokens; for the prompt's 199 "
+                                 "positions, a configuration that fits: --config "
+                                 "ulx3s,sram_kib=414"), err
 
 
 
@@ -525,7 +536,7 @@ def _make(*argv):
 
 
 @pytest.mark.parametrize("argv", [("bitstream",), ("bitstream", "CONFIG=small", "SYNTH_ONLY=1"),
-                                  ("sim", "BACKEND=reference")])
+                                  ("sim", "BACKEND=reference"), ("bench", "BACKEND=isasim")])
 def test_make_echoes_commands_without_empty_lines(argv):
     """The commands make echoes have no empty continuation lines (options left out by make
     conditionals used to leave ``\\``-only lines in the echo: a fresh user's finding)."""
@@ -535,6 +546,28 @@ def test_make_echoes_commands_without_empty_lines(argv):
     lines = r.stdout.splitlines()
     assert not [ln for ln in lines if ln.strip() in ("", "\\")], r.stdout
     assert any("chipotle" in ln for ln in lines), r.stdout
+
+
+def test_config_tips_replace_aliases_and_drop_short_contexts():
+    """A suggested change replaces the given parts it overrides under any of their names
+    (``sram_bytes`` by ``sram_kib``, ``mesh_width`` by ``mesh``, ``V`` by ``lanes``), so
+    the suggested --config parses; a suggested context shorter than the prompt is left out
+    and said instead."""
+    from chipotle.compiler import Fit, FitError
+    from chipotle.config import ChipConfig
+    e = FitError("it does not fit", [Fit((("sram_kib", "414"),)), Fit((("mesh", "2x1"),)),
+                                     Fit((("lanes", "4"),)), Fit(context=140)])
+    text = cli.config_tips(e, "ulx3s,sram_bytes=262144,mesh_width=1,V=2", 199)
+    tips = text.split("a configuration that fits: ")[1].split(" or ")
+    assert tips == ["--config ulx3s,mesh_width=1,V=2,sram_kib=414",
+                    "--config ulx3s,sram_bytes=262144,V=2,mesh=2x1",
+                    "--config ulx3s,sram_bytes=262144,mesh_width=1,lanes=4"], text
+    for tip in tips:
+        ChipConfig.from_string(tip.removeprefix("--config "))       # no key given twice
+    assert "the longest context it holds, 140, is shorter than the prompt's 199 tokens" in text
+    assert "--context" not in text
+    # a short context is kept when the prompt fits it
+    assert "--context 140" in cli.config_tips(e, "ulx3s", 100)
 
 
 def test_make_bitstream_variables_stay_with_it():
