@@ -649,9 +649,9 @@ def build(board_name: str, config=None, *, synth_only: bool = False,
     if (bdir / bitstream).exists():     # the last bitstream and its report, kept aside
         (bdir / bitstream).replace(bdir / _previous(bitstream))
         if (bdir / "report.txt").exists():
-            (bdir / "report.txt").replace(bdir / "report.prev.txt")
+            (bdir / "report.txt").replace(bdir / _previous("report.txt"))
         else:
-            (bdir / "report.prev.txt").unlink(missing_ok=True)
+            (bdir / _previous("report.txt")).unlink(missing_ok=True)
     for name in stale:
         (bdir / name).unlink(missing_ok=True)
 
@@ -681,14 +681,13 @@ def build(board_name: str, config=None, *, synth_only: bool = False,
         progress(f"{board_name}: {len(found)} longest paths (proxy) in {bdir / 'paths.txt'}")
     over = [] if tile_blackbox else device_overflow(report["synth"], board.resources,
                                                      board.family)
+    if over:
+        report["fit_error"] = what = ", ".join(f"{k} {n:,} of {h:,}" for k, n, h in over)
     if over and synth_only:        # a measurement: reported, not refused
-        report["fit_error"] = ", ".join(f"{k} {n:,} of {h:,}" for k, n, h in over)
         progress(f"{board_name}: the netlist does NOT fit the {report['device']}: it needs "
-                 f"{report['fit_error']} (Yosys's counts)")
+                 f"{what} (Yosys's counts)")
     if not synth_only:
         if over:
-            what = ", ".join(f"{k} {n:,} of {h:,}" for k, n, h in over)
-            report["fit_error"] = what
             seconds["total"] = round(time.monotonic() - t_start, 1)
             _write_report(bdir, report)
             raise ValueError(f"{board_name}: the configuration ({config}) does not fit the "

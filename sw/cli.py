@@ -95,6 +95,32 @@ MAKE_VARIABLES = {"--config": "CONFIG", "--context": "CONTEXT", "--steps": "STEP
                   "--model": "MODEL_DIR", "--tokenizer": "MODEL_DIR"}
 
 
+def fit_options(error, given: str, prompt_tokens: int = 0) -> list[str]:
+    """The suggestions of a `chipotle.compiler.FitError` as whole options (`config_tips`),
+    those with a context shorter than `prompt_tokens` left out; [] for any other error."""
+    from .config import ChipConfig
+
+    def fields_of(key: str) -> set:
+        return set(ChipConfig.key_fields(key))
+
+    def whole(fit) -> str:
+        parts = []
+        if fit.context is not None:
+            parts.append(f"--context {fit.context}")
+        if fit.config:
+            changed = set().union(*(fields_of(key) for key, _ in fit.config))
+            kept = [part.strip() for part in given.split(",") if part.strip()
+                    and not fields_of(part.split("=", 1)[0].strip()) & changed
+                    and part.strip() != "default"]
+            parts.append(f"--config {','.join([*kept, fit.config_text()])}")
+        if fit.placement is not None:
+            parts.append(f"--placement {fit.placement}")
+        return " ".join(parts) + (f" ({fit.note})" if fit.note else "")
+
+    return [whole(f) for f in getattr(error, "fits", ())
+            if f.context is None or f.context >= prompt_tokens]
+
+
 def config_tips(error, given: str, prompt_tokens: int = 0, needs: str | None = None) -> str:
     """Return a refusal with each configuration it suggests written as the options to give.
 
@@ -111,36 +137,13 @@ def config_tips(error, given: str, prompt_tokens: int = 0, needs: str | None = N
     if not fits:
         return str(error)
     short = [f.context for f in fits if f.context is not None and f.context < prompt_tokens]
-    fits = [f for f in fits if f.context is None or f.context >= prompt_tokens]
     what = error.what
     if short:
         what += (f"; the longest context it holds, {max(short)}, is shorter than "
                  + (needs or f"the prompt's {prompt_tokens} tokens (BOS included): shorten the "
                              f"prompt to at most {max(short)} tokens"))
-    if not fits:
-        return what
-
-    def fields_of(key: str) -> set:
-        """The ChipConfig fields a key of ``--config`` sets (aliases included)."""
-        key = {"W": "word_bytes", "M": "max_m", "V": "lanes", "sram_kib": "sram_bytes"}.get(
-            key, key)
-        return {"mesh_width", "mesh_height"} if key == "mesh" else {key}
-
-    def whole(fit) -> str:
-        parts = []
-        if fit.context is not None:
-            parts.append(f"--context {fit.context}")
-        if fit.config:
-            changed = set().union(*(fields_of(key) for key, _ in fit.config))
-            kept = [part.strip() for part in given.split(",") if part.strip()
-                    and not fields_of(part.split("=", 1)[0].strip()) & changed
-                    and part.strip() != "default"]
-            parts.append(f"--config {','.join([*kept, fit.config_text()])}")
-        if fit.placement is not None:
-            parts.append(f"--placement {fit.placement}")
-        return " ".join(parts) + (f" ({fit.note})" if fit.note else "")
-
-    return f"{what}; a configuration that fits: {' or '.join(map(whole, fits))}"
+    options = fit_options(error, given, prompt_tokens)
+    return f"{what}; a configuration that fits: {' or '.join(options)}" if options else what
 
 
 def under_make(message: str) -> str:
@@ -507,10 +510,9 @@ def _generate_chip(args, checkpoint, tokenizer, model_path, tok_path, out, err) 
                     compile_model(checkpoint, config, context=len(ids),
                                   placement=args.placement)
                 except (FitError, ValueError) as fe:
-                    tips = config_tips(fe, args.config, len(ids))
-                    if "a configuration that fits: " in tips:
+                    if options := fit_options(fe, args.config, len(ids)):
                         message += (f"; for the prompt's {len(ids)} positions, a configuration "
-                                    f"that fits: {tips.split('a configuration that fits: ')[-1]}")
+                                    f"that fits: {' or '.join(options)}")
             raise UsageError(message) from None
         # no --context: the longest context this configuration holds, said so
         err.write(f"[{args.backend}] context {shorter}: the longest this chip ({config}) "

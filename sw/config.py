@@ -218,6 +218,17 @@ class ChipConfig:
                 f"SRAM/tile, W={self.word_bytes}, M={self.max_m}, V={self.lanes}, "
                 f"vec_slots={self.vec_slots}")
 
+    #: The banner's letters of ``--config`` (``str()``) -> field names.
+    LETTERS = {"W": "word_bytes", "M": "max_m", "V": "lanes"}
+
+    @classmethod
+    def key_fields(cls, key: str) -> tuple[str, ...]:
+        """The fields a ``--config`` key sets: ``mesh`` both mesh sides, ``sram_kib``
+        ``sram_bytes``, a letter its field, a field name itself (an unknown key as given)."""
+        key = cls.LETTERS.get(key, key)
+        return {"mesh": ("mesh_width", "mesh_height"), "sram_kib": ("sram_bytes",)}.get(
+            key, (key,))
+
     @classmethod
     def from_string(cls, text: str, base: ChipConfig | None = None) -> ChipConfig:
         """Parse ``"name"`` or ``"name,key=value,..."`` or ``"key=value,..."``.
@@ -234,7 +245,7 @@ class ChipConfig:
         """
         cfg = base or CONFIGS["default"]
         changes = {}
-        letters = {"W": "word_bytes", "M": "max_m", "V": "lanes"}
+        letters = cls.LETTERS
         for part in filter(None, (p.strip() for p in text.split(","))):
             if "=" not in part:
                 if part in {"mesh", "sram_kib"} | set(letters) | {f.name for f in fields(cls)}:
@@ -248,9 +259,7 @@ class ChipConfig:
                 continue
             key, value = (s.strip() for s in part.split("=", 1))
             key = letters.get(key, key)
-            sets = {"mesh": ("mesh_width", "mesh_height"), "sram_kib": ("sram_bytes",)}.get(
-                key, (key,))
-            if twice := [f for f in sets if f in changes]:
+            if twice := [f for f in cls.key_fields(key) if f in changes]:
                 raise ValueError(f"{part!r}: {twice[0]} is given twice in {text!r}; give it "
                                  f"once")
             try:
