@@ -97,7 +97,7 @@ BOARDS = {
     "ulx3s-85f": Board(
         "ulx3s-85f", "amaranth_boards.ulx3s:ULX3S_85F_Platform", "ecp5", 25_000_000,
         20_000_000, 1_000_000,
-        CONFIGS["ulx3s"], {"LUT4": 83_640, "FF": 83_640, "DSP": 156, "BRAM": 208}, context=140,
+        CONFIGS["ulx3s"], {"LUT4": 83_640, "FF": 83_640, "DSP": 156, "BRAM": 208}, context=204,
         nextpnr_opts="--placer static --router router2", goal_hz=50_000_000),
     "icebreaker": Board(
         "icebreaker", "amaranth_boards.icebreaker:ICEBreakerPlatform", "ice40", 12_000_000,

@@ -251,6 +251,8 @@ class CompiledModel:
                        f"{len(self.programs[xy])} of {cfg.imem_words} instructions")
             out.append("  address    bytes  region")
             out += [f"  {r.addr:#07x} {r.size:8,d}  {r.name}" for r in lay.regions.values()]
+            out += [f"  {lay[a]:#07x} {'':>8}  {a} = {t} (the same bytes: the embedding is "
+                    f"the shared classifier)" for a, t in lay.aliases.items()]
         idle = [xy for xy in cfg.tiles if xy not in pl.tiles]
         if idle:
             out.append("\nidle tiles: " + ", ".join(f"({x}, {y})" for x, y in idle))

@@ -238,6 +238,11 @@ class TileLayout:
         ``"<stage>.<what>"``, ``"tab.<table>"``, ``"step"``, ``"red.<what>"``.
     size : int
         Bytes used.
+    aliases : dict of str to str
+        Names that are another region's bytes, not regions of their own: name -> the
+        region's name (the tensor placement's embedding rows ``e`` on a tile that holds the
+        whole shared classifier, ``cls.w``: the same int8 matrix, byte for byte).  Indexing
+        resolves them; `regions` does not list them (nothing is laid out or loaded twice).
     """
 
     xy: tuple
@@ -245,6 +250,7 @@ class TileLayout:
     reduce: int = 0
     regions: dict = field(default_factory=dict)
     size: int = 0
+    aliases: dict = field(default_factory=dict)
 
     def build(self, qm: QuantizedModel, isa: IsaConfig, context: int, batches: int = 1,
               kvapp: bool = False) -> TileLayout:
@@ -283,8 +289,8 @@ class TileLayout:
         return self
 
     def __getitem__(self, name: str) -> int:
-        """Return the address of region `name`."""
-        return self.regions[name].addr
+        """Return the address of region `name` (or of the region it is an alias of)."""
+        return self.regions[self.aliases.get(name, name)].addr
 
     def kv_layout(self, qm: QuantizedModel, isa: IsaConfig, context: int,
                   addr: int | None = None):

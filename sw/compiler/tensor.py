@@ -453,7 +453,7 @@ def _requests(qm: QuantizedModel, isa: IsaConfig, roles: TensorRoles, xy, contex
             ("rec", M * rec(dim), "g"), ("grec", M * rec(k2), "g")]
     if M > 2:
         req += [("zeros", (M - 2) * max(rec(dim), rec(hid), rec(k2)), "act")]
-    if No:
+    if No and not _embedding_is_classifier(qm, roles, xy, cls_rows):
         req += [("e", c.vocab_size * pad(No), "w")]
     if Nh:
         hz = pad(2 * Nh)
@@ -561,6 +561,26 @@ def _kv_layout(qm: QuantizedModel, isa: IsaConfig, nk: int, context: int, addr: 
         word_bytes=isa.word_bytes, k_header=True)
 
 
+def _embedding_is_classifier(qm: QuantizedModel, roles: TensorRoles, xy, cls_rows) -> bool:
+    """Whether tile `xy`'s embedding rows are its classifier rows byte for byte, so that the
+    region ``e`` is an alias of ``cls.w`` (`TileLayout.aliases`) and not a second copy.
+
+    True when the checkpoint shares the classifier with the token embedding (llama2.c's
+    ``shared_classifier``; `chipotle.golden.quantize` then quantises both to one int8
+    matrix) and the tile holds the whole of it both ways: every embedding column (the
+    slice ``roles.o`` is the full model dimension) and every vocabulary row of the
+    classifier, from row 0 (`cls_rows` ``(first, n, cap)``).  That is a 1 x 1 mesh, such
+    as the ULX3S's chip, where it saves ``vocab_size * pad(dim)`` bytes (32 KiB for
+    stories260K); on a larger mesh each tile's embedding columns and classifier rows differ.
+    """
+    o0, o1 = roles.o[xy]
+    V = qm.config.vocab_size
+    return (o0 == 0 and o1 == qm.config.dim and cls_rows is not None
+            and cls_rows[:2] == (0, V)
+            and qm.embedding.w.shape == qm.classifier.w.shape
+            and np.array_equal(qm.embedding.w, qm.classifier.w))
+
+
 def _layout(xy, stages, reduce, req, isa) -> TileLayout:
     order = dict(_KIND_ORDER, g=0.5)
     req = sorted(req, key=lambda r: order[r[2]])
@@ -625,6 +645,8 @@ def place_tensor(qm: QuantizedModel, isa: IsaConfig, width: int, height: int, co
         red = len(cls) if xy == reducer else 0
         lay = _layout(xy, stages, red,
                       _requests(qm, isa, roles, xy, context, batches, rows, red, kvapp), isa)
+        if roles.o[xy][1] > roles.o[xy][0] and _embedding_is_classifier(qm, roles, xy, rows):
+            lay.aliases["e"] = "cls.w"
         if lay.size > isa.sram_bytes and roles.prow:
             return place_tensor(qm, isa, width, height, context, batches, kvapp, partners,
                                 att_slices, gate_slices, vscores, wsums, prows=False,
@@ -1754,7 +1776,7 @@ def tensor_images(qm: QuantizedModel, isa: IsaConfig, pl: Placement, roles: Tens
         j = sorted(pl.tiles, key=lambda t: (t[1], t[0])).index(xy)
         d["mtab"] = np.array([(int(m == 1), int(m > 1), int(1 < m < M), int(1 < m and j < m))
                               for m in range(M + 1)], "<u4")
-        if o1 > o0:
+        if o1 > o0 and "e" not in lay.aliases:
             d["e"] = padded_rows(emb.w[:, o0:o1], isa)
         att = xy in roles.kv
         jobs = roles.kvp.get(xy, [])

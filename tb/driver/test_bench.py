@@ -139,13 +139,16 @@ def test_printed_command_repeats_the_run(capsys, model_paths):
 
 @pytest.mark.model
 def test_bench_does_not_suggest_a_context_too_short_for_its_prompts(capsys, model_paths):
-    """The default prompts (up to 256 tokens) on the ulx3s chip, which holds 140 positions:
+    """The default prompts (up to 256 tokens) on the ulx3s chip, which holds fewer positions:
     the refusal says the prompts need more positions than the chip holds, and does not offer
-    the --context 140 that the bench would then refuse."""
+    the --context that the bench would then refuse."""
+    from chipotle.hw.fpga.boards import BOARDS
+    most = BOARDS["ulx3s-85f"].context
+    assert most < 257
     with pytest.raises(SystemExit) as e:
         bench.main(["--backend", "isasim", "--config", "ulx3s", "--model", str(model_paths[0])])
     err = capsys.readouterr().err
     assert e.value.code == 2, err
-    assert ("the longest context it holds, 140, is shorter than the 257 positions the longest "
-            "prompt and the decode steps need: give shorter prompts (--prompts") in err, err
-    assert "--context 140" not in err, err
+    assert (f"the longest context it holds, {most}, is shorter than the 257 positions the "
+            "longest prompt and the decode steps need: give shorter prompts (--prompts") in err, err
+    assert f"--context {most}" not in err, err

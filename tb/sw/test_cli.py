@@ -461,54 +461,90 @@ def test_make_test_refuses_a_model_dir_without_the_model(tmp_path):
     assert f"{tmp_path} lacks stories260K.bin, tok512.bin" in r.stdout + r.stderr
 
 
+def _prompt_longer_than(tok_path, positions):
+    """A prompt of more than `positions` tokens (BOS included): (text, tokens)."""
+    from chipotle.tokenizer import load_tokenizer
+    tok = load_tokenizer(tok_path)
+    n = 1
+    while True:
+        text = " ".join(["Once upon a time there was a big dog."] * n)
+        if len(tok.encode(text)) > positions:
+            return text, len(tok.encode(text))
+        n += 1
+
+
+def _suggested_config_holds(err, prompt_tokens, ckpt):
+    """The ``--config ulx3s,sram_kib=N`` that `err` suggests holds a context of
+    `prompt_tokens` (compiled, not just printed)."""
+    import re
+
+    from chipotle.compiler import compile_model
+    from chipotle.config import ChipConfig
+    from chipotle.golden import quantize
+    from chipotle.model import load_checkpoint
+    m = re.search(r"a configuration that fits: --config (ulx3s,sram_kib=\d+)", err)
+    assert m, err
+    compile_model(quantize(load_checkpoint(ckpt)), ChipConfig.from_string(m.group(1)),
+                  prompt_tokens, placement="tensor")
+
+
 @pytest.mark.model
 def test_prompt_longer_than_the_context_and_the_configuration(capsys, model_paths):
     """A prompt longer than --context whose length the configuration cannot hold either:
     the refusal says so, gives the longest context the configuration holds as the prompt's
     limit and the configurations that hold the prompt, and suggests no context shorter than
     the prompt (a fresh user was told ``--context 140`` for a longer prompt, session 15)."""
+    from chipotle.hw.fpga.boards import BOARDS
     ckpt, tok = model_paths
-    prompt = " ".join(["Once upon a time there was a big dog."] * 18)     # 199 tokens
-    code, out, err = run(capsys, "--backend", "isasim", "--config", "ulx3s", "--context", "140",
-                         "--model", str(ckpt), "--tokenizer", str(tok), "--prompt", prompt)
+    most = BOARDS["ulx3s-85f"].context      # the chip's longest (test_fpga_build checks it)
+    prompt, n = _prompt_longer_than(tok, most)
+    code, out, err = run(capsys, "--backend", "isasim", "--config", "ulx3s", "--context",
+                         str(most), "--model", str(ckpt), "--tokenizer", str(tok),
+                         "--prompt", prompt)
     assert code == 2 and out == ""
-    assert "the prompt is 199 tokens (BOS included), longer than --context 140, and a " \
-           "context of 199 does not fit this configuration either" in err
-    assert "the longest context it holds, 140, is shorter than the prompt's 199 tokens (BOS " \
-           "included): shorten the prompt to at most 140 tokens; a configuration that fits: " \
-           "--config ulx3s,sram_kib=414" in err and "compiling" not in err, err
+    assert f"the prompt is {n} tokens (BOS included), longer than --context {most}, and a " \
+           f"context of {n} does not fit this configuration either" in err
+    assert f"the longest context it holds, {most}, is shorter than the prompt's {n} tokens " \
+           f"(BOS included): shorten the prompt to at most {most} tokens; a configuration " \
+           "that fits: --config ulx3s,sram_kib=" in err and "compiling" not in err, err
     assert "fits: --context" not in err and "or --context" not in err, err
+    _suggested_config_holds(err, n, ckpt)
 
 
 @pytest.mark.model
 def test_no_context_takes_the_longest_the_configuration_holds(capsys, model_paths):
     """Without --context, a configuration that cannot hold the model's seq_len compiles for
     the longest context it holds, and the run says so; with --context, no such fallback."""
+    import re
+
+    from chipotle.hw.fpga.boards import BOARDS
     ckpt, tok = model_paths
+    most = BOARDS["ulx3s-85f"].context
     files = ("--model", str(ckpt), "--tokenizer", str(tok))
     code, out, err = run(capsys, "--backend", "isasim", "--config", "ulx3s", "--steps", "2",
                          "--temperature", "0", *files)
     assert code == 0, err
     assert out.startswith("Once upon")
-    assert ("[isasim] context 140: the longest this chip (1x1 tiles, 384 KiB SRAM/tile, W=8, "
-            "M=1, V=4, vec_slots=3) holds the model for; its seq_len, 512, does not fit") in err
-    code, out, err = run(capsys, "--backend", "isasim", "--config", "ulx3s", "--context", "200",
-                         "--steps", "2", *files)
-    assert code == 2 and out == "" and "a configuration that fits: --context 140" in err
+    assert (f"[isasim] context {most}: the longest this chip ({BOARDS['ulx3s-85f'].config}) "
+            "holds the model for; its seq_len, 512, does not fit") in err
+    code, out, err = run(capsys, "--backend", "isasim", "--config", "ulx3s", "--context",
+                         str(most + 1), "--steps", "2", *files)
+    assert code == 2 and out == "" and f"a configuration that fits: --context {most}" in err
     # a prompt longer than the longest context: refused with the compiler's refusal, which
     # does not offer the context too short for the prompt (a fresh user's finding)
-    prompt = " ".join(["Once upon a time there was a big dog."] * 18)     # 199 tokens
+    prompt, n = _prompt_longer_than(tok, most)
     code, out, err = run(capsys, "--backend", "isasim", "--config", "ulx3s", "--prompt", prompt,
                          *files)
     assert code == 2 and out == "", err
-    assert ("needs 582,872 bytes of SRAM at context 512, but a tile has 393,216; the longest "
-            "context it holds, 140, is shorter than the prompt's 199 tokens (BOS included): "
-            "shorten the prompt to at most 140 tokens") in err, err
-    assert "--context 140" not in err, err
-    assert err.rstrip().endswith("shorten the prompt to at most 140 tokens; for the prompt's 199 "
-                                 "positions, a configuration that fits: --config "
-                                 "ulx3s,sram_kib=414"), err
-
+    assert re.search(r"needs [\d,]+ bytes of SRAM at context 512, but a tile has 393,216; the "
+                     rf"longest context it holds, {most}, is shorter than the prompt's {n} "
+                     rf"tokens \(BOS included\): shorten the prompt to at most {most} tokens",
+                     err), err
+    assert f"--context {most}" not in err, err
+    assert re.search(rf"shorten the prompt to at most {most} tokens; for the prompt's {n} "
+                     r"positions, a configuration that fits: --config ulx3s,sram_kib=\d+$",
+                     err.rstrip()), err
+    _suggested_config_holds(err, n, ckpt)
 
 
 @pytest.mark.model
