@@ -57,7 +57,12 @@ MAKE_VARIABLES := PYTHON VENV SIM WAVES JOBS PYTEST_ARGS PROMPT STEPS CONFIG CON
                   TEST_STEPS PROMPTS BOARD SYNTH_ONLY PGO HIERARCHICAL THREADS MODEL_URL
 unknown_given := $(filter-out $(MAKE_VARIABLES) CHIPOTLE_%,$(foreach v,$(.VARIABLES),\
                    $(if $(filter command line,$(origin $v)),$v)))
-variable_hint = $(firstword $(filter $1S $(patsubst %S,%,$1),$(MAKE_VARIABLES)))
+# the variable meant: a plural or singular away, else the closest name by Python's difflib
+# (PROMT= -> PROMPT=; the name reaches the shell in single quotes, with none of its own)
+variable_hint = $(firstword $(filter $1S $(patsubst %S,%,$1),$(MAKE_VARIABLES)) \
+  $(shell $(PYTHON) -c 'import difflib, sys; \
+    print(*difflib.get_close_matches(sys.argv[1], sys.argv[2:], 1, 0.75))' \
+    '$(subst ',,$1)' $(MAKE_VARIABLES) 2>/dev/null))
 ifneq ($(unknown_given),)
 $(error $(strip $(foreach v,$(unknown_given),$v=$(if $(call variable_hint,$v), (did you mean \
   $(call variable_hint,$v)=?))))$(if $(word 2,$(unknown_given)),: no target of this Makefile \

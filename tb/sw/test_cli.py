@@ -636,10 +636,14 @@ def test_make_bitstream_passes_values_unparsed():
 
 def test_make_refuses_variables_no_target_takes():
     """A misspelt variable is refused by name (with the variable meant, when it is a plural
-    or singular away), not ignored; the Makefile's own variables and CHIPOTLE_* pass."""
+    or singular away or a close spelling), not ignored; the Makefile's own variables and
+    CHIPOTLE_* pass."""
     code, err = _make("sim", "STEP=3", "BACKEND=reference")
     assert code == 2 and ("STEP= (did you mean STEPS=?): no target of this Makefile takes "
                           "it; `make help` lists the variables of each target") in err
+    code, err = _make("sim", "PROMT=Hi", "CONFG=small")
+    assert code == 2 and "no target of this Makefile takes these" in err, err
+    assert "PROMT= (did you mean PROMPT=?)" in err and "CONFG= (did you mean CONFIG=?)" in err
     code, err = _make("help", "FOO=1", "THREAD=2")
     assert code == 2 and ("FOO= THREAD= (did you mean THREADS=?): no target of this Makefile "
                           "takes these") in err
