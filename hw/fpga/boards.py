@@ -82,17 +82,16 @@ class Board:
         return getattr(importlib.import_module(mod), cls)()
 
 
-#: Boards of ``make bitstream BOARD=...`` (``docs/fpga.md`` gives the numbers).  The ULX3S
-#: builds ``CONFIGS["ulx3s"]``, one tile of 384 KiB that holds stories260K resident at a
-#: context of up to 204 positions (140 in sessions 11-15; before, two tiles of 176 KiB held
-#: 53 and filled 88 % of the 85F's logic slots, where neither nextpnr router finished).  The
-#: iCEBreaker builds the smallest chip the tile accepts (nothing useful fits the UP5K).  The
-#: ULX3S chip clock is 20 MHz (the PLL: 25 MHz x 4 / 5), below the 21.1-23.8 MHz routed Fmax of its builds
-#: at that constraint (session 14; 15 MHz in sessions 11-13, when nothing routed), so that the
-#: bitstream meets it; the 50 MHz goal stays in the report (``goal_hz``).  nextpnr places it
-#: with the electrostatic placer and routes with router2 (session 14: the first routed build
-#: of this chip; with HeAP's placement router2 stalled near 3,700 overused wires,
-#: docs/fpga.md "Session 14").
+#: Boards of ``make bitstream BOARD=...`` (``docs/fpga.md`` gives the numbers).  The ULX3S builds
+#: ``CONFIGS["ulx3s"]``, one tile of 384 KiB that holds stories260K resident at a context of up
+#: to 204 positions (140 in sessions 11-15; before, two tiles of 176 KiB held 53 and filled 88 %
+#: of the 85F's logic slots, where neither nextpnr router finished).  The iCEBreaker builds the
+#: smallest chip the tile accepts (nothing useful fits the UP5K).  The ULX3S chip clock is 20 MHz
+#: (the PLL: 25 MHz x 4 / 5), below the 21.1-23.8 MHz routed Fmax of its builds at that
+#: constraint (session 14; 15 MHz in sessions 11-13, when nothing routed), so that the bitstream
+#: meets it; the 50 MHz goal stays in the report (``goal_hz``).  nextpnr places it with the
+#: electrostatic placer and routes with router2 (session 14: the first routed build of this chip;
+#: with HeAP's placement router2 stalled near 3,700 overused wires, docs/fpga.md "Session 14").
 BOARDS = {
     "ulx3s-85f": Board(
         "ulx3s-85f", "amaranth_boards.ulx3s:ULX3S_85F_Platform", "ecp5", 25_000_000,
