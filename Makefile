@@ -19,6 +19,8 @@ JOBS        ?= 2
 # Extra pytest arguments, e.g. PYTEST_ARGS="-k noc -x".
 PYTEST_ARGS ?=
 COMMA       := ,
+EMPTY       :=
+SPACE       := $(EMPTY) $(EMPTY)
 
 # `make sim` parameters: the prompt, tokens to generate, the chip configuration (a name of
 # chipotle.config.CONFIGS and/or key=value,..., e.g. CONFIG=default,mesh=4x4,sram_kib=128),
@@ -57,21 +59,37 @@ MAKE_VARIABLES := PYTHON VENV SIM WAVES JOBS PYTEST_ARGS PROMPT STEPS CONFIG CON
                   TEST_STEPS PROMPTS BOARD SYNTH_ONLY PGO HIERARCHICAL THREADS MODEL_URL
 unknown_given := $(filter-out $(MAKE_VARIABLES) CHIPOTLE_%,$(foreach v,$(.VARIABLES),\
                    $(if $(filter command line,$(origin $v)),$v)))
-# the variable meant: a plural or singular away, else the closest name by Python's difflib
-# (PROMT= -> PROMPT=; the name reaches the shell in single quotes, with none of its own)
+# the variable meant: a plural or singular away, else (Python) the same name in other case
+# (prompt= -> PROMPT=), the one name it begins (TEMP= -> TEMPERATURE=), or the closest by
+# difflib (PROMT= -> PROMPT=); the name reaches the shell in single quotes, none of its own
 variable_hint = $(firstword $(filter $1S $(patsubst %S,%,$1),$(MAKE_VARIABLES)) \
-  $(shell $(PYTHON) -c 'import difflib, sys; \
-    print(*difflib.get_close_matches(sys.argv[1], sys.argv[2:], 1, 0.75))' \
+  $(shell $(PYTHON) -c 'import difflib, sys; v, names = sys.argv[1].upper(), sys.argv[2:]; \
+    pre = [n for n in names if n.startswith(v)]; \
+    print(v if v in names else pre[0] if len(pre) == 1 else \
+          " ".join(difflib.get_close_matches(v, names, 1, 0.75)))' \
     '$(subst ',,$1)' $(MAKE_VARIABLES) 2>/dev/null))
 ifneq ($(unknown_given),)
-$(error $(strip $(foreach v,$(unknown_given),$v=$(if $(call variable_hint,$v), (did you mean \
-  $(call variable_hint,$v)=?))))$(if $(word 2,$(unknown_given)),: no target of this Makefile \
+# (each refusal one word, its spaces as @, so that the words can be joined by commas)
+unknown_hinted := $(foreach v,$(unknown_given),$v=$(if $(call variable_hint,$v),@(did@you@mean@$(call \
+  variable_hint,$v)=?)))
+$(error $(subst @,$(SPACE),$(subst $(SPACE),$(COMMA)$(SPACE),$(strip $(unknown_hinted))))$(if \
+  $(word 2,$(unknown_given)),: no target of this Makefile \
   takes these,: no target of this Makefile takes it); `make help` lists the variables of each \
   target)
 endif
 
 .PHONY: all venv iverilog test test-default sim bench bitstream models lint clean distclean \
         help
+
+# A goal that is no target is refused before any other runs (a stray word such as an
+# unquoted `A;B=1` would otherwise run `make sim` first, then fail)
+TARGETS := all venv iverilog test test-default sim bench bitstream models lint clean \
+           distclean help $(STAMP)
+unknown_goals := $(filter-out $(TARGETS),$(MAKECMDGOALS))
+ifneq ($(unknown_goals),)
+$(error $(foreach g,$(unknown_goals),'$g')$(if $(word 2,$(unknown_goals)), are no targets, is \
+  no target) of this Makefile (its targets: $(filter-out all $(STAMP),$(TARGETS)); `make help`))
+endif
 
 all: help
 
@@ -204,6 +222,27 @@ ifneq ($(filter bitstream,$(MAKECMDGOALS)),)
 ifneq ($(filter-out 0 1,$(value SYNTH_ONLY)),)
 $(error SYNTH_ONLY=$(value SYNTH_ONLY): give SYNTH_ONLY=1 (stop after Yosys) or leave it out)
 endif
+endif
+# The variables each target takes; a variable given on the command line that none of the
+# goals takes is refused (`make test CONFIG=ulx3s` would run the regression unchanged).  The
+# checks above name the usual mix-ups first.
+RTL_VARS := SIM WAVES PGO HIERARCHICAL MODEL_DIR
+TAKES_sim := $(RTL_VARS) PROMPT STEPS CONFIG CONTEXT CLOCK_MHZ PLACEMENT TEMPERATURE TOPP SEED \
+             PORT BAUD BACKEND THREADS
+TAKES_bench := $(RTL_VARS) PROMPTS CONFIG CONTEXT CLOCK_MHZ PLACEMENT BACKEND
+TAKES_test := $(RTL_VARS) JOBS PYTEST_ARGS
+TAKES_test-default := $(RTL_VARS) TEST_STEPS STEPS PYTEST_ARGS
+TAKES_bitstream := BOARD CONFIG SYNTH_ONLY
+TAKES_models := MODEL_DIR MODEL_URL
+goals := $(or $(MAKECMDGOALS),help)
+given_here := $(foreach v,$(filter-out PYTHON VENV CHIPOTLE_%,$(.VARIABLES)),\
+  $(if $(filter command line,$(origin $v)),$v))
+not_taken := $(filter-out $(foreach g,$(goals),$(TAKES_$g)),$(given_here))
+takers = $(strip $(foreach g,sim bench test test-default bitstream models,\
+  $(if $(filter $1,$(TAKES_$g)),make@$g)))
+ifneq ($(not_taken),)
+$(error $(subst @,$(SPACE),$(subst $(SPACE),; ,$(strip $(foreach v,$(not_taken),$v=@applies@to@$(subst \
+  $(SPACE),@or@,$(call takers,$v))))))$(COMMA) not make $(goals))
 endif
 # optional `make sim` arguments, only those given (so the echoed command has no blank lines)
 # (MODEL_DIR reaches the CLI as $$CHIPOTLE_MODEL_DIR, above: its errors then name it)

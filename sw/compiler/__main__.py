@@ -1,9 +1,11 @@
 """``python -m chipotle.compiler``: print the memory map of stories260K (and cycle estimates).
 
 Options: ``--config NAME[,key=value...]`` (``chipotle.config.ChipConfig.from_string``),
-``--context N``, ``--model PATH`` (a llama2.c checkpoint; default stories260K; ``small``:
-the regression's synthetic model), ``--placement pipeline|tensor`` (`compile_model`'s
-placement), ``--programs`` (also print every tile's assembly), ``--bench`` (run on the ISA
+``--context N`` (default: the model's ``seq_len``, or the longest context the configuration
+holds), ``--model PATH`` (a llama2.c checkpoint; default stories260K; ``small``: the
+regression's synthetic model), ``--tokenizer PATH`` (``--bench``'s; default beside the
+model), ``--placement pipeline|tensor`` (default tensor, as ``chipotle generate``;
+`compile_model`'s default is pipeline), ``--programs`` (also print every tile's assembly), ``--bench`` (run on the ISA
 simulator, bit-exact against the golden model, and print the estimated cycles of prefill and
 decode).
 """
@@ -13,6 +15,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -103,24 +106,34 @@ def _tile_name(compiled, xy) -> str:
 
 def main(argv=None) -> None:
     """Print the memory map (and with ``--bench`` the cycle estimates) of a model."""
+    from ..cli import _shorter_context, config_tips
     from ..config import ChipConfig
     from ..golden import quantize
     from ..model import CheckpointError, load_checkpoint
     from ..paths import DEFAULT_CHECKPOINT, DEFAULT_TOKENIZER, default_model_dir
+    from ..tokenizer import TokenizerError
     from . import FitError, compile_model
 
     ap = argparse.ArgumentParser(prog="python -m chipotle.compiler",
                                  description=main.__doc__.splitlines()[0])
-    ap.add_argument("--config", default="default")
-    ap.add_argument("--context", type=int, default=None)
+    ap.add_argument("--config", default="default",
+                    help="chip configuration: a name of chipotle.config.CONFIGS and/or "
+                         "key=value,... (default: %(default)s)")
+    ap.add_argument("--context", type=int, default=None,
+                    help="positions to compile for (default: the model's seq_len, or the "
+                         "longest context the configuration holds, said so, if that is "
+                         "shorter)")
     ap.add_argument("--model", default=None,
                     help="a llama2.c checkpoint, or `small` (SMALL_MODEL_DIMS, synthetic)")
+    ap.add_argument("--tokenizer", default=None,
+                    help=f"--bench's tokenizer (default: {DEFAULT_TOKENIZER} beside --model, "
+                         "else beside the default model)")
     ap.add_argument("--programs", action="store_true")
     ap.add_argument("--bench", action="store_true")
-    ap.add_argument("--placement", choices=("pipeline", "tensor"), default="pipeline",
-                    help="pipeline of stages, or every layer on every tile (tensor; the placement "
-                         "of `chipotle generate` and `make sim`) (default: %(default)s, as "
-                         "compile_model)")
+    ap.add_argument("--placement", choices=("pipeline", "tensor"), default="tensor",
+                    help="pipeline of stages, or every layer on every tile (tensor; the "
+                         "placement of `chipotle generate` and `make sim`) (default: "
+                         "%(default)s; compile_model's is pipeline)")
     ap.add_argument("--kvapp", action=argparse.BooleanOptionalAction, default=None,
                     help="append K and V with kvapp (the host writes CompiledModel.kv_layouts); "
                          "default: compile_model's (on for the tensor placement, as make sim)")
@@ -131,7 +144,7 @@ def main(argv=None) -> None:
         ap.error(f"--config: {e}")
     if args.context is not None and args.context < 1:
         ap.error(f"--context must be a positive number of positions, not {args.context}")
-    path = args.model or default_model_dir() / DEFAULT_CHECKPOINT
+    path = Path(args.model) if args.model else default_model_dir() / DEFAULT_CHECKPOINT
     t = time.time()
     if args.model == "small":
         from .run import small_model
@@ -142,11 +155,36 @@ def main(argv=None) -> None:
         except (OSError, CheckpointError) as e:
             raise SystemExit(f"error: {e}") from None
         qm = quantize(ckpt)
+    tokens = None
+    if args.bench and args.model != "small":
+        # the tokenizer before the compile, so that a missing one is refused at once
+        from ..tokenizer import load_tokenizer
+        tok_path = (Path(args.tokenizer) if args.tokenizer
+                    else path.parent / DEFAULT_TOKENIZER if args.model
+                    else default_model_dir() / DEFAULT_TOKENIZER)
+        try:
+            tok = load_tokenizer(tok_path, vocab_size=qm.config.vocab_size)
+        except (OSError, TokenizerError) as e:
+            raise SystemExit(f"error: --tokenizer: {e}") from None
+        tokens = tok.encode(_TEXT)
+        while len(tokens) < 260:
+            tokens += tok.encode(_TEXT, bos=False)
+        tokens = tokens[:260]
+    context = args.context
     try:
-        compiled = compile_model(qm, cfg, args.context, placement=args.placement,
-                                 kvapp=args.kvapp)
+        compiled = compile_model(qm, cfg, context, placement=args.placement, kvapp=args.kvapp)
     except FitError as e:
-        raise SystemExit(f"error: {e}") from None
+        context = _shorter_context(e, 0) if args.context is None else None
+        if context is None:
+            raise SystemExit(f"error: {config_tips(e, args.config)}") from None
+        print(f"context {context}: the longest this configuration holds the model for; its "
+              f"seq_len, {qm.config.seq_len}, does not fit (--context sets the context)",
+              file=sys.stderr)
+        try:
+            compiled = compile_model(qm, cfg, context, placement=args.placement,
+                                     kvapp=args.kvapp)
+        except FitError as e2:
+            raise SystemExit(f"error: {config_tips(e2, args.config)}") from None
     print(compiled.memory_map())
     print(f"\ncompiled in {time.time() - t:.1f} s; weight bytes per decode step "
           f"{compiled.weight_bytes_per_token():,}")
@@ -158,15 +196,19 @@ def main(argv=None) -> None:
         print(f"\nISA-simulator estimates ({cfg})")
         bench(compiled, ids)
     elif args.bench:
-        from ..tokenizer import load_tokenizer
-        tok = load_tokenizer(default_model_dir() / DEFAULT_TOKENIZER)
-        ids = tok.encode(_TEXT)
-        while len(ids) < 260:
-            ids += tok.encode(_TEXT, bos=False)
-        print(f"\nISA-simulator estimates ({cfg}, command: python -m chipotle.compiler "
-              f"--config {args.config} --placement {args.placement}"
-              f"{' --kvapp' if args.kvapp else ''} --bench)")
-        bench(compiled, ids[:260])
+        import shlex
+        command = ["python", "-m", "chipotle.compiler", "--config", args.config]
+        if context is not None:
+            command += ["--context", str(context)]
+        if args.model:
+            command += ["--model", args.model]
+        if args.tokenizer:
+            command += ["--tokenizer", args.tokenizer]
+        command += ["--placement", args.placement]
+        if args.kvapp is not None:
+            command += ["--kvapp" if args.kvapp else "--no-kvapp"]
+        print(f"\nISA-simulator estimates ({cfg}, command: {shlex.join(command)} --bench)")
+        bench(compiled, tokens)
 
 
 if __name__ == "__main__":

@@ -250,9 +250,11 @@ class CompiledModel:
                        f"{lay.size:,} of {cfg.sram_bytes:,} bytes, "
                        f"{len(self.programs[xy])} of {cfg.imem_words} instructions")
             out.append("  address    bytes  region")
-            out += [f"  {r.addr:#07x} {r.size:8,d}  {r.name}" for r in lay.regions.values()]
-            out += [f"  {lay[a]:#07x} {'':>8}  {a} = {t} (the same bytes: the embedding is "
-                    f"the shared classifier)" for a, t in lay.aliases.items()]
+            rows = [(r.addr, 0, f"  {r.addr:#07x} {r.size:8,d}  {r.name}")
+                    for r in lay.regions.values()]
+            rows += [(lay[a], 1, f"  {lay[a]:#07x} {'':>8}  {a} = {t} (the same bytes: the "
+                      f"embedding is the shared classifier)") for a, t in lay.aliases.items()]
+            out += [text for _, _, text in sorted(rows)]
         idle = [xy for xy in cfg.tiles if xy not in pl.tiles]
         if idle:
             out.append("\nidle tiles: " + ", ".join(f"({x}, {y})" for x, y in idle))
@@ -319,7 +321,8 @@ def _images(qm: QuantizedModel, isa, pl: Placement, context: int) -> dict:
         for st in lay.stages:
             p = st.name + "."
             if st.kind == "emb":
-                data[p + "e"] = padded_rows(qm.embedding.w, isa)
+                if p + "e" not in lay.aliases:          # else it is the classifier's rows
+                    data[p + "e"] = padded_rows(qm.embedding.w, isa)
                 data[p + "ems"] = requant_table(qm.embedding.m, qm.embedding.s)
             elif st.kind in ("att", "ffn"):
                 ly = qm.layers[st.layer]

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from ..golden.quantize import QuantizedModel
 from ..isa.core import C_BITS, IsaConfig, TableId
 
@@ -223,6 +225,17 @@ class Region:
     kind: str
 
 
+def classifier_is_embedding(qm: QuantizedModel, cls_rows) -> bool:
+    """Whether classifier rows `cls_rows` (``(first, n, cap)``, or None) are the whole of a
+    classifier that is the token embedding, byte for byte: the checkpoint shares them
+    (llama2.c's ``shared_classifier``; `chipotle.golden.quantize` then quantises both to one
+    int8 matrix) and the rows are all of it, from row 0.  A tile holding those rows and
+    every embedding column lays the matrix out once (`TileLayout.aliases`)."""
+    return (cls_rows is not None and tuple(cls_rows[:2]) == (0, qm.config.vocab_size)
+            and qm.embedding.w.shape == qm.classifier.w.shape
+            and np.array_equal(qm.embedding.w, qm.classifier.w))
+
+
 @dataclass
 class TileLayout:
     """The stages of one tile and its SRAM regions.
@@ -266,13 +279,19 @@ class TileLayout:
         req += [(f"tab.{t.name.lower()}", 2 * TABLE_ENTRIES[t], "table")
                 for t in _TABLE_ORDER if t in tabs]
         c, M, rec = qm.config, isa.max_m, isa.record_bytes
+        cls_rows = next((s.rows for s in self.stages if s.kind == "cls"), None)
+        self.aliases = {}
+        if (any(s.kind == "emb" for s in self.stages)
+                and classifier_is_embedding(qm, cls_rows)):
+            self.aliases["emb.e"] = "cls.w"         # one matrix, laid out once
         for s in self.stages:
             sreq = s.requests(qm, isa, context, batches)
             if kvapp and s.kind == "att":
                 sreq = [r for r in sreq if r[0] not in ("kcache", "vcache")]
                 sreq += [("kbuf", M * c.n_kv_heads * rec(c.head_size), "act"),
                          ("vbuf", c.n_kv_heads * M * isa.pad(c.head_size), "act")]
-            req += [(f"{s.name}.{n}", b, k) for n, b, k in sreq]
+            req += [(f"{s.name}.{n}", b, k) for n, b, k in sreq
+                    if f"{s.name}.{n}" not in self.aliases]
         n_att = sum(s.kind == "att" for s in self.stages)
         if kvapp and n_att:
             req += [("kv", self.kv_layout(qm, isa, context, 0).size_words * W, "kv")]

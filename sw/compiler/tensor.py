@@ -77,6 +77,7 @@ from .placement import (
     Region,
     Stage,
     TileLayout,
+    classifier_is_embedding,
     step_block_layout,
 )
 
@@ -563,22 +564,14 @@ def _kv_layout(qm: QuantizedModel, isa: IsaConfig, nk: int, context: int, addr: 
 
 def _embedding_is_classifier(qm: QuantizedModel, roles: TensorRoles, xy, cls_rows) -> bool:
     """Whether tile `xy`'s embedding rows are its classifier rows byte for byte, so that the
-    region ``e`` is an alias of ``cls.w`` (`TileLayout.aliases`) and not a second copy.
-
-    True when the checkpoint shares the classifier with the token embedding (llama2.c's
-    ``shared_classifier``; `chipotle.golden.quantize` then quantises both to one int8
-    matrix) and the tile holds the whole of it both ways: every embedding column (the
-    slice ``roles.o`` is the full model dimension) and every vocabulary row of the
-    classifier, from row 0 (`cls_rows` ``(first, n, cap)``).  That is a 1 x 1 mesh, such
+    region ``e`` is an alias of ``cls.w`` (`TileLayout.aliases`) and not a second copy: the
+    tile holds every embedding column (the slice ``roles.o`` is the full model dimension)
+    and the whole shared classifier (`classifier_is_embedding`).  That is a 1 x 1 mesh, such
     as the ULX3S's chip, where it saves ``vocab_size * pad(dim)`` bytes (32 KiB for
     stories260K); on a larger mesh each tile's embedding columns and classifier rows differ.
     """
     o0, o1 = roles.o[xy]
-    V = qm.config.vocab_size
-    return (o0 == 0 and o1 == qm.config.dim and cls_rows is not None
-            and cls_rows[:2] == (0, V)
-            and qm.embedding.w.shape == qm.classifier.w.shape
-            and np.array_equal(qm.embedding.w, qm.classifier.w))
+    return o0 == 0 and o1 == qm.config.dim and classifier_is_embedding(qm, cls_rows)
 
 
 def _layout(xy, stages, reduce, req, isa) -> TileLayout:

@@ -645,8 +645,24 @@ def test_make_refuses_variables_no_target_takes():
     assert code == 2 and "no target of this Makefile takes these" in err, err
     assert "PROMT= (did you mean PROMPT=?)" in err and "CONFG= (did you mean CONFIG=?)" in err
     code, err = _make("help", "FOO=1", "THREAD=2")
-    assert code == 2 and ("FOO= THREAD= (did you mean THREADS=?): no target of this Makefile "
-                          "takes these") in err
+    assert code == 2 and ("FOO=, THREAD= (did you mean THREADS=?): no target of this Makefile "
+                          "takes these") in err, err
+    for var, meant in (("prompt=hi", "PROMPT"), ("TEMP=1", "TEMPERATURE"),
+                       ("CLOCK=20", "CLOCK_MHZ")):      # case, a unique prefix
+        code, err = _make("sim", var)
+        assert code == 2 and f"(did you mean {meant}=?)" in err, (var, err)
+    # a variable of this Makefile that none of the goals takes, and a goal that is no target
+    code, err = _make("test", "CONFIG=ulx3s")
+    assert code == 2 and ("CONFIG= applies to make sim or make bench or make bitstream, not "
+                          "make test") in err, err
+    code, err = _make("test-default", "PROMPT=x")
+    assert code == 2 and "PROMPT= applies to make sim, not make test-default" in err, err
+    code, err = _make("lint", "STEPS=3")
+    assert code == 2 and "STEPS= applies to make sim or make test-default, not make lint" \
+        in err, err
+    code, err = _make("sim", "A;touch /tmp/chipotle-no-such-file;B=1", "BACKEND=reference")
+    assert code == 2 and "'A;touch' '/tmp/chipotle-no-such-file;B=1' are no targets of this " \
+        "Makefile (its targets: venv " in err, err
     for argv in (("sim", "STEPS=3", "BACKEND=reference", "CHIPOTLE_X=1"),
                  ("test", "JOBS=1", "PYTEST_ARGS=-k x", "SIM=icarus", "WAVES=0"),
                  ("bitstream", "BOARD=icebreaker", "SYNTH_ONLY=1")):

@@ -592,6 +592,32 @@ def test_compiler_cli_refuses_bad_input_in_one_line(capsys, argv, expect):
     assert expect in capsys.readouterr().err + str(e.value.code)
 
 
+@pytest.mark.model
+def test_compiler_cli_fits_the_context_and_names_whole_options(capsys, model_paths, tmp_path):
+    """``python -m chipotle.compiler`` without --context compiles for the longest context the
+    configuration holds and says so; a refusal gives whole options (``--config ulx3s,...``,
+    not a bare key that would apply to the default chip); ``--bench`` looks for the tokenizer
+    beside ``--model`` and refuses a missing one in one line, before compiling."""
+    from chipotle.compiler.__main__ import main
+    from chipotle.hw.fpga.boards import BOARDS
+    most = BOARDS["ulx3s-85f"].context
+    main(["--config", "ulx3s", "--model", str(model_paths[0])])
+    out, err = capsys.readouterr()
+    assert f"context {most}: the longest this configuration holds the model for" in err, err
+    assert f"context {most}\n" in out.splitlines()[0] + "\n" and "e = cls.w" in out, out
+    with pytest.raises(SystemExit) as e:
+        main(["--config", "ulx3s", "--context", str(most + 1), "--model", str(model_paths[0])])
+    assert re.search(rf"a configuration that fits: --context {most} or --config "
+                     r"ulx3s,sram_kib=\d+$", str(e.value.code)), e.value.code
+    alone = tmp_path / "stories260K.bin"
+    alone.write_bytes(model_paths[0].read_bytes())
+    with pytest.raises(SystemExit) as e:
+        main(["--config", "ulx3s", "--model", str(alone), "--bench"])
+    assert str(e.value.code).startswith("error: --tokenizer: ") and str(tmp_path) in str(
+        e.value.code), e.value.code
+    assert capsys.readouterr().out == ""
+
+
 def test_bigger_mesh_suggests_the_fewest_tiles():
     """A refusal's bigger mesh is the one with the fewest tiles that holds the model (the
     squarer, then the wider, among equal counts), not the next square."""

@@ -788,14 +788,17 @@ def test_profile_refuses_positions_and_layers_outside_the_model(capsys, model_pa
         assert e.value.code == 2 and message in err and "Traceback" not in err, (argv, err)
 
 
-@pytest.mark.parametrize("shared, mesh", [(True, (1, 1)), (False, (1, 1)), (True, (2, 1))],
-                         ids=["shared-1x1", "unshared-1x1", "shared-2x1"])
-def test_embedding_aliases_the_shared_classifier_on_one_tile(shared, mesh):
+@pytest.mark.parametrize("placement, shared, mesh", [
+    ("tensor", True, (1, 1)), ("tensor", False, (1, 1)), ("tensor", True, (2, 1)),
+    ("pipeline", True, (1, 1)), ("pipeline", False, (1, 1)), ("pipeline", True, (2, 1))],
+    ids=["tensor-shared-1x1", "tensor-unshared-1x1", "tensor-shared-2x1",
+         "pipeline-shared-1x1", "pipeline-unshared-1x1", "pipeline-shared-2x1"])
+def test_embedding_aliases_the_shared_classifier_on_one_tile(placement, shared, mesh):
     """On a tile that holds the whole shared classifier and every embedding column (a 1 x 1
-    mesh), the embedding rows ``e`` are the classifier's region ``cls.w``, not a copy: the
-    tile is ``vocab_size * pad(dim)`` bytes smaller, its image holds the embedding's rows
-    there once, and every step stays bit-exact.  A checkpoint with its own classifier, or a
-    mesh that splits them, keeps the region ``e``."""
+    mesh), the embedding rows (``e``; the pipeline's ``emb.e``) are the classifier's region
+    ``cls.w``, not a copy: the tile is ``vocab_size * pad(dim)`` bytes smaller, its image
+    holds the embedding's rows there once, and every step stays bit-exact.  A checkpoint with
+    its own classifier, or a mesh that splits them, keeps the embedding's own region."""
     from chipotle.compiler.compiled import padded_rows
     from chipotle.compiler.run import SMALL_MODEL_DIMS
     from chipotle.golden.quantize import calibration_sequences
@@ -810,20 +813,23 @@ def test_embedding_aliases_the_shared_classifier_on_one_tile(shared, mesh):
     assert (qm.classifier.w is qm.embedding.w) == shared
     cfg = CONFIGS["small"].replace(mesh_width=mesh[0], mesh_height=mesh[1],
                                    sram_bytes=64 * 1024, imem_words=2048)
-    compiled = compile_model(qm, cfg, placement="tensor", context=16)
+    compiled = compile_model(qm, cfg, placement=placement, context=16)
     isa = cfg.isa_config()
     c = qm.config
     alias = shared and mesh == (1, 1)
+    e = "e" if placement == "tensor" else "emb.e"
     for lay in compiled.placement.tiles.values():
         if alias:
-            assert lay.aliases == {"e": "cls.w"} and "e" not in lay.regions
-            assert lay["e"] == lay["cls.w"]
-            assert "e = cls.w" in compiled.memory_map()
+            assert lay.aliases == {e: "cls.w"} and e not in lay.regions
+            assert lay[e] == lay["cls.w"]
+            assert f"{e} = cls.w" in compiled.memory_map()
         else:
-            assert not lay.aliases and "e" in lay.regions
+            assert not lay.aliases
+    # the embedding is laid out once: as its own region or as the classifier's
+    assert any(e in lay.regions or e in lay.aliases for lay in compiled.placement.tiles.values())
     if alias:
         # the same layout with a copy of its own is one matrix larger, byte for byte
-        unshared = compile_model(model(False), cfg, placement="tensor", context=16)
+        unshared = compile_model(model(False), cfg, placement=placement, context=16)
         size = compiled.placement.tiles[(0, 0)].size
         assert unshared.placement.tiles[(0, 0)].size - size == c.vocab_size * isa.pad(c.dim)
         # the image holds the embedding's rows at `e` (as `cls.w`: written once)
@@ -833,8 +839,8 @@ def test_embedding_aliases_the_shared_classifier_on_one_tile(shared, mesh):
         writes = 0
         for addr, data in compiled.images[(0, 0)]:
             image[addr:addr + len(data)] = data
-            writes += addr <= lay["e"] < addr + len(data)
-        assert bytes(image[lay["e"]:lay["e"] + len(want)]) == want and writes == 1
+            writes += addr <= lay[e] < addr + len(data)
+        assert bytes(image[lay[e]:lay[e] + len(want)]) == want and writes == 1
     golden = GoldenModel(qm)
     sim = load_isasim(compiled)
     prompt = [3, 1, 4, 1, 5]
