@@ -5,9 +5,9 @@ Options: ``--config NAME[,key=value...]`` (``chipotle.config.ChipConfig.from_str
 holds), ``--model PATH`` (a llama2.c checkpoint; default stories260K; ``small``: the
 regression's synthetic model), ``--tokenizer PATH`` (``--bench``'s; default beside the
 model), ``--placement pipeline|tensor`` (default tensor, as ``chipotle generate``;
-`compile_model`'s default is pipeline), ``--programs`` (also print every tile's assembly), ``--bench`` (run on the ISA
-simulator, bit-exact against the golden model, and print the estimated cycles of prefill and
-decode).
+`compile_model`'s default is pipeline), ``--programs`` (also print every tile's
+assembly), ``--bench`` (run on the ISA simulator, bit-exact against the golden model, and
+print the estimated cycles of prefill and decode).
 """
 
 from __future__ import annotations
