@@ -208,12 +208,24 @@ def main(argv: list[str] | None = None) -> int:
         compiled = compile_model(checkpoint, config, context=args.context,
                                  placement=args.placement)
     except FitError as e:
-        from chipotle.cli import _shorter_context, config_tips
+        from chipotle.cli import _shorter_context, config_tips, fit_options
         shorter = _shorter_context(e, need) if args.context is None else None
+        longest = _shorter_context(e, 0)
+        most = f" of at most {longest - args.decode_steps}" if longest else ""
         needs = (f"the {need} positions the longest prompt and the decode steps need: give "
-                 f"shorter prompts (--prompts; `make bench`: PROMPTS=)")
+                 f"prompt lengths{most} (--prompts; `make bench`: PROMPTS=)")
         if shorter is None:
-            ap.refuse(config_tips(e, args.config, need, needs))
+            message = config_tips(e, args.config, need, needs)
+            if (args.context is None and longest is not None
+                    and need <= checkpoint.config.seq_len):
+                # what would hold the prompts, as `chipotle generate` says for a prompt
+                try:
+                    compile_model(checkpoint, config, context=need, placement=args.placement)
+                except FitError as fe:
+                    if options := fit_options(fe, args.config, need):
+                        message += (f"; for {need} positions, a configuration that fits: "
+                                    f"{' or '.join(options)}")
+            ap.refuse(message)
         # no --context: the longest context this configuration holds, said so
         print(f"context {shorter}: the longest this chip ({config}) holds the model for; its "
               f"seq_len, {checkpoint.config.seq_len}, does not fit (--context sets the "

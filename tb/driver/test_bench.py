@@ -150,5 +150,15 @@ def test_bench_does_not_suggest_a_context_too_short_for_its_prompts(capsys, mode
     err = capsys.readouterr().err
     assert e.value.code == 2, err
     assert (f"the longest context it holds, {most}, is shorter than the 257 positions the "
-            "longest prompt and the decode steps need: give shorter prompts (--prompts") in err, err
+            f"longest prompt and the decode steps need: give prompt lengths of at most "
+            f"{most - 1} (--prompts") in err, err
     assert f"--context {most}" not in err, err
+    # and what holds them: a configuration that compiles for the 257 positions
+    import re
+
+    from chipotle.config import ChipConfig
+    from chipotle.model import load_checkpoint
+    m = re.search(r"for 257 positions, a configuration that fits: --config (ulx3s,\S+)", err)
+    assert m, err
+    compile_model(load_checkpoint(model_paths[0]), ChipConfig.from_string(m.group(1)), 257,
+                  placement="tensor")
