@@ -401,8 +401,16 @@ def _chip_summary(args, g: dict, compiled, config) -> str:
         lines.append(f"decode roofline efficiency: {100 * ideal / cyc:.1f}% (weight + KV bytes "
                      f"over {config.sram_read_bytes_per_cycle} B/cycle, over measured cycles)")
         tps = args.clock_mhz * 1e6 / g["decode_cycles_per_token"]
-        lines.append(f"decode: {tps:,.0f} tokens/s at an assumed {args.clock_mhz:g} MHz clock "
-                     f"(--clock-mhz)")
+        line = (f"decode: {tps:,.0f} tokens/s at an assumed {args.clock_mhz:g} MHz clock "
+                f"(--clock-mhz)")
+        if getattr(args, "clock_assumed", False):
+            from chipotle.hw.fpga.boards import BOARDS
+            for board in BOARDS.values():
+                if board.config == config:      # this chip is a board's: its clock too
+                    mhz = board.clk_hz / 1e6
+                    line += (f"; {mhz * 1e6 / g['decode_cycles_per_token']:,.0f} at the "
+                             f"{mhz:g} MHz of make bitstream's {board.name} build")
+        lines.append(line)
     if args.backend == "isasim":
         lines.append("(isasim cycles are the ISA simulator's estimate, not a measurement; the "
                      "RTL is the authority and takes more: docs/performance.md compares them)")
@@ -466,6 +474,7 @@ def _generate_chip(args, checkpoint, tokenizer, model_path, tok_path, out, err) 
         config = ChipConfig.from_string(args.config)
     except ValueError as e:
         raise UsageError(f"--config: {e}") from None
+    args.clock_assumed = args.clock_mhz is None        # (the summary names a board's clock)
     if args.clock_mhz is None:
         args.clock_mhz = DEFAULT_CLOCK_MHZ
     if args.backend in ("verilator", "icarus"):   # the flow's switches, before any work

@@ -527,6 +527,9 @@ def test_no_context_takes_the_longest_the_configuration_holds(capsys, model_path
     assert out.startswith("Once upon")
     assert (f"[isasim] context {most}: the longest this chip ({BOARDS['ulx3s-85f'].config}) "
             "holds the model for; its seq_len, 512, does not fit") in err
+    # the board's chip: tokens/s at the bitstream's clock too, when no clock was given
+    assert re.search(r"tokens/s at an assumed 100 MHz clock \(--clock-mhz\); [\d,]+ at the 20 "
+                     r"MHz of make bitstream's ulx3s-85f build", out + err), out + err
     code, out, err = run(capsys, "--backend", "isasim", "--config", "ulx3s", "--context",
                          str(most + 1), "--steps", "2", *files)
     assert code == 2 and out == "" and f"a configuration that fits: --context {most}" in err
