@@ -841,16 +841,5 @@ def test_embedding_aliases_the_shared_classifier_on_one_tile(placement, shared, 
             image[addr:addr + len(data)] = data
             writes += addr <= lay[e] < addr + len(data)
         assert bytes(image[lay[e]:lay[e] + len(want)]) == want and writes == 1
-    golden = GoldenModel(qm)
-    sim = load_isasim(compiled)
-    prompt = [3, 1, 4, 1, 5]
-    for plan in compiled.plans(prompt, 0):
-        ref = golden.forward_batch(list(plan.tokens), plan.pos)[-1]
-        r = run_plan_isasim(sim, compiled, plan)
-        np.testing.assert_array_equal(r.logits, ref)
-    tok, pos = r.token, len(prompt)
-    for _ in range(2):
-        ref = golden.forward(tok, pos)
-        r = run_step_isasim(sim, compiled, [tok], pos)
-        np.testing.assert_array_equal(r.logits, ref)
-        tok, pos = r.token, pos + 1
+    from tbcommon.golden import assert_isasim_bit_exact
+    assert_isasim_bit_exact(compiled, qm, [3, 1, 4, 1, 5], 2)
