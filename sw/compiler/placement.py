@@ -253,9 +253,10 @@ class TileLayout:
         Bytes used.
     aliases : dict of str to str
         Names that are another region's bytes, not regions of their own: name -> the
-        region's name (the tensor placement's embedding rows ``e`` on a tile that holds the
-        whole shared classifier, ``cls.w``: the same int8 matrix, byte for byte).  Indexing
-        resolves them; `regions` does not list them (nothing is laid out or loaded twice).
+        region's name: the embedding rows (the tensor placement's ``e``, the pipeline's
+        ``emb.e``) on a tile that holds the whole shared classifier, ``cls.w``, the same
+        int8 matrix byte for byte (`classifier_is_embedding`).  Indexing resolves them;
+        `regions` does not list them (nothing is laid out or loaded twice).
     """
 
     xy: tuple
