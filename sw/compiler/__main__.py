@@ -26,21 +26,29 @@ _TEXT = ("Once upon a time, there was a little girl named Lily. She loved to pla
          "and said thank you to her mom. They played with the ball all day long.")
 
 
-def bench(compiled, prompt_tokens, out=sys.stdout) -> dict:
+def bench(compiled, prompt_tokens, out=None) -> dict:
     """Run prefill and decode on the ISA simulator; print and return the cycle figures.
 
-    Prefills the first 64 of ``prompt_tokens`` one batch of M per step, then with batches
-    in flight (`CompiledModel.plans`), then decodes (teacher-forced with the same token
+    Prefills the first 64 of ``prompt_tokens`` (fewer, said so, when the context is shorter
+    than 65; a context below 2 is refused with SystemExit) one batch of M per step, then
+    with batches in flight (`CompiledModel.plans`), then decodes (teacher-forced with the same token
     stream) at positions 1, 64, 256 and the end of the stream, checking the logits against
     the golden model.  Returns ``{"prefill": [...], "decode": {pos: cycles}}``.
     """
     from ..golden import GoldenModel
     from .run import load_isasim, run_step_isasim
+    out = sys.stdout if out is None else out        # (the stdout of the call, not of import)
     cfg = compiled.config
     M = cfg.max_m
     golden = GoldenModel(compiled.qm)
     figures = {"prefill": [], "decode": {}}
-    n_pre = 64
+    if compiled.context < 2:
+        raise SystemExit(f"error: --bench needs a context of at least 2 positions (a prefill "
+                         f"and a decode step), not {compiled.context}")
+    n_pre = min(64, compiled.context - 1)       # a position left for a decode step
+    if n_pre < 64:
+        print(f"(context {compiled.context}: the prefill is {n_pre} tokens, not 64, and the "
+              f"decode positions are below {compiled.context})", file=out)
     pre = prompt_tokens[:n_pre]
     from .run import run_plan_isasim
     for how, plans in (("one step per batch", [compiled.step(pre[i:i + M], i)
@@ -126,8 +134,8 @@ def main(argv=None) -> None:
     ap.add_argument("--model", default=None,
                     help="a llama2.c checkpoint, or `small` (SMALL_MODEL_DIMS, synthetic)")
     ap.add_argument("--tokenizer", default=None,
-                    help=f"--bench's tokenizer (default: {DEFAULT_TOKENIZER} beside --model, "
-                         "else beside the default model)")
+                    help=f"--bench's tokenizer (default: {DEFAULT_TOKENIZER} beside --model when "
+                         "it is given, else beside the default model)")
     ap.add_argument("--programs", action="store_true")
     ap.add_argument("--bench", action="store_true")
     ap.add_argument("--placement", choices=("pipeline", "tensor"), default="tensor",
@@ -165,7 +173,7 @@ def main(argv=None) -> None:
         try:
             tok = load_tokenizer(tok_path, vocab_size=qm.config.vocab_size)
         except (OSError, TokenizerError) as e:
-            raise SystemExit(f"error: --tokenizer: {e}") from None
+            raise SystemExit(f"error: --tokenizer: {e} (give --tokenizer PATH)") from None
         tokens = tok.encode(_TEXT)
         while len(tokens) < 260:
             tokens += tok.encode(_TEXT, bos=False)

@@ -607,6 +607,18 @@ def test_compiler_cli_fits_the_context_and_names_whole_options(capsys, model_pat
     assert capsys.readouterr().out == ""
 
 
+def test_compiler_cli_bench_within_a_short_context(capsys):
+    """``--bench`` with a context shorter than its 64-token prefill prefills what fits (and
+    says so) instead of failing; a context of 1 (no decode step) is refused in one line."""
+    from chipotle.compiler.__main__ import main
+    main(["--config", "small", "--model", "small", "--context", "6", "--bench"])
+    out = capsys.readouterr().out
+    assert "(context 6: the prefill is 5 tokens, not 64" in out and "prefill of 5 tokens" in out
+    with pytest.raises(SystemExit) as e:
+        main(["--config", "small", "--model", "small", "--context", "1", "--bench"])
+    assert "--bench needs a context of at least 2 positions" in str(e.value.code)
+
+
 def test_bigger_mesh_suggests_the_fewest_tiles():
     """A refusal's bigger mesh is the one with the fewest tiles that holds the model (the
     squarer, then the wider, among equal counts), not the next square."""
