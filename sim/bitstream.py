@@ -790,8 +790,7 @@ def build(board_name: str, config=None, *, synth_only: bool = False,
         rep = json.loads((bdir / "report.json").read_text())
         if (cp := critical_path(rep)) is not None:
             report["critical_path"] = cp
-        period_hz = board.goal_hz if board.goal_hz else board.clk_hz
-        if (ends := endpoint_arrivals(rep, 1e9 / period_hz)) is not None:
+        if (ends := endpoint_arrivals(rep, 1e9 / (board.goal_hz or board.clk_hz))) is not None:
             report["endpoints"] = ends
         util = rep.get("utilization", {})
         used, avail = {}, {}

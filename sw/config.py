@@ -294,12 +294,13 @@ class ChipConfig:
 #: resident at a context of up to 204 positions (140 until session 16, when the compiler stopped
 #: holding the shared embedding twice: docs/fpga.md, "Session 16"): one tile of 384 KiB in one
 #: bank (49,152 words, a multiple of the 2,048 words Yosys maps to 8 DP16KD: 192 DP16KD), V = 4,
-#: M = 1, K up to 256.  Until session 11 it was two tiles of 176 KiB (context 53), which filled 88
-#: % of the 85F's logic slots and never routed; one tile takes 44 % and routes (docs/fpga.md,
-#: sessions 14 and 15).  V = 4 since session 15 (V = 2 before: 37 % of the logic; the RTL's decode
-#: 45,368 / 61,928 cycles per token at positions 1 / 64 against 50,455 / 77,450, routed at 23.8
-#: MHz: docs/fpga.md, "Session 15"). ``default`` and ``small`` have 4 vector-unit result slots
-#: (session 12), ``ulx3s`` keeps 3 (``docs/performance.md``, session 12).
+#: M = 1, K up to 256.  Until session 11 it was two tiles of 176 KiB (context 53), which
+#: filled 88 % of the 85F's logic slots and never routed; one tile takes 44 % and routes
+#: (docs/fpga.md, sessions 14 and 15).  V = 4 since session 15 (V = 2 before: 37 % of the
+#: logic; the RTL's decode 45,368 / 61,928 cycles per token at positions 1 / 64 against
+#: 50,455 / 77,450, routed at 23.8 MHz: docs/fpga.md, "Session 15").  ``default`` and
+#: ``small`` have 4 vector-unit result slots (session 12), ``ulx3s`` keeps 3
+#: (``docs/performance.md``, session 12).
 CONFIGS = {
     "default": ChipConfig(),
     "small": ChipConfig(mesh_width=2, mesh_height=2, sram_bytes=32 * 1024, lanes=2,

@@ -31,9 +31,9 @@ def bench(compiled, prompt_tokens, out=None) -> dict:
 
     Prefills the first 64 of ``prompt_tokens`` (fewer, said so, when the context is shorter
     than 65; a context below 2 is refused with SystemExit) one batch of M per step, then
-    with batches in flight (`CompiledModel.plans`), then decodes (teacher-forced with the same token
-    stream) at positions 1, 64, 256 and the end of the stream, checking the logits against
-    the golden model.  Returns ``{"prefill": [...], "decode": {pos: cycles}}``.
+    with batches in flight (`CompiledModel.plans`), then decodes (teacher-forced with the
+    same token stream) at positions 1, 64, 256 and the end of the stream, checking the
+    logits against the golden model.  Returns ``{"prefill": [...], "decode": {pos: cycles}}``.
     """
     from ..golden import GoldenModel
     from .run import load_isasim, run_step_isasim

@@ -420,8 +420,10 @@ def _att_geometry(roles: TensorRoles, isa: IsaConfig, head_size: int) -> dict:
 
 
 def _requests(qm: QuantizedModel, isa: IsaConfig, roles: TensorRoles, xy, context: int,
-              batches: int, cls_rows, reduce: int, kvapp: bool = False) -> list:
-    """Return the regions of tile `xy` as ``(name, bytes, kind)``."""
+              batches: int, cls_rows, reduce: int, kvapp: bool = False,
+              emb_alias: bool = False) -> list:
+    """Return the regions of tile `xy` as ``(name, bytes, kind)`` (with `emb_alias` no ``e``:
+    the embedding rows are ``cls.w``, `_embedding_is_classifier`)."""
     c, M, W, pad, rec = qm.config, isa.max_m, isa.word_bytes, isa.pad, isa.record_bytes
     dim, hid, hs = c.dim, c.hidden_dim, c.head_size
     xs, as_, gs = pad(2 * dim), pad(4 * dim), pad(4 * hid)
@@ -454,7 +456,7 @@ def _requests(qm: QuantizedModel, isa: IsaConfig, roles: TensorRoles, xy, contex
             ("rec", M * rec(dim), "g"), ("grec", M * rec(k2), "g")]
     if M > 2:
         req += [("zeros", (M - 2) * max(rec(dim), rec(hid), rec(k2)), "act")]
-    if No and not _embedding_is_classifier(qm, roles, xy, cls_rows):
+    if No and not emb_alias:
         req += [("e", c.vocab_size * pad(No), "w")]
     if Nh:
         hz = pad(2 * Nh)
@@ -636,9 +638,10 @@ def place_tensor(qm: QuantizedModel, isa: IsaConfig, width: int, height: int, co
         rows = cls.get(xy)
         stages = [Stage("cls", rows=rows)] if rows else []
         red = len(cls) if xy == reducer else 0
-        lay = _layout(xy, stages, red,
-                      _requests(qm, isa, roles, xy, context, batches, rows, red, kvapp), isa)
-        if roles.o[xy][1] > roles.o[xy][0] and _embedding_is_classifier(qm, roles, xy, rows):
+        alias = _embedding_is_classifier(qm, roles, xy, rows)
+        lay = _layout(xy, stages, red, _requests(qm, isa, roles, xy, context, batches, rows,
+                                                 red, kvapp, emb_alias=alias), isa)
+        if alias:
             lay.aliases["e"] = "cls.w"
         if lay.size > isa.sram_bytes and roles.prow:
             return place_tensor(qm, isa, width, height, context, batches, kvapp, partners,
