@@ -481,13 +481,13 @@ def _compile_tensor(qm: QuantizedModel, config: ChipConfig, context: int,
     return CompiledModel(config, qm, c, context, images, programs, entries, pl, sources)
 
 
-def _fits(qm, config, context) -> bool:
-    """Whether the placement succeeds (programs are not generated)."""
+def _fits(qm, config, context, kvapp=False) -> bool:
+    """Whether the pipeline placement succeeds (programs are not generated)."""
     c, isa = qm.config, config.isa_config()
     if max(c.dim, c.hidden_dim) > isa.k_max:
         return False
     try:
-        place(qm, isa, config.mesh_width, config.mesh_height, context)
+        place(qm, isa, config.mesh_width, config.mesh_height, context, kvapp=kvapp)
         return True
     except FitError:
         return False
@@ -639,12 +639,13 @@ def _suggest_tensor(qm: QuantizedModel, config: ChipConfig, context: int, messag
     return tips
 
 
-def _suggest(qm: QuantizedModel, config: ChipConfig, context: int) -> list:
-    """Return configurations that fit (`Fit`): a shorter context, more SRAM, a bigger
-    mesh."""
+def _suggest(qm: QuantizedModel, config: ChipConfig, context: int,
+             kvapp: bool = False) -> list:
+    """Return configurations that fit the pipeline placement (`Fit`), with `kvapp` as
+    compiled: a shorter context, more SRAM, a bigger mesh."""
     tips = []
-    if _fits(qm, config, context):           # the SRAM suffices: the programs are too long
-        extra = _verified(qm, config, context)
+    if _fits(qm, config, context, kvapp):    # the SRAM suffices: the programs are too long
+        extra = _verified(qm, config, context, "pipeline", kvapp)
         if extra:
             tips.append(Fit(extra))
         lo = hi = 0
@@ -652,29 +653,31 @@ def _suggest(qm: QuantizedModel, config: ChipConfig, context: int) -> list:
         lo, hi = 0, context - 1              # largest context that fits (monotone)
     while lo < hi:
         mid = (lo + hi + 1) // 2
-        if _fits(qm, config, mid):
+        if _fits(qm, config, mid, kvapp):
             lo = mid
         else:
             hi = mid - 1
-    if lo >= 1 and _fits(qm, config, lo):
-        extra = _verified(qm, config, lo)
+    if lo >= 1 and _fits(qm, config, lo, kvapp):
+        extra = _verified(qm, config, lo, "pipeline", kvapp)
         if extra is not None:
             tips.append(Fit(extra, context=lo))
     unit = max(1, config.word_bytes * config.n_banks // 1024) * 1024
     lo, hi = config.sram_bytes // unit + 1, config.max_sram_bytes // unit   # smallest SRAM
-    if not tips and lo <= hi and _fits(qm, config.replace(sram_bytes=hi * unit), context):
+    if (not tips and lo <= hi
+            and _fits(qm, config.replace(sram_bytes=hi * unit), context, kvapp)):
         while lo < hi:
             mid = (lo + hi) // 2
-            if _fits(qm, config.replace(sram_bytes=mid * unit), context):
+            if _fits(qm, config.replace(sram_bytes=mid * unit), context, kvapp):
                 hi = mid
             else:
                 lo = mid + 1
         kib = lo * unit // 1024
-        extra = _verified(qm, config.replace(sram_bytes=kib * 1024), context)
+        extra = _verified(qm, config.replace(sram_bytes=kib * 1024), context, "pipeline",
+                          kvapp)
         if extra is not None:
             tips.append(Fit((("sram_kib", str(kib)), *extra)))
-    tip = _bigger_mesh(config, 16, lambda cand: _fits(qm, cand, context),
-                       lambda cand: _verified(qm, cand, context))
+    tip = _bigger_mesh(config, 16, lambda cand: _fits(qm, cand, context, kvapp),
+                       lambda cand: _verified(qm, cand, context, "pipeline", kvapp))
     if tip:
         tips.append(tip)
     return tips
@@ -746,7 +749,7 @@ def compile_model(source, config: ChipConfig, context: int | None = None,
         if placement == "tensor":
             tips = _suggest_tensor(qm, config, int(context), e.what, kvapp)
         else:
-            tips = _suggest(qm, config, int(context))
+            tips = _suggest(qm, config, int(context), kvapp)
         fits = list(e.fits) + [f for f in tips if f not in e.fits]
         if not fits:
             raise FitError(f"{e.what}; no configuration that fits found nearby (a shorter "

@@ -650,3 +650,18 @@ def test_pipeline_refusal_suggests_the_fewest_tiles(model_paths):
     with pytest.raises(FitError, match=r"needs at least 10 tiles .*; a configuration that "
                                        r"fits: mesh=5x2$"):
         compile_model(ckpt, ChipConfig.from_string("default,mesh=1x1"), placement="pipeline")
+
+
+@pytest.mark.parametrize("kvapp", [False, True])
+def test_pipeline_fit_error_suggests_the_longest_context_with_kvapp(stories_qm, kvapp):
+    # the suggested context is searched with the layout being compiled: kvapp's KV store
+    # layout takes more SRAM, so its longest context is shorter (146 against 147 here)
+    with pytest.raises(FitError) as ei:
+        compile_model(stories_qm, CONFIGS["ulx3s"], placement="pipeline", kvapp=kvapp)
+    contexts = [f.context for f in ei.value.fits if f.context is not None and not f.config]
+    assert contexts, ei.value.fits
+    compile_model(stories_qm, CONFIGS["ulx3s"], context=contexts[0], placement="pipeline",
+                  kvapp=kvapp)
+    with pytest.raises(FitError):
+        compile_model(stories_qm, CONFIGS["ulx3s"], context=contexts[0] + 1,
+                      placement="pipeline", kvapp=kvapp)
