@@ -159,8 +159,13 @@ def figures(compiled, prompt_len: int, result: dict) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark (``python -m chipotle.sim.bench --help``)."""
-    from chipotle.cli import DEFAULT_CLOCK_MHZ, ArgumentParser, clock_mhz
-    from chipotle.compiler import FitError, compile_model
+    from chipotle.cli import (
+        DEFAULT_CLOCK_MHZ,
+        ArgumentParser,
+        FitRefusal,
+        clock_mhz,
+        compile_fitting,
+    )
     from chipotle.config import ChipConfig
     from chipotle.model import CheckpointError, load_checkpoint
     from chipotle.paths import DEFAULT_CHECKPOINT, DEFAULT_TOKENIZER, default_model_dir
@@ -204,37 +209,22 @@ def main(argv: list[str] | None = None) -> int:
     except (CheckpointError, OSError) as e:
         ap.refuse(str(e) if str(model_path) in str(e) else f"--model {model_path}: {e}")
     need = max(lengths) + args.decode_steps
+
+    def needs(longest: int) -> str:
+        most = f" of at most {longest - args.decode_steps}" if longest > args.decode_steps \
+            else ""
+        return (f"the {need} positions the longest prompt and the decode steps need: give "
+                f"prompt lengths{most} (--prompts; `make bench`: PROMPTS=)")
+
     try:
-        compiled = compile_model(checkpoint, config, context=args.context,
-                                 placement=args.placement)
-    except FitError as e:
-        from chipotle.cli import _shorter_context, config_tips, fit_options
-        shorter = _shorter_context(e, need) if args.context is None else None
-        longest = _shorter_context(e, 0)
-        most = f" of at most {longest - args.decode_steps}" if longest else ""
-        needs = (f"the {need} positions the longest prompt and the decode steps need: give "
-                 f"prompt lengths{most} (--prompts; `make bench`: PROMPTS=)")
-        if shorter is None:
-            message = config_tips(e, args.config, need, needs)
-            if (args.context is None and longest is not None
-                    and need <= checkpoint.config.seq_len):
-                # what would hold the prompts, as `chipotle generate` says for a prompt
-                try:
-                    compile_model(checkpoint, config, context=need, placement=args.placement)
-                except FitError as fe:
-                    if options := fit_options(fe, args.config, need):
-                        message += (f"; for {need} positions, a configuration that fits: "
-                                    f"{' or '.join(options)}")
-            ap.refuse(message)
-        # no --context: the longest context this configuration holds, said so
+        compiled, shorter = compile_fitting(checkpoint, config, args.config, args.context,
+                                            need, needs, placement=args.placement)
+    except FitRefusal as e:
+        ap.refuse(str(e))
+    if shorter is not None:   # no --context: the longest context this configuration holds
         print(f"context {shorter}: the longest this chip ({config}) holds the model for; its "
               f"seq_len, {checkpoint.config.seq_len}, does not fit (--context sets the "
               f"context; `make bench`: CONTEXT=)", file=sys.stderr, flush=True)
-        try:
-            compiled = compile_model(checkpoint, config, context=shorter,
-                                     placement=args.placement)
-        except FitError as e2:
-            ap.refuse(config_tips(e2, args.config, need, needs))
     if need > compiled.context:
         steps = f"{args.decode_steps} decode step{'s' * (args.decode_steps != 1)}"
         seq_len = checkpoint.config.seq_len

@@ -121,7 +121,7 @@ def fit_options(error, given: str, prompt_tokens: int = 0) -> list[str]:
             if f.context is None or f.context >= prompt_tokens]
 
 
-def config_tips(error, given: str, prompt_tokens: int = 0, needs: str | None = None) -> str:
+def config_tips(error, given: str, prompt_tokens: int = 0, needs=None) -> str:
     """Return a refusal with each configuration it suggests written as the options to give.
 
     A `chipotle.compiler.FitError`'s suggestions (`chipotle.compiler.Fit`) become whole
@@ -130,8 +130,8 @@ def config_tips(error, given: str, prompt_tokens: int = 0, needs: str | None = N
     ``--context N``, a placement as ``--placement P``.  A suggested context shorter than
     `prompt_tokens` (the prompt, BOS included) is not offered: the refusal says the prompt
     is longer than it instead (`needs`: what needs the `prompt_tokens` positions and what to
-    do, in place of the prompt's).  Any other error, or a `FitError` without suggestions, is
-    returned as its text.
+    do, in place of the prompt's; a str, or a function of that longest context returning
+    one).  Any other error, or a `FitError` without suggestions, is returned as its text.
     """
     fits = getattr(error, "fits", ())
     if not fits:
@@ -139,6 +139,8 @@ def config_tips(error, given: str, prompt_tokens: int = 0, needs: str | None = N
     short = [f.context for f in fits if f.context is not None and f.context < prompt_tokens]
     what = error.what
     if short:
+        if callable(needs):
+            needs = needs(max(short))
         what += (f"; the longest context it holds, {max(short)}, is shorter than "
                  + (needs or f"the prompt's {prompt_tokens} tokens (BOS included): shorten the "
                              f"prompt to at most {max(short)} tokens"))
@@ -436,14 +438,82 @@ def _uart_default_context() -> int:
     return BOARDS["ulx3s-85f"].context
 
 
-def _shorter_context(error, prompt_tokens: int) -> int | None:
+def _shorter_context(error, positions: int) -> int | None:
     """The context of a `chipotle.compiler.FitError` suggestion that changes nothing but the
-    context, if it holds `prompt_tokens`; else None."""
+    context, if it holds `positions`; else None."""
     for fit in getattr(error, "fits", ()):
         if (not fit.config and fit.placement is None and fit.context is not None
-                and fit.context >= prompt_tokens):
+                and fit.context >= positions):
             return fit.context
     return None
+
+
+class FitRefusal(Exception):
+    """`compile_fitting` refuses: the message says what does not fit and what would."""
+
+
+def compile_fitting(model, config, given: str, context: int | None, need: int = 0,
+                    needs=None, need_of: str = "", **kw):
+    """Compile `model` for a command as `chipotle generate`, ``chipotle.sim.bench`` and
+    ``python -m chipotle.compiler`` do.
+
+    With `context` None (the command's ``--context`` not given) and the model's ``seq_len``
+    not fitting `config`, compile for the longest context the refusal names instead, if it
+    holds `need` positions (the prompt, BOS included, and any decode steps).
+
+    Parameters
+    ----------
+    model : chipotle.model.Checkpoint or chipotle.golden.QuantizedModel
+    config : chipotle.config.ChipConfig
+    given : str
+        The ``--config`` text, for the options the refusal suggests (`config_tips`).
+    context : int or None
+        The ``--context`` given, or None.
+    need : int
+        Positions the run needs (0: any context will do).
+    needs : str or callable, optional
+        What needs the `need` positions, for the refusal (`config_tips`).
+    need_of : str
+        Whose the `need` positions are, in the refusal's ``for <need_of> N positions, a
+        configuration that fits: ...`` (e.g. ``"the prompt's "``).
+    **kw
+        Passed to `chipotle.compiler.compile_model` (``placement``, ``kvapp``).
+
+    Returns
+    -------
+    (CompiledModel, int or None)
+        The compiled model, and the shorter context it was compiled for instead of
+        ``seq_len`` (None: as asked).
+
+    Raises
+    ------
+    FitRefusal
+        The model does not fit: the message (`config_tips`) names what does not fit and
+        the options that would; when only a context shorter than `need` holds the model,
+        also the configurations that hold `need` positions.
+    """
+    from .compiler import FitError, compile_model
+    try:
+        return compile_model(model, config, context=context, **kw), None
+    except (FitError, ValueError) as e:
+        error = e
+    shorter = _shorter_context(error, need) if context is None else None
+    if shorter is not None:
+        try:
+            return compile_model(model, config, context=shorter, **kw), shorter
+        except (FitError, ValueError) as e:
+            raise FitRefusal(config_tips(e, given, need, needs)) from None
+    message = config_tips(error, given, need, needs)
+    if (context is None and _shorter_context(error, 0) is not None
+            and need <= model.config.seq_len):
+        # it holds a context shorter than `need`: the configurations that hold `need`
+        try:
+            compile_model(model, config, context=need, **kw)
+        except (FitError, ValueError) as e:
+            if options := fit_options(e, given, need):
+                message += (f"; for {need_of}{need} positions, a configuration that fits: "
+                            f"{' or '.join(options)}")
+    raise FitRefusal(message)
 
 
 def _generate_chip(args, checkpoint, tokenizer, model_path, tok_path, out, err) -> int:
@@ -506,34 +576,17 @@ def _generate_chip(args, checkpoint, tokenizer, model_path, tok_path, out, err) 
               f"{args.placement} placement\n")
     err.flush()
     try:
-        compiled = compile_model(checkpoint, config, context=args.context,
-                                 placement=args.placement)
-    except (FitError, ValueError) as e:
-        shorter = _shorter_context(e, len(ids)) if args.context is None else None
-        if shorter is None:
-            message = config_tips(e, args.config, len(ids))
-            if (args.context is None and _shorter_context(e, 0) is not None
-                    and len(ids) <= seq_len):
-                # it holds a context, shorter than the prompt: what would hold the prompt
-                try:
-                    compile_model(checkpoint, config, context=len(ids),
-                                  placement=args.placement)
-                except (FitError, ValueError) as fe:
-                    if options := fit_options(fe, args.config, len(ids)):
-                        message += (f"; for the prompt's {len(ids)} positions, a configuration "
-                                    f"that fits: {' or '.join(options)}")
-            raise UsageError(message) from None
-        # no --context: the longest context this configuration holds, said so
+        compiled, shorter = compile_fitting(checkpoint, config, args.config, args.context,
+                                            len(ids), need_of="the prompt's ",
+                                            placement=args.placement)
+    except FitRefusal as e:
+        raise UsageError(str(e)) from None
+    if shorter is not None:   # no --context: the longest context this configuration holds
         err.write(f"[{args.backend}] context {shorter}: the longest this chip ({config}) "
                   f"holds the model for; its seq_len, {seq_len}, does not fit (--context sets "
                   f"the context; `make sim`: CONTEXT=)\n")
         err.flush()
         args.context = shorter
-        try:
-            compiled = compile_model(checkpoint, config, context=shorter,
-                                     placement=args.placement)
-        except (FitError, ValueError) as e2:
-            raise UsageError(config_tips(e2, args.config, len(ids))) from None
     try:
         check_prompt_length(len(ids), compiled.context, what=f"compiled for {config}",
                             fix="shorten the prompt, or give a configuration with more SRAM "

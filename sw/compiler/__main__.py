@@ -114,13 +114,12 @@ def _tile_name(compiled, xy) -> str:
 
 def main(argv=None) -> None:
     """Print the memory map (and with ``--bench`` the cycle estimates) of a model."""
-    from ..cli import _shorter_context, config_tips
+    from ..cli import FitRefusal, compile_fitting
     from ..config import ChipConfig
     from ..golden import quantize
     from ..model import CheckpointError, load_checkpoint
     from ..paths import DEFAULT_CHECKPOINT, DEFAULT_TOKENIZER, default_model_dir
     from ..tokenizer import TokenizerError
-    from . import FitError, compile_model
 
     ap = argparse.ArgumentParser(prog="python -m chipotle.compiler",
                                  description=main.__doc__.splitlines()[0])
@@ -178,21 +177,16 @@ def main(argv=None) -> None:
         while len(tokens) < 260:
             tokens += tok.encode(_TEXT, bos=False)
         tokens = tokens[:260]
-    context = args.context
     try:
-        compiled = compile_model(qm, cfg, context, placement=args.placement, kvapp=args.kvapp)
-    except FitError as e:
-        context = _shorter_context(e, 0) if args.context is None else None
-        if context is None:
-            raise SystemExit(f"error: {config_tips(e, args.config)}") from None
-        print(f"context {context}: the longest this configuration holds the model for; its "
+        compiled, shorter = compile_fitting(qm, cfg, args.config, args.context,
+                                            placement=args.placement, kvapp=args.kvapp)
+    except FitRefusal as e:
+        raise SystemExit(f"error: {e}") from None
+    if shorter is not None:
+        print(f"context {shorter}: the longest this configuration holds the model for; its "
               f"seq_len, {qm.config.seq_len}, does not fit (--context sets the context)",
               file=sys.stderr)
-        try:
-            compiled = compile_model(qm, cfg, context, placement=args.placement,
-                                     kvapp=args.kvapp)
-        except FitError as e2:
-            raise SystemExit(f"error: {config_tips(e2, args.config)}") from None
+    context = args.context if shorter is None else shorter
     print(compiled.memory_map())
     print(f"\ncompiled in {time.time() - t:.1f} s; weight bytes per decode step "
           f"{compiled.weight_bytes_per_token():,}")
