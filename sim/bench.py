@@ -216,6 +216,16 @@ def main(argv: list[str] | None = None) -> int:
         return (f"the {need} positions the longest prompt and the decode steps need: give "
                 f"prompt lengths{most} (--prompts; `make bench`: PROMPTS=)")
 
+    steps = f"{args.decode_steps} decode step{'s' * (args.decode_steps != 1)}"
+    seq_len = checkpoint.config.seq_len
+    if args.context is not None and args.context < need <= seq_len:
+        try:    # would the longer context the refusal below asks for fit the configuration?
+            compile_fitting(checkpoint, config, args.config, need, need, needs,
+                            placement=args.placement)
+        except FitRefusal as e:
+            ap.refuse(f"a {max(lengths)}-token prompt and {steps} need {need} positions, more "
+                      f"than --context {args.context}, and a context of {need} does not fit "
+                      f"this configuration either: {e}")
     try:
         compiled, shorter = compile_fitting(checkpoint, config, args.config, args.context,
                                             need, needs, placement=args.placement)
@@ -223,11 +233,9 @@ def main(argv: list[str] | None = None) -> int:
         ap.refuse(str(e))
     if shorter is not None:   # no --context: the longest context this configuration holds
         print(f"context {shorter}: the longest this chip ({config}) holds the model for; its "
-              f"seq_len, {checkpoint.config.seq_len}, does not fit (--context sets the "
+              f"seq_len, {seq_len}, does not fit (--context sets the "
               f"context; `make bench`: CONTEXT=)", file=sys.stderr, flush=True)
     if need > compiled.context:
-        steps = f"{args.decode_steps} decode step{'s' * (args.decode_steps != 1)}"
-        seq_len = checkpoint.config.seq_len
         if need > seq_len:   # no context helps: the prompts must be shorter
             ap.refuse(f"a {max(lengths)}-token prompt and {steps} need {need} positions, more "
                       f"than the model's seq_len {seq_len}: give prompt lengths of at most "

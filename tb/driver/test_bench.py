@@ -162,3 +162,24 @@ def test_bench_does_not_suggest_a_context_too_short_for_its_prompts(capsys, mode
     assert m, err
     compile_model(load_checkpoint(model_paths[0]), ChipConfig.from_string(m.group(1)), 257,
                   placement="tensor")
+
+
+@pytest.mark.model
+def test_bench_does_not_ask_for_a_context_the_chip_cannot_hold(capsys, model_paths):
+    """With --context too short for the prompts, the refusal asks for the context the
+    prompts need only if the chip holds it; on the ulx3s chip, which holds `most`
+    positions, prompts needing `most + 1` are told the longest prompt that fits instead."""
+    from chipotle.hw.fpga.boards import BOARDS
+    most = BOARDS["ulx3s-85f"].context
+    argv = ["--backend", "isasim", "--config", "ulx3s", "--model", str(model_paths[0]),
+            "--context", "8", "--decode-steps", "1"]
+    with pytest.raises(SystemExit):
+        bench.main([*argv, "--prompts", str(most)])
+    err = capsys.readouterr().err
+    assert f"and a context of {most + 1} does not fit this configuration either" in err, err
+    assert f"give prompt lengths of at most {most - 1}" in err, err
+    assert f"--context {most + 1}" not in err, err
+    with pytest.raises(SystemExit):            # one position fewer: that context is the fix
+        bench.main([*argv, "--prompts", str(most - 1)])
+    err = capsys.readouterr().err
+    assert f"give --context {most} or more" in err, err
