@@ -601,7 +601,8 @@ def _bigger_mesh(config: ChipConfig, upto: int, places, verified) -> Fit | None:
 def _suggest_tensor(qm: QuantizedModel, config: ChipConfig, context: int, message: str,
                     kvapp: bool = False) -> list:
     """Return configurations that fit the tensor placement (`Fit`): the largest shorter
-    context (searched by placement, verified by compiling), the SRAM the refusal names
+    context (searched by placement, verified by compiling, with the instruction memory it
+    needs if the configuration's is too small), the SRAM the refusal names
     (verified by compiling, a few KiB of alignment slack allowed), a bigger mesh, or the
     pipeline placement on the same configuration."""
     tips = []
@@ -613,8 +614,9 @@ def _suggest_tensor(qm: QuantizedModel, config: ChipConfig, context: int, messag
                 lo = mid
             else:
                 hi = mid - 1
-        if lo >= 1 and _verified(qm, config, lo, "tensor", kvapp) == ():
-            tips.append(Fit(context=lo))
+        extra = _verified(qm, config, lo, "tensor", kvapp) if lo >= 1 else None
+        if extra is not None:   # (at that context the programs may need more instructions)
+            tips.append(Fit(extra, context=lo))
     m = re.search(r"needs ([\d,]+) bytes of SRAM", message)
     if m:
         need_kib = -(-int(m.group(1).replace(",", "")) // 1024)

@@ -665,3 +665,18 @@ def test_pipeline_fit_error_suggests_the_longest_context_with_kvapp(stories_qm, 
     with pytest.raises(FitError):
         compile_model(stories_qm, CONFIGS["ulx3s"], context=contexts[0] + 1,
                       placement="pipeline", kvapp=kvapp)
+
+
+def test_tensor_fit_error_names_the_instruction_memory_a_shorter_context_needs(small_qm):
+    """SRAM too small for the context and an instruction memory too small for the programs:
+    the shorter context is still offered, with the instruction memory it needs (which the
+    SRAM refusal would otherwise hide), and that suggestion compiles."""
+    base = CONFIGS["small"].replace(sram_bytes=17 * 1024, imem_words=128)
+    with pytest.raises(FitError, match="bytes of SRAM") as e:
+        compile_model(small_qm, base, placement="tensor")
+    [fit] = [f for f in e.value.fits if f.context is not None]
+    assert [k for k, _ in fit.config] == ["imem_words"], e.value.fits
+    assert "--context" in fit.text() and "imem_words=" in fit.text()
+    compile_model(small_qm, *fit.apply(base), placement="tensor")
+    with pytest.raises(FitError, match="instruction memory"):    # the context alone: no
+        compile_model(small_qm, base, fit.context, placement="tensor")
