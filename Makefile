@@ -204,19 +204,12 @@ $(if $(filter command line,$(origin PROMPTS)),\
   $(error PROMPTS= applies to make bench, not make sim (make sim takes PROMPT=, the prompt text)))
 endif
 endif
-# make bitstream's variables given to other targets, and other targets' variables given to
-# make bitstream alone, are refused rather than ignored (CLOCK_MHZ=50 does not set a board's
-# clock: the board does)
+# make bitstream's variables given to other targets are refused rather than ignored; other
+# targets' variables given to make bitstream are refused below, with what it takes
+# (CLOCK_MHZ=50 does not set a board's clock: the board does)
 ifeq ($(filter bitstream,$(MAKECMDGOALS)),)
 $(foreach v,BOARD SYNTH_ONLY,$(if $(filter command line,$(origin $v)),\
   $(error $v= applies to make bitstream, not make $(or $(MAKECMDGOALS),help))))
-endif
-ifeq ($(MAKECMDGOALS),bitstream)
-bitstream_foreign := $(filter-out BOARD CONFIG SYNTH_ONLY PYTHON VENV CHIPOTLE_%,\
-  $(foreach v,$(.VARIABLES),$(if $(filter command line,$(origin $v)),$v)))
-ifneq ($(bitstream_foreign),)
-$(error $(foreach v,$(bitstream_foreign),$v=) $(if $(word 2,$(bitstream_foreign)),apply,applies) to other targets, not make bitstream (it takes BOARD=, CONFIG= and SYNTH_ONLY=1; the clock is the board's: docs/fpga.md))
-endif
 endif
 ifneq ($(filter bitstream,$(MAKECMDGOALS)),)
 ifneq ($(filter-out 0 1,$(value SYNTH_ONLY)),)
@@ -242,7 +235,8 @@ takers = $(strip $(foreach g,sim bench test test-default bitstream models,\
   $(if $(filter $1,$(TAKES_$g)),make@$g)))
 ifneq ($(not_taken),)
 $(error $(subst @,$(SPACE),$(subst $(SPACE),; ,$(strip $(foreach v,$(not_taken),$v=@applies@to@$(subst \
-  $(SPACE),@or@,$(call takers,$v))))))$(COMMA) not make $(goals))
+  $(SPACE),@or@,$(call takers,$v))))))$(COMMA) not make $(goals)$(if $(filter bitstream,$(goals)), \
+  (make bitstream takes BOARD=$(COMMA) CONFIG= and SYNTH_ONLY=1; the clock is the board's: docs/fpga.md)))
 endif
 # optional `make sim` arguments, only those given (so the echoed command has no blank lines)
 # (MODEL_DIR reaches the CLI as $$CHIPOTLE_MODEL_DIR, above: its errors then name it)

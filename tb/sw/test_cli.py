@@ -614,7 +614,10 @@ def test_make_bitstream_variables_stay_with_it():
     would not set the board's clock), other targets refuse its BOARD= and SYNTH_ONLY=, and
     SYNTH_ONLY takes 1 or 0 only (``no`` meant synth-only before, session 15's fresh user)."""
     code, err = _make("bitstream", "CLOCK_MHZ=50", "STEPS=3")
-    assert code == 2 and "CLOCK_MHZ= STEPS= apply to other targets, not make bitstream" in err
+    assert code == 2 and ("CLOCK_MHZ= applies to make sim or make bench; STEPS= applies to "
+                          "make sim or make test-default, not make bitstream (make bitstream "
+                          "takes BOARD=, CONFIG= and SYNTH_ONLY=1; the clock is the "
+                          "board's") in err, err
     code, err = _make("sim", "BACKEND=reference", "BOARD=ulx3s-85f")
     assert code == 2 and "BOARD= applies to make bitstream, not make sim" in err, err
     code, err = _make("bitstream", "SYNTH_ONLY=no")
