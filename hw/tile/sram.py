@@ -19,9 +19,13 @@ SramArbiter
     Round-robin arbiter sharing one :class:`SramSignature` port between initiators.
 connect_narrow
     Connect a one-word initiator to a port that reads several words (``read_words > 1``).
+check_latency
+    Refuse a read/write connection whose two sides expect different latencies.
 """
 
 # ruff: noqa: F403, F405  (names come from `from amaranth import *`)
+
+from types import SimpleNamespace
 
 from amaranth import *  # house style (STYLE.md)
 from amaranth.lib import memory, wiring
@@ -29,7 +33,7 @@ from amaranth.lib.wiring import In, Out, connect
 from amaranth.utils import ceil_log2, exact_log2
 
 __all__ = ["ADDR_WIDTH", "SramReadSignature", "SramSignature", "Sram", "SramArbiter",
-           "connect_narrow"]
+           "connect_narrow", "check_latency"]
 
 ADDR_WIDTH = 16
 
@@ -98,6 +102,15 @@ class SramSignature(_WordSignature):
     cycle after a granted request, when its address was out of range: such a write
     changes nothing and such a read returns 0.
 
+    A port of *latency* L > 1 returns a granted read's word in cycle L after the grant
+    only, and pulses ``error`` then; its target registers the request once before the
+    block RAMs (L = 2), and also their read data (L = 3: the block RAM's output register),
+    so that no path runs from an initiator's logic through an arbiter into a block RAM pin
+    or out of one into an initiator in one cycle.  A granted write then updates the SRAM at
+    the end of the cycle after its grant (for every L > 1): an initiator reading it back on
+    the same port is served in order, and a read on the SRAM's ``r`` port in or after that
+    cycle sees it.
+
     A *wide* port (``read_words`` R > 1) returns, for a read of ``addr``, the R consecutive
     words ``addr .. addr + R - 1`` on ``rdata`` (word ``k`` in bits ``64 k ..`` for W = 8,
     i.e. ``rdata.word_select(k, 8 * word_bytes)``); a word past the end of the SRAM reads 0
@@ -110,6 +123,9 @@ class SramSignature(_WordSignature):
         Word width in bytes (also the width of ``wmask``).
     read_words : int
         R, words a read returns (default 1).
+    latency : int
+        L, cycles from a granted read to its data on ``rdata`` (and from a granted request
+        to its ``error``): 1 (default), 2 or 3.
 
     Members
     -------
@@ -126,16 +142,19 @@ class SramSignature(_WordSignature):
     ready : ``In(1)``
         The request is granted this cycle.
     rdata : ``In(8 * word_bytes * read_words)``
-        Read words ``addr .. addr + R - 1``, valid in the cycle after a granted read.
+        Read words ``addr .. addr + R - 1``, valid in cycle L after a granted read.
     error : ``In(1)``
-        One-cycle pulse in the cycle after a granted request with an out-of-range address.
+        One-cycle pulse in cycle L after a granted request with an out-of-range address.
     """
 
-    def __init__(self, *, word_bytes=8, read_words=1):
+    def __init__(self, *, word_bytes=8, read_words=1, latency=1):
         if not isinstance(read_words, int) or read_words < 1:
             raise ValueError(f"read_words must be a positive integer, not {read_words!r}")
+        if latency not in (1, 2, 3):
+            raise ValueError(f"latency must be 1, 2 or 3 cycles, not {latency!r}")
         self._word_bytes = word_bytes
         self._read_words = read_words
+        self._latency = latency
         super().__init__({
             "en": Out(1),
             "we": Out(1),
@@ -152,13 +171,20 @@ class SramSignature(_WordSignature):
         """R, words a read returns."""
         return self._read_words
 
+    @property
+    def latency(self):
+        """L, cycles from a granted read to its data."""
+        return self._latency
+
     def __eq__(self, other):
-        return super().__eq__(other) and self.read_words == other.read_words
+        return (super().__eq__(other) and self.read_words == other.read_words
+                and self.latency == other.latency)
 
     def __repr__(self):
-        if self.read_words == 1:
-            return f"SramSignature(word_bytes={self.word_bytes})"
-        return f"SramSignature(word_bytes={self.word_bytes}, read_words={self.read_words})"
+        extra = "".join(f", {k}={v}" for k, v, one in (("read_words", self.read_words, 1),
+                                                       ("latency", self.latency, 1))
+                        if v != one)
+        return f"SramSignature(word_bytes={self.word_bytes}{extra})"
 
 
 def connect_narrow(m, initiator, port):
@@ -172,6 +198,7 @@ def connect_narrow(m, initiator, port):
     """
     if initiator.signature.read_words != 1:
         raise ValueError(f"the initiator must read one word, not {initiator.signature!r}")
+    check_latency(initiator, port)
     if port.signature.read_words == 1:
         connect(m, initiator, port)
         return
@@ -182,6 +209,16 @@ def connect_narrow(m, initiator, port):
         initiator.ready.eq(port.ready), initiator.rdata.eq(port.rdata[:8 * W]),
         initiator.error.eq(port.error),
     ]
+
+
+def check_latency(initiator, port):
+    """Raise ValueError unless the initiator and the target port of a read/write connection
+    have the same latency (`SramSignature.latency`; `wiring.connect` compares only the
+    members, so a unit expecting its data a cycle early would connect silently)."""
+    li, lp = initiator.signature.latency, port.signature.latency
+    if li != lp:
+        raise ValueError(f"an initiator of latency {li} connected to an SRAM port of "
+                         f"latency {lp}: give both the same (ChipConfig.sram_latency)")
 
 
 class Sram(wiring.Component):
@@ -205,7 +242,10 @@ class Sram(wiring.Component):
     error (``error`` is about ``addr``).  With R = 1 (the default) the SRAM is exactly the
     one-word SRAM it was.
 
-    Latency: 1 cycle on both ports.  Transparency: ``r`` is transparent for ``rw``'s
+    Latency: 1 cycle on both ports by default.  With ``rw_latency`` 2 the ``rw`` request
+    is registered before the banks (a write lands a cycle after its grant, a read's word
+    comes 2 cycles after it); with 3 each bank's read data is registered too (the block
+    RAM's output register).  ``r`` keeps 1 cycle.  Transparency: ``r`` is transparent for ``rw``'s
     writes: a read on ``r`` in the same cycle as a write on ``rw`` to the same word returns
     the new word (the bytes ``wmask`` selects from ``wdata``, the others as they were).  A
     block RAM leaves such a cross-port collision undefined, so synthesis adds a bypass (the
@@ -228,16 +268,19 @@ class Sram(wiring.Component):
         Number of banks, a power of two (default 2).
     read_words : int
         R, words a read on ``rw`` returns, 1 .. ``n_banks`` (default 1).
+    rw_latency : int
+        L of ``rw`` (`SramSignature.latency`): 1 (default), 2 or 3 cycles.
 
     Members
     -------
     r : ``In(SramReadSignature(word_bytes=word_bytes))``
         Read port (the matrix unit's: weights, activations, KV rows).
-    rw : ``In(SramSignature(word_bytes=word_bytes, read_words=read_words))``
+    rw : ``In(SramSignature(word_bytes=word_bytes, read_words=read_words, latency=rw_latency))``
         Read/write port (everything else, through an :class:`SramArbiter`).
     """
 
-    def __init__(self, *, size_bytes=32768, word_bytes=8, n_banks=2, read_words=1):
+    def __init__(self, *, size_bytes=32768, word_bytes=8, n_banks=2, read_words=1,
+                 rw_latency=1):
         if not isinstance(word_bytes, int) or word_bytes <= 0 or word_bytes & (word_bytes - 1):
             raise ValueError(f"word_bytes must be a positive power of two, not {word_bytes!r}")
         if not isinstance(n_banks, int) or n_banks <= 0 or n_banks & (n_banks - 1):
@@ -258,7 +301,8 @@ class Sram(wiring.Component):
         self._read_words = read_words
         super().__init__({
             "r": In(SramReadSignature(word_bytes=word_bytes)),
-            "rw": In(SramSignature(word_bytes=word_bytes, read_words=read_words)),
+            "rw": In(SramSignature(word_bytes=word_bytes, read_words=read_words,
+                                   latency=rw_latency)),
         })
 
     @property
@@ -294,14 +338,27 @@ class Sram(wiring.Component):
         bank_depth = self.depth // nb
         row_bits = ceil_log2(bank_depth)
 
+        L = self.rw.signature.latency
+
         def split(addr):
             return addr[:bank_bits], addr[bank_bits:][:row_bits]
 
+        # the rw request as the banks see it: registered once when L > 1 (rw.ready stays 1,
+        # so every request is granted the cycle it is made and the register never stalls)
+        rq = self.rw
+        if L > 1:
+            rq = SimpleNamespace(
+                en=Signal(name="rwq_en"), we=Signal(name="rwq_we"),
+                addr=Signal(ADDR_WIDTH, name="rwq_addr"),
+                wmask=Signal(self.word_bytes, name="rwq_wmask", reset_less=True),
+                wdata=Signal(width, name="rwq_wdata", reset_less=True))
+            m.d.sync += [getattr(rq, k).eq(getattr(self.rw, k))
+                         for k in ("en", "we", "addr", "wmask", "wdata")]
         r_bank, r_row = split(self.r.addr)
-        rw_bank, rw_row = split(self.rw.addr)
+        rw_bank, rw_row = split(rq.addr)
         r_ok = self.r.addr < self.depth
-        rw_ok = self.rw.addr < self.depth
-        rw_read = self.rw.en & ~self.rw.we
+        rw_ok = rq.addr < self.depth
+        rw_read = rq.en & ~rq.we
 
         # Wide read (R > 1): word k of a read is word addr + k, in bank (bank + k) % nb; bank b
         # serves word k = (b - bank) % nb when k < R, at row + 1 when b < bank (the word is
@@ -310,7 +367,7 @@ class Sram(wiring.Component):
         if R > 1:
             rw_row1 = Signal(row_bits)
             m.d.comb += rw_row1.eq(rw_row + 1)
-            rw_full_row = self.rw.addr[bank_bits:]
+            rw_full_row = rq.addr[bank_bits:]
             rw_ok1 = rw_full_row < bank_depth - 1       # addr's row + 1 is a row of the SRAM
 
         # Which bank answers, and whether the last request was refused; both are updated
@@ -323,10 +380,16 @@ class Sram(wiring.Component):
             m.d.sync += [r_sel.eq(r_bank), r_zero.eq(~r_ok)]
         with m.If(rw_read):
             m.d.sync += [rw_sel.eq(rw_bank), rw_zero[0].eq(~rw_ok)]
+        rw_error = Signal()
         m.d.sync += [
             self.r.error.eq(self.r.en & ~r_ok),
-            self.rw.error.eq(self.rw.en & ~rw_ok),
+            rw_error.eq(rq.en & ~rw_ok),
         ]
+        if L > 2:           # (a cycle more, with the read data)
+            rw_error_q = Signal()
+            m.d.sync += rw_error_q.eq(rw_error)
+            rw_error = rw_error_q
+        m.d.comb += self.rw.error.eq(rw_error)
         m.d.comb += self.rw.ready.eq(1)
 
         r_words = []
@@ -360,11 +423,16 @@ class Sram(wiring.Component):
                 # a true dual-port block RAM, not a second copy): a write goes to bank
                 # `rw_bank`, whose rw_addr_b is rw_row
                 wp.addr.eq(rw_addr_b),
-                wp.data.eq(self.rw.wdata),
-                wp.en.eq(Mux(self.rw.en & self.rw.we & here_rw, self.rw.wmask, 0)),
+                wp.data.eq(rq.wdata),
+                wp.en.eq(Mux(rq.en & rq.we & here_rw, rq.wmask, 0)),
             ]
             r_words.append(rp.data)
-            rw_words.append(rwp.data)
+            if L > 2:       # the block RAM's output register
+                q = Signal(width, name=f"rw_dq{b}", reset_less=True)
+                m.d.sync += q.eq(rwp.data)
+                rw_words.append(q)
+            else:
+                rw_words.append(rwp.data)
         if R > 1:
             # word k >= 1 is out of range when addr + k >= depth: addr's row is the last and
             # its bank + k wraps past the last bank, or addr itself is out of range
@@ -373,6 +441,11 @@ class Sram(wiring.Component):
                 for k in range(1, R):
                     m.d.sync += rw_zero[k].eq(~rw_ok | (last_row & (rw_bank + k >= nb)))
 
+        if L > 2:           # the word's bank and range flags follow it through the register
+            rw_sel_q = Signal.like(rw_sel)
+            rw_zero_q = Signal.like(rw_zero)
+            m.d.sync += [rw_sel_q.eq(rw_sel), rw_zero_q.eq(rw_zero)]
+            rw_sel, rw_zero = rw_sel_q, rw_zero_q
         m.d.comb += self.r.data.eq(Mux(r_zero, 0, Array(r_words)[r_sel]))
         rw_data = []
         for k in range(R):
@@ -392,8 +465,9 @@ class SramArbiter(wiring.Component):
     the one following the last granted (so no initiator waits more than ``n - 1`` grants),
     forwards its request to ``o`` and raises its ``ready`` with ``o.ready``.  ``rdata`` goes
     to every initiator (each knows when its read was granted); ``error`` goes only to the
-    initiator granted in the previous cycle.  No added latency: a granted read still
-    returns its word in the next cycle.  With ``read_words`` R > 1 every port is wide
+    initiator granted L cycles before (`SramSignature.latency`, ``latency``: the ports'
+    and the target's).  No added latency: a granted read still returns its word L cycles
+    later.  With ``read_words`` R > 1 every port is wide
     (``rdata`` carries the R words of a read, as ``Sram.rw`` returns them); a one-word
     initiator is connected with :func:`connect_narrow` and uses word 0.
 
@@ -405,20 +479,22 @@ class SramArbiter(wiring.Component):
         Word width in bytes.
     read_words : int
         R, words a read returns (default 1).
+    latency : int
+        L of every port (default 1).
 
     Members
     -------
-    i : ``In(SramSignature(word_bytes=word_bytes, read_words=read_words)).array(n)``
-        Initiator-facing ports.
-    o : ``Out(SramSignature(word_bytes=word_bytes, read_words=read_words))``
+    i : ``In(SramSignature(...)).array(n)``
+        Initiator-facing ports (``word_bytes``, ``read_words``, ``latency`` as given).
+    o : ``Out(SramSignature(...))``
         The shared port, to the SRAM.
     """
 
-    def __init__(self, n, *, word_bytes=8, read_words=1):
+    def __init__(self, n, *, word_bytes=8, read_words=1, latency=1):
         if not isinstance(n, int) or n < 1:
             raise ValueError(f"n must be a positive integer, not {n!r}")
         self._n = n
-        sig = SramSignature(word_bytes=word_bytes, read_words=read_words)
+        sig = SramSignature(word_bytes=word_bytes, read_words=read_words, latency=latency)
         super().__init__({
             "i": In(sig).array(n),
             "o": Out(sig),
@@ -456,11 +532,17 @@ class SramArbiter(wiring.Component):
                         self.o.wmask.eq(p.wmask),
                         self.o.wdata.eq(p.wdata),
                     ]
+        # an error comes L cycles after its grant: the winner follows it down a delay line
+        err_at = err_to
+        for k in range(1, self.o.signature.latency):
+            later = Signal(range(n), name=f"err_to{k}")
+            m.d.sync += later.eq(err_at)
+            err_at = later
         for idx, p in enumerate(self.i):
             m.d.comb += [
                 p.ready.eq(self.o.ready & req.any() & (winner == idx)),
                 p.rdata.eq(self.o.rdata),
-                p.error.eq(self.o.error & (err_to == idx)),
+                p.error.eq(self.o.error & (err_at == idx)),
             ]
         with m.If(self.o.en & self.o.ready):
             m.d.sync += [last.eq(winner), err_to.eq(winner)]
