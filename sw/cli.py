@@ -181,6 +181,19 @@ class ArgumentParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {under_make(message)} ({self.prog} --help lists "
                      f"the options)\n")
 
+    def parse_args(self, args=None, namespace=None):
+        """As ``argparse``'s, but an unrecognised argument after a subcommand is refused by
+        that subcommand's parser (``chipotle generate: error: ... (chipotle generate --help
+        lists the options)``), whose options the user is giving, not by this one."""
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            parser = self
+            for action in self._actions:
+                if isinstance(action, argparse._SubParsersAction):
+                    parser = action.choices.get(getattr(parsed, action.dest, None), self)
+            parser.error(f"unrecognized arguments: {' '.join(extras)}")
+        return parsed
+
     def refuse(self, message: str):
         """Exit as `error` does, for a refusal that is not about the options' syntax (a
         missing file, a model that does not fit): without the pointer to ``--help``."""

@@ -197,6 +197,17 @@ def test_bad_options(capsys, tiny):
                 capsys.readouterr().err
 
 
+def test_unrecognized_arguments_point_to_the_subcommand_help(capsys):
+    """An unknown option of ``chipotle generate`` is refused by its parser, pointing to its
+    own --help (it pointed to ``chipotle --help``, which lists no options of generate)."""
+    with pytest.raises(SystemExit) as e:
+        cli.main(["generate", "--bogus"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert err == ("chipotle generate: error: unrecognized arguments: --bogus (chipotle "
+                   "generate --help lists the options)\n"), err
+
+
 def test_unavailable_backend(capsys, tiny, monkeypatch):
     def missing(checkpoint):
         return backends._import_attr("chipotle.no_such_module", "Model", "the test backend")
