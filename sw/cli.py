@@ -257,7 +257,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "(docs/performance.md) (default: %(default)s)")
     g.add_argument("--backdoor-load", action="store_true",
                    help="verilator, icarus: write the SRAM images straight into the simulated "
-                        "memories instead of through the host link (faster)")
+                        "memories instead of through the host link (a faster load; Verilator "
+                        "then needs every signal public, which switches to the flat build: a "
+                        "build of its own, about 30 minutes for the 4 x 4 chip, that also "
+                        "simulates slower)")
     g.add_argument("--port", default=None, metavar="DEV",
                    help="uart: the board's serial port, e.g. /dev/ttyUSB0 (docs/fpga.md; "
                         "--config and --clock-mhz must match the bitstream)")

@@ -208,6 +208,16 @@ def test_unrecognized_arguments_point_to_the_subcommand_help(capsys):
                    "generate --help lists the options)\n"), err
 
 
+def test_backdoor_load_help_names_the_flat_build(capsys, monkeypatch):
+    """``--backdoor-load``'s help says what it costs under Verilator: the flat build."""
+    monkeypatch.setenv("COLUMNS", "1000")        # the help on one line
+    with pytest.raises(SystemExit) as e:
+        cli.main(["generate", "--help"])
+    assert e.value.code == 0
+    line = next(ln for ln in capsys.readouterr().out.splitlines() if "--backdoor-load  " in ln)
+    assert "switches to the flat build" in line and "about 30 minutes" in line, line
+
+
 def test_unavailable_backend(capsys, tiny, monkeypatch):
     def missing(checkpoint):
         return backends._import_attr("chipotle.no_such_module", "Model", "the test backend")
