@@ -74,6 +74,11 @@ class ChipConfig:
         The controller's issue policy (``docs/tile.md``, "Issue policy"): True (default) lets
         a matrix instruction run under independent vector and scalar work; False issues one
         instruction at a time.  The ISA simulator's cycle estimate follows it.
+    sram_latency : int
+        L, cycles from a granted read on a tile SRAM's shared read/write port to its data
+        (default 1; 2 registers the request beside the block RAMs, 3 also their read data:
+        `chipotle.hw.tile.sram.SramSignature`, an FPGA timing cut; ``CostModel.sram_latency``
+        for the estimate).
 
     Raises
     ------
@@ -97,6 +102,7 @@ class ChipConfig:
     noc_fifo_depth: int = 16
     mcast_max_flits: int = 8
     overlap: bool = True
+    sram_latency: int = 1
 
     def __post_init__(self):
         if not isinstance(self.overlap, bool):
@@ -125,6 +131,9 @@ class ChipConfig:
             raise ValueError(f"lanes (V) must be an even number of at least 2 (what the "
                              f"vector unit, chipotle.hw.tile.vector.VectorUnit, builds), not "
                              f"{self.lanes}")
+        if self.sram_latency > 3:
+            raise ValueError(f"sram_latency must be 1, 2 or 3 cycles (the SRAM's request and "
+                             f"read-data registers), not {self.sram_latency}")
         if self.vec_slots > MAX_VEC_SLOTS:
             raise ValueError(f"vec_slots must be at most {MAX_VEC_SLOTS} (each slot is a "
                              f"register file of a chunk's result words), not "
@@ -171,7 +180,9 @@ class ChipConfig:
                          imem_words=self.imem_words, n_counters=self.n_counters,
                          loop_depth=self.loop_depth, mcast_max_flits=self.mcast_max_flits,
                          max_packet_flits=255, read_words=self.n_banks,
-                         cost=CostModel(vec_slots=self.vec_slots), overlap=self.overlap)
+                         cost=CostModel(vec_slots=self.vec_slots,
+                                        sram_latency=self.sram_latency),
+                         overlap=self.overlap)
 
     def tile_config(self):
         """Return the gateware's ``chipotle.hw.tile.TileConfig`` of one tile (no KV store)."""
@@ -183,7 +194,8 @@ class ChipConfig:
                           vec_slots=self.vec_slots, mesh_width=self.mesh_width,
                           mesh_height=self.mesh_height,
                           noc_fifo_depth=self.noc_fifo_depth,
-                          mcast_max_flits=self.mcast_max_flits, overlap=self.overlap)
+                          mcast_max_flits=self.mcast_max_flits, overlap=self.overlap,
+                          sram_latency=self.sram_latency)
 
     @property
     def noc(self):
@@ -216,7 +228,8 @@ class ChipConfig:
     def __str__(self) -> str:
         return (f"{self.mesh_width}x{self.mesh_height} tiles, {self.sram_bytes // 1024} KiB "
                 f"SRAM/tile, W={self.word_bytes}, M={self.max_m}, V={self.lanes}, "
-                f"vec_slots={self.vec_slots}")
+                f"vec_slots={self.vec_slots}"
+                + (f", sram_latency={self.sram_latency}" if self.sram_latency != 1 else ""))
 
     #: The banner's letters of ``--config`` (``str()``) -> field names.
     LETTERS = {"W": "word_bytes", "M": "max_m", "V": "lanes"}

@@ -56,6 +56,7 @@ Controller
 # ruff: noqa: F403, F405  (names come from `from amaranth import *`)
 
 import enum as py_enum
+import itertools
 
 from amaranth import *  # house style (STYLE.md)
 from amaranth.lib import data, enum, memory, stream, wiring
@@ -337,6 +338,8 @@ class Controller(wiring.Component):
         instruction run in the background under independent instructions (the scoreboard
         of ``docs/tile.md``, "Issue policy"); False waits for every unit instruction to
         finish.
+    sram_latency : int
+        L of ``bus`` (`SramSignature.latency`): 1 (default), 2 or 3 cycles.
 
     Members
     -------
@@ -347,8 +350,10 @@ class Controller(wiring.Component):
         (then ignored: only a reset clears an error).
     status : ``Out(Status)``
         State, error code and PC.
-    bus : ``Out(SramSignature(word_bytes=W))``
-        The controller's SRAM port (``LD``, ``ST``, ``COPY``).
+    bus : ``Out(SramSignature(word_bytes=W, latency=sram_latency))``
+        The controller's SRAM port (``LD``, ``ST``, ``COPY``; a read's word is taken
+        ``sram_latency`` cycles after its grant: ``LD`` and each step of ``COPY`` take
+        ``sram_latency - 1`` cycles more than at 1).
     o_mcmd : ``Out(stream.Signature(MatrixCommand))``
         Matrix unit commands.
     o_mjob : ``Out(stream.Signature(MatrixJob))``
@@ -403,7 +408,7 @@ class Controller(wiring.Component):
     """
 
     def __init__(self, *, sram_bytes=32768, word_bytes=8, max_m=4, k_max=512,
-                 imem_words=1024, n_counters=16, loop_depth=4, overlap=True):
+                 imem_words=1024, n_counters=16, loop_depth=4, overlap=True, sram_latency=1):
         if not 1 <= imem_words <= 2 ** 16:
             raise ValueError(f"`imem_words` must be in [1, 65536], not {imem_words}")
         self._p = dict(sram_bytes=sram_bytes, word_bytes=word_bytes, max_m=max_m,
@@ -413,7 +418,7 @@ class Controller(wiring.Component):
             "i_imem": In(stream.Signature(ImemWrite)),
             "i_start": In(stream.Signature(16)),
             "status": Out(Status),
-            "bus": Out(SramSignature(word_bytes=word_bytes)),
+            "bus": Out(SramSignature(word_bytes=word_bytes, latency=sram_latency)),
             "o_mcmd": Out(stream.Signature(MatrixCommand)),
             "o_mjob": Out(stream.Signature(MatrixJob)),
             "mjob_busy": In(1),
@@ -1127,11 +1132,26 @@ class Controller(wiring.Component):
                         else:
                             m.next = "Vector"
 
+            # a read's word comes L cycles after its grant: L - 1 wait states before a latch
+            lat = self.bus.signature.latency
+
+            def wait_states(latch):
+                """The wait states before state `latch`; returns the first's name."""
+                names = [f"{latch}-Wait{k}" for k in range(1, lat)] + [latch]
+                for here, after in itertools.pairwise(names):
+                    with m.State(here):
+                        m.d.comb += st.eq(ControllerState.RUNNING)
+                        m.next = after
+                return names[0]
+
+            load_latch = wait_states("Load-Latch")
+            copy_latch = wait_states("Copy-Latch")
+
             with m.State("Load-Read"):
                 m.d.comb += [st.eq(ControllerState.RUNNING), self.bus.en.eq(1),
                              self.bus.addr.eq(mem_addr[wb:])]
                 with m.If(self.bus.ready):
-                    m.next = "Load-Latch"
+                    m.next = load_latch
 
             with m.State("Load-Latch"):
                 m.d.comb += st.eq(ControllerState.RUNNING)
@@ -1160,7 +1180,7 @@ class Controller(wiring.Component):
                 m.d.sync += cp_wm.eq((cp_src[:wb] == edge) & (cp_dst[:wb] == edge)
                                      & (cp_left >= W))
                 with m.If(self.bus.ready):
-                    m.next = "Copy-Latch"
+                    m.next = copy_latch
 
             with m.State("Copy-Latch"):
                 m.d.comb += st.eq(ControllerState.RUNNING)

@@ -93,6 +93,10 @@ class TileConfig:
         The controller's issue policy (default True: a matrix instruction runs in the
         background under independent instructions; False: every unit instruction finishes
         before the next issues; ``docs/tile.md`` "Issue policy").
+    sram_latency : int
+        L, cycles from a granted read on the SRAM's read/write port to its data (default 1;
+        2 registers the request before the block RAMs, 3 also their read data:
+        `chipotle.hw.tile.sram.SramSignature`); every initiator of the port takes it.
 
     The ISA-level view of the same parameters is `isa_config` (``chipotle.isa.IsaConfig``),
     so that the ISA simulator, the compiler and the testbenches see the configuration the
@@ -117,8 +121,12 @@ class TileConfig:
     noc_length_width: int = 8
     mcast_max_flits: int = 8
     overlap: bool = True
+    sram_latency: int = 1
 
     def __post_init__(self):
+        if self.sram_latency not in (1, 2, 3):
+            raise ValueError(f"sram_latency must be 1, 2 or 3 cycles, not "
+                             f"{self.sram_latency!r}")
         if self.kv is None:
             return
         if self.kv.word_bytes != self.word_bytes:
@@ -149,7 +157,9 @@ class TileConfig:
                          imem_words=self.imem_words, n_counters=self.n_counters,
                          loop_depth=self.loop_depth, mcast_max_flits=self.mcast_max_flits,
                          max_packet_flits=(1 << self.noc_length_width) - 1,
-                         read_words=self.n_banks, cost=CostModel(vec_slots=self.vec_slots),
+                         read_words=self.n_banks,
+                         cost=CostModel(vec_slots=self.vec_slots,
+                                        sram_latency=self.sram_latency),
                          overlap=self.overlap)
 
 
@@ -167,7 +177,7 @@ class TileDatapath(wiring.Component):
 
     Members
     -------
-    host : ``In(SramSignature(word_bytes=W))``
+    host : ``In(SramSignature(word_bytes=W, latency=sram_latency))``
         Read/write SRAM access for the host / network interface / testbench.
     i_mcmd : ``In(stream.Signature(MatrixCommand))``
         Matrix commands.
@@ -191,7 +201,8 @@ class TileDatapath(wiring.Component):
         config = TileConfig() if config is None else config
         self._config = config
         super().__init__({
-            "host": In(SramSignature(word_bytes=config.word_bytes)),
+            "host": In(SramSignature(word_bytes=config.word_bytes,
+                                     latency=config.sram_latency)),
             "i_mcmd": In(stream.Signature(MatrixCommand)),
             "i_kvcmd": In(stream.Signature(KvCommand)),
             "o_res": Out(stream.Signature(matrix_result_layout(config.max_m))),
@@ -213,12 +224,14 @@ class TileDatapath(wiring.Component):
         m = Module()
         c = self._config
         m.submodules.sram = sram = Sram(size_bytes=c.sram_bytes, word_bytes=c.word_bytes,
-                                        n_banks=c.n_banks)
-        m.submodules.arbiter = arb = SramArbiter(2, word_bytes=c.word_bytes)
+                                        n_banks=c.n_banks, rw_latency=c.sram_latency)
+        m.submodules.arbiter = arb = SramArbiter(2, word_bytes=c.word_bytes,
+                                                 latency=c.sram_latency)
         m.submodules.matrix = mx = MatrixUnit(word_bytes=c.word_bytes, max_m=c.max_m,
                                               k_max=c.k_max)
         m.submodules.kvstore = kv = KvStore(word_bytes=c.word_bytes, sram_depth=c.sram_words,
-                                            k_header=c.kv.k_header)
+                                            k_header=c.kv.k_header,
+                                            sram_latency=c.sram_latency)
         m.d.comb += kv.layout.eq(KvParams.from_layout(c.kv))
 
         connect(m, mx.bus, sram.r)

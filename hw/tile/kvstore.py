@@ -33,6 +33,8 @@ KvStore
 
 # ruff: noqa: F403, F405  (names come from `from amaranth import *`)
 
+import itertools
+
 from amaranth import *  # house style (STYLE.md)
 from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.wiring import In, Out
@@ -237,6 +239,9 @@ class KvStore(wiring.Component):
         Words in the SRAM (at most ``2**16``); the map must end at or below it.
     k_header : bool
         Each K row starts with one header word (the ISA's records; default True).
+    sram_latency : int
+        L of ``bus`` (`SramSignature.latency`): 1 (default), 2 or 3 cycles; each word an
+        ``APPEND`` copies takes ``L - 1`` cycles more than at 1.
 
     Members
     -------
@@ -246,7 +251,7 @@ class KvStore(wiring.Component):
         Commands.
     o_mcmd : ``Out(stream.Signature(MatrixCommand))``
         Matrix commands for ``STREAM_K``.
-    bus : ``Out(SramSignature(word_bytes=W))``
+    bus : ``Out(SramSignature(word_bytes=W, latency=sram_latency))``
         Read/write SRAM port (shared through an arbiter).
     capacity : ``Out(16)``
         Positions per (layer, head): ``max_pos``, or 0 for a map that is empty or does not
@@ -271,7 +276,7 @@ class KvStore(wiring.Component):
         The first error since reset.
     """
 
-    def __init__(self, *, word_bytes=8, sram_depth=4096, k_header=True):
+    def __init__(self, *, word_bytes=8, sram_depth=4096, k_header=True, sram_latency=1):
         exact_log2(word_bytes)
         if not isinstance(sram_depth, int) or not 1 <= sram_depth <= 2 ** ADDR_WIDTH:
             raise ValueError(f"sram_depth must be an integer in [1, {2 ** ADDR_WIDTH}], "
@@ -283,7 +288,7 @@ class KvStore(wiring.Component):
             "layout": In(KvParams),
             "i_cmd": In(stream.Signature(KvCommand)),
             "o_mcmd": Out(stream.Signature(MatrixCommand)),
-            "bus": Out(SramSignature(word_bytes=word_bytes)),
+            "bus": Out(SramSignature(word_bytes=word_bytes, latency=sram_latency)),
             "capacity": Out(16),
             "k_row_words": Out(16),
             "v_row_words": Out(16),
@@ -401,19 +406,35 @@ class KvStore(wiring.Component):
         i = Signal(16)
         word = Signal(8 * W)
         buf = Signal(8 * W, reset_less=True)    # data: read only after a read lands
-        pending = Signal()
-        m.d.sync += pending.eq(bus.en & ~bus.we & bus.ready)
+        lat = bus.signature.latency
+        pending = bus.en & ~bus.we & bus.ready      # (a read granted: its word lands L later)
+        for k in range(1, lat + 1):
+            later = Signal(name=f"pending{k}")
+            m.d.sync += later.eq(pending)
+            pending = later
         with m.If(pending):
             m.d.sync += buf.eq(bus.rdata)
         m.d.comb += word.eq(Mux(pending, bus.rdata, buf))
         full = (1 << W) - 1
 
         with m.FSM(name="fsm") as fsm:
-            with m.State("Idle"):
+            def wait_states(write):
+                """The L - 1 states between a read's grant and the write of its word
+                (state `write`); returns the first's name."""
+                names = [f"{write}-Wait{k}" for k in range(1, lat)] + [write]
+                for here, after in itertools.pairwise(names):
+                    with m.State(here):
+                        m.next = after
+                return names[0]
+
+            with m.State("Idle"):     # (the first state: the FSM's reset state)
                 m.d.comb += self.i_cmd.ready.eq(settled)
                 with m.If(self.i_cmd.valid & settled):
                     m.d.sync += c.eq(cmd)
                     m.next = "Decode"
+
+            k_write = wait_states("K-Write")
+            v_write = wait_states("V-Write")
 
             with m.State("Decode"):
                 is_append = c.op == KvOp.APPEND
@@ -467,7 +488,7 @@ class KvStore(wiring.Component):
                 m.d.sync += [k_dst.eq(k_rows + k_off), v_dst.eq(v_rows + v_off)]
                 m.d.comb += [bus.en.eq(1), bus.addr.eq(k_src + i)]
                 with m.If(bus.ready):
-                    m.next = "K-Write"
+                    m.next = k_write
 
             with m.State("K-Write"):
                 last = i == kw - 1
@@ -488,7 +509,7 @@ class KvStore(wiring.Component):
             with m.State("V-Read"):
                 m.d.comb += [bus.en.eq(1), bus.addr.eq(v_src + i)]
                 with m.If(bus.ready):
-                    m.next = "V-Write"
+                    m.next = v_write
 
             with m.State("V-Write"):
                 last = i == vw - 1

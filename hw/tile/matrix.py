@@ -20,6 +20,8 @@ MatrixUnit
 
 # ruff: noqa: F403, F405  (names come from `from amaranth import *`)
 
+import itertools
+
 from amaranth import *  # house style (STYLE.md)
 from amaranth.lib import data, enum, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
@@ -506,6 +508,11 @@ class MatrixWriteback(wiring.Component):
         W.
     max_m : int
         M of the matrix unit.
+    sram_latency : int
+        L of ``bus`` (`SramSignature.latency`): 1 (default), 2 or 3 cycles.  With L > 1 each
+        header and pair read takes L - 1 cycles more, and a result is taken only once its
+        side word has arrived (L - 1 cycles after the read's grant): a result of m <= L - 1
+        rows waits for it, ``P = L + m`` cycles.
 
     Members
     -------
@@ -513,7 +520,7 @@ class MatrixWriteback(wiring.Component):
         One job per matrix instruction, offered with (or before) its matrix command.
     i_res : ``In(stream.Signature(matrix_result_layout(max_m)))``
         The matrix unit's results.
-    bus : ``Out(SramSignature(word_bytes=W))``
+    bus : ``Out(SramSignature(word_bytes=W, latency=sram_latency))``
         Header, table reads and result writes.
     busy : ``Out(1)``
         A job is in progress (high from acceptance to the last write).
@@ -521,14 +528,14 @@ class MatrixWriteback(wiring.Component):
         The current (or last) job hit an arithmetic error (``ErrorCode.ARITH``).
     """
 
-    def __init__(self, *, word_bytes=8, max_m=4):
+    def __init__(self, *, word_bytes=8, max_m=4, sram_latency=1):
         from .sram import SramSignature
         self._word_bytes = word_bytes
         self._max_m = max_m
         super().__init__({
             "i_job": In(stream.Signature(MatrixJob)),
             "i_res": In(stream.Signature(matrix_result_layout(max_m))),
-            "bus": Out(SramSignature(word_bytes=word_bytes)),
+            "bus": Out(SramSignature(word_bytes=word_bytes, latency=sram_latency)),
             "busy": Out(1),
             "error": Out(1),
         })
@@ -578,13 +585,26 @@ class MatrixWriteback(wiring.Component):
             return word.word_select(sel, 32) if wb > 2 else word[:32]
 
         pair_sel = lane32(pair_addr[2:wb])
+        lat = self.bus.signature.latency
+        # the side word lands L cycles after its grant (`side_arrive` is the first cycle
+        # after it); `side_have`: it landed and is held in `side_q`
+        side_land = side_arrive
+        in_flight = side_arrive
+        for k in range(1, lat):
+            later = Signal(name=f"side_arrive{k}")
+            m.d.sync += later.eq(side_land)
+            side_land = later
+            in_flight = in_flight | later
+        side_have = Signal()
+        side_avail = Signal()            # the next result's side word is here
+        m.d.comb += side_avail.eq(side_land | side_have)
         side_word = Signal(32)
-        m.d.comb += side_word.eq(Mux(side_arrive,
+        m.d.comb += side_word.eq(Mux(side_land,
                                      lane32(side_off),
                                      side_q))
         m.d.sync += side_arrive.eq(0)
-        with m.If(side_arrive):
-            m.d.sync += side_q.eq(side_word)
+        with m.If(side_land):
+            m.d.sync += [side_q.eq(side_word), side_have.eq(1)]
 
         def read_side():
             """Request the next result's side word; returns the grant."""
@@ -660,7 +680,7 @@ class MatrixWriteback(wiring.Component):
             res = self.i_res.payload
             m.d.sync += [acc[i].eq(res.acc[i]) for i in range(M)]
             m.d.sync += [last.eq(res.last), r.eq(0), pr.eq(0), el_addr.eq(col_addr),
-                         col_addr.eq(col_addr + size_bytes), side_ok.eq(0)]
+                         col_addr.eq(col_addr + size_bytes), side_ok.eq(0), side_have.eq(0)]
             with m.If(qk):
                 m.d.sync += [w_mu.eq(side_word[:16].as_signed()),
                              w_b.eq(side_word[16:32].as_signed())]
@@ -701,12 +721,22 @@ class MatrixWriteback(wiring.Component):
         ]
 
         with m.FSM(name="fsm") as fsm:
-            with m.State("Idle"):
-                m.d.comb += self.i_job.ready.eq(1)
-                with m.If(self.i_job.valid):
+            # (a header or pair read's word comes L - 1 wait states after its grant)
+            def wait_states(latch):
+                names = [f"{latch}-Wait{k}" for k in range(1, lat)] + [latch]
+                for here, after in itertools.pairwise(names):
+                    with m.State(here):
+                        m.next = after
+                return names[0]
+
+            with m.State("Idle"):     # (the first state: the FSM's reset state)
+                # (a job is not taken while a side word of the last one is in flight, which
+                # an arithmetic error's drain leaves: it would land as the new job's)
+                m.d.comb += self.i_job.ready.eq(~in_flight)
+                with m.If(self.i_job.valid & ~in_flight):
                     p_in = self.i_job.payload
                     m.d.sync += [
-                        job.eq(p_in), failed.eq(0), r.eq(0), side_ok.eq(0),
+                        job.eq(p_in), failed.eq(0), r.eq(0), side_ok.eq(0), side_have.eq(0),
                         hdr_addr.eq(p_in.x_hdr), w_addr.eq(p_in.w_hdr),
                         pair_addr.eq(p_in.c), col_addr.eq(p_in.y),
                     ]
@@ -715,10 +745,13 @@ class MatrixWriteback(wiring.Component):
                     with m.Else():
                         m.next = "X-Header"
 
+            x_latch = wait_states("X-Latch")
+            pair_latch = wait_states("Pair-Latch")
+
             with m.State("X-Header"):
                 read(hdr_addr)
                 with m.If(self.bus.ready):
-                    m.next = "X-Latch"
+                    m.next = x_latch
 
             with m.State("X-Latch"):
                 m.d.sync += [mu_x[r].eq(word[:16].as_signed()), b_x[r].eq(word[16:32].as_signed()),
@@ -735,7 +768,7 @@ class MatrixWriteback(wiring.Component):
             with m.State("Pair"):      # MATQK: the one (m, s) pair at c
                 read(pair_addr[wb:])
                 with m.If(self.bus.ready):
-                    m.next = "Pair-Latch"
+                    m.next = pair_latch
 
             with m.State("Pair-Latch"):
                 m.d.sync += [mult.eq(pair_sel[:16]), shift.eq(pair_sel[16:32])]
@@ -746,9 +779,10 @@ class MatrixWriteback(wiring.Component):
                     m.next = "Result"
 
             with m.State("Result"):    # waiting for a result (or draining after an error)
-                m.d.comb += self.i_res.ready.eq(1)
+                can = raw | failed | side_avail      # (MATRAW has no side word)
+                m.d.comb += self.i_res.ready.eq(can)
                 select_take()
-                with m.If(self.i_res.valid):
+                with m.If(self.i_res.valid & can):
                     take_result()
 
             with m.State("Element"):   # the first element's product; the next side word
@@ -774,9 +808,11 @@ class MatrixWriteback(wiring.Component):
                         with m.If(last):
                             m.next = "Idle"
                         with m.Elif(raw | side_ok):
-                            # the last write takes the next result if it is offered
-                            m.d.comb += self.i_res.ready.eq(1)
-                            with m.If(self.i_res.valid):
+                            # the last write takes the next result if it is offered (and
+                            # its side word is here)
+                            can = raw | side_avail
+                            m.d.comb += self.i_res.ready.eq(can)
+                            with m.If(self.i_res.valid & can):
                                 take_result()
                             with m.Else():
                                 m.next = "Result"

@@ -283,7 +283,10 @@ class NetifConfig:
         Read requests that may wait for the injection port (per tile) before the receive
         side stalls.
     fetch_depth : int
-        Depth of the transmit side's word buffer (at least 2: one word per cycle).
+        Depth of the transmit side's word buffer (at least 2; at least ``sram_latency + 2``
+        to fetch a word per cycle from the SRAM: the words in flight hold their room).
+    sram_latency : int
+        L of the ``sram`` port (`SramSignature.latency`): 1 (default), 2 or 3 cycles.
     """
 
     x: int | None = 0
@@ -298,6 +301,7 @@ class NetifConfig:
     n_perf: int = 8
     read_queue: int = 2
     fetch_depth: int = 4
+    sram_latency: int = 1
 
     def __post_init__(self):
         noc = self.noc
@@ -328,7 +332,8 @@ class NetifConfig:
                              f"{2 ** ADDR_WIDTH} words, not {self.sram_bytes!r}")
         for name, lo, hi in (("imem_words", 1, 2 ** 16), ("n_counters", 1, 256),
                              ("counter_width", 1, 32), ("n_perf", 1, 32),
-                             ("read_queue", 1, 64), ("fetch_depth", 2, 64)):
+                             ("read_queue", 1, 64), ("fetch_depth", 2, 64),
+                             ("sram_latency", 1, 3)):
             value = getattr(self, name)
             if not isinstance(value, int) or not lo <= value <= hi:
                 raise ValueError(f"`{name}` must be an integer from {lo} to {hi}, "
@@ -414,7 +419,7 @@ class NetworkInterface(wiring.Component):
         Flits delivered to the tile (connect the mesh's ``o_local[i]``).  Always drained.
     o_noc : ``Out(stream.Signature(noc.flit_layout))``
         Flits injected by the tile (connect to the mesh's ``i_local[i]``).
-    sram : ``Out(SramSignature(word_bytes=W))``
+    sram : ``Out(SramSignature(word_bytes=W, latency=sram_latency))``
         The interface's SRAM port (receive and transmit sides share it round-robin).
     i_cmd : ``In(stream.Signature(NetCommand))``
         SEND and DONE commands; one is accepted at a time, when the previous has finished.
@@ -456,7 +461,8 @@ class NetworkInterface(wiring.Component):
         super().__init__({
             "i_noc": In(flit),
             "o_noc": Out(flit),
-            "sram": Out(SramSignature(word_bytes=config.word_bytes)),
+            "sram": Out(SramSignature(word_bytes=config.word_bytes,
+                                      latency=config.sram_latency)),
             "i_cmd": In(stream.Signature(NetCommand)),
             "o_cmd_done": Out(stream.Signature(NetCompletion)),
             "i_wait": In(stream.Signature(WaitRequest)),
@@ -491,7 +497,8 @@ class NetworkInterface(wiring.Component):
         cmax = (1 << cfg.counter_width) - 1
         log_w = exact_log2(cfg.word_bytes)
 
-        m.submodules.arbiter = arbiter = SramArbiter(2, word_bytes=cfg.word_bytes)
+        m.submodules.arbiter = arbiter = SramArbiter(2, word_bytes=cfg.word_bytes,
+                                                     latency=cfg.sram_latency)
         connect(m, arbiter.o, flipped(self.sram))
         rx_sram, tx_sram = arbiter.i[0], arbiter.i[1]
 
@@ -968,7 +975,14 @@ class NetworkInterface(wiring.Component):
         # Fetcher: fills the word buffer from the SRAM, the registers or the immediate while
         # a packet is under way (its head may still be waiting).
         room = Signal()
-        m.d.comb += room.eq(fifo.level + inflight < cfg.fetch_depth)
+        # a granted read's word lands L cycles later: `inflight` is the first cycle after
+        # the grant, `landing` the last; the buffer keeps room for every word in flight
+        landing, n_flight = inflight, inflight
+        for k in range(2, cfg.sram_latency + 1):
+            later = Signal(name=f"inflight{k}")
+            m.d.sync += later.eq(landing)
+            landing, n_flight = later, n_flight + later
+        m.d.comb += room.eq(fifo.level + n_flight < cfg.fetch_depth)
         want = Signal()
         m.d.comb += want.eq((f_left != 0) & room)
         m.d.sync += inflight.eq(0)
@@ -1019,7 +1033,7 @@ class NetworkInterface(wiring.Component):
         with m.If(want & (t_src == _Src.REGS) & bad_reg):
             m.d.comb += strobe("tx", NetError.BAD_REG).eq(1)
         m.d.comb += [
-            fifo.w_en.eq(Mux(t_src == _Src.SRAM, inflight, want)),
+            fifo.w_en.eq(Mux(t_src == _Src.SRAM, landing, want)),
             fifo.w_data.eq(Mux(t_src == _Src.SRAM, tx_sram.rdata,
                                Mux(t_src == _Src.IMM, t_imm, reg_word))),
         ]

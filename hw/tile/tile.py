@@ -25,7 +25,7 @@ from .datapath import TileConfig, mux_matrix_commands
 from .kvstore import KvParams, KvStore
 from .matrix import MatrixUnit, MatrixWriteback
 from .netif import ImemWrite, NetCommand, NetCompletion, NetifConfig, NetworkInterface, WaitRequest
-from .sram import Sram, SramArbiter, SramSignature, connect_narrow
+from .sram import Sram, SramArbiter, SramSignature, check_latency, connect_narrow
 from .vector import VectorUnit
 
 __all__ = ["TileCore", "Tile", "tile_controller"]
@@ -36,7 +36,8 @@ def tile_controller(c: TileConfig) -> Controller:
     ``python -m chipotle.sim.synth controller`` synthesises)."""
     return Controller(sram_bytes=c.sram_bytes, word_bytes=c.word_bytes, max_m=c.max_m,
                       k_max=c.k_max, imem_words=c.imem_words, n_counters=c.n_counters,
-                      loop_depth=c.loop_depth, overlap=c.overlap)
+                      loop_depth=c.loop_depth, overlap=c.overlap,
+                      sram_latency=c.sram_latency)
 
 
 class TileCore(wiring.Component):
@@ -61,7 +62,7 @@ class TileCore(wiring.Component):
 
     Members
     -------
-    sram : ``In(SramSignature(word_bytes=W))``
+    sram : ``In(SramSignature(word_bytes=W, latency=sram_latency))``
         The network interface's SRAM port (host and arriving writes, SEND reads).
     i_imem : ``In(stream.Signature(ImemWrite))``
         Instruction-memory writes.
@@ -89,7 +90,8 @@ class TileCore(wiring.Component):
         config = TileConfig(kv=None) if config is None else config
         self._config = config
         super().__init__({
-            "sram": In(SramSignature(word_bytes=config.word_bytes)),
+            "sram": In(SramSignature(word_bytes=config.word_bytes,
+                                     latency=config.sram_latency)),
             "i_imem": In(stream.Signature(ImemWrite)),
             "i_start": In(stream.Signature(16)),
             "soft_reset": In(1),
@@ -114,19 +116,21 @@ class TileCore(wiring.Component):
         rst = self.soft_reset
         # The vector unit reads n_banks consecutive words per cycle (the SRAM's wide read);
         # the other initiators read one word (word 0 of the same rdata)
+        L = c.sram_latency
         m.submodules.sram = sram = Sram(size_bytes=c.sram_bytes, word_bytes=W,
-                                        n_banks=c.n_banks, read_words=c.n_banks)
-        m.submodules.arbiter = arb = SramArbiter(5, word_bytes=W, read_words=c.n_banks)
+                                        n_banks=c.n_banks, read_words=c.n_banks, rw_latency=L)
+        m.submodules.arbiter = arb = SramArbiter(5, word_bytes=W, read_words=c.n_banks,
+                                                 latency=L)
         mx = MatrixUnit(word_bytes=W, max_m=c.max_m, k_max=c.k_max)
-        wb = MatrixWriteback(word_bytes=W, max_m=c.max_m)
+        wb = MatrixWriteback(word_bytes=W, max_m=c.max_m, sram_latency=L)
         ctrl = tile_controller(c)
         vec = VectorUnit(lanes=c.lanes, word_bytes=W, sram_bytes=c.sram_bytes,
-                         read_words=c.n_banks, slots=c.vec_slots)
+                         read_words=c.n_banks, slots=c.vec_slots, sram_latency=L)
         m.submodules.vector = ResetInserter(rst)(vec)
         m.submodules.matrix = ResetInserter(rst)(mx)
         m.submodules.writeback = ResetInserter(rst)(wb)
         m.submodules.controller = ResetInserter(rst)(ctrl)
-        kv = KvStore(word_bytes=W, sram_depth=c.sram_words, k_header=True)
+        kv = KvStore(word_bytes=W, sram_depth=c.sram_words, k_header=True, sram_latency=L)
         m.submodules.kvstore = ResetInserter(rst)(kv)
 
         connect(m, mx.bus, sram.r)
@@ -149,6 +153,7 @@ class TileCore(wiring.Component):
 
         connect(m, ctrl.o_vec, vec.i_cmd)
         connect(m, vec.o_done, ctrl.i_vec_done)
+        check_latency(vec.bus, arb.i[3])
         connect(m, vec.bus, arb.i[3])
         vec_busy = vec.busy
 
@@ -234,7 +239,8 @@ class Tile(wiring.Component):
         self._netif_config = NetifConfig(
             x=x, y=y, width=config.mesh_width, height=config.mesh_height, noc=config.noc,
             sram_bytes=config.sram_bytes, imem_words=config.imem_words,
-            n_counters=config.n_counters, n_perf=N_PERF)
+            n_counters=config.n_counters, n_perf=N_PERF, sram_latency=config.sram_latency,
+            fetch_depth=max(4, config.sram_latency + 2))
         flit = stream.Signature(config.noc.flit_layout)
         super().__init__({
             "i_noc": In(flit),

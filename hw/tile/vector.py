@@ -231,6 +231,10 @@ class VectorUnit(wiring.Component):
         their first read and their last write.  Each slot is ``ceil((W - 1 + 8 V) / W)``
         words with byte enables, an address and a count (at V = W = 8: 8 words, 598 bits
         with a 128 KiB SRAM); ``docs/tile.md`` "Timing" for what a fourth one buys.
+    sram_latency : int
+        L of ``bus`` (`SramSignature.latency`): 1 (default), 2 or 3 cycles.  A read's words
+        land L cycles after its grant; the stream runs as at L = 1 from there on, so a pass
+        takes L - 1 cycles more.
 
     Members
     -------
@@ -238,8 +242,8 @@ class VectorUnit(wiring.Component):
         Commands; accepted only when idle (``ready`` is high in the idle state only).
     o_done : ``Out(stream.Signature(VectorDone))``
         One word per command, after its last SRAM write.
-    bus : ``Out(SramSignature(word_bytes=word_bytes, read_words=read_words))``
-        SRAM initiator port (1-cycle read latency, grant handshake; ``en`` never depends
+    bus : ``Out(SramSignature(word_bytes=word_bytes, read_words=read_words, latency=sram_latency))``
+        SRAM initiator port (L-cycle read latency, grant handshake; ``en`` never depends
         on ``ready``; a read returns the R words from its address, writes are one word).
         A ``bus.error`` (cannot happen after the range checks) turns the command's error
         into ``SRAM_RANGE``.
@@ -248,7 +252,7 @@ class VectorUnit(wiring.Component):
     """
 
     def __init__(self, *, lanes=None, word_bytes=8, sram_bytes=32768, read_words=1,
-                 slots=RESULT_SLOTS):
+                 slots=RESULT_SLOTS, sram_latency=1):
         lanes = IsaConfig().lanes if lanes is None else lanes
         if not isinstance(lanes, int) or lanes < 2 or lanes % 2:
             raise ValueError(f"lanes must be an even integer of at least 2, not {lanes!r}")
@@ -273,7 +277,8 @@ class VectorUnit(wiring.Component):
         super().__init__({
             "i_cmd": In(stream.Signature(VectorCommand)),
             "o_done": Out(stream.Signature(VectorDone)),
-            "bus": Out(SramSignature(word_bytes=word_bytes, read_words=read_words)),
+            "bus": Out(SramSignature(word_bytes=word_bytes, read_words=read_words,
+                                     latency=sram_latency)),
             "busy": Out(1),
         })
 
@@ -590,28 +595,48 @@ class VectorUnit(wiring.Component):
         vpipe = [Signal(name=f"v{k}") for k in range(1, 5)]
         mpipe = [(Signal(range(V + 1), name=f"m{k}_cnt"), Signal(AW, name=f"m{k}_i"),
                   Signal(AW, name=f"m{k}_ad")) for k in range(1, 5)]
-        m.d.sync += [pend.eq(0), fire.eq(pend & pend_last), vpipe[0].eq(fire)]
+        # With an SRAM latency L > 1 a read's words land L - 1 cycles after `pend` (which is
+        # the cycle after the grant): its tag (stream, buffer word, words, last, and with
+        # the last the chunk's pm_*) follows it down a delay line, so everything from the
+        # landing on runs as at L = 1, only later
+        lat = self.bus.signature.latency
+        l_pend, l_sel, l_j, l_k, l_last, l_pm = pend, pend_sel, pend_j, pend_k, pend_last, pm
+        in_flight = pend
+        for k in range(2, lat + 1):
+            d_pend, d_last = Signal(name=f"pend{k}"), Signal(name=f"pend{k}_last")
+            d_sel = Signal(2, name=f"pend{k}_sel")
+            d_j = Signal(range(NW), name=f"pend{k}_j")
+            d_pm = meta(f"pm{k}")
+            m.d.sync += [d_pend.eq(l_pend), d_last.eq(l_last), d_sel.eq(l_sel), d_j.eq(l_j)]
+            m.d.sync += [a.eq(b) for a, b in zip(d_pm, l_pm, strict=True)]
+            if R > 1:
+                d_k = Signal(range(R + 1), name=f"pend{k}_k")
+                m.d.sync += d_k.eq(l_k)
+                l_k = d_k
+            l_pend, l_sel, l_j, l_last, l_pm = d_pend, d_sel, d_j, d_last, d_pm
+            in_flight = in_flight | d_pend
+        m.d.sync += [pend.eq(0), fire.eq(l_pend & l_last), vpipe[0].eq(fire)]
         m.d.sync += [vpipe[k].eq(vpipe[k - 1]) for k in range(1, 4)]
         m.d.sync += [a.eq(b) for a, b in zip(mpipe[0], fm[3:], strict=True)]
         for k in range(1, 4):
             m.d.sync += [a.eq(b) for a, b in zip(mpipe[k], mpipe[k - 1], strict=True)]
-        with m.If(pend):
+        with m.If(l_pend):
             if R == 1:
-                with m.Switch(Cat(pend_j, pend_sel)):
+                with m.Switch(Cat(l_j, l_sel)):
                     for s_ in range(3):
                         for j in range(NW):
-                            with m.Case(j | (s_ << len(pend_j))):
+                            with m.Case(j | (s_ << len(l_j))):
                                 m.d.sync += bufs[s_][j].eq(self.bus.rdata)
             else:
-                # word k of the read lands in buffer word pend_j + k of stream pend_sel
+                # word k of the read lands in buffer word l_j + k of stream l_sel
                 for s_ in range(3):
                     for j in range(NW):
                         for k in range(min(R, j + 1)):
-                            with m.If((pend_sel == s_) & (pend_j == j - k) & (pend_k > k)):
+                            with m.If((l_sel == s_) & (l_j == j - k) & (l_k > k)):
                                 m.d.sync += bufs[s_][j].eq(
                                     self.bus.rdata.word_select(k, 8 * W))
-            with m.If(pend_last):
-                m.d.sync += [a.eq(b) for a, b in zip(fm, pm, strict=True)]
+            with m.If(l_last):
+                m.d.sync += [a.eq(b) for a, b in zip(fm, l_pm, strict=True)]
         with m.If(self.bus.error):
             m.d.sync += busflag.eq(1)
         v4 = vpipe[3]
@@ -1234,7 +1259,7 @@ class VectorUnit(wiring.Component):
 
             with m.State("Stream"):
                 m.d.comb += in_stream.eq(1)
-                drained = rd_done & ~pend & ~fire & ~Cat(*vpipe, v5, v6).any()
+                drained = rd_done & ~in_flight & ~fire & ~Cat(*vpipe, v5, v6).any()
                 with m.If(drained):
                     with m.If(ps == _PRO):
                         with m.If(op == Opcode.REQM):

@@ -893,6 +893,11 @@ class CostModel:
     kv_stream : int
         Extra cycles of ``KVQK`` over ``MATQK``: the KV store's command cycle and the hand-over
         of its matrix command.
+    sram_latency : int
+        L of the SRAM's read/write port (``ChipConfig.sram_latency``, default 1): every read
+        on it that the next step waits for takes L - 1 cycles more (``LD``, each ``COPY`` and
+        ``KVAPP`` word, a vector pass, the write-back's header reads and its results of
+        m < L rows).
     """
 
     issue: int = 1
@@ -902,6 +907,7 @@ class CostModel:
     load_latency: int = 1
     hop: int = 2
     kv_stream: int = 2
+    sram_latency: int = 1
 
 
 @dataclass(frozen=True)
@@ -1082,7 +1088,7 @@ def _vec_flush(state: dict, push: int | None = None) -> int:
 
 def vector_cycles(op: Opcode, td: Dtype, ts: Dtype, n: int, imm: int = 0, c: int = 0,
                   a: int = 0, b: int = 0, d: int = 0, *, lanes: int = 8, word_bytes: int = 8,
-                  slots: int = 3, read_words: int = 1) -> int:
+                  slots: int = 3, read_words: int = 1, sram_latency: int = 1) -> int:
     """Return the cycles the vector unit of ``hw/tile/vector.py`` takes for one command.
 
     The schedule of ``docs/tile.md`` ("Vector unit", "Timing") played cycle by cycle, with
@@ -1109,6 +1115,9 @@ def vector_cycles(op: Opcode, td: Dtype, ts: Dtype, n: int, imm: int = 0, c: int
     read_words : int
         R, words one SRAM read returns (``VectorUnit(read_words=...)``, the tile's
         ``n_banks``): a chunk's source stream of ``w`` words takes ``ceil(w / R)`` reads.
+    sram_latency : int
+        L of the read/write port (`CostModel.sram_latency`): each pass's words land L - 1
+        cycles later, so each pass takes L - 1 cycles more.
 
     Returns
     -------
@@ -1151,7 +1160,8 @@ def vector_cycles(op: Opcode, td: Dtype, ts: Dtype, n: int, imm: int = 0, c: int
         return out
 
     def stream(chunks, credited=False, table=False, wait_slots=True, lag=_VEC_LAG):
-        return _vec_stream(chunks, slots, credited, table, state, wait_slots, lag)
+        return (_vec_stream(chunks, slots, credited, table, state, wait_slots, lag)
+                + sram_latency - 1)
 
     if op in (Opcode.VADD, Opcode.VSUB, Opcode.VMUL):
         total += stream(elems(n, sk, sk, dk), True)
@@ -1273,13 +1283,14 @@ def instr_cycles(instr: Instr, config: IsaConfig, n: int = 0, k: int | None = No
     unit = op.value >> 4
     issue = issue_cycles(op, c)
 
+    wait = c.sram_latency - 1   # cycles a read on the read/write port waits beyond 1
     if op == Opcode.LD:
-        return issue + c.load_latency
+        return issue + c.load_latency + wait
     if op == Opcode.COPY:       # read, latch, write per step (a word or a byte)
         d, a = addrs if addrs is not None else (0, 0)
-        return issue + 3 * copy_steps(d, a, n, W)
+        return issue + (3 + wait) * copy_steps(d, a, n, W)
     if op == Opcode.KVAPP:       # n: words appended (K record + V row), each read and written
-        return issue + 1 + 2 * n    # + the KV store's decode cycle
+        return issue + 1 + (2 + wait) * n    # + the KV store's decode cycle
     if op == Opcode.SEND:
         x0, x1, y0, y1 = rect_decode(instr.imm)
         return c.issue + send_flits(n, (x0, y0) != (x1, y1), config)
@@ -1288,7 +1299,8 @@ def instr_cycles(instr: Instr, config: IsaConfig, n: int = 0, k: int | None = No
         # address and WSUM's row stride are the `c` immediate)
         return issue + vector_cycles(op, instr.td, instr.src, max(n, 1), instr.imm, instr.c,
                                        lanes=V, word_bytes=W, slots=c.vec_slots,
-                                       read_words=config.read_words)
+                                       read_words=config.read_words,
+                                       sram_latency=c.sram_latency)
     if unit == 0:
         return issue
     # matrix unit and its write-back, from the command's acceptance to the last write
@@ -1297,12 +1309,13 @@ def instr_cycles(instr: Instr, config: IsaConfig, n: int = 0, k: int | None = No
             raise ValueError("instr_cycles of kvqk needs k, the KV layout's head_size")
         # matqk's, plus the KV store's command cycle and its matrix command's hand-over
         return c.issue + matrix_cycles(Opcode.MATQK, instr.m, max(n, 1), k, W,
-                                       c.mat_latency) + c.kv_stream
-    return c.issue + matrix_cycles(op, instr.m, max(n, 1), instr.imm, W, c.mat_latency)
+                                       c.mat_latency, c.sram_latency) + c.kv_stream
+    return c.issue + matrix_cycles(op, instr.m, max(n, 1), instr.imm, W, c.mat_latency,
+                                   c.sram_latency)
 
 
 def matrix_cycles(op: Opcode, m: int, n: int, k: int, word_bytes: int = 8,
-                  latency: int = 3) -> int:
+                  latency: int = 3, sram_latency: int = 1) -> int:
     """Return the cycles of one matrix command and its write-back (``hw/tile/matrix.py``).
 
     From the cycle the matrix unit accepts the command to the cycle after the write-back
@@ -1338,6 +1351,11 @@ def matrix_cycles(op: Opcode, m: int, n: int, k: int, word_bytes: int = 8,
         W.
     latency : int
         `CostModel.mat_latency`.
+    sram_latency : int
+        L of the read/write port (`CostModel.sram_latency`): each header and pair read
+        takes ``1 + L`` cycles (read, L - 1 waits, latch), the first side word L - 1 more,
+        and a result of ``m < L`` rows ``P = max(2 + m, 1 + L)`` (its next side word, read
+        in the product cycle, lands after the last write).
 
     Returns
     -------
@@ -1355,14 +1373,18 @@ def matrix_cycles(op: Opcode, m: int, n: int, k: int, word_bytes: int = 8,
     if min(m, n, k) < 1:
         raise ValueError(f"`m`, `n` and `k` must be positive integers, not {m}, {n}, {k}")
     R = -(-k // word_bytes)
+    L = sram_latency
     if op == Opcode.MATRAW:
-        per, headers = m, 0
+        per = last = m
+        headers = 0
     else:
-        per, headers = 1 + m, 2 * m + (2 if op == Opcode.MATQK else 0) + 1
+        last = 1 + m                        # the last result: no next side word to wait for
+        per = last if L <= m else max(2 + m, 1 + L)
+        headers = (1 + L) * (m + (op == Opcode.MATQK)) + 1 + (L - 1)
     wb = 1 + headers                        # the write-back can take a result from here
     offered = 1 + m * R + R + latency - 1   # the first result on the unit's output
-    for _ in range(n):
+    for i in range(n):
         taken = max(offered, wb)
-        wb = taken + per                    # its last write, which may take the next
+        wb = taken + (per if i < n - 1 else last)   # when it can take the next
         offered = taken + R
     return wb + 1

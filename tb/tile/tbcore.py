@@ -68,7 +68,11 @@ MESH_CONFIGS = {
 }
 # the other issue policy (``TileConfig.overlap=False``) on the small configuration
 CORE_CONFIGS["core_small_serial"] = replace(CORE_CONFIGS["core_small"], overlap=False)
-SIM_CORE_CONFIGS = {"verilator": ("core",), "icarus": ("core_small", "core_small_serial")}
+# the SRAM read/write port's other latencies (``TileConfig.sram_latency``)
+CORE_CONFIGS["core_l2"] = replace(CORE_CONFIGS["core"], sram_latency=2)
+CORE_CONFIGS["core_small_l3"] = replace(CORE_CONFIGS["core_small"], sram_latency=3)
+SIM_CORE_CONFIGS = {"verilator": ("core", "core_l2"),
+                    "icarus": ("core_small", "core_small_serial", "core_small_l3")}
 
 _STATE_OF = {TileState.HALTED: ControllerState.HALTED, TileState.ERROR: ControllerState.ERROR,
              TileState.WAITING: ControllerState.WAITING, TileState.IDLE: ControllerState.IDLE,
@@ -189,7 +193,8 @@ class CoreBench:
         self.isa = cfg.isa_config()
         self.rng = random.Random(seed)
         self.np_rng = np.random.default_rng(seed)
-        self.sram = SramMaster(dut, "sram", dut.clk, max_wait=100000)
+        self.sram = SramMaster(dut, "sram", dut.clk, max_wait=100000,
+                               latency=cfg.sram_latency)
         self.net = NetModel(dut, cfg, self.sram, rng=random.Random(seed + 1))
         dut.i_imem__valid.value = 0
         dut.i_start__valid.value = 0

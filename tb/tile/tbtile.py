@@ -19,7 +19,7 @@ import random
 import cocotb
 import numpy as np
 from cocotb.clock import Clock
-from cocotb.triggers import ClockCycles, ReadOnly, RisingEdge, with_timeout
+from cocotb.triggers import ClockCycles, Lock, ReadOnly, RisingEdge, with_timeout
 from cocotb_bus.drivers import BusDriver
 from cocotb_bus.scoreboard import Scoreboard
 from tilemodel import Shadow, decode_result, encode_mcmd, matmul_ref, pack_rows
@@ -49,11 +49,11 @@ async def wait_until(clk, cond, cycles, what):
 
 
 class SramMaster(BusDriver):
-    """Drive a read/write SRAM port (grant handshake, 1-cycle read latency), pipelined.
+    """Drive a read/write SRAM port (grant handshake, L-cycle read latency), pipelined.
 
     Every request is held until granted (``ready`` sampled in ``ReadOnly`` before the edge);
-    the word of a granted read is sampled in the next cycle.  One request per cycle when
-    always granted.
+    the word of a granted read (and the ``error`` of any request) is sampled L cycles
+    later.  One request per cycle when always granted.
 
     Parameters
     ----------
@@ -61,13 +61,26 @@ class SramMaster(BusDriver):
         DUT, port prefix (``"host"``), clock.
     max_wait : int
         Watchdog: cycles a request may wait for its grant.
+    latency : int
+        L of the port (``SramSignature.latency``, ``TileConfig.sram_latency``; default 1).
     """
 
     _signals = ["en", "we", "addr", "wmask", "wdata", "ready", "rdata", "error"]
 
-    def __init__(self, entity, name, clock, *, max_wait=1000, **kwargs):
+    def __init__(self, entity, name, clock, *, max_wait=1000, latency=1, **kwargs):
         super().__init__(entity, name, clock, bus_separator="__", **kwargs)
         self.max_wait = max_wait
+        self.latency = latency
+        # cocotb-bus's own lock (an Event and a flag) lets every waiter through at once
+        # when it is released: with two transfers waiting, both drove the port and one
+        # was lost (three write-and-bump arrivals within a transfer's cycles)
+        self._lock = Lock()
+
+    async def _acquire_lock(self):
+        await self._lock.acquire()
+
+    def _release_lock(self):
+        self._lock.release()
         self.bus.en.value = 0
         self.bus.we.value = 0
         self.bus.addr.value = 0
@@ -83,9 +96,10 @@ class SramMaster(BusDriver):
         await self._acquire_lock()
         try:
             clk = RisingEdge(self.clock)
-            pending = None  # index of the request granted in the previous cycle
+            # pending[k]: the index of the request granted k + 1 cycles ago (or None)
+            pending = [None] * self.latency
             i = waited = 0
-            while i < len(requests) or pending is not None:
+            while i < len(requests) or any(p is not None for p in pending):
                 if i < len(requests):
                     we, addr, wdata, wmask = requests[i]
                     self.bus.en.value = 1
@@ -97,15 +111,14 @@ class SramMaster(BusDriver):
                     self.bus.en.value = 0
                     self.bus.we.value = 0
                 await ReadOnly()
-                if pending is not None:
-                    we = requests[pending][0]
+                if pending[-1] is not None:
+                    we = requests[pending[-1]][0]
                     out.append((None if we else int(self.bus.rdata.value),
                                 int(self.bus.error.value)))
-                    pending = None
                 granted = i < len(requests) and int(self.bus.ready.value) == 1
                 await clk
+                pending = [i if granted else None, *pending[:-1]]
                 if granted:
-                    pending = i
                     i += 1
                     waited = 0
                 elif i < len(requests):
@@ -168,7 +181,7 @@ class TileBench:
         self.clk = dut.clk
         self.rng = random.Random(seed)
         self.np_rng = np.random.default_rng(seed)
-        self.host = SramMaster(dut, "host", dut.clk)
+        self.host = SramMaster(dut, "host", dut.clk, latency=cfg.sram_latency)
         self.mcmd = StreamDriver(dut, "i_mcmd", dut.clk, idle_prob=idle,
                                  rng=random.Random(self.rng.random()))
         self.kvcmd = StreamDriver(dut, "i_kvcmd", dut.clk, idle_prob=idle,
