@@ -128,8 +128,8 @@ endif
 
 # JOBS is pytest-xdist's -n: a count of workers (0: none) or auto, checked here so that the
 # error names JOBS=
-ifneq ($(filter test,$(MAKECMDGOALS)),)
 strip_digits = $(subst 0,,$(subst 1,,$(subst 2,,$(subst 3,,$(subst 4,,$(subst 5,,$(subst 6,,$(subst 7,,$(subst 8,,$(subst 9,,$1))))))))))
+ifneq ($(filter test,$(MAKECMDGOALS)),)
 ifeq ($(filter auto logical,$(value JOBS))$(if $(strip $(value JOBS)),$(if $(call strip_digits,$(strip $(value JOBS))),,ok)),)
 $(error JOBS=$(value JOBS): make test takes JOBS=N, the number of pytest workers (0: in one \
   process), or JOBS=auto (one per core))
@@ -143,6 +143,17 @@ test: venv
 # The slow check left out of `make test`: the default configuration's RTL, greedy from BOS
 # for TEST_STEPS tokens (STEPS= on the command line also works).
 TEST_STEPS  ?= 120
+# make test-default's token count (STEPS= on the command line, else TEST_STEPS=) is a whole
+# number of at least 1, checked here so that the error names the variable (the test module
+# failed to collect with int()'s traceback)
+ifneq ($(filter test-default,$(MAKECMDGOALS)),)
+steps_var := $(if $(filter command line,$(origin STEPS)),STEPS,TEST_STEPS)
+steps_given := $(strip $(value $(steps_var)))
+ifeq ($(and $(steps_given),$(if $(word 2,$(steps_given)),,ok),$(if $(call strip_digits,$(steps_given)),,ok),$(subst 0,,$(steps_given))),)
+$(error $(steps_var)=$(value $(steps_var)): make test-default takes $(steps_var)=N, the \
+  number of tokens to generate greedily from BOS, a whole number of at least 1 (default 120))
+endif
+endif
 test-default: venv
 	STEPS=$(if $(filter command line,$(origin STEPS)),$(STEPS),$(TEST_STEPS)) $(PY) -m pytest -m slow -s $(PYTEST_ARGS) \
 	  tb/driver/test_default_chip.py

@@ -706,6 +706,21 @@ def test_make_test_refuses_a_bad_jobs_count():
         assert _make("test", f"JOBS={jobs}")[0] == 0
 
 
+def test_make_test_default_refuses_a_bad_steps_count():
+    """make test-default's TEST_STEPS= (or STEPS=) is a whole number of at least 1, refused
+    by name otherwise (TEST_STEPS=abc failed the test module's collection with int()'s
+    traceback, a fresh user's finding)."""
+    for var in ("TEST_STEPS", "STEPS"):
+        for steps in ("abc", "0", "-3", "1.5", "", "1 2"):
+            code, err = _make("test-default", f"{var}={steps}")
+            assert code == 2 and (f"{var}={steps}: make test-default takes {var}=N, the number "
+                                  "of tokens to generate greedily from BOS, a whole number of "
+                                  "at least 1 (default 120)") in err, (var, steps, err)
+    for argv in ((), ("TEST_STEPS=4",), ("STEPS=16",), ("TEST_STEPS=abc", "STEPS=2")):
+        code, err = _make("test-default", *argv)
+        assert code == 0, (argv, err)
+
+
 def test_make_bitstream_errors_name_make_variables():
     """``make bitstream``'s refusals of a board or configuration name BOARD= and CONFIG=."""
     for var, message in (("BOARD=ulx3s", "BOARD=ulx3s: not a board of this flow; the boards: "
