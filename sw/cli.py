@@ -464,6 +464,18 @@ def _shorter_context(error, positions: int) -> int | None:
     return None
 
 
+def _longest_context(model, config, placement: str) -> int | None:
+    """The longest context `config` holds `model` for with `placement`: the model's
+    ``seq_len`` if that fits, else the longest the compiler's refusal names (None: no
+    context holds it)."""
+    from .compiler import FitError, compile_model
+    try:
+        compile_model(model, config, context=None, placement=placement)
+    except (FitError, ValueError) as e:
+        return _shorter_context(e, 0)
+    return model.config.seq_len
+
+
 class FitRefusal(Exception):
     """`compile_fitting` refuses: the message says what does not fit and what would."""
 
@@ -571,22 +583,34 @@ def _generate_chip(args, checkpoint, tokenizer, model_path, tok_path, out, err) 
         except ValueError as e:
             raise UsageError(str(e)) from None
     seq_len = checkpoint.config.seq_len
+
+    def check_context(most: int, whose: str) -> None:
+        check_prompt_length(len(ids), args.context, what=f"--context {args.context}",
+                            fix=f"give --context {len(ids)} or more (`make sim`: CONTEXT=; "
+                                f"{whose}, {most}, is the most)")
+    ids = None
     try:   # before the compile: the context compiled for is at most this
         ids = encode_prompt(tokenizer, args.prompt, seq_len)
         if args.context is not None:
-            check_prompt_length(len(ids), args.context, what=f"--context {args.context}",
-                                fix=f"give --context {len(ids)} or more (`make sim`: CONTEXT=;"
-                                    f" the model's seq_len, {seq_len}, is the most)")
+            check_context(seq_len, "the model's seq_len")
     except PromptTooLongError as e:
-        if args.context is not None and len(ids) <= seq_len:
-            try:    # would the longer context the message asks for fit the configuration?
-                compile_model(checkpoint, config, context=len(ids), placement=args.placement)
-            except (FitError, ValueError) as fe:
-                raise UsageError(
-                    f"the prompt is {len(ids)} tokens (BOS included), longer than --context "
-                    f"{args.context}, and a context of {len(ids)} does not fit this "
-                    f"configuration either ({config_tips(fe, args.config, len(ids))}): shorten the "
-                    f"prompt, or give a configuration with more SRAM") from None
+        if ids is not None and args.context is not None and len(ids) <= seq_len:
+            most = _longest_context(checkpoint, config, args.placement)
+            if most is None or most < len(ids):
+                try:    # would the longer context the message asks for fit the configuration?
+                    compile_model(checkpoint, config, context=len(ids),
+                                  placement=args.placement)
+                except (FitError, ValueError) as fe:
+                    raise UsageError(
+                        f"the prompt is {len(ids)} tokens (BOS included), longer than --context "
+                        f"{args.context}, and a context of {len(ids)} does not fit this "
+                        f"configuration either ({config_tips(fe, args.config, len(ids))}): "
+                        f"shorten the prompt, or give a configuration with more SRAM") from None
+            elif most < seq_len:    # the configuration's limit, not the model's
+                try:
+                    check_context(most, "the longest context this configuration holds")
+                except PromptTooLongError as shorter:
+                    raise UsageError(str(shorter)) from None
         raise UsageError(str(e)) from None
     err.write(f"[{args.backend}] compiling {model_path.name} for {config}, "
               f"{args.placement} placement\n")

@@ -149,6 +149,16 @@ def test_prompt_longer_than_context_is_refused_before_the_compile(capsys, tiny):
             "seq_len, 8, is the most)") in err
 
 
+def test_prompt_longer_than_the_model_with_a_context(capsys, tiny):
+    """With --context, a prompt longer than the model's seq_len is refused as without it
+    (an UnboundLocalError traceback before)."""
+    code, out, err = run(capsys, *tiny, "--backend", "isasim", "--context", "4", "--prompt",
+                         "b" * 10)
+    assert code == 2 and out == "" and "compiling" not in err
+    assert ("the prompt is 12 tokens (BOS included), longer than the context length of 8 "
+            "positions (the model's seq_len): shorten the prompt") in err, err
+
+
 def test_bad_flow_switch_is_refused_before_the_compile(capsys, tiny, monkeypatch):
     monkeypatch.setenv("PGO", "maybe")
     code, out, err = run(capsys, *tiny, "--backend", "verilator")
@@ -530,6 +540,26 @@ def test_prompt_longer_than_the_context_and_the_configuration(capsys, model_path
            "that fits: --config ulx3s,sram_kib=" in err and "compiling" not in err, err
     assert "fits: --context" not in err and "or --context" not in err, err
     _suggested_config_holds(err, n, ckpt)
+
+
+@pytest.mark.model
+def test_short_context_names_the_longest_the_configuration_holds(capsys, model_paths):
+    """A prompt longer than --context that the configuration holds: the refusal asks for a
+    longer context up to the configuration's longest, not up to the model's seq_len (``make
+    sim BACKEND=isasim CONFIG=ulx3s CONTEXT=3`` said the 512 of seq_len was the most, for a
+    chip holding 204 positions: a fresh user's finding)."""
+    from chipotle.hw.fpga.boards import BOARDS
+    ckpt, tok = model_paths
+    most = BOARDS["ulx3s-85f"].context      # the chip's longest (test_fpga_build checks it)
+    code, out, err = run(capsys, "--backend", "isasim", "--config", "ulx3s", "--context", "3",
+                         "--prompt", "Once upon a time", "--model", str(ckpt), "--tokenizer",
+                         str(tok))
+    assert code == 2 and out == "" and "compiling" not in err
+    assert err.count("\n") == 1 and ("the prompt is 5 tokens (BOS included), longer than the "
+                                     "context length of 3 positions (--context 3): give "
+                                     "--context 5 or more (`make sim`: CONTEXT=; the longest "
+                                     f"context this configuration holds, {most}, is the most)"
+                                     ) in err, err
 
 
 @pytest.mark.model
