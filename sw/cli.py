@@ -635,7 +635,7 @@ def _generate_chip(args, checkpoint, tokenizer, model_path, tok_path, out, err) 
         raise UsageError(str(e)) from None
     steps = args.steps or None
     if args.backend in ("isasim", "uart"):
-        from .driver import Driver, IsaSimBackend
+        from .driver import DoorbellTimeout, Driver, IsaSimBackend
         if args.backend == "uart":
             from .driver.uart import SerialTransport, UartBackend
             try:
@@ -643,7 +643,8 @@ def _generate_chip(args, checkpoint, tokenizer, model_path, tok_path, out, err) 
                                        DEFAULT_BAUD if args.baud is None else args.baud)
             except (ValueError, OSError) as e:
                 raise UsageError(f"--port {args.port}: {e}") from None
-            drv = Driver(compiled, UartBackend(link, config), tokenizer)
+            board = UartBackend(link, config)
+            drv = Driver(compiled, board, tokenizer)
         else:
             drv = Driver(compiled, IsaSimBackend(config), tokenizer)
 
@@ -655,7 +656,18 @@ def _generate_chip(args, checkpoint, tokenizer, model_path, tok_path, out, err) 
             await drv.load()
             return await drv.generate(ids, steps, temperature=args.temperature,
                                       topp=args.topp, seed=args.seed, on_token=on_token)
-        r = asyncio.run(go())
+        try:
+            r = asyncio.run(go())
+        except DoorbellTimeout as e:
+            if args.backend != "uart" or board.flits_out:
+                raise
+            # not a flit back: no board answering there, or not at this line rate
+            raise UsageError(
+                f"--port {args.port}: no answer from the board on this port within "
+                f"{e.cycles / (args.clock_mhz * 1e6):.1f} s: is it programmed with make "
+                f"bitstream's bitstream (docs/fpga.md), and at --baud "
+                f"{DEFAULT_BAUD if args.baud is None else args.baud}, the bitstream's line "
+                f"rate?") from None
         out.write("\n")
         g = {"tokens": list(r.tokens), "stop_reason": r.stop_reason.value, "seed": r.seed,
              "generated": r.generated, "prompt_tokens": r.prompt_tokens,

@@ -618,6 +618,26 @@ def test_uart_defaults_to_the_board_chip(capsys, model_paths, tmp_path):
     assert code == 2 and f"--port {tmp_path / 'no-such-tty'}" in err
 
 
+def test_uart_without_a_board_answering_is_one_line(capsys, tiny):
+    """A serial port with no board answering (a pty nobody reads): the run is refused in one
+    line naming the port, the time waited and what to check, not with the driver's
+    DoorbellTimeout traceback (a fresh user's finding).  The wait is 2**26 cycles of
+    --clock-mhz: at 1000, 0.07 s."""
+    master, slave = os.openpty()
+    try:
+        port = os.ttyname(slave)
+        code, out, err = run(capsys, *tiny, "--backend", "uart", "--config", "small", "--port",
+                             port, "--clock-mhz", "1000", "--baud", "115200", "--steps", "2")
+    finally:
+        os.close(slave)
+        os.close(master)
+    assert code == 2 and out == "", err
+    assert err.splitlines()[-1] == (
+        f"chipotle generate: error: --port {port}: no answer from the board on this port "
+        "within 0.1 s: is it programmed with make bitstream's bitstream (docs/fpga.md), and at "
+        "--baud 115200, the bitstream's line rate?"), err
+
+
 def _make(*argv):
     """``make -n ARGV`` in the checkout (nothing runs): (exit code, stderr)."""
     r = subprocess.run(["make", "-n", *argv], cwd=ROOT, capture_output=True, text=True,
