@@ -52,10 +52,10 @@ def check_against_golden(steps, tokens, qm):
         assert s["cycles"] > 0
 
 
-def isasim_run(placement="pipeline"):
+def isasim_run(placement="pipeline", config=SMALL):
     """Return `Driver.generate`'s result for the test's prompt on `IsaSimBackend`."""
-    cm = compile_model(_model(), SMALL, context=CONTEXT, placement=placement)
-    drv = Driver(cm, IsaSimBackend(SMALL))
+    cm = compile_model(_model(), config, context=CONTEXT, placement=placement)
+    drv = Driver(cm, IsaSimBackend(config))
 
     async def go():
         await drv.load()
@@ -75,17 +75,21 @@ def test_e2e_isasim():
 
 
 # The pipeline placement under every simulator of $SIM, the tensor placement under Verilator
-# only (Icarus takes minutes per step of it): the combinations are listed, not skipped.
-_RTL_RUNS = [(s, p) for s in simulators_from_env() for p in ("pipeline", "tensor")
+# only (Icarus takes minutes per step of it), and the tensor placement with the SRAM's
+# read/write port at latency 2 (`ChipConfig.sram_latency`) under Verilator: the
+# combinations are listed, not skipped.
+_RTL_RUNS = [(s, p, 1) for s in simulators_from_env() for p in ("pipeline", "tensor")
              if p == "pipeline" or s == "verilator"]
+_RTL_RUNS += [(s, "tensor", 2) for s in simulators_from_env() if s == "verilator"]
 
 
 @pytest.mark.rtl
-@pytest.mark.parametrize(("sim_name", "placement"), _RTL_RUNS)
-def test_e2e_rtl(sim_name, placement):
+@pytest.mark.parametrize(("sim_name", "placement", "sram_latency"), _RTL_RUNS)
+def test_e2e_rtl(sim_name, placement, sram_latency):
     from chipotle.sim.chiprun import Job, run_rtl
 
-    job = Job(config=SMALL.as_dict(), model=_model(), context=CONTEXT, prompt_tokens=PROMPT,
+    config = SMALL.replace(sram_latency=sram_latency)
+    job = Job(config=config.as_dict(), model=_model(), context=CONTEXT, prompt_tokens=PROMPT,
               steps=DECODE + 1, read_logits=True, placement=placement)
     res = run_rtl(job, sim=sim_name, cxx_opt="-O0")
     assert res["stop_reason"] == StopReason.STEPS.value and res["generated"] == DECODE + 1
@@ -94,7 +98,7 @@ def test_e2e_rtl(sim_name, placement):
     # the RTL's counters: every name, and the matrix unit did work in every step; its
     # useful-MAC cycles (data-independent, N ceil(K / W) per matrix instruction) equal the
     # ISA simulator's count
-    sim_steps = isasim_run(placement).steps
+    sim_steps = isasim_run(placement, config).steps
     assert len(sim_steps) == len(res["steps"])
     for s, e in zip(res["steps"], sim_steps, strict=True):
         assert s["perf"]["mac_cycles"] > 0 and s["perf"]["instructions"] > 0
