@@ -56,7 +56,6 @@ Controller
 # ruff: noqa: F403, F405  (names come from `from amaranth import *`)
 
 import enum as py_enum
-import itertools
 
 from amaranth import *  # house style (STYLE.md)
 from amaranth.lib import data, enum, memory, stream, wiring
@@ -78,7 +77,7 @@ from chipotle.isa.core import (
 from .kvstore import KvCommand, KvError, KvOp
 from .matrix import MatrixCommand, MatrixJob, MatrixOp
 from .netif import ImemWrite, NetCommand, NetCompletion, NetOp, WaitRequest
-from .sram import SramSignature
+from .sram import SramSignature, wait_states
 from .vector import VectorCommand, VectorDone
 
 __all__ = ["ControllerState", "Status", "PerfIndex", "Controller", "N_PERF"]
@@ -1135,17 +1134,11 @@ class Controller(wiring.Component):
             # a read's word comes L cycles after its grant: L - 1 wait states before a latch
             lat = self.bus.signature.latency
 
-            def wait_states(latch):
-                """The wait states before state `latch`; returns the first's name."""
-                names = [f"{latch}-Wait{k}" for k in range(1, lat)] + [latch]
-                for here, after in itertools.pairwise(names):
-                    with m.State(here):
-                        m.d.comb += st.eq(ControllerState.RUNNING)
-                        m.next = after
-                return names[0]
+            def running():
+                m.d.comb += st.eq(ControllerState.RUNNING)
 
-            load_latch = wait_states("Load-Latch")
-            copy_latch = wait_states("Copy-Latch")
+            load_latch = wait_states(m, "Load-Latch", lat, running)
+            copy_latch = wait_states(m, "Copy-Latch", lat, running)
 
             with m.State("Load-Read"):
                 m.d.comb += [st.eq(ControllerState.RUNNING), self.bus.en.eq(1),

@@ -33,8 +33,6 @@ KvStore
 
 # ruff: noqa: F403, F405  (names come from `from amaranth import *`)
 
-import itertools
-
 from amaranth import *  # house style (STYLE.md)
 from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.wiring import In, Out
@@ -43,7 +41,7 @@ from amaranth.utils import exact_log2
 from chipotle.isa.kv import KvLayout
 
 from .matrix import MatrixCommand
-from .sram import ADDR_WIDTH, SramSignature
+from .sram import ADDR_WIDTH, SramSignature, wait_states
 
 __all__ = ["KvLayout", "KvParams", "KvOp", "KvAppendArgs", "KvStreamArgs", "KvArgs", "KvCommand",
            "KvError", "KvStore"]
@@ -418,23 +416,15 @@ class KvStore(wiring.Component):
         full = (1 << W) - 1
 
         with m.FSM(name="fsm") as fsm:
-            def wait_states(write):
-                """The L - 1 states between a read's grant and the write of its word
-                (state `write`); returns the first's name."""
-                names = [f"{write}-Wait{k}" for k in range(1, lat)] + [write]
-                for here, after in itertools.pairwise(names):
-                    with m.State(here):
-                        m.next = after
-                return names[0]
-
             with m.State("Idle"):     # (the first state: the FSM's reset state)
                 m.d.comb += self.i_cmd.ready.eq(settled)
                 with m.If(self.i_cmd.valid & settled):
                     m.d.sync += c.eq(cmd)
                     m.next = "Decode"
 
-            k_write = wait_states("K-Write")
-            v_write = wait_states("V-Write")
+            # (the L - 1 states between a read's grant and the write of its word)
+            k_write = wait_states(m, "K-Write", lat)
+            v_write = wait_states(m, "V-Write", lat)
 
             with m.State("Decode"):
                 is_append = c.op == KvOp.APPEND

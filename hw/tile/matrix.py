@@ -20,14 +20,12 @@ MatrixUnit
 
 # ruff: noqa: F403, F405  (names come from `from amaranth import *`)
 
-import itertools
-
 from amaranth import *  # house style (STYLE.md)
 from amaranth.lib import data, enum, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2, exact_log2
 
-from .sram import ADDR_WIDTH, SramReadSignature
+from .sram import ADDR_WIDTH, SramReadSignature, wait_states
 
 __all__ = ["MatrixCommand", "MatrixError", "matrix_result_layout", "MatrixUnit",
            "MatrixOp", "MatrixJob", "MatrixWriteback", "ACC_WIDTH", "K_LIMIT"]
@@ -721,14 +719,6 @@ class MatrixWriteback(wiring.Component):
         ]
 
         with m.FSM(name="fsm") as fsm:
-            # (a header or pair read's word comes L - 1 wait states after its grant)
-            def wait_states(latch):
-                names = [f"{latch}-Wait{k}" for k in range(1, lat)] + [latch]
-                for here, after in itertools.pairwise(names):
-                    with m.State(here):
-                        m.next = after
-                return names[0]
-
             with m.State("Idle"):     # (the first state: the FSM's reset state)
                 # (a job is not taken while a side word of the last one is in flight, which
                 # an arithmetic error's drain leaves: it would land as the new job's)
@@ -745,8 +735,9 @@ class MatrixWriteback(wiring.Component):
                     with m.Else():
                         m.next = "X-Header"
 
-            x_latch = wait_states("X-Latch")
-            pair_latch = wait_states("Pair-Latch")
+            # (a header or pair read's word comes L - 1 wait states after its grant)
+            x_latch = wait_states(m, "X-Latch", lat)
+            pair_latch = wait_states(m, "Pair-Latch", lat)
 
             with m.State("X-Header"):
                 read(hdr_addr)

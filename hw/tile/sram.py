@@ -21,10 +21,13 @@ connect_narrow
     Connect a one-word initiator to a port that reads several words (``read_words > 1``).
 check_latency
     Refuse a read/write connection whose two sides expect different latencies.
+wait_states
+    The FSM states an initiator waits in for a read's word at latency L > 1.
 """
 
 # ruff: noqa: F403, F405  (names come from `from amaranth import *`)
 
+import itertools
 from types import SimpleNamespace
 
 from amaranth import *  # house style (STYLE.md)
@@ -33,7 +36,7 @@ from amaranth.lib.wiring import In, Out, connect
 from amaranth.utils import ceil_log2, exact_log2
 
 __all__ = ["ADDR_WIDTH", "SramReadSignature", "SramSignature", "Sram", "SramArbiter",
-           "connect_narrow", "check_latency"]
+           "connect_narrow", "check_latency", "wait_states"]
 
 ADDR_WIDTH = 16
 
@@ -219,6 +222,21 @@ def check_latency(initiator, port):
     if li != lp:
         raise ValueError(f"an initiator of latency {li} connected to an SRAM port of "
                          f"latency {lp}: give both the same (ChipConfig.sram_latency)")
+
+
+def wait_states(m, target, latency, each=None):
+    """Add to the current FSM of `m` the ``latency - 1`` states an initiator spends between
+    a read's grant and the state `target` that takes its word (``<target>-Wait1`` ..), each
+    going to the next; return the name to go to on the grant (`target` itself when
+    ``latency`` is 1).  `each`, if given, is called inside every wait state (e.g. to drive
+    a status output)."""
+    names = [f"{target}-Wait{k}" for k in range(1, latency)] + [target]
+    for here, after in itertools.pairwise(names):
+        with m.State(here):
+            if each is not None:
+                each()
+            m.next = after
+    return names[0]
 
 
 class Sram(wiring.Component):
