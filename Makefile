@@ -298,8 +298,13 @@ models:
 	  echo "$$dir/$$f: downloaded, sha256 the published one ($$sum)"; \
 	done; ls -l "$$dir"
 
-lint: venv
+# the lint extra (a pinned ruff) once per pyproject.toml, not on every `make lint`
+LINT_STAMP := $(VENV)/.chipotle-lint-installed
+$(LINT_STAMP): $(STAMP) pyproject.toml
 	$(PY) -m pip install --quiet -e '.[lint]'
+	@touch $@
+
+lint: venv $(LINT_STAMP)
 	$(VENV)/bin/ruff check sw hw sim tb
 
 clean:
