@@ -3,8 +3,8 @@
 A mutation replaces the n-th occurrence of a text in the source of one component's
 ``elaborate`` or of the controller's ``predecode`` function (in memory: nothing is edited),
 the tile core is elaborated with it and the chosen cocotb tests run under Icarus on
-``core_small``; a useful bench fails.  Not part of the regression (``docs/tile.md``, "The
-benches can fail").
+``core_small`` (``--config``: another bench configuration); a useful bench fails.  Not
+part of the regression (``docs/tile.md``, "The benches can fail").
 
 Example::
 
@@ -28,11 +28,12 @@ from tbcore import CORE_CONFIGS  # noqa: E402
 import chipotle.hw.tile.controller as controller  # noqa: E402
 import chipotle.hw.tile.kvstore as kvstore  # noqa: E402
 import chipotle.hw.tile.matrix as matrix  # noqa: E402
+import chipotle.hw.tile.vector as vector  # noqa: E402
 from chipotle.hw.tile.tile import TileCore  # noqa: E402
 from chipotle.sim import generate_verilog, run_cocotb  # noqa: E402
 
 COMPONENTS = {"KvStore": kvstore, "Controller": controller, "MatrixWriteback": matrix,
-              "predecode": controller}
+              "VectorUnit": vector, "predecode": controller}
 
 
 def mutate(component: str, old: str, new: str, occurrence: int = 1) -> None:
@@ -71,9 +72,12 @@ def main(argv=None) -> int:
     ap.add_argument("new")
     ap.add_argument("--occurrence", type=int, default=1)
     ap.add_argument("--tests", default="kv_append", help="comma-separated cocotb tests")
+    ap.add_argument("--config", default="core_small", choices=sorted(CORE_CONFIGS),
+                    help="the bench configuration (default: core_small; core_small_l3: the "
+                         "SRAM read/write port at latency 3)")
     args = ap.parse_args(argv)
     mutate(args.component, args.old, args.new, args.occurrence)
-    config = "core_small"
+    config = args.config
     run = run_cocotb(sim="icarus", verilog=generate_verilog(TileCore(CORE_CONFIGS[config]),
                                                             name="tile_core"),
                      toplevel="tile_core", test_module="cocotb_core", test_dir=TB,

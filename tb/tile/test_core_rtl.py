@@ -1,10 +1,10 @@
 """Regression: the tile core (controller, matrix unit, write-back) against the ISA simulator.
 
 Verilator runs the product-size configuration ("core": 16 KiB, W = 8, M = 4, k_max = 512)
-and it with the SRAM read/write port at latency 2 ("core_l2"); Icarus a small one with the
-other parameter values ("core_small": W = 16, M = 2, V = 4, 8 KiB), it with the serial issue
-policy and it at latency 3 (``tbcore.SIM_CORE_CONFIGS``; the latency configurations run the
-tests of ``tbcore.CORE_TESTS``).  Measured cycles land in
+and it with the SRAM read/write port at latency 3 ("core_l3", the tests of
+``tbcore.CORE_TESTS``); Icarus a small one with the other parameter values ("core_small":
+W = 16, M = 2, V = 4, 8 KiB) and it with the serial issue policy
+(``tbcore.SIM_CORE_CONFIGS``).  Measured cycles land in
 ``build/reports/tile-core-cycles-<sim>-<config>.json``.
 """
 
