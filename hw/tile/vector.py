@@ -242,7 +242,7 @@ class VectorUnit(wiring.Component):
         Commands; accepted only when idle (``ready`` is high in the idle state only).
     o_done : ``Out(stream.Signature(VectorDone))``
         One word per command, after its last SRAM write.
-    bus : ``Out(SramSignature(word_bytes=word_bytes, read_words=read_words, latency=sram_latency))``
+    bus : ``Out(SramSignature(word_bytes, read_words, latency=sram_latency))``
         SRAM initiator port (L-cycle read latency, grant handshake; ``en`` never depends
         on ``ready``; a read returns the R words from its address, writes are one word).
         A ``bus.error`` (cannot happen after the range checks) turns the command's error
