@@ -509,8 +509,10 @@ class MatrixWriteback(wiring.Component):
     sram_latency : int
         L of ``bus`` (`SramSignature.latency`): 1 (default), 2 or 3 cycles.  With L > 1 each
         header and pair read takes L - 1 cycles more, and a result is taken only once its
-        side word has arrived (L - 1 cycles after the read's grant): a result of m <= L - 1
-        rows waits for it, ``P = L + m`` cycles.
+        side word has arrived (L cycles after the read's grant): a result of m < L rows (but
+        the last) takes ``P = max(2 + m, 1 + L)`` cycles (`chipotle.isa.matrix_cycles`).  At
+        L = 1 the side word is always there when it is needed, and none of these gates is
+        built.
 
     Members
     -------
@@ -595,7 +597,11 @@ class MatrixWriteback(wiring.Component):
             in_flight = in_flight | later
         side_have = Signal()
         side_avail = Signal()            # the next result's side word is here
-        m.d.comb += side_avail.eq(side_land | side_have)
+        # (at L = 1 it always is when a result is taken: no gate on `i_res.ready`, which
+        # the matrix unit's freeze depends on, nor on `i_job.ready`)
+        m.d.comb += side_avail.eq(side_land | side_have if lat > 1 else 1)
+        if lat == 1:
+            in_flight = C(0, 1)
         side_word = Signal(32)
         m.d.comb += side_word.eq(Mux(side_land,
                                      lane32(side_off),
