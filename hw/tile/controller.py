@@ -13,8 +13,9 @@ KV store, ``KVQK`` to the KV store (``STREAM_K``) and the matrix write-back, ``S
 
 Issue policy (``docs/tile.md``, "Issue policy"), chosen by ``overlap``: **in order**.  A
 scalar or control instruction retires in one cycle, the next one is fetched in the same
-cycle (the instruction memory read port is addressed with the next PC), so straight-line
-scalar code and loop ends cost one cycle per instruction.  The instructions checked against
+cycle (the instruction memory read port is addressed with the next PC through the loop
+stack, from registers only; a ``LOOP`` skipped at ``n = 0`` costs a cycle of ``Fetch``),
+so straight-line scalar code and loop ends cost one cycle per instruction.  The instructions checked against
 the scoreboard's SRAM ranges (vector, ``TABLE``, ``LD``, ``ST``, ``COPY``, ``KVAPP``) take
 one cycle more: Execute resolves their operands into the decode register and state
 ``Issue`` checks, waits and dispatches from it (an FPGA timing cut: no path from the
@@ -485,8 +486,23 @@ class Controller(wiring.Component):
             iw.en.eq(iq_en),
             self.i_imem.ready.eq(1),
         ]
-        ins = ir.data.ins
-        pd = ir.data.pd
+        # The read port's address comes from registers only (an FPGA timing cut: no path
+        # from the instruction memory's output through decode and the retire decision back
+        # into its address pins).  Every cycle it reads the next PC through the loop stack
+        # (`npc_pc`, from the PC and the stack), or in `Fetch` the PC itself; so after a
+        # retire to pc + 1 or a loop's back edge the word is there in the next cycle, as
+        # before.  While an instruction is held (no retire), the read port has moved on to
+        # its successor, so the word is kept in `ins_q` and decoded from there: `fresh` says
+        # which (the read port's word in the cycle after a fetch, else `ins_q`).  A LOOP
+        # skipped (n = 0) jumps to its end, which only the word itself gives: one cycle
+        # in `Fetch` (docs/tile.md, "Fetch").
+        ins_q = Signal.like(ir.data, reset_less=True)
+        fresh = Signal()
+        cur = Signal.like(ir.data)
+        m.d.comb += cur.eq(Mux(fresh, ir.data, ins_q))
+        m.d.sync += ins_q.eq(cur)
+        ins = cur.ins
+        pd = cur.pd
 
         # ---- architectural state --------------------------------------------------------------
         pcw = 17
@@ -597,24 +613,26 @@ class Controller(wiring.Component):
                         m.d.sync += [lp_rem[lvl].eq(lp_rem[lvl] - 1), sp.eq(sp - k)]
                     with m.Else():
                         m.d.sync += sp.eq(sp - k - 1)
-        # Fetch of the next instruction in the retiring cycle.
-        npc_ok = Mux(to_end, npc_end < depth, npc_pc < depth)
+        # Fetch of the next instruction in the retiring cycle: the read port is addressed
+        # with `npc_pc` in every cycle but `Fetch` (after the FSM below), and the word it
+        # reads is the one decoded next (`fresh`) when the instruction retires to it.
         fetch_now = Signal()
-        m.d.comb += [
-            ir.addr.eq(Mux(retire, npc, pc)),
-            ir.en.eq((retire & npc_ok) | fetch_now),
-        ]
+        m.d.comb += ir.en.eq(1)
+        m.d.sync += fresh.eq((retire & ~to_end & (npc_pc < depth)) | fetch_now)
 
         def do_retire(loop_skip=False):
             """Retire the instruction: next PC pc + 1, or with `loop_skip` the end of the
             LOOP (``c``), through the loop stack."""
             m.d.comb += retire.eq(1)
             if loop_skip:
+                # the end comes from the word: fetched from the PC in `Fetch`
                 m.d.comb += to_end.eq(1)
-            with m.If(npc_ok):
-                m.next = "Execute"
-            with m.Else():
                 m.next = "Fetch"
+            else:
+                with m.If(npc_pc < depth):
+                    m.next = "Execute"
+                with m.Else():
+                    m.next = "Fetch"
 
         ov = p["overlap"]
         # ---- addresses of the checks and the scoreboard ----------------------------------------
@@ -1349,6 +1367,10 @@ class Controller(wiring.Component):
                         with m.Elif(firsts[2]):
                             m.d.sync += [error.eq(nt_code), err_pc.eq(nt_pc)]
                         m.next = "Error"
+
+        # The instruction memory's address, from registers only: the PC in `Fetch`, else
+        # the next PC through the loop stack (`npc_pc`).
+        m.d.comb += ir.addr.eq(Mux(fsm.ongoing("Fetch"), pc, npc_pc))
 
         # ---- command payloads, driven whatever the state (no multiplexer chain of the FSM's
         # conditions in front of them: 9,707 -> 9,306 LUT slots at a fixed 20 ns mapping,

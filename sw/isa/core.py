@@ -898,6 +898,10 @@ class CostModel:
         on it that the next step waits for takes L - 1 cycles more (``LD``, each ``COPY`` and
         ``KVAPP`` word, a vector pass, the write-back's header reads and its results of
         m < L rows).
+    refetch : int
+        Extra cycles of a ``LOOP`` skipped (``n = 0``): the controller fetches its end in
+        state ``Fetch``, since the instruction memory's address comes from registers only
+        (``docs/tile.md``, "Fetch").
     """
 
     issue: int = 1
@@ -908,6 +912,7 @@ class CostModel:
     hop: int = 2
     kv_stream: int = 2
     sram_latency: int = 1
+    refetch: int = 1
 
 
 @dataclass(frozen=True)
@@ -1301,6 +1306,8 @@ def instr_cycles(instr: Instr, config: IsaConfig, n: int = 0, k: int | None = No
                                        lanes=V, word_bytes=W, slots=c.vec_slots,
                                        read_words=config.read_words,
                                        sram_latency=c.sram_latency)
+    if op == Opcode.LOOP and n == 0:
+        return issue + c.refetch
     if unit == 0:
         return issue
     # matrix unit and its write-back, from the command's acceptance to the last write
