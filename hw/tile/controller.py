@@ -16,8 +16,8 @@ scalar or control instruction retires in one cycle, the next one is fetched in t
 cycle (the instruction memory read port is addressed with the next PC through the loop
 stack, from registers only; a ``LOOP`` skipped at ``n = 0`` costs a cycle of ``Fetch``),
 so straight-line scalar code and loop ends cost one cycle per instruction.  The
-instructions checked against the scoreboard's SRAM ranges (vector, ``TABLE``, ``LD``, ``ST``, ``COPY``, ``KVAPP``) take
-one cycle more: Execute resolves their operands into the decode register and state
+instructions checked against the scoreboard's SRAM ranges (vector, ``TABLE``, ``LD``,
+``ST``, ``COPY``, ``KVAPP``) take one cycle more: Execute resolves their operands into the decode register and state
 ``Issue`` checks, waits and dispatches from it (an FPGA timing cut: no path from the
 instruction memory through the operand adders into the range compares and the retire
 decision; ``docs/tile.md``, "Decode register").  With ``overlap=False`` an
