@@ -17,10 +17,10 @@ cycle (the instruction memory read port is addressed with the next PC through th
 stack, from registers only; a ``LOOP`` skipped at ``n = 0`` costs a cycle of ``Fetch``),
 so straight-line scalar code and loop ends cost one cycle per instruction.  The
 instructions checked against the scoreboard's SRAM ranges (vector, ``TABLE``, ``LD``,
-``ST``, ``COPY``, ``KVAPP``) take one cycle more: Execute resolves their operands into the decode register and state
-``Issue`` checks, waits and dispatches from it (an FPGA timing cut: no path from the
-instruction memory through the operand adders into the range compares and the retire
-decision; ``docs/tile.md``, "Decode register").  With ``overlap=False`` an
+``ST``, ``COPY``, ``KVAPP``) take one cycle more: Execute resolves their operands into
+the decode register and state ``Issue`` checks, waits and dispatches from it (an FPGA
+timing cut: no path from the instruction memory through the operand adders into the range
+compares and the retire decision; ``docs/tile.md``, "Decode register").  With ``overlap=False`` an
 instruction that uses a unit waits for that unit to finish before the next instruction
 issues. With ``overlap=True`` the matrix unit (``KVQK`` included), the vector unit (not
 ``TABLE``), the network interface (``SEND``) and the KV store (``KVAPP``, once the store
