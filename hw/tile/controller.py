@@ -618,7 +618,9 @@ class Controller(wiring.Component):
         # reads is the one decoded next (`fresh`) when the instruction retires to it.
         fetch_now = Signal()
         m.d.comb += ir.en.eq(1)
-        m.d.sync += fresh.eq((retire & ~to_end & (npc_pc < depth)) | fetch_now)
+        # (after a retire to a LOOP's end or past the memory the next state is `Fetch`,
+        # which decodes nothing: `fresh` need not tell those retires apart)
+        m.d.sync += fresh.eq(retire | fetch_now)
 
         def do_retire(loop_skip=False):
             """Retire the instruction: next PC pc + 1, or with `loop_skip` the end of the
