@@ -869,11 +869,23 @@ class VectorUnit(wiring.Component):
             rvals.append(v)
         rsum = Signal(signed(48))
         m.d.comb += rsum.eq(sum(Mux(m4_cnt > lane, rvals[lane], 0) for lane in range(V)))
-        best, bidx = rvals[0], Const(0, range(V))
-        for lane in range(1, V):
-            take = (m4_cnt > lane) & (rvals[lane] > best)
-            best = Mux(take, rvals[lane], best)
-            bidx = Mux(take, lane, bidx)
+        # The chunk's largest value and its first lane, by a tree of compares (log2 V
+        # levels instead of a chain of V - 1: an FPGA timing cut).  The valid lanes are a
+        # prefix (lanes < m4_cnt, at least lane 0), so a group is valid when its first lane
+        # is, and the right group (higher lanes) wins only when it is valid and strictly
+        # larger: the first lane of the maximum, as a chain from lane 0 finds it.
+        level = [(m4_cnt > lane, rvals[lane], Const(lane, range(V))) for lane in range(V)]
+        while len(level) > 1:
+            nxt = []
+            for g in range(0, len(level) - 1, 2):
+                (lv, lx, li), (rv, rx, ri) = level[g], level[g + 1]
+                take = Signal(name=f"rtake{g}_{len(level)}")
+                m.d.comb += take.eq(rv & (rx > lx))
+                nxt.append((lv, Mux(take, rx, lx), Mux(take, ri, li)))
+            if len(level) % 2:
+                nxt.append(level[-1])
+            level = nxt
+        _, best, bidx = level[0]
         # one adder for acc: a chunk's sum, or RMSNorm's epsilon in Rsqrt-Sum (ss_go)
         ss_go = Signal()
         acc_sum = Signal(signed(64))

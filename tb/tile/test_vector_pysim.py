@@ -139,7 +139,9 @@ def test_reductions_pysim():
           s.reduction(Opcode.RSUMSQ, 9, Dtype.I64, Dtype.U16, "max"),
           s.reduction(Opcode.RMAX, 10, Dtype.I32, Dtype.I8),
           s.reduction(Opcode.RMAXABS, 3, Dtype.U8, Dtype.I32, "min"),
-          s.reduction(Opcode.ARGMAX, 20, Dtype.U16, Dtype.I16, "ties")])
+          s.reduction(Opcode.ARGMAX, 20, Dtype.U16, Dtype.I16, "ties"),
+          # every lane ties: the first lane of a chunk's maximum, not the last
+          s.reduction(Opcode.ARGMAX, 11, Dtype.U16, Dtype.I8, "zero")])
 
 
 def test_fused_pysim():
