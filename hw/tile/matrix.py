@@ -138,10 +138,11 @@ class MatrixUnit(wiring.Component):
     activation entry arrive and the ``max_m * W`` products are summed per row into a
     register; 2, the row sums are added into the accumulators and, after the last word of
     a weight row, the row's result goes to the output register.  A result word therefore
-    leaves 3 cycles after its last weight word was issued.  The whole pipeline (SRAM read
-    port included, whose data holds while ``en`` is low) freezes while a result is waiting
-    in the output register and ``o.ready`` is low; with ``o.ready`` high the unit sustains
-    one weight word per cycle.
+    leaves 3 cycles after its last weight word was issued.  A result that arrives while the
+    output register holds one not taken waits in a skid register, and the whole pipeline
+    (SRAM read port included, whose data holds while ``en`` is low) freezes while it does;
+    the freeze depends on that register only, not on ``o.ready`` (an FPGA timing cut).
+    With ``o.ready`` high the unit sustains one weight word per cycle.
 
     Parameters
     ----------
@@ -222,8 +223,13 @@ class MatrixUnit(wiring.Component):
         # Transparent: the last word loaded may be read back in the same cycle.
         act_rp = act.read_port(transparent_for=(act_wp,))
 
+        # The pipeline advances unless the skid register holds a result: from a register
+        # only (an FPGA timing cut: `o.ready`, which follows the write-back's SRAM grant,
+        # no longer reaches the read port's enables through the freeze).
+        sk_valid = Signal()
+        sk = Signal(matrix_result_layout(M))
         advance = Signal()
-        m.d.comb += advance.eq(~self.o.valid | self.o.ready)
+        m.d.comb += advance.eq(~sk_valid)
 
         # ---- command registers -----------------------------------------------------------
         cmd = self.i_cmd.payload
@@ -384,20 +390,30 @@ class MatrixUnit(wiring.Component):
         for r in range(M):
             m.d.comb += acc_next[r].eq(Mux(s2_first, 0, acc[r]) + s2_psum[r])
 
-        with m.If(self.o.valid & self.o.ready):
-            m.d.sync += self.o.valid.eq(0)
+        # The output register `o` and a skid register behind it: a result arriving while
+        # `o` holds one that is not taken goes to the skid register, and the pipeline
+        # freezes from the next cycle until it has moved on into `o` (so a result never
+        # waits on a frozen pipeline; the freeze costs no cycle over the unbuffered unit's).
+        new = Signal(matrix_result_layout(M))
+        m.d.comb += [new.n.eq(s2_n), new.last.eq(s2_final)]
+        m.d.comb += [new.acc[r].eq(acc_next[r]) for r in range(M)]
+        arrive = advance & s2_valid & s2_last
+        free = ~self.o.valid | self.o.ready
         with m.If(advance & s2_valid):
             m.d.sync += [acc[r].eq(acc_next[r]) for r in range(M)]
-            with m.If(s2_last):
-                m.d.sync += [
-                    self.o.valid.eq(1),
-                    self.o.payload.n.eq(s2_n),
-                    self.o.payload.last.eq(s2_final),
-                ]
-                m.d.sync += [self.o.payload.acc[r].eq(acc_next[r]) for r in range(M)]
+        with m.If(sk_valid):
+            with m.If(self.o.ready):        # (o is valid whenever the skid register is)
+                m.d.sync += [self.o.payload.eq(sk), sk_valid.eq(0)]
+        with m.Elif(arrive):
+            with m.If(free):
+                m.d.sync += [self.o.payload.eq(new), self.o.valid.eq(1)]
+            with m.Else():
+                m.d.sync += [sk.eq(new), sk_valid.eq(1)]
+        with m.Elif(self.o.ready):
+            m.d.sync += self.o.valid.eq(0)
 
         m.d.comb += self.busy.eq(~fsm.ongoing("Idle") | s1_valid | s1_load | s2_valid
-                                 | self.o.valid)
+                                 | self.o.valid | sk_valid)
         return m
 
 

@@ -1340,8 +1340,10 @@ def matrix_cycles(op: Opcode, m: int, n: int, k: int, word_bytes: int = 8,
       computed alongside, and takes the next result in the cycle of its last write when
       the unit offers it by then (else as soon as it does): ``P = 1 + m`` cycles per result
       (``MATRAW``: the ``m`` writes, ``P = m``), the floor of one read/write port;
-    * while a result waits for the write-back the whole unit freezes, so the next result
-      comes ``R`` cycles after the previous one was taken.
+    * the next result comes ``R`` cycles after the previous one was taken (at the latest:
+      the unit's skid register lets it finish one more result while one waits, which
+      changes no take with every grant immediate, since a result that waits means
+      ``R < P``).
 
     Without back-pressure (``R >= P`` and the headers read before the first result) this is
     ``1 + m R + n R + latency + P``; when the write-back is the bottleneck (``R < P``,
