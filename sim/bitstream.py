@@ -43,6 +43,7 @@ log_fmax, log_utilisation, pnr_seconds, critical_path
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import json
 import os
@@ -580,7 +581,7 @@ def _previous(name: str) -> str:
 def build(board_name: str, config=None, *, synth_only: bool = False,
           tile_blackbox: bool = False, build_dir: Path | None = None, nextpnr_opts: str = "",
           place_only: bool = False, paths: int = 0, reuse_netlist: bool = False,
-          progress=print) -> dict:
+          clk_hz: int | None = None, progress=print) -> dict:
     """Build ``board_name``'s bitstream (or only synthesise it); return the report.
 
     Parameters
@@ -620,6 +621,10 @@ def build(board_name: str, config=None, *, synth_only: bool = False,
         the synthesis.  Allowed only if that run's Yosys
         inputs (the tile's RTLIL, the top's RTLIL, the script) equal this run's and the
         netlist is newer than them.
+    clk_hz : int, optional
+        The chip clock, Hz, instead of the board's (``Board.clk_hz``): the PLL's output
+        (none when it equals the oscillator), the UART bridge's divisor and nextpnr's
+        constraint; e.g. to see whether a design meets a faster clock.
     progress : callable of str
 
     Returns
@@ -655,6 +660,8 @@ def build(board_name: str, config=None, *, synth_only: bool = False,
     if board_name not in BOARDS:
         raise KeyError(f"unknown board {board_name!r}; known: {', '.join(BOARDS)}")
     board = BOARDS[board_name]
+    if clk_hz is not None:
+        board = dataclasses.replace(board, clk_hz=int(clk_hz))
     config = board.config if config is None else config
     bdir = Path(build_dir or _default_dir(board_name, tile_blackbox)).resolve()
     if reuse_netlist and not bdir.is_dir():
@@ -906,12 +913,17 @@ def main(argv=None):
     parser.add_argument("--paths", type=int, default=0, metavar="N", help="after Yosys, "
                         "write the N longest paths of the netlist (proxy delays, ECP5) to "
                         "paths.txt")
+    parser.add_argument("--clock-mhz", type=float, metavar="MHZ", help="the chip clock "
+                        "and nextpnr's constraint, MHz, instead of the board's (e.g. 25: "
+                        "does the design meet it?); the PLL must be able to make it")
     parser.add_argument("--reuse-netlist", action="store_true", help="skip Yosys: place and "
                         "route the netlist an earlier run (--synth-only) left in the build "
                         "directory, if it is this design's")
     args = parser.parse_args(argv)
     if args.paths < 0:
         parser.error(f"--paths {args.paths}: give a count of paths, 0 or more")
+    if args.clock_mhz is not None and not args.clock_mhz > 0:
+        parser.error(f"--clock-mhz {args.clock_mhz:g}: give a clock above 0 MHz")
     stop = ("--synth-only" if args.synth_only else
             "--tile-blackbox" if args.tile_blackbox else None)
     if stop and (args.place_only or args.reuse_netlist):
@@ -941,6 +953,8 @@ def main(argv=None):
                        tile_blackbox=args.tile_blackbox, build_dir=args.build_dir,
                        nextpnr_opts=args.nextpnr_opts, place_only=args.place_only,
                        paths=args.paths, reuse_netlist=args.reuse_netlist,
+                       clk_hz=(None if args.clock_mhz is None
+                               else round(args.clock_mhz * 1e6)),
                        progress=lambda s: print(s, flush=True))
     except ValueError as e:
         sys.exit(f"error: {e}")

@@ -456,6 +456,7 @@ def test_rtlil_no_rw_check_marks_only_synchronous_untransparent_bits():
     (["--paths", "-1"], "--paths -1: give a count of paths, 0 or more"),
     (["--place-only", "--synth-only"], "--place-only runs nextpnr, --synth-only stops"),
     (["--reuse-netlist", "--tile-blackbox"], "--reuse-netlist runs nextpnr, --tile-blackbox"),
+    (["--clock-mhz", "0"], "--clock-mhz 0: give a clock above 0 MHz"),
 ])
 def test_bitstream_command_line_refusals(argv, message, capsys, monkeypatch):
     """Options that contradict each other or name nothing are refused at once, in one
@@ -503,3 +504,32 @@ def test_pnr_phase_reads_nextpnr_log():
             "Info:     at iteration #1, type ALL: wirelen solved = 2345, spread = 3456"]
     assert [pnr_phase("\n".join(heap[:n])) for n in range(2, len(heap) + 1)] == [
         "placing (HeAP)", "placing (HeAP)", "placing (HeAP)", "placing (HeAP): iteration 1"]
+
+
+@pytest.mark.parametrize("mhz, message", [
+    ("26.1", "an ECP5 PLL cannot make exactly 26100000 Hz from 25000000 Hz"),
+    ("1.5", "1500000 Hz / 1000000 baud is 1.50 cycles per bit"),
+])
+def test_bitstream_clock_the_board_cannot_make(mhz, message, tmp_path, capsys, monkeypatch):
+    """``--clock-mhz`` replaces the board's clock; one its PLL cannot make exactly, or at
+    which the UART cannot keep its baud rate, is refused in one line before Yosys runs."""
+    from chipotle.sim.bitstream import main
+    monkeypatch.delenv("CHIPOTLE_MAKE_BITSTREAM", raising=False)
+    with pytest.raises(SystemExit) as e:
+        main(["--config", "small,mesh=1x1", "--tile-blackbox", "--clock-mhz", mhz,
+              "--build-dir", str(tmp_path)])
+    assert message in str(e.value), e.value
+    assert not (tmp_path / "synth_stat.txt").exists()
+
+
+def test_bitstream_clock_at_the_oscillator_needs_no_pll():
+    """At the oscillator's frequency (``--clock-mhz 25`` on the ULX3S) the top has no PLL; at
+    the board's 20 MHz it has one."""
+    import dataclasses
+
+    b = dataclasses.replace(BOARDS["ulx3s-85f"], clk_hz=25_000_000)
+    rtlil = b.make_platform().prepare(BoardTop(b, TINY), name="top").files["top.il"]
+    assert "EHXPLLL" not in rtlil
+    rtlil20 = BOARDS["ulx3s-85f"].make_platform().prepare(
+        BoardTop(BOARDS["ulx3s-85f"], TINY), name="top").files["top.il"]
+    assert "EHXPLLL" in rtlil20
