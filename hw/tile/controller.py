@@ -14,8 +14,9 @@ KV store, ``KVQK`` to the KV store (``STREAM_K``) and the matrix write-back, ``S
 Issue policy (``docs/tile.md``, "Issue policy"), chosen by ``overlap``: **in order**.  A
 scalar or control instruction retires in one cycle, the next one is fetched in the same
 cycle (the instruction memory read port is addressed with the next PC through the loop
-stack, from registers only; a ``LOOP`` skipped at ``n = 0`` costs a cycle of ``Fetch``),
-so straight-line scalar code and loop ends cost one cycle per instruction.  The
+stack, from registers only), so straight-line scalar code and loop ends cost one cycle
+per instruction; a ``LOOP`` takes two (its count into the decode register, then state
+``Loop``).  The
 instructions checked against the scoreboard's SRAM ranges (vector, ``TABLE``, ``LD``,
 ``ST``, ``COPY``, ``KVAPP``) take one cycle more: Execute resolves their operands into
 the decode register and state ``Issue`` checks, waits and dispatches from it (an FPGA
@@ -494,8 +495,8 @@ class Controller(wiring.Component):
         # before.  While an instruction is held (no retire), the read port has moved on to
         # its successor, so the word is kept in `ins_q` and decoded from there: `fresh` says
         # which (the read port's word in the cycle after a fetch, else `ins_q`).  A LOOP
-        # skipped (n = 0) jumps to its end, which only the word itself gives: one cycle
-        # in `Fetch` (docs/tile.md, "Fetch").
+        # skipped (n = 0) jumps to its end from state `Loop`, where the end's cascade on
+        # `ins_q` addresses the port (docs/tile.md, "Fetch").
         ins_q = Signal.like(ir.data, reset_less=True)
         fresh = Signal()
         cur = Signal.like(ir.data)
@@ -543,15 +544,6 @@ class Controller(wiring.Component):
         m.d.comb += [a_val.eq(val(ins.a, "a")), b_val.eq(val(ins.b, "b")),
                      d_val.eq(val(ins.d, "d")), n_reg.eq(rf_r["n"].data),
                      n_val.eq((n_reg + ins.n.imm)[:32])]
-        # n_val == 0 without the adder's carry chain (a LOOP's `n = 0` skip, an FPGA timing
-        # cut): r + i = 0 (mod 2**32) iff every sum bit is 0, i.e. the carry into bit k is
-        # r[k] ^ i[k]; then the carry out of bit k is r[k] | i[k], so the test is
-        # (r ^ i) == (r | i) << 1 (mod 2**32): one LUT per bit and an AND tree.
-        n_i = Signal(32)
-        n_zero = Signal()
-        m.d.comb += [n_i.eq(ins.n.imm),
-                     n_zero.eq(((n_reg ^ n_i) ^ ((n_reg | n_i) << 1)[:32]) == 0)]
-
         # One register write port: the states that write a register drive it (the LUT RAM's
         # one write port below).  Every write is to ``ins.d.reg`` (LI, ADD, SUB, MUL and
         # LD's latch).
@@ -600,7 +592,8 @@ class Controller(wiring.Component):
         # decision, through the operand adder, only selects between them (an FPGA timing
         # cut: it used to run through the cascade's compares).
         lv_pc, npc_pc = cascade(pc1, "pc")
-        lv_end, npc_end = cascade(ins.c, "end")
+        # (a LOOP's end: taken in state `Loop`, from the held word `ins_q`)
+        lv_end, npc_end = cascade(ins_q.ins.c, "end")
         m.d.comb += npc.eq(Mux(to_end, npc_end, npc_pc))
         with m.If(retire):
             m.d.sync += pc.eq(npc)
@@ -618,8 +611,8 @@ class Controller(wiring.Component):
         # reads is the one decoded next (`fresh`) when the instruction retires to it.
         fetch_now = Signal()
         m.d.comb += ir.en.eq(1)
-        # (after a retire to a LOOP's end or past the memory the next state is `Fetch`,
-        # which decodes nothing: `fresh` need not tell those retires apart)
+        # (after a retire past the memory the next state is `Fetch`, which decodes
+        # nothing: `fresh` need not tell that retire apart)
         m.d.sync += fresh.eq(retire | fetch_now)
 
         def do_retire(loop_skip=False):
@@ -627,14 +620,11 @@ class Controller(wiring.Component):
             LOOP (``c``), through the loop stack."""
             m.d.comb += retire.eq(1)
             if loop_skip:
-                # the end comes from the word: fetched from the PC in `Fetch`
                 m.d.comb += to_end.eq(1)
+            with m.If(npc_end < depth if loop_skip else npc_pc < depth):
+                m.next = "Execute"
+            with m.Else():
                 m.next = "Fetch"
-            else:
-                with m.If(npc_pc < depth):
-                    m.next = "Execute"
-                with m.Else():
-                    m.next = "Fetch"
 
         ov = p["overlap"]
         # ---- addresses of the checks and the scoreboard ----------------------------------------
@@ -977,25 +967,9 @@ class Controller(wiring.Component):
                     m.d.comb += self.retired.eq(1)
                     m.next = "Halted"
                 with m.Elif(pd.loop):
-                    end = ins.c
-                    with m.If(end <= pc1):
-                        fail(ErrorCode.LOOP)
-                    with m.Elif(pd.loop_far):
-                        fail(ErrorCode.IMEM_RANGE)
-                    with m.Elif((sp != 0) & (end > lp_end[(sp - 1)[:ceil_log2(max(D, 2))]])):
-                        fail(ErrorCode.LOOP)
-                    with m.Elif(n_zero):
-                        do_retire(loop_skip=True)
-                    with m.Elif(sp >= D):
-                        fail(ErrorCode.LOOP)
-                    with m.Else():
-                        m.d.sync += [lp_start[sp[:ceil_log2(max(D, 2))]].eq(pc1),
-                                     lp_end[sp[:ceil_log2(max(D, 2))]].eq(end),
-                                     lp_rem[sp[:ceil_log2(max(D, 2))]].eq(n_val)]
-                        # Pushing happens after the retire cascade (which only looks at
-                        # ends equal to pc + 1 < end, so it never fires here).
-                        m.d.sync += sp.eq(sp + 1)
-                        do_retire()
+                    # its count into the decode register; state `Loop` checks and pushes
+                    m.d.sync += n_q.eq(n_val)
+                    m.next = "Loop"
                 with m.Elif(pd.wait):
                     with m.If(pd.wait_bad):
                         fail(ErrorCode.COUNTER)
@@ -1064,6 +1038,34 @@ class Controller(wiring.Component):
                         mcmd_sent.eq(0), mjob_sent.eq(0),
                     ]
                     m.next = "Matrix-Check"
+            with m.State("Loop"):
+                # A LOOP, from the held word and its count in `n_q` (an FPGA timing cut: no
+                # path from the instruction memory through the register file and the count's
+                # adder into the loop stack, the PC and the retire).  A skip (n = 0) goes to
+                # the end through the end cascade, which addresses the instruction memory
+                # in this cycle (from registers).
+                m.d.comb += st.eq(ControllerState.RUNNING)
+                end = ins_q.ins.c
+                top = (sp - 1)[:ceil_log2(max(D, 2))]
+                with m.If(end <= pc1):
+                    fail(ErrorCode.LOOP)
+                with m.Elif(ins_q.pd.loop_far):
+                    fail(ErrorCode.IMEM_RANGE)
+                with m.Elif((sp != 0) & (end > lp_end[top])):
+                    fail(ErrorCode.LOOP)
+                with m.Elif(n_q == 0):
+                    do_retire(loop_skip=True)
+                with m.Elif(sp >= D):
+                    fail(ErrorCode.LOOP)
+                with m.Else():
+                    lvl = sp[:ceil_log2(max(D, 2))]
+                    m.d.sync += [lp_start[lvl].eq(pc1), lp_end[lvl].eq(end),
+                                 lp_rem[lvl].eq(n_q)]
+                    # Pushing happens after the retire cascade (which only looks at ends
+                    # equal to pc + 1 < end, so it never fires here).
+                    m.d.sync += sp.eq(sp + 1)
+                    do_retire()
+
             with m.State("Issue"):
                 # Vector instructions, TABLE, LD, ST, COPY and KVAPP, from the decode
                 # register (their fields from the instruction memory's output, which holds
@@ -1370,9 +1372,10 @@ class Controller(wiring.Component):
                             m.d.sync += [error.eq(nt_code), err_pc.eq(nt_pc)]
                         m.next = "Error"
 
-        # The instruction memory's address, from registers only: the PC in `Fetch`, else
-        # the next PC through the loop stack (`npc_pc`).
-        m.d.comb += ir.addr.eq(Mux(fsm.ongoing("Fetch"), pc, npc_pc))
+        # The instruction memory's address, from registers only: the PC in `Fetch`, a
+        # skipped LOOP's end in `Loop`, else the next PC through the loop stack (`npc_pc`).
+        m.d.comb += ir.addr.eq(Mux(fsm.ongoing("Fetch"), pc,
+                                   Mux(fsm.ongoing("Loop") & (n_q == 0), npc_end, npc_pc)))
 
         # ---- command payloads, driven whatever the state (no multiplexer chain of the FSM's
         # conditions in front of them: 9,707 -> 9,306 LUT slots at a fixed 20 ns mapping,

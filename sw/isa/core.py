@@ -878,7 +878,8 @@ class CostModel:
         SRAM ranges (`DECODE_OPS`: vector instructions, ``TABLE``, ``LD``, ``ST``, ``COPY``,
         ``KVAPP``): it resolves their operands into its decode register first, then issues
         from it (``docs/tile.md``, "Decode register").  A wait for an in-flight instruction
-        overlaps it.
+        overlaps it.  ``LOOP`` takes it too (its count into the decode register, then state
+        ``Loop``: ``docs/tile.md``, "Fetch"), though it waits for nothing.
     vec_slots : int
         Result slots of the vector unit (``VectorUnit(slots=)`` of ``hw/tile/vector.py``,
         ``ChipConfig.vec_slots``; default 3, the unit's default); the vector unit's cycles
@@ -898,10 +899,6 @@ class CostModel:
         on it that the next step waits for takes L - 1 cycles more (``LD``, each ``COPY`` and
         ``KVAPP`` word, a vector pass, the write-back's header reads and its results of
         m < L rows).
-    refetch : int
-        Extra cycles of a ``LOOP`` skipped (``n = 0``): the controller fetches its end in
-        state ``Fetch``, since the instruction memory's address comes from registers only
-        (``docs/tile.md``, "Fetch").
     """
 
     issue: int = 1
@@ -912,7 +909,6 @@ class CostModel:
     hop: int = 2
     kv_stream: int = 2
     sram_latency: int = 1
-    refetch: int = 1
 
 
 @dataclass(frozen=True)
@@ -1306,8 +1302,10 @@ def instr_cycles(instr: Instr, config: IsaConfig, n: int = 0, k: int | None = No
                                        lanes=V, word_bytes=W, slots=c.vec_slots,
                                        read_words=config.read_words,
                                        sram_latency=c.sram_latency)
-    if op == Opcode.LOOP and n == 0:
-        return issue + c.refetch
+    if op == Opcode.LOOP:
+        # its count resolved into the decode register, then state Loop (docs/tile.md,
+        # "Fetch")
+        return issue + c.decode
     if unit == 0:
         return issue
     # matrix unit and its write-back, from the command's acceptance to the last write
