@@ -313,11 +313,15 @@ class ChipConfig:
 #: logic; the RTL's decode 45,368 / 61,928 cycles per token at positions 1 / 64 against
 #: 50,455 / 77,450, routed at 23.8 MHz: docs/fpga.md, "Session 15").  ``default`` and
 #: ``small`` have 4 vector-unit result slots (session 12), ``ulx3s`` keeps 3
-#: (``docs/performance.md``, session 12).
+#: (``docs/performance.md``, session 12).  ``ulx3s`` has the SRAM read/write port's register
+#: stage (``sram_latency=2``) since session 19, when the controller's fetch loop no longer
+#: limited the clock: it routes at 28.4 MHz against 23.8 with L = 1 and runs at 25 MHz, for
+#: 1.6 / 2.4 % more cycles per token (docs/fpga.md, "Session 19").
 CONFIGS = {
     "default": ChipConfig(),
     "small": ChipConfig(mesh_width=2, mesh_height=2, sram_bytes=32 * 1024, lanes=2,
                         imem_words=512, k_max=512),
     "ulx3s": ChipConfig(mesh_width=1, mesh_height=1, sram_bytes=384 * 1024, n_banks=1,
-                        lanes=4, vec_slots=3, imem_words=1024, max_m=1, k_max=256),
+                        lanes=4, vec_slots=3, imem_words=1024, max_m=1, k_max=256,
+                        sram_latency=2),
 }

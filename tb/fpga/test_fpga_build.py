@@ -42,8 +42,9 @@ def test_ulx3s_top_synthesises(tmp_path):
     """Board top, PLL, UART bridge and mesh through Yosys ``synth_ecp5``, the tile as a black
     box (a whole tile takes Yosys many minutes: ``make bitstream``)."""
     from chipotle.sim.bitstream import build, format_report
+    # at 20 MHz, which the PLL makes (the board's own clock is the oscillator's 25 MHz)
     r = build("ulx3s-85f", TINY, tile_blackbox=True, build_dir=tmp_path, paths=3,
-              progress=lambda s: None)
+              clk_hz=20_000_000, progress=lambda s: None)
     s, dev = r["synth"], r["device_resources"]
     assert 0 < s["LUT4"] < dev["LUT4"] and 0 < s["FF"] < dev["FF"], s
     assert s["DSP"] == 0 and s["BRAM"] == 0, s     # those are all in the tiles
@@ -62,7 +63,7 @@ def test_ulx3s_top_synthesises(tmp_path):
     (tmp_path / "top.bit").write_bytes(b"the last bitstream")
     first_report = (tmp_path / "report.txt").read_text()
     again = build("ulx3s-85f", TINY, tile_blackbox=True, build_dir=tmp_path,
-                  reuse_netlist=True, progress=lambda s: None)
+                  reuse_netlist=True, clk_hz=20_000_000, progress=lambda s: None)
     assert again["synth"] == s and "synth" not in again["seconds"] and again["netlist_reused"]
     # ... and the last build's bitstream and its report are kept beside the new ones
     assert (tmp_path / "top.prev.bit").read_bytes() == b"the last bitstream"
@@ -72,14 +73,17 @@ def test_ulx3s_top_synthesises(tmp_path):
     # a run with no bitstream there leaves the kept pair alone
     (tmp_path / "report.prev.txt").write_text("the report of the last bitstream")
     build("ulx3s-85f", TINY, tile_blackbox=True, build_dir=tmp_path, reuse_netlist=True,
-          progress=lambda s: None)
+          clk_hz=20_000_000, progress=lambda s: None)
     assert (tmp_path / "report.prev.txt").read_text() == "the report of the last bitstream"
     assert (tmp_path / "top.prev.bit").read_bytes() == b"the last bitstream"
-    # ... another configuration, or a directory without a netlist, is refused
+    # ... another configuration or clock, or a directory without a netlist, is refused
     other = ChipConfig.from_string("mesh=2x1", base=TINY)
     with pytest.raises(ValueError, match="another design"):
         build("ulx3s-85f", other, tile_blackbox=True, build_dir=tmp_path, reuse_netlist=True,
-              progress=lambda s: None)
+              clk_hz=20_000_000, progress=lambda s: None)
+    with pytest.raises(ValueError, match="another design"):
+        build("ulx3s-85f", TINY, tile_blackbox=True, build_dir=tmp_path, reuse_netlist=True,
+              progress=lambda s: None)          # the board's 25 MHz: no PLL
     (tmp_path / "empty").mkdir()
     with pytest.raises(ValueError, match="no .*top.json"):
         build("ulx3s-85f", TINY, tile_blackbox=True, build_dir=tmp_path / "empty",
@@ -523,13 +527,14 @@ def test_bitstream_clock_the_board_cannot_make(mhz, message, tmp_path, capsys, m
 
 
 def test_bitstream_clock_at_the_oscillator_needs_no_pll():
-    """At the oscillator's frequency (``--clock-mhz 25`` on the ULX3S) the top has no PLL; at
-    the board's 20 MHz it has one."""
+    """At the oscillator's frequency (the ULX3S's own 25 MHz) the top has no PLL; at 20 MHz
+    (``--clock-mhz 20``) it has one."""
     import dataclasses
 
-    b = dataclasses.replace(BOARDS["ulx3s-85f"], clk_hz=25_000_000)
+    b = BOARDS["ulx3s-85f"]
+    assert b.clk_hz == b.osc_hz == 25_000_000
     rtlil = b.make_platform().prepare(BoardTop(b, TINY), name="top").files["top.il"]
     assert "EHXPLLL" not in rtlil
-    rtlil20 = BOARDS["ulx3s-85f"].make_platform().prepare(
-        BoardTop(BOARDS["ulx3s-85f"], TINY), name="top").files["top.il"]
+    b20 = dataclasses.replace(b, clk_hz=20_000_000)
+    rtlil20 = b20.make_platform().prepare(BoardTop(b20, TINY), name="top").files["top.il"]
     assert "EHXPLLL" in rtlil20

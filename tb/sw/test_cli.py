@@ -15,6 +15,12 @@ from tbcommon.cli import run, write_tiny_model
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def _board_mhz():
+    """The ULX3S build's clock, MHz (``Board.clk_hz``)."""
+    from chipotle.hw.fpga.boards import BOARDS
+    return BOARDS["ulx3s-85f"].clk_hz / 1e6
+
+
 @pytest.fixture(autouse=True)
 def _no_outer_make(monkeypatch):
     """These tests run make themselves: an outer make's command line (``make test JOBS=1``:
@@ -433,7 +439,8 @@ def test_options_of_other_backends_are_refused(capsys, tiny, tmp_path):
              "golden"),
             (["--backend", "uart", "--port", "/dev/null"],
              "--backend uart needs --clock-mhz, the bitstream's clock (the ULX3S build of "
-             "make bitstream: 20): the board's step figures are the wall time times it")):
+             f"make bitstream: {_board_mhz():g}): the board's step "
+             "figures are the wall time times it")):
         code, out, err = run(capsys, *tiny, *argv)
         assert code == 2 and out == "" and err == f"chipotle generate: error: {message}\n", \
             (argv, err)
@@ -579,8 +586,9 @@ def test_no_context_takes_the_longest_the_configuration_holds(capsys, model_path
     assert (f"[isasim] context {most}: the longest this chip ({BOARDS['ulx3s-85f'].config}) "
             "holds the model for; its seq_len, 512, does not fit") in err
     # the board's chip: tokens/s at the bitstream's clock too, when no clock was given
-    assert re.search(r"tokens/s at an assumed 100 MHz clock \(--clock-mhz\); [\d,]+ at the 20 "
-                     r"MHz of make bitstream's ulx3s-85f build", out + err), out + err
+    assert re.search(r"tokens/s at an assumed 100 MHz clock \(--clock-mhz\); [\d,]+ at the "
+                     rf"{_board_mhz():g} MHz of make bitstream's ulx3s-85f build",
+                     out + err), out + err
     code, out, err = run(capsys, "--backend", "isasim", "--config", "ulx3s", "--context",
                          str(most + 1), "--steps", "2", *files)
     assert code == 2 and out == "" and f"a configuration that fits: --context {most}" in err
