@@ -16,14 +16,13 @@ scalar or control instruction retires in one cycle, the next one is fetched in t
 cycle (the instruction memory read port is addressed with the next PC through the loop
 stack, from registers only), so straight-line scalar code and loop ends cost one cycle
 per instruction; a ``LOOP`` takes two (its count into the decode register, then state
-``Loop``).  The
-instructions checked against the scoreboard's SRAM ranges (vector, ``TABLE``, ``LD``,
-``ST``, ``COPY``, ``KVAPP``) take one cycle more: Execute resolves their operands into
-the decode register and state ``Issue`` checks, waits and dispatches from it (an FPGA
-timing cut: no path from the instruction memory through the operand adders into the range
-compares and the retire decision; ``docs/tile.md``, "Decode register").  With ``overlap=False`` an
-instruction that uses a unit waits for that unit to finish before the next instruction
-issues. With ``overlap=True`` the matrix unit (``KVQK`` included), the vector unit (not
+``Loop``).  The instructions checked against the scoreboard's SRAM ranges (vector,
+``TABLE``, ``LD``, ``ST``, ``COPY``, ``KVAPP``) take one cycle more: Execute resolves
+their operands into the decode register and state ``Issue`` checks, waits and dispatches
+from it (an FPGA timing cut: no path from the instruction memory through the operand
+adders into the range compares and the retire decision; ``docs/tile.md``, "Decode
+register").  With ``overlap=False`` an instruction that uses a unit waits for that unit
+to finish before the next instruction issues. With ``overlap=True`` the matrix unit (``KVQK`` included), the vector unit (not
 ``TABLE``), the network interface (``SEND``) and the KV store (``KVAPP``, once the store
 checked it: its errors are never deferred) each run one instruction in the background: it
 retires once its unit took it, and a scoreboard entry per unit (its PC, its SRAM byte
@@ -1068,8 +1067,7 @@ class Controller(wiring.Component):
 
             with m.State("Issue"):
                 # Vector instructions, TABLE, LD, ST, COPY and KVAPP, from the decode
-                # register (their fields from the instruction memory's output, which holds
-                # while the read port is not enabled).
+                # register (their other fields from the held word, `ins_q`).
                 m.d.comb += st.eq(ControllerState.RUNNING)
                 op = ins.op
                 first = m.If
