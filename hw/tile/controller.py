@@ -11,36 +11,36 @@ its write-back stage, vector instructions and ``TABLE`` to the vector unit, ``KV
 KV store, ``KVQK`` to the KV store (``STREAM_K``) and the matrix write-back, ``SEND`` /
 ``DONE`` to the network interface, ``WAIT`` to the network interface's counters.
 
-Issue policy (``docs/tile.md``, "Issue policy"), chosen by ``overlap``: **in order**.  A
+Issue policy (``docs/tile.md``, "Issue policy"), chosen by ``overlap``: **in order**. A
 scalar or control instruction retires in one cycle, the next one is fetched in the same
 cycle (the instruction memory read port is addressed with the next PC through the loop
-stack, from registers only), so straight-line scalar code and loop ends cost one cycle
-per instruction; a ``LOOP`` takes two (its count into the decode register, then state
-``Loop``).  The instructions checked against the scoreboard's SRAM ranges (vector,
-``TABLE``, ``LD``, ``ST``, ``COPY``, ``KVAPP``) take one cycle more: Execute resolves
-their operands into the decode register and state ``Issue`` checks, waits and dispatches
-from it (an FPGA timing cut: no path from the instruction memory through the operand
-adders into the range compares and the retire decision; ``docs/tile.md``, "Decode
-register").  With ``overlap=False`` an instruction that uses a unit waits for that unit
-to finish before the next instruction issues. With ``overlap=True`` the matrix unit (``KVQK`` included), the vector unit (not
-``TABLE``), the network interface (``SEND``) and the KV store (``KVAPP``, once the store
-checked it: its errors are never deferred) each run one instruction in the background: it
-retires once its unit took it, and a scoreboard entry per unit (its PC, its SRAM byte
-ranges resolved at issue, busy and fault bits) makes a later instruction wait only for its
-own unit (a) or on a RAW / WAR / WAW overlap with an in-flight instruction (b)
+stack, from registers only), so straight-line scalar code and loop ends cost one cycle per
+instruction; a ``LOOP`` takes two (its count into the decode register, then state
+``Loop``). The instructions checked against the scoreboard's SRAM ranges (vector,
+``TABLE``, ``LD``, ``ST``, ``COPY``, ``KVAPP``) take one cycle more: Execute resolves their
+operands into the decode register and state ``Issue`` checks, waits and dispatches from it
+(an FPGA timing cut: no path from the instruction memory through the operand adders into
+the range compares and the retire decision; ``docs/tile.md``, "Decode register"). With
+``overlap=False`` an instruction that uses a unit waits for that unit to finish before the
+next instruction issues. With ``overlap=True`` the matrix unit (``KVQK`` included), the
+vector unit (not ``TABLE``), the network interface (``SEND``) and the KV store (``KVAPP``,
+once the store checked it: its errors are never deferred) each run one instruction in the
+background: it retires once its unit took it, and a scoreboard entry per unit (its PC, its
+SRAM byte ranges resolved at issue, busy and fault bits) makes a later instruction wait
+only for its own unit (a) or on a RAW / WAR / WAW overlap with an in-flight instruction (b)
 (``chipotle.isa.core.vector_footprint``, ``matrix_footprint``, ``send_footprint``,
 ``kvapp_footprint``, ``mem_footprint``, ``table_footprint``, ``hazard``; ``LD``, ``ST`` and
 ``COPY``, which the controller runs itself, wait on (b) only; ``TABLE``, run by the vector
 unit in the foreground, waits for the vector entry and on (b); ``KVQK`` also for the KV
 entry: it uses the store); ``SEND`` (release), ``WAIT``, ``DONE`` and ``HALT`` wait for
-every entry (d); scalar and control instructions never wait. A background
-instruction's error is kept in its entry and reported at the next instruction that waits for
-it, or at a later error: the controller then drains every unit ("Drain") and stops with the
-first error in program order and its PC. Besides that the controller stalls only on SRAM-
-port arbitration (c: the ports are shared word by word, no issue stall), on a ``WAIT`` whose
-counter is short (a ``WAIT`` retires at once and the next instruction holds until the network
-interface grants the request it left in registers: ``docs/tile.md``, "Registered WAIT"), and
-on the network interface taking a command.
+every entry (d); scalar and control instructions never wait. A background instruction's
+error is kept in its entry and reported at the next instruction that waits for it, or at a
+later error: the controller then drains every unit ("Drain") and stops with the first error
+in program order and its PC. Besides that the controller stalls only on SRAM- port
+arbitration (c: the ports are shared word by word, no issue stall), on a ``WAIT`` whose
+counter is short (a ``WAIT`` retires at once and the next instruction holds until the
+network interface grants the request it left in registers: ``docs/tile.md``, "Registered
+WAIT"), and on the network interface taking a command.
 
 Members
 -------
