@@ -46,6 +46,7 @@ import argparse
 import dataclasses
 import hashlib
 import json
+import math
 import os
 import re
 import shutil
@@ -889,7 +890,8 @@ def format_report(r: dict) -> str:
 
 def main(argv=None):
     from chipotle.config import ChipConfig
-    from chipotle.hw.fpga.boards import BOARDS
+    from chipotle.hw.fpga.boards import BOARDS, ecp5_pll_params
+    from chipotle.hw.fpga.uart import divisor
 
     parser = argparse.ArgumentParser(prog="python -m chipotle.sim.bitstream",
                                      description=__doc__.split("\nMembers\n")[0],
@@ -914,15 +916,16 @@ def main(argv=None):
                         "write the N longest paths of the netlist (proxy delays, ECP5) to "
                         "paths.txt")
     parser.add_argument("--clock-mhz", type=float, metavar="MHZ", help="the chip clock "
-                        "and nextpnr's constraint, MHz, instead of the board's (e.g. 25: "
-                        "does the design meet it?); the PLL must be able to make it")
+                        "and nextpnr's constraint, MHz, instead of the board's (e.g. 30: "
+                        "does the design meet it?); the board's PLL must make it exactly "
+                        "and the UART its baud rate at it")
     parser.add_argument("--reuse-netlist", action="store_true", help="skip Yosys: place and "
                         "route the netlist an earlier run (--synth-only) left in the build "
                         "directory, if it is this design's")
     args = parser.parse_args(argv)
     if args.paths < 0:
         parser.error(f"--paths {args.paths}: give a count of paths, 0 or more")
-    if args.clock_mhz is not None and not args.clock_mhz > 0:
+    if args.clock_mhz is not None and not 0 < args.clock_mhz < math.inf:
         parser.error(f"--clock-mhz {args.clock_mhz:g}: give a clock above 0 MHz")
     stop = ("--synth-only" if args.synth_only else
             "--tile-blackbox" if args.tile_blackbox else None)
@@ -944,6 +947,19 @@ def main(argv=None):
         refuse(f"{'BOARD=' if under_make else '--board '}{args.board}: not a board of "
                f"this flow; the boards: {', '.join(sorted(BOARDS))}")
     board = BOARDS[args.board]
+    clk_hz = None
+    if args.clock_mhz is not None:
+        # the clock the board can make, checked before anything is elaborated or written
+        clk_hz = round(args.clock_mhz * 1e6)
+        try:
+            if clk_hz != board.osc_hz:
+                if board.family != "ecp5":
+                    raise ValueError(f"{board.name} has no PLL in this flow: its clock is "
+                                     f"the oscillator's {board.osc_hz / 1e6:g} MHz")
+                ecp5_pll_params(board.osc_hz, clk_hz)
+            divisor(clk_hz, board.baud)
+        except ValueError as e:
+            refuse(f"--clock-mhz {args.clock_mhz:g}: {e}")
     try:
         config = ChipConfig.from_string(args.config, base=board.config) if args.config else None
     except ValueError as e:
@@ -953,8 +969,7 @@ def main(argv=None):
                        tile_blackbox=args.tile_blackbox, build_dir=args.build_dir,
                        nextpnr_opts=args.nextpnr_opts, place_only=args.place_only,
                        paths=args.paths, reuse_netlist=args.reuse_netlist,
-                       clk_hz=(None if args.clock_mhz is None
-                               else round(args.clock_mhz * 1e6)),
+                       clk_hz=clk_hz,
                        progress=lambda s: print(s, flush=True))
     except ValueError as e:
         sys.exit(f"error: {e}")

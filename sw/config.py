@@ -316,7 +316,7 @@ class ChipConfig:
 #: (``docs/performance.md``, session 12).  ``ulx3s`` has the SRAM read/write port's register
 #: stage (``sram_latency=2``) since session 19, when the controller's fetch loop no longer
 #: limited the clock: it routes at 28.4 MHz against 23.8 with L = 1 and runs at 25 MHz, for
-#: 1.6 / 2.4 % more cycles per token (docs/fpga.md, "Session 19").
+#: 1.6 / 2.5 % more cycles per token (docs/fpga.md, "Session 19").
 CONFIGS = {
     "default": ChipConfig(),
     "small": ChipConfig(mesh_width=2, mesh_height=2, sram_bytes=32 * 1024, lanes=2,

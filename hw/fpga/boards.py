@@ -110,7 +110,9 @@ BOARDS = {
 
 def ecp5_pll_params(f_in: int, f_out: int) -> dict[str, int]:
     """Return ``CLKI_DIV``, ``CLKFB_DIV``, ``CLKOP_DIV`` of an ``EHXPLLL`` making exactly
-    ``f_out`` from ``f_in`` (feedback from CLKOP; VCO 400..800 MHz, nearest 600 MHz).
+    ``f_out`` from ``f_in`` (feedback from CLKOP; VCO 400..800 MHz, nearest 600 MHz; the
+    phase detector's input ``f_in / CLKI_DIV`` 3.125..400 MHz, the limits Project Trellis's
+    ``ecppll`` uses).
 
     Raises
     ------
@@ -118,6 +120,8 @@ def ecp5_pll_params(f_in: int, f_out: int) -> dict[str, int]:
         If no divider set gives exactly ``f_out``.
     """
     for clki in range(1, 129):
+        if not 3_125_000 * clki <= f_in <= 400_000_000 * clki:
+            continue
         for fb in range(1, 81):
             if f_in * fb != f_out * clki:
                 continue

@@ -586,12 +586,11 @@ class Controller(wiring.Component):
             m.d.comb += out.eq(nxt)
             return levels, out
 
-        # Both candidates of the next PC go through the cascade side by side: pc + 1 (from
-        # registers only) and a LOOP's end (from the instruction memory); the LOOP's `n = 0`
-        # decision, through the operand adder, only selects between them (an FPGA timing
-        # cut: it used to run through the cascade's compares).
+        # Both candidates of the next PC go through the cascade side by side, each from
+        # registers only: pc + 1 and a LOOP's end (in state `Loop`, from the held word
+        # `ins_q`); the LOOP's `n = 0` decision (`n_q == 0`, registered) only selects
+        # between them.
         lv_pc, npc_pc = cascade(pc1, "pc")
-        # (a LOOP's end: taken in state `Loop`, from the held word `ins_q`)
         lv_end, npc_end = cascade(ins_q.ins.c, "end")
         m.d.comb += npc.eq(Mux(to_end, npc_end, npc_pc))
         with m.If(retire):
