@@ -74,6 +74,11 @@ class UsageError(Exception):
     """A problem the user can fix (reported without a traceback, exit code 2)."""
 
 
+class RunFailure(Exception):
+    """A run that failed on the way, e.g. a board that stopped answering (reported in one
+    line without a traceback, exit code 1)."""
+
+
 #: The clock (MHz) of the tokens/s figure and the UART line rate (baud) when not given.
 DEFAULT_CLOCK_MHZ, DEFAULT_BAUD = 100.0, 1_000_000
 
@@ -659,8 +664,14 @@ def _generate_chip(args, checkpoint, tokenizer, model_path, tok_path, out, err) 
         try:
             r = asyncio.run(go())
         except DoorbellTimeout as e:
-            if args.backend != "uart" or board.flits_out:
+            if args.backend != "uart":
                 raise
+            if board.flits_out:
+                # it answered, then went quiet (reset, unplugged, another bitstream)
+                raise RunFailure(
+                    f"--port {args.port}: the board stopped answering after "
+                    f"{board.flits_out:,} flits from it and {board.flits_in:,} to it: {e}"
+                ) from None
             # not a flit back: no board answering there, or not at this line rate
             raise UsageError(
                 f"--port {args.port}: no answer from the board on this port within "
@@ -712,6 +723,10 @@ def main(argv: list[str] | None = None) -> int:
         # the prefix of argparse's refusals of the same command (`ArgumentParser.error`)
         err.write(f"chipotle {args.command}: error: {under_make(str(e))}\n")
         return EXIT_USAGE
+    except RunFailure as e:
+        out.flush()
+        err.write(f"\nchipotle {args.command}: error: {e}\n")
+        return 1
     except BrokenPipeError:
         # The reader went away (`chipotle generate | head`): stop quietly.
         try:

@@ -646,6 +646,34 @@ def test_uart_without_a_board_answering_is_one_line(capsys, tiny):
         "--baud 115200, the bitstream's line rate?"), err
 
 
+def test_uart_board_that_goes_quiet_is_one_line(capsys, tiny, monkeypatch):
+    """A board that answered and then stopped (reset, unplugged) ends the run with one
+    line naming the port, the flits either way and the driver's timeout, exit code 1, not
+    the DoorbellTimeout traceback.  The board here is the pty nobody reads, with the
+    backend's count of flits from it made non-zero."""
+    import chipotle.driver.uart as uart
+
+    class Quiet(uart.UartBackend):
+        def __init__(self, *a, **k):
+            super().__init__(*a, **k)
+            self.flits_out = 7          # as if it had answered before
+
+    monkeypatch.setattr(uart, "UartBackend", Quiet)
+    master, slave = os.openpty()
+    try:
+        port = os.ttyname(slave)
+        code, out, err = run(capsys, *tiny, "--backend", "uart", "--config", "small", "--port",
+                             port, "--clock-mhz", "1000", "--baud", "115200", "--steps", "2")
+    finally:
+        os.close(slave)
+        os.close(master)
+    assert code == 1, err
+    last = err.splitlines()[-1]
+    assert last.startswith(f"chipotle generate: error: --port {port}: the board stopped "
+                           "answering after 7 flits from it and "), err
+    assert "no doorbell within" in last and "Traceback" not in err, err
+
+
 def _make(*argv):
     """``make -n ARGV`` in the checkout (nothing runs): (exit code, stderr)."""
     r = subprocess.run(["make", "-n", *argv], cwd=ROOT, capture_output=True, text=True,
