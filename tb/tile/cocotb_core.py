@@ -73,6 +73,8 @@ async def scalar_loops_copy(dut):
         st   0x11c, r9
         ld   r10, 0x4               ; from the random background
         st   0x120, r10+1
+        mul  r11, r1+0x1235, 0x3f1  ; (r + off) * imm, r + off wrapping
+        st   0x128, r11
         done 0xbeef
         st   0x124, r0
         halt
