@@ -543,24 +543,6 @@ class Controller(wiring.Component):
         m.d.comb += [a_val.eq(val(ins.a, "a")), b_val.eq(val(ins.b, "b")),
                      d_val.eq(val(ins.d, "d")), n_reg.eq(rf_r["n"].data),
                      n_val.eq((n_reg + ins.n.imm)[:32])]
-        # ADD, SUB and MUL with one carry chain after the register file (an FPGA timing cut,
-        # mod 2**32 as the ISA's arithmetic): (r_a + off_a) +/- (r_b + off_b) is
-        # r_a + (r_b or ~r_b) + k, k = off_a + off_b or off_a - off_b + 1 from the word
-        # alone, the three summed by a carry-save stage (a LUT per bit) and one adder;
-        # (r_a + off_a) * imm is r_a * imm + off_a * imm, the second product from the word.
-        r_a, r_b = rf_r["a"].data, rf_r["b"].data
-        is_sub = ins.op.as_value() == Opcode.SUB.value
-        k_as = Signal(32)
-        y_as = Signal(32)
-        m.d.comb += [k_as.eq(Mux(is_sub, ins.a.off - ins.b.off + 1, ins.a.off + ins.b.off)),
-                     y_as.eq(Mux(is_sub, ~r_b, r_b))]
-        cs_s = r_a ^ y_as ^ k_as
-        cs_c = (r_a & y_as) | (r_a & k_as) | (y_as & k_as)
-        addsub = Signal(32)
-        mul = Signal(32)
-        m.d.comb += [addsub.eq((cs_s + (cs_c << 1))[:32]),
-                     mul.eq((r_a * ins.imm + ins.a.off * ins.imm)[:32])]
-
         # One register write port: the states that write a register drive it (the LUT RAM's
         # one write port below).  Every write is to ``ins.d.reg`` (LI, ADD, SUB, MUL and
         # LD's latch).
@@ -972,10 +954,12 @@ class Controller(wiring.Component):
                     with m.Switch(opv):
                         with m.Case(Opcode.LI.value):
                             write_reg(Cat(ins.imm, ins.c[:16]))
-                        with m.Case(Opcode.ADD.value, Opcode.SUB.value):
-                            write_reg(addsub)
+                        with m.Case(Opcode.ADD.value):
+                            write_reg((a_val + b_val)[:32])
+                        with m.Case(Opcode.SUB.value):
+                            write_reg((a_val - b_val)[:32])
                         with m.Case(Opcode.MUL.value):
-                            write_reg(mul)
+                            write_reg((a_val * ins.imm)[:32])
                     do_retire()
                 with m.Elif(pd.halt):
                     m.d.comb += self.retired.eq(1)
