@@ -890,8 +890,7 @@ def format_report(r: dict) -> str:
 
 def main(argv=None):
     from chipotle.config import ChipConfig
-    from chipotle.hw.fpga.boards import BOARDS, ecp5_pll_params
-    from chipotle.hw.fpga.uart import divisor
+    from chipotle.hw.fpga.boards import BOARDS
 
     parser = argparse.ArgumentParser(prog="python -m chipotle.sim.bitstream",
                                      description=__doc__.split("\nMembers\n")[0],
@@ -952,12 +951,7 @@ def main(argv=None):
         # the clock the board can make, checked before anything is elaborated or written
         clk_hz = round(args.clock_mhz * 1e6)
         try:
-            if clk_hz != board.osc_hz:
-                if board.family != "ecp5":
-                    raise ValueError(f"{board.name} has no PLL in this flow: its clock is "
-                                     f"the oscillator's {board.osc_hz / 1e6:g} MHz")
-                ecp5_pll_params(board.osc_hz, clk_hz)
-            divisor(clk_hz, board.baud)
+            dataclasses.replace(board, clk_hz=clk_hz).clock_plan()
         except ValueError as e:
             refuse(f"--clock-mhz {args.clock_mhz:g}: {e}")
     try:

@@ -75,6 +75,30 @@ class Board:
     nextpnr_opts: str = ""
     goal_hz: int | None = None
 
+    def clock_plan(self) -> dict[str, int] | None:
+        """Check that the board makes `clk_hz` and return the PLL's dividers.
+
+        Returns
+        -------
+        dict or None
+            `ecp5_pll_params` for the clock, or None when it is the oscillator's (no PLL).
+
+        Raises
+        ------
+        ValueError
+            If the board cannot make the clock: no PLL divider set gives it exactly, the
+            family has no PLL in this flow, or the UART cannot keep `baud` at it
+            (`chipotle.hw.fpga.uart.divisor`).
+        """
+        pll = None
+        if self.clk_hz != self.osc_hz:
+            if self.family != "ecp5":
+                raise ValueError(f"{self.name} has no PLL in this flow: its clock is the "
+                                 f"oscillator's {self.osc_hz / 1e6:g} MHz")
+            pll = ecp5_pll_params(self.osc_hz, self.clk_hz)
+        divisor(self.clk_hz, self.baud)
+        return pll
+
     def make_platform(self):
         """Return an instance of the board's amaranth-boards platform."""
         import importlib
@@ -150,7 +174,7 @@ class BoardTop(Elaboratable):
         self.board = board
         self.config = board.config if config is None else config
         self.tile_instances = tile_instances
-        divisor(board.clk_hz, board.baud)
+        self._pll = board.clock_plan()      # refused here, before any elaboration
 
     def elaborate(self, platform):
         b = self.board
@@ -159,10 +183,10 @@ class BoardTop(Elaboratable):
         m.submodules.clk_buf = clk_buf = io.Buffer("i", clk_io)
         m.domains.sync = cd_sync = ClockDomain()
         locked = Signal(init=1)
-        if b.clk_hz == b.osc_hz:
+        p = self._pll
+        if p is None:
             m.d.comb += cd_sync.clk.eq(clk_buf.i)
-        elif b.family == "ecp5":
-            p = ecp5_pll_params(b.osc_hz, b.clk_hz)
+        else:       # an ECP5's (`Board.clock_plan`)
             clk = Signal()
             m.submodules.pll = Instance(
                 "EHXPLLL",
@@ -182,8 +206,6 @@ class BoardTop(Elaboratable):
             # oscillator's and the divisors ("Derived frequency constraint of 20.0 MHz for net
             # clk" in top.tim), and one given here named a net Yosys does not keep ("net
             # 'clk$12' does not exist in design, ignoring clock constraint", until session 15).
-        else:
-            raise ValueError(f"{b.name}: no PLL support for {b.family}; set clk_hz = osc_hz")
         # Power-on reset: held for 255 cycles after the PLL locks.
         m.domains.por = cd_por = ClockDomain(reset_less=True)
         m.d.comb += cd_por.clk.eq(cd_sync.clk)

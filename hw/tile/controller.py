@@ -1044,7 +1044,7 @@ class Controller(wiring.Component):
                 # in this cycle (from registers).
                 m.d.comb += st.eq(ControllerState.RUNNING)
                 end = ins_q.ins.c
-                top = (sp - 1)[:ceil_log2(max(D, 2))]
+                top = (sp - 1)[:lb]
                 with m.If(end <= pc1):
                     fail(ErrorCode.LOOP)
                 with m.Elif(ins_q.pd.loop_far):
@@ -1056,7 +1056,7 @@ class Controller(wiring.Component):
                 with m.Elif(sp >= D):
                     fail(ErrorCode.LOOP)
                 with m.Else():
-                    lvl = sp[:ceil_log2(max(D, 2))]
+                    lvl = sp[:lb]
                     m.d.sync += [lp_start[lvl].eq(pc1), lp_end[lvl].eq(end),
                                  lp_rem[lvl].eq(n_q)]
                     # Pushing happens after the retire cascade (which only looks at ends

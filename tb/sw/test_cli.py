@@ -626,11 +626,9 @@ def test_uart_defaults_to_the_board_chip(capsys, model_paths, tmp_path):
     assert code == 2 and f"--port {tmp_path / 'no-such-tty'}" in err
 
 
-def test_uart_without_a_board_answering_is_one_line(capsys, tiny):
-    """A serial port with no board answering (a pty nobody reads): the run is refused in one
-    line naming the port, the time waited and what to check, not with the driver's
-    DoorbellTimeout traceback (a fresh user's finding).  The wait is 2**26 cycles of
-    --clock-mhz: at 1000, 0.07 s."""
+def _uart_run_on_a_silent_pty(capsys, tiny):
+    """``generate --backend uart`` on a pty nobody reads (no board answering), the wait
+    2**26 cycles of --clock-mhz 1000, 0.07 s; returns (port, exit code, stdout, stderr)."""
     master, slave = os.openpty()
     try:
         port = os.ttyname(slave)
@@ -639,6 +637,15 @@ def test_uart_without_a_board_answering_is_one_line(capsys, tiny):
     finally:
         os.close(slave)
         os.close(master)
+    return port, code, out, err
+
+
+def test_uart_without_a_board_answering_is_one_line(capsys, tiny):
+    """A serial port with no board answering (a pty nobody reads): the run is refused in one
+    line naming the port, the time waited and what to check, not with the driver's
+    DoorbellTimeout traceback (a fresh user's finding).  The wait is 2**26 cycles of
+    --clock-mhz: at 1000, 0.07 s."""
+    port, code, out, err = _uart_run_on_a_silent_pty(capsys, tiny)
     assert code == 2 and out == "", err
     assert err.splitlines()[-1] == (
         f"chipotle generate: error: --port {port}: no answer from the board on this port "
@@ -659,14 +666,7 @@ def test_uart_board_that_goes_quiet_is_one_line(capsys, tiny, monkeypatch):
             self.flits_out = 7          # as if it had answered before
 
     monkeypatch.setattr(uart, "UartBackend", Quiet)
-    master, slave = os.openpty()
-    try:
-        port = os.ttyname(slave)
-        code, out, err = run(capsys, *tiny, "--backend", "uart", "--config", "small", "--port",
-                             port, "--clock-mhz", "1000", "--baud", "115200", "--steps", "2")
-    finally:
-        os.close(slave)
-        os.close(master)
+    port, code, out, err = _uart_run_on_a_silent_pty(capsys, tiny)
     assert code == 1, err
     last = err.splitlines()[-1]
     assert last.startswith(f"chipotle generate: error: --port {port}: the board stopped "
