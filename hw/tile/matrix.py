@@ -524,10 +524,12 @@ class MatrixWriteback(wiring.Component):
         M of the matrix unit.
     sram_latency : int
         L of ``bus`` (`SramSignature.latency`): 1 (default), 2 or 3 cycles.  With L > 1 each
-        header and pair read takes L - 1 cycles more, and a result is taken only once its
-        side word has arrived (L cycles after the read's grant): a result of m < L rows (but
-        the last) takes ``P = max(2 + m, 1 + L)`` cycles (`chipotle.isa.matrix_cycles`).  At
-        L = 1 the side word is always there when it is needed, and none of these gates is
+        header and pair read takes L - 1 cycles more, a result is taken only once its side
+        word has arrived (L cycles after the read's grant), and each element's scaled
+        product ``p * m + half`` is registered before the cycle that writes it (state
+        ``Scale`` after ``Element``; an FPGA timing cut): every result takes ``P = max(2 +
+        m, 1 + L)`` cycles, the last ``2 + m`` (`chipotle.isa.matrix_cycles`).  At L = 1 the
+        side word is always there when it is needed, and none of these gates and stages is
         built.
 
     Members
@@ -680,10 +682,11 @@ class MatrixWriteback(wiring.Component):
         # the element in `prod` is an arithmetic error: `requant_dyn` refuses it.  |prod| <
         # 2**46 by the bits above 46: all equal to the sign, and prod = -2**46 (the only
         # value of that form outside the bound) excluded.
-        bad = Signal()
+        bad = Signal()           # the element being written is in error
+        bad_p = Signal()         # the element in `prod` is
         p_top = prod[46:]
         p_fits = (~p_top.any() | (p_top.all() & prod[:46].any()))
-        m.d.comb += bad.eq(~raw & (sh_neg | ~p_fits))
+        m.d.comb += bad_p.eq(~raw & (sh_neg | ~p_fits))
 
         def select_take():
             """In a cycle that may take a result, point the staging at its element 0 (by the
@@ -719,8 +722,27 @@ class MatrixWriteback(wiring.Component):
         # saturation by the bits above the type's sign bit (all equal to the sign: it fits)
         xm = Signal(signed(66))
         m.d.comb += xm.eq(prod * mult.as_unsigned() + half)
+        # With L > 1 the scaled element `xm` is registered (`xm_q`, with its shift and its
+        # check) before the cycle that shifts, saturates and writes it (an FPGA timing cut:
+        # the multiplier is not on the path into the SRAM's write data); a result takes a
+        # cycle more (state `Scale`, after `Element`), which at L > 1 the wait for the next
+        # side word mostly hides: P = max(2 + m, 1 + L) (`chipotle.isa.matrix_cycles`).
+        xstage = lat > 1
+        if xstage:
+            xm_q = Signal(signed(66), reset_less=True)
+            shb_x = Signal(reset_less=True)
+            shc_x = Signal(6, reset_less=True)
+            bad_x = Signal(reset_less=True)
+
+            def load_x():
+                """Move the element in `prod` into the scaled stage."""
+                m.d.sync += [xm_q.eq(xm), shb_x.eq(sh_big), shc_x.eq(sh_c), bad_x.eq(bad_p)]
+
+            x_in, x_big, x_sh = xm_q, shb_x, shc_x
+        else:
+            x_in, x_big, x_sh = xm, sh_big, sh_c
         shifted = Signal(signed(66))
-        m.d.comb += shifted.eq(Mux(sh_big, 0, xm >> sh_c))
+        m.d.comb += shifted.eq(Mux(x_big, 0, x_in >> x_sh))
         value = Signal(signed(32))
         for code, bits in ((0, 8), (1, 16), (2, 32)):
             lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
@@ -729,6 +751,7 @@ class MatrixWriteback(wiring.Component):
             with m.If(job.td == code):
                 m.d.comb += value.eq(Mux(~top.any() | top.all(), shifted[:bits].as_signed(),
                                          Mux(neg, lo, hi)))
+        m.d.comb += bad.eq(bad_x if xstage else bad_p)
         out = Mux(raw, acc[r], value)
         boff = el_addr[:wb] if wb else C(0, 1)
         m.d.comb += [
@@ -802,7 +825,14 @@ class MatrixWriteback(wiring.Component):
                 with m.If(~last):
                     read_side()
                 take_product()
-                m.next = "Write"
+                m.next = "Scale" if xstage else "Write"
+
+            if xstage:
+                with m.State("Scale"):     # the first element scaled; the second's product
+                    load_x()
+                    with m.If(job.m > 1):
+                        take_product()
+                    m.next = "Write"
 
             with m.State("Write"):     # element r; the product of element r + 1 meanwhile
                 m.d.comb += [self.bus.en.eq(1), self.bus.we.eq(1),
@@ -832,7 +862,12 @@ class MatrixWriteback(wiring.Component):
                         with m.Else():
                             m.next = "Side"
                     with m.Elif(~raw):
-                        take_product()
+                        if xstage:      # element r + 1 scaled, r + 2's product
+                            load_x()
+                            with m.If(r + 2 < job.m):
+                                take_product()
+                        else:
+                            take_product()
 
         m.d.comb += self.busy.eq(~fsm.ongoing("Idle"))
         return m

@@ -1360,9 +1360,11 @@ def matrix_cycles(op: Opcode, m: int, n: int, k: int, word_bytes: int = 8,
         `CostModel.mat_latency`.
     sram_latency : int
         L of the read/write port (`CostModel.sram_latency`): each header and pair read
-        takes ``1 + L`` cycles (read, L - 1 waits, latch), the first side word L - 1 more,
-        and a result of ``m < L`` rows ``P = max(2 + m, 1 + L)`` (its next side word, read
-        in the product cycle, lands after the last write).
+        takes ``1 + L`` cycles (read, L - 1 waits, latch), the first side word L - 1 more;
+        at L > 1 every result (but ``MATRAW``'s) takes a cycle more in the write-back's
+        scaled stage (its first element's ``prod * m + half`` registered before the write:
+        ``P = 2 + m``, the last result's too) and at least ``P = 1 + L`` (its next side
+        word, read in the product cycle, lands L cycles later): ``P = max(2 + m, 1 + L)``.
 
     Returns
     -------
@@ -1385,8 +1387,11 @@ def matrix_cycles(op: Opcode, m: int, n: int, k: int, word_bytes: int = 8,
         per = last = m
         headers = 0
     else:
-        last = 1 + m                        # the last result: no next side word to wait for
-        per = last if L <= m else max(2 + m, 1 + L)
+        if L == 1:
+            last = per = 1 + m
+        else:       # the scaled stage (state Scale); the next side word lands L after its read
+            last = 2 + m                    # the last result: no next side word to wait for
+            per = max(2 + m, 1 + L)
         headers = (1 + L) * (m + (op == Opcode.MATQK)) + 1 + (L - 1)
     wb = 1 + headers                        # the write-back can take a result from here
     offered = 1 + m * R + R + latency - 1   # the first result on the unit's output

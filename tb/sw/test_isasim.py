@@ -357,6 +357,15 @@ def test_matrix_cycles_write_back_bound(m):
     # the unit alone would take 1 + m + n + 3 cycles: the write-back, not the unit, is slow,
     # m cycles more per result (1 + m against the unit's one weight word)
     assert matrix_cycles(Opcode.MATQK, m, 65, 8, 8) > (1 + m + 65 + 3) + 65 * m
+    # with the SRAM's register stage (L > 1) the write-back's scaled stage adds a cycle to
+    # each result, and the next side word lands L cycles after its read: P = max(2 + m,
+    # 1 + L) per result, the last 2 + m; the headers and the pair 1 + L each, the first
+    # side word L
+    for L in (2, 3):
+        heads = (1 + L) * (m + 1) + L
+        for n in (1, 2, 65):
+            assert (matrix_cycles(Opcode.MATQK, m, n, 8, 8, sram_latency=L)
+                    == 1 + heads + (n - 1) * max(2 + m, 1 + L) + 2 + m + 1), (L, n)
     with pytest.raises(ValueError, match="matrix opcode"):
         matrix_cycles(Opcode.VADD, m, 1, 8, 8)
     with pytest.raises(ValueError, match="positive"):

@@ -304,6 +304,24 @@ async def matrix(dut):
         # the cost model (`chipotle.isa.matrix_cycles`) is exact for the unit and its
         # write-back when nothing else uses the SRAM port
         assert res["matrix_cycles"] == res["est_matrix_cycles"], res
+    # MATQK rows whose shifts straddle 62 on products near the 2**46 bound (acc 8 x 127**2,
+    # mu = 19,500**2, m = 65,535: y = 1 at sh = 62, 0 at sh > 62): each element is shifted
+    # by its own sh, not by that of the element behind it in the write-back's stages
+    if M > 1:
+        for b_rows in ((0, -1), (-1, 0)):
+            prog, image = _matrix_case(tb, "matqk", 2, 1, 8, "i32", "max", "max")
+            ya, xa, wa, ca = (int(v, 0) for v in prog.split(None, 1)[1].split(",")[:4])
+            rec = ISA.record_bytes(8)
+            for r, b in enumerate(b_rows):
+                image[xa + r * rec:xa + r * rec + 4] = np.array([19500, b], "<i2").view(np.uint8)
+            image[wa:wa + 4] = np.array([19500, 0], "<i2").view(np.uint8)
+            image[ca:ca + 4] = np.array([65535, 62], "<u2").view(np.uint8)
+            res = await tb.check_program(f"matqk.i32 M=2 rows at sh = {62 - b_rows[0]}, "
+                                         f"{62 - b_rows[1]}", prog, image,
+                                         expect=ErrorCode.NONE)
+            got = tb._rtl_image
+            y = [int(got[ya + r * W:ya + r * W + 4].view("<i4")[0]) for r in range(2)]
+            assert y == [int(b == 0) for b in b_rows], (y, res)      # the case is as meant
     # write-back bound instructions (R = ceil(K / W) below the write-back's 1 + m cycles per
     # result, or equal: the next result offered just at the last write) with a vector
     # instruction on the same read/write port in the background: side words and writes
