@@ -263,6 +263,12 @@ class Tile:
         self.error_message = ""
         self.perf = Perf()
         self._wait = None
+        #: The controller's instruction-memory read port is a word ahead (`CostModel.refill`)
+        self._ahead = False
+        #: the instruction being run was held before it ran (a scoreboard wait)
+        self._stalled = False
+        #: the instruction being run settled the fetch itself (`IsaSim._fetch_next`)
+        self._fetched = False
         #: The scoreboard: unit (`BACKGROUND_UNITS`) -> its entry, while in flight or faulted.
         self._busy: dict[str, _InFlight] = {}
         self._seq = 0
@@ -324,6 +330,13 @@ class Tile:
             raise _Fault(ErrorCode.TABLE, f"the {tid.name.lower()} table was never loaded "
                                           f"(TABLE {tid.name.lower()}, addr)")
         return self.tables[tid]
+
+
+#: The instructions the controller can retire in their first cycle (state Execute): the
+#: single-cycle scalar ones, ``wait`` (its request then waits in registers) and, with
+#: ``overlap``, a ``send`` the network interface takes at once (`CostModel.refill`).
+_FIRST_CYCLE_OPS = frozenset({Opcode.NOP, Opcode.LI, Opcode.ADD, Opcode.SUB, Opcode.MUL,
+                              Opcode.WAIT, Opcode.SEND})
 
 
 class IsaSim:
@@ -455,6 +468,7 @@ class IsaSim:
         if not 0 <= pc < len(t.imem):
             raise ValueError(f"`pc` must be in [0, {len(t.imem)}), not {pc}")
         t.pc, t._loops, t._wait = pc, [], None
+        t._ahead = False
         t.state = TileState.RUNNING
 
     def reset(self, xy=None) -> None:
@@ -554,17 +568,23 @@ class IsaSim:
                 if isinstance(instr, IllegalInstruction):
                     raise _Fault(ErrorCode.ILLEGAL, f"illegal instruction "
                                                     f"{t.imem[pc]:#034x}: {instr}")
+                c_pre = t.perf.cycles
                 if t._busy:
                     # an instruction issued from the decode register waits from its second
                     # cycle on (the first one resolves its operands)
                     lead = self.config.cost.decode if is_decode_op(instr.op) else 0
                     self._sync(t, self._sync_units(t, instr), lead)
+                t._stalled = t.perf.cycles > c_pre
+                t._fetched = False
+                c0 = t.perf.cycles
                 if self.config.overlap and background_unit(instr.op) is not None:
                     nxt = self._issue(t, instr)
                 else:
                     nxt = self._execute(t, instr)
                 if nxt is None:            # blocked on WAIT
                     return done
+                single = (instr.op in _FIRST_CYCLE_OPS and not t._stalled
+                          and t.perf.cycles - c0 == 1)
             except _Fault as f:
                 err = f
                 first = self._first_fault(t)
@@ -585,8 +605,22 @@ class IsaSim:
                     nxt = t._loops[-1][0]
                     break
                 t._loops.pop()
+            if not t._fetched and nxt < len(t.imem):    # (past the memory: Fetch, IMEM_RANGE)
+                self._fetch_next(t, single)
             t.pc = nxt
         return done
+
+    def _fetch_next(self, t: Tile, single: bool, skip: bool = False) -> None:
+        """Play the controller's decode register after an instruction retires
+        (`CostModel.refill`): one that retired in its first cycle (`single`) while the read
+        port was not a word ahead, or a ``loop`` skipped (`skip`), waits a refill cycle,
+        after which the port is a word ahead; any other retire leaves it not ahead."""
+        if skip or single and not t._ahead:
+            t.perf.cycles += self.config.cost.refill
+            t._ahead = True
+        else:
+            t._ahead = False
+        t._fetched = True
 
     def _sync_units(self, t: Tile, i: Instr) -> list:
         """Return the scoreboard entries `i` waits for (``docs/tile.md``, "Issue policy").
@@ -769,6 +803,10 @@ class IsaSim:
                                          f"{t._loops[-1][1]}")
         self._charge(t, i, count)
         if count == 0:
+            if end < len(t.imem):
+                self._fetch_next(t, False, skip=True)
+            else:
+                t._fetched = True       # to Fetch, which finds the PC past the memory
             return end
         if len(t._loops) >= self.config.loop_depth:
             raise _Fault(ErrorCode.LOOP, f"loops nested deeper than {self.config.loop_depth}")
@@ -789,14 +827,17 @@ class IsaSim:
             return None
         taken, q[:] = q[:need], q[need:]
         self._charge(t, i, need)
+        self._fetch_next(t, not t._stalled)
         # The RTL retires a WAIT at once and holds the next instruction until the network
         # interface grants the request it registered (``docs/tile.md``, "Registered WAIT"):
         # the next instruction runs in the cycle of the grant, one before the cycle after
-        # the last bump's arrival.
+        # the last bump's arrival (held at least a cycle, it finds the read port a word
+        # ahead; a refill cycle before it is not a held one).
         ready = taken[-1] - 1 if taken else 0
         if ready > t.perf.cycles:
             t.perf.wait_cycles += ready - t.perf.cycles
             t.perf.cycles = ready
+            t._ahead = True
         t.state, t._wait = TileState.RUNNING, None
         return t.pc + 1
 

@@ -489,18 +489,25 @@ class Controller(wiring.Component):
         # The read port's address comes from registers only (an FPGA timing cut: no path
         # from the instruction memory's output through decode and the retire decision back
         # into its address pins).  Every cycle it reads the next PC through the loop stack
-        # (`npc_pc`, from the PC and the stack), or in `Fetch` the PC itself; so after a
-        # retire to pc + 1 or a loop's back edge the word is there in the next cycle, as
-        # before.  While an instruction is held (no retire), the read port has moved on to
-        # its successor, so the word is kept in `ins_q` and decoded from there: `fresh` says
-        # which (the read port's word in the cycle after a fetch, else `ins_q`).  A LOOP
-        # skipped (n = 0) jumps to its end from state `Loop`, where the end's cascade on
-        # `ins_q` addresses the port (docs/tile.md, "Fetch").
+        # (`npc_pc`, from the PC and the stack), in `Fetch` the PC itself, and in `Idle` /
+        # `Halted` the start PC offered.  The instruction is decoded from the decode
+        # register `ins_q`, never from the read port's output (an FPGA timing cut: the
+        # block RAM's 5.8 ns clock-to-out and its route are off every decode path into the
+        # register file, the scoreboard and the retire).  `ins_q` takes the port's word
+        # (`load_d`) when an instruction retires, which is its successor's when the port
+        # has been reading that for a cycle already (`settled`: the instruction did not
+        # retire in its first cycle, or came after a refill); else the next state is
+        # `Refill`, which takes the right word a cycle later.  So an instruction that
+        # retires in its first cycle without a settled port costs one cycle more
+        # (`CostModel.refill`); `Fetch` loads it too (docs/tile.md, "Fetch").
+        # A LOOP skipped (n = 0) jumps to its end from state `Loop`, where the end's cascade
+        # on `ins_q` addresses the port, through `Refill`.
         ins_q = Signal.like(ir.data, reset_less=True)
-        fresh = Signal()
-        cur = Signal.like(ir.data)
-        m.d.comb += cur.eq(Mux(fresh, ir.data, ins_q))
-        m.d.sync += ins_q.eq(cur)
+        load_d = Signal()
+        settled = Signal()
+        with m.If(load_d):
+            m.d.sync += ins_q.eq(ir.data)
+        cur = ins_q
         ins = cur.ins
         pd = cur.pd
 
@@ -604,23 +611,26 @@ class Controller(wiring.Component):
                         m.d.sync += [lp_rem[lvl].eq(lp_rem[lvl] - 1), sp.eq(sp - k)]
                     with m.Else():
                         m.d.sync += sp.eq(sp - k - 1)
-        # Fetch of the next instruction in the retiring cycle: the read port is addressed
-        # with `npc_pc` in every cycle but `Fetch` (after the FSM below), and the word it
-        # reads is the one decoded next (`fresh`) when the instruction retires to it.
+        # Fetch of the next instruction: the read port is addressed with `npc_pc` in every
+        # cycle but `Idle`, `Halted`, `Fetch` and a skipping `Loop` (after the FSM below).
         fetch_now = Signal()
         m.d.comb += ir.en.eq(1)
-        # (after a retire past the memory the next state is `Fetch`, which decodes
-        # nothing: `fresh` need not tell that retire apart)
-        m.d.sync += fresh.eq(retire | fetch_now)
 
         def do_retire(loop_skip=False):
             """Retire the instruction: next PC pc + 1, or with `loop_skip` the end of the
-            LOOP (``c``), through the loop stack."""
+            LOOP (``c``), through the loop stack; decode it in the next cycle if the read
+            port has its word now (`settled`), else after `Refill`."""
             m.d.comb += retire.eq(1)
             if loop_skip:
                 m.d.comb += to_end.eq(1)
             with m.If(npc_end < depth if loop_skip else npc_pc < depth):
-                m.next = "Execute"
+                if loop_skip:
+                    m.next = "Refill"
+                else:
+                    with m.If(settled):
+                        m.next = "Execute"
+                    with m.Else():
+                        m.next = "Refill"
             with m.Else():
                 m.next = "Fetch"
 
@@ -919,6 +929,13 @@ class Controller(wiring.Component):
                 with m.Else():
                     m.d.comb += fetch_now.eq(1)
                     m.next = "Execute"
+
+            with m.State("Refill"):
+                # the retired instruction's successor is on the read port now: into the
+                # decode register (`load_d`), decoded in the next cycle
+                # (an instruction after a WAIT holds for its grant from Execute on)
+                m.d.comb += st.eq(ControllerState.RUNNING)
+                m.next = "Execute"
 
             with m.State("Execute"):
                 m.d.comb += st.eq(ControllerState.RUNNING)
@@ -1371,8 +1388,18 @@ class Controller(wiring.Component):
 
         # The instruction memory's address, from registers only: the PC in `Fetch`, a
         # skipped LOOP's end in `Loop`, else the next PC through the loop stack (`npc_pc`).
-        m.d.comb += ir.addr.eq(Mux(fsm.ongoing("Fetch"), pc,
-                                   Mux(fsm.ongoing("Loop") & (n_q == 0), npc_end, npc_pc)))
+        m.d.comb += ir.addr.eq(Mux(fsm.ongoing("Idle") | fsm.ongoing("Halted"),
+                                   self.i_start.payload,
+                                   Mux(fsm.ongoing("Fetch"), pc,
+                                       Mux(fsm.ongoing("Loop") & (n_q == 0), npc_end,
+                                           npc_pc))))
+        # The port's word is the next PC's in a cycle after one that addressed it with
+        # `npc_pc` and retired nothing (the PC and the loop stack are unchanged since; a
+        # skipping `Loop`, the one other address, always retires or fails).  Every retire
+        # loads the decode register: one that goes to `Refill` (not settled, or a skip)
+        # loads the wrong word, which `Refill` replaces with the right one.
+        m.d.sync += settled.eq(~retire & ~fsm.ongoing("Fetch"))
+        m.d.comb += load_d.eq(retire | fetch_now | fsm.ongoing("Refill"))
 
         # ---- command payloads, driven whatever the state (no multiplexer chain of the FSM's
         # conditions in front of them: 9,707 -> 9,306 LUT slots at a fixed 20 ns mapping,

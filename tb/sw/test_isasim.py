@@ -483,10 +483,11 @@ def test_two_tiles_send_wait_round_trip():
     # 8 words behind one head, the last (only) packet bumping the counter
     assert t0.perf.flits_sent == 8 + 1 and t1.perf.bytes_received == 64
     # (1,0) started first but waits for the message: its clock jumps to the cycle before the
-    # arrival (the instruction after the WAIT runs in the cycle of the grant)
+    # arrival (the instruction after the WAIT runs in the cycle of the grant); the WAIT, its
+    # first instruction, retired in its first cycle, then a refill cycle (CostModel.refill)
     send = decode(assemble("send 0x200, 0x100, 64, (1, 0), 3")[0])
     arrival = instr_cycles(send, CFG, 64) + CFG.cost.hop
-    assert t1.perf.wait_cycles == arrival - 2 and t1.perf.cycles > arrival
+    assert t1.perf.wait_cycles == arrival - 2 - CFG.cost.refill and t1.perf.cycles > arrival
     assert t0.perf.cycles > t1.perf.cycles - 10       # (0,0) waited for the answer too
 
 
@@ -815,3 +816,26 @@ def test_kvqk_without_a_layout_is_refused():
     t = _run_prog(sim, "kvqk.i32 0x3000, 0x0, 0, 0x2f00, 1, 1\nhalt")
     assert t.error == ErrorCode.KV_RANGE
     np.testing.assert_array_equal(t.sram, before)
+
+
+@pytest.mark.parametrize(("body", "refills"), [
+    ("li r1, 1\nli r2, 2\nli r3, 3\nli r4, 4", 2),         # every second single-cycle one
+    ("li r1, 1\nst 0x100, r1\nli r2, 2", 2),               # after a store: not a word ahead
+    ("loop 0, e\nnop\ne:\nnop", 1),          # a skipped loop; the nop after it a word ahead
+    ("li r1, 3\nloop r1, e\nadd r2, r2+1, 0\ne:\nnop", 3),  # the loop, its body, the nop
+])
+def test_refill_after_first_cycle_retires(body, refills):
+    """The controller's decode register (`CostModel.refill`, ``docs/tile.md`` "Fetch"): an
+    instruction that retires in its first cycle while the instruction memory's read port
+    is not a word ahead costs a refill cycle, after which the port is a word ahead; a
+    skipped ``loop`` always does.  Against the same program with ``refill=0``."""
+    from dataclasses import replace
+    cycles = {}
+    for refill in (0, 1):
+        cfg = replace(CFG, cost=replace(CFG.cost, refill=refill))
+        sim = IsaSim(1, 1, cfg)
+        sim.load_program((0, 0), body + "\nhalt")
+        sim.start((0, 0))
+        sim.run()
+        cycles[refill] = sim.tile((0, 0)).perf.cycles
+    assert cycles[1] - cycles[0] == refills, cycles
