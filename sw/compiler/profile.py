@@ -91,16 +91,20 @@ def _instructions(source: str):
 
 
 @contextmanager
-def _hooked(sim, execute, sync):
-    """Inside the block, `sim`'s ``_execute`` and ``_issue`` are ``execute(original)`` and its
-    ``_sync`` is ``sync(original)`` (the wrappers of `profile_plan` and `timeline_plan`); the
-    originals are back afterwards."""
+def _hooked(sim, execute, sync, fetch):
+    """Inside the block, `sim`'s ``_execute`` and ``_issue`` are ``execute(original)``, its
+    ``_sync`` is ``sync(original)`` and its ``_fetch_next`` (the refill after a retire,
+    `chipotle.isa.core.CostModel.refill`) ``fetch(original)`` (the wrappers of
+    `profile_plan` and `timeline_plan`); the originals are back afterwards."""
     names = [n for n in ("_execute", "_issue") if hasattr(sim, n)]
     sync_name = "_sync" if hasattr(sim, "_sync") else "_mx_sync"
-    originals = {n: getattr(sim, n) for n in (*names, sync_name)}
+    extra = ["_fetch_next"] if hasattr(sim, "_fetch_next") else []
+    originals = {n: getattr(sim, n) for n in (*names, sync_name, *extra)}
     for n in names:
         setattr(sim, n, execute(originals[n], n == "_execute"))
     setattr(sim, sync_name, sync(originals[sync_name]))
+    for n in extra:
+        setattr(sim, n, fetch(originals[n]))
     try:
         yield
     finally:
@@ -141,14 +145,14 @@ def profile_plan(sim, compiled, plan) -> tuple:
     inner = set()                           # tiles inside `_issue` (which calls `_execute`)
 
     def wrap(fn, busy):
-        def wrapper(t, *args):
+        def wrapper(t, *args, **kw):
             if t.xy not in prof:
-                return fn(t, *args)
+                return fn(t, *args, **kw)
             nested = t.xy in inner
             c0, pc = t.perf.cycles, t.pc
             inner.add(t.xy)
             try:
-                out = fn(t, *args)
+                out = fn(t, *args, **kw)
             finally:
                 if not nested:
                     inner.discard(t.xy)
@@ -165,7 +169,8 @@ def profile_plan(sim, compiled, plan) -> tuple:
             return out
         return wrapper
 
-    with _hooked(sim, wrap, lambda fn: wrap(fn, False)):
+    # (a refill after a retire is the retiring instruction's clock, in its phase)
+    with _hooked(sim, wrap, lambda fn: wrap(fn, False), lambda fn: wrap(fn, False)):
         res = run_plan_isasim(sim, compiled, plan)
     return res, {xy: {ph: dict(d) for ph, d in p.items()} for xy, p in prof.items()}
 
@@ -253,6 +258,21 @@ def _timeline(sim, compiled, plan, tiles=None) -> tuple:
             return out_
         return wrapper
 
+    def refill(fn):
+        """A refill cycle after a retire (`CostModel.refill`): part of the retiring
+        instruction, whose `retire` (and, for the controller's own, `finish`) it moves."""
+        def wrapper(t, *args, **kw):
+            if t.xy not in want or t.xy in inner:
+                return fn(t, *args, **kw)
+            out_ = fn(t, *args, **kw)
+            if out[t.xy] and out[t.xy][-1].pc == t.pc:
+                last = out[t.xy][-1]
+                out[t.xy][-1] = replace(
+                    last, retire=t.perf.cycles,
+                    finish=t.perf.cycles if last.finish == last.retire else last.finish)
+            return out_
+        return wrapper
+
     def run(fn, _is_execute):
         def wrapper(t, i):
             if t.xy not in want or t.xy in inner:
@@ -306,7 +326,7 @@ def _timeline(sim, compiled, plan, tiles=None) -> tuple:
     t0 = max(t.perf.cycles for t in sim.tiles)     # the step's start (run_plan_isasim's)
     sim._deliver = delivered
     try:
-        with _hooked(sim, run, sync):
+        with _hooked(sim, run, sync, refill):
             res = run_plan_isasim(sim, compiled, plan)
     finally:
         del sim._deliver
