@@ -1386,8 +1386,10 @@ class Controller(wiring.Component):
                             m.d.sync += [error.eq(nt_code), err_pc.eq(nt_pc)]
                         m.next = "Error"
 
-        # The instruction memory's address, from registers only: the PC in `Fetch`, a
-        # skipped LOOP's end in `Loop`, else the next PC through the loop stack (`npc_pc`).
+        # The instruction memory's address: the start PC offered on `i_start` in `Idle` and
+        # `Halted` (the network interface's start flit), the PC in `Fetch`, a skipped LOOP's
+        # end in `Loop`, else the next PC through the loop stack (`npc_pc`); from registers
+        # only but the start, so no decode path reaches it.
         m.d.comb += ir.addr.eq(Mux(fsm.ongoing("Idle") | fsm.ongoing("Halted"),
                                    self.i_start.payload,
                                    Mux(fsm.ongoing("Fetch"), pc,
