@@ -610,6 +610,17 @@ class IsaSim:
             t.pc = nxt
         return done
 
+    @staticmethod
+    def _in_memory_after(t: Tile, nxt: int) -> bool:
+        """Whether the next PC `nxt` (before the loop cascade) lands inside the instruction
+        memory once the loop stack has looked at it, without changing the stack."""
+        for start, end, count in reversed(t._loops):
+            if nxt != end:
+                break
+            if count > 1:
+                return start < len(t.imem)
+        return nxt < len(t.imem)
+
     def _fetch_next(self, t: Tile, single: bool, skip: bool = False) -> None:
         """Play the controller's decode register after an instruction retires
         (`CostModel.refill`): one that retired in its first cycle (`single`) while the read
@@ -803,7 +814,7 @@ class IsaSim:
                                          f"{t._loops[-1][1]}")
         self._charge(t, i, count)
         if count == 0:
-            if end < len(t.imem):
+            if self._in_memory_after(t, end):
                 self._fetch_next(t, False, skip=True)
             else:
                 t._fetched = True       # to Fetch, which finds the PC past the memory
@@ -827,7 +838,10 @@ class IsaSim:
             return None
         taken, q[:] = q[:need], q[need:]
         self._charge(t, i, need)
-        self._fetch_next(t, not t._stalled)
+        if self._in_memory_after(t, t.pc + 1):
+            self._fetch_next(t, not t._stalled)
+        else:
+            t._fetched = True           # to Fetch, which finds the PC past the memory
         # The RTL retires a WAIT at once and holds the next instruction until the network
         # interface grants the request it registered (``docs/tile.md``, "Registered WAIT"):
         # the next instruction runs in the cycle of the grant, one before the cycle after

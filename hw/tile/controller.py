@@ -490,7 +490,7 @@ class Controller(wiring.Component):
         # from the instruction memory's output through decode and the retire decision back
         # into its address pins).  Every cycle it reads the next PC through the loop stack
         # (`npc_pc`, from the PC and the stack), in `Fetch` the PC itself, and in `Idle` /
-        # `Halted` the start PC offered.  The instruction is decoded from the decode
+        # `Halted` the start PC offered.  The instruction is decoded from the instruction
         # register `ins_q`, never from the read port's output (an FPGA timing cut: the
         # block RAM's 5.8 ns clock-to-out and its route are off every decode path into the
         # register file, the scoreboard and the retire).  `ins_q` takes the port's word
@@ -932,7 +932,7 @@ class Controller(wiring.Component):
 
             with m.State("Refill"):
                 # the retired instruction's successor is on the read port now: into the
-                # decode register (`load_d`), decoded in the next cycle
+                # instruction register (`load_d`), decoded in the next cycle
                 # (an instruction after a WAIT holds for its grant from Execute on)
                 m.d.comb += st.eq(ControllerState.RUNNING)
                 m.next = "Execute"
@@ -1398,7 +1398,7 @@ class Controller(wiring.Component):
         # The port's word is the next PC's in a cycle after one that addressed it with
         # `npc_pc` and retired nothing (the PC and the loop stack are unchanged since; a
         # skipping `Loop`, the one other address, always retires or fails).  Every retire
-        # loads the decode register: one that goes to `Refill` (not settled, or a skip)
+        # loads the instruction register: one that goes to `Refill` (not settled, or a skip)
         # loads the wrong word, which `Refill` replaces with the right one.
         m.d.sync += settled.eq(~retire & ~fsm.ongoing("Fetch"))
         m.d.comb += load_d.eq(retire | fetch_now | fsm.ongoing("Refill"))

@@ -895,13 +895,14 @@ class CostModel:
         Extra cycles of ``KVQK`` over ``MATQK``: the KV store's command cycle and the hand-over
         of its matrix command.
     refill : int
-        Cycles the controller's decode register costs an instruction that retires in its
-        first cycle (``nop``, ``li``, ``add``, ``sub``, ``mul``, ``wait``, a ``send`` taken
-        at once; not stalled) when the instruction memory's read port is not already a word
-        ahead, and a ``loop`` skipped (n = 0): state ``Refill`` (``docs/tile.md``,
-        "Fetch").  The port is a word ahead after a refill, and after an instruction held
-        at least a cycle; so in a run of single-cycle instructions every second one pays
-        it.  Played by `chipotle.isasim.IsaSim`, not by `instr_cycles`.
+        Cycles the controller's instruction register (``ins_q``) costs an instruction
+        that retires in its first cycle (``nop``, ``li``, ``add``, ``sub``, ``mul``,
+        ``wait``, with ``overlap`` a ``send`` taken at once; not stalled) when the
+        instruction memory's read port is not already a word ahead, and a ``loop`` skipped
+        (n = 0): state ``Refill`` (``docs/tile.md``, "Fetch").  The port is a word ahead
+        after a refill, and after an instruction held at least a cycle; so in a run of
+        single-cycle instructions every second one pays it.  Played by
+        `chipotle.isasim.IsaSim`, not by `instr_cycles`.
     sram_latency : int
         L of the SRAM's read/write port (``ChipConfig.sram_latency``, default 1): every read
         on it that the next step waits for takes L - 1 cycles more (``LD``, each ``COPY`` and

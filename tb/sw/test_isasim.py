@@ -819,23 +819,32 @@ def test_kvqk_without_a_layout_is_refused():
 
 
 @pytest.mark.parametrize(("body", "refills"), [
-    ("li r1, 1\nli r2, 2\nli r3, 3\nli r4, 4", 2),         # every second single-cycle one
-    ("li r1, 1\nst 0x100, r1\nli r2, 2", 2),               # after a store: not a word ahead
-    ("loop 0, e\nnop\ne:\nnop", 1),          # a skipped loop; the nop after it a word ahead
-    ("li r1, 3\nloop r1, e\nadd r2, r2+1, 0\ne:\nnop", 3),  # the loop, its body, the nop
+    ("li r1, 1\nli r2, 2\nli r3, 3\nli r4, 4\nhalt", 2),    # every second single-cycle one
+    ("li r1, 1\nst 0x100, r1\nli r2, 2\nhalt", 2),          # after a store: not a word ahead
+    ("loop 0, e\nnop\ne:\nnop\nhalt", 1),       # a skipped loop; the nop after it a word ahead
+    ("li r1, 3\nloop r1, e\nadd r2, r2+1, 0\ne:\nnop\nhalt", 3),  # the loop, its body, the nop
+    # the instruction memory holds just the program, which runs off its end (IMEM_RANGE):
+    # a retire past the memory goes to Fetch, not through a refill
+    ("nop\nnop\nwait 0, 0", 1),
+    ("nop\nnop\nli r1, 1", 1),
+    # a skip onto the outer loop's end: back to the outer loop's start, then past it
+    ("loop 2, e\nnop\nloop 0, e\nnop\ne:\nnop\nhalt", 3),
 ])
 def test_refill_after_first_cycle_retires(body, refills):
-    """The controller's decode register (`CostModel.refill`, ``docs/tile.md`` "Fetch"): an
-    instruction that retires in its first cycle while the instruction memory's read port
+    """The controller's instruction register (`CostModel.refill`, ``docs/tile.md`` "Fetch"):
+    an instruction that retires in its first cycle while the instruction memory's read port
     is not a word ahead costs a refill cycle, after which the port is a word ahead; a
     skipped ``loop`` always does.  Against the same program with ``refill=0``."""
     from dataclasses import replace
+    words = assemble(body)
     cycles = {}
     for refill in (0, 1):
-        cfg = replace(CFG, cost=replace(CFG.cost, refill=refill))
+        cfg = replace(CFG, cost=replace(CFG.cost, refill=refill), imem_words=len(words))
         sim = IsaSim(1, 1, cfg)
-        sim.load_program((0, 0), body + "\nhalt")
+        sim.load_program((0, 0), words)
         sim.start((0, 0))
         sim.run()
-        cycles[refill] = sim.tile((0, 0)).perf.cycles
+        t = sim.tile((0, 0))
+        assert t.error == (ErrorCode.NONE if body.endswith("halt") else ErrorCode.IMEM_RANGE)
+        cycles[refill] = t.perf.cycles
     assert cycles[1] - cycles[0] == refills, cycles
