@@ -315,8 +315,9 @@ class ChipConfig:
 #: ``small`` have 4 vector-unit result slots (session 12), ``ulx3s`` keeps 3
 #: (``docs/performance.md``, session 12).  ``ulx3s`` has the SRAM read/write port's register
 #: stage (``sram_latency=2``) since session 19, when the controller's fetch loop no longer
-#: limited the clock: it routes at 28.4 MHz against 23.8 with L = 1 and runs at 25 MHz, for
-#: 1.6 / 2.5 % more cycles per token (docs/fpga.md, "Session 19").
+#: limited the clock: it routes at 28.4 MHz against 23.8 with L = 1 and ran at 25 MHz, for
+#: 1.6 / 2.5 % more cycles per token (docs/fpga.md, "Session 19"); since session 20 at
+#: 28.125 MHz (31.3 MHz routed: docs/fpga.md, "Session 20").
 CONFIGS = {
     "default": ChipConfig(),
     "small": ChipConfig(mesh_width=2, mesh_height=2, sram_bytes=32 * 1024, lanes=2,

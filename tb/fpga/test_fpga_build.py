@@ -87,7 +87,7 @@ def test_ulx3s_top_synthesises(tmp_path):
               clk_hz=20_000_000, progress=lambda s: None)
     with pytest.raises(ValueError, match="another design"):
         build("ulx3s-85f", TINY, tile_blackbox=True, build_dir=tmp_path, reuse_netlist=True,
-              progress=lambda s: None)          # the board's 25 MHz: no PLL
+              progress=lambda s: None)          # the board's own clock, not 20 MHz
     (tmp_path / "empty").mkdir()
     with pytest.raises(ValueError, match="no .*top.json"):
         build("ulx3s-85f", TINY, tile_blackbox=True, build_dir=tmp_path / "empty",
@@ -523,14 +523,18 @@ def test_pnr_phase_reads_nextpnr_log():
 
 
 def test_bitstream_clock_at_the_oscillator_needs_no_pll():
-    """At the oscillator's frequency (the ULX3S's own 25 MHz) the top has no PLL; at 20 MHz
-    (``--clock-mhz 20``) it has one."""
+    """At the oscillator's frequency (the ULX3S's 25 MHz, ``--clock-mhz 25``) the top has no
+    PLL; at the board's own 28.125 MHz (since session 20) and at 20 MHz it has one, with the
+    dividers `Board.clock_plan` gives (25 MHz x 9 / 8: CLKI_DIV 8, CLKFB_DIV 9)."""
     import dataclasses
 
     b = BOARDS["ulx3s-85f"]
-    assert b.clk_hz == b.osc_hz == 25_000_000
-    rtlil = b.make_platform().prepare(BoardTop(b, TINY), name="top").files["top.il"]
+    assert b.osc_hz == 25_000_000 and b.clk_hz == 28_125_000
+    assert b.clock_plan() == {"CLKI_DIV": 8, "CLKFB_DIV": 9, "CLKOP_DIV": 21}
+    b25 = dataclasses.replace(b, clk_hz=25_000_000)
+    rtlil = b25.make_platform().prepare(BoardTop(b25, TINY), name="top").files["top.il"]
     assert "EHXPLLL" not in rtlil
-    b20 = dataclasses.replace(b, clk_hz=20_000_000)
-    rtlil20 = b20.make_platform().prepare(BoardTop(b20, TINY), name="top").files["top.il"]
-    assert "EHXPLLL" in rtlil20
+    for clk in (b.clk_hz, 20_000_000):
+        bc = dataclasses.replace(b, clk_hz=clk)
+        rtlil_c = bc.make_platform().prepare(BoardTop(bc, TINY), name="top").files["top.il"]
+        assert "EHXPLLL" in rtlil_c, clk
