@@ -335,8 +335,7 @@ class Tile:
 #: The instructions the controller can retire in their first cycle (state Execute): the
 #: single-cycle scalar ones, ``wait`` (its request then waits in registers) and, with
 #: ``overlap``, a ``send`` the network interface takes at once (`CostModel.refill`).
-_FIRST_CYCLE_OPS = frozenset({Opcode.NOP, Opcode.LI, Opcode.ADD, Opcode.SUB, Opcode.MUL,
-                              Opcode.WAIT, Opcode.SEND})
+_FIRST_CYCLE_OPS = (SCALAR_OPS - {Opcode.LOOP}) | {Opcode.WAIT, Opcode.SEND}
 
 
 class IsaSim:
@@ -583,8 +582,9 @@ class IsaSim:
                     nxt = self._execute(t, instr)
                 if nxt is None:            # blocked on WAIT
                     return done
-                single = (instr.op in _FIRST_CYCLE_OPS and not t._stalled
-                          and t.perf.cycles - c0 == 1)
+                if not t._fetched:
+                    self._fetch_next(t, nxt, instr.op in _FIRST_CYCLE_OPS and not t._stalled
+                                     and t.perf.cycles - c0 == 1)
             except _Fault as f:
                 err = f
                 first = self._first_fault(t)
@@ -605,8 +605,6 @@ class IsaSim:
                     nxt = t._loops[-1][0]
                     break
                 t._loops.pop()
-            if not t._fetched and nxt < len(t.imem):    # (past the memory: Fetch, IMEM_RANGE)
-                self._fetch_next(t, single)
             t.pc = nxt
         return done
 
@@ -621,17 +619,20 @@ class IsaSim:
                 return start < len(t.imem)
         return nxt < len(t.imem)
 
-    def _fetch_next(self, t: Tile, single: bool, skip: bool = False) -> None:
-        """Play the controller's decode register after an instruction retires
-        (`CostModel.refill`): one that retired in its first cycle (`single`) while the read
-        port was not a word ahead, or a ``loop`` skipped (`skip`), waits a refill cycle,
-        after which the port is a word ahead; any other retire leaves it not ahead."""
+    def _fetch_next(self, t: Tile, nxt: int, single: bool, skip: bool = False) -> None:
+        """Play the controller's instruction register after an instruction retires to `nxt`
+        (before the loop cascade; `CostModel.refill`): one that retired in its first cycle
+        (`single`) while the read port was not a word ahead, or a ``loop`` skipped (`skip`),
+        waits a refill cycle, after which the port is a word ahead; any other retire leaves
+        it not ahead.  A retire past the memory goes to Fetch (IMEM_RANGE): no refill."""
+        t._fetched = True
+        if not self._in_memory_after(t, nxt):
+            return
         if skip or single and not t._ahead:
             t.perf.cycles += self.config.cost.refill
             t._ahead = True
         else:
             t._ahead = False
-        t._fetched = True
 
     def _sync_units(self, t: Tile, i: Instr) -> list:
         """Return the scoreboard entries `i` waits for (``docs/tile.md``, "Issue policy").
@@ -814,10 +815,7 @@ class IsaSim:
                                          f"{t._loops[-1][1]}")
         self._charge(t, i, count)
         if count == 0:
-            if self._in_memory_after(t, end):
-                self._fetch_next(t, False, skip=True)
-            else:
-                t._fetched = True       # to Fetch, which finds the PC past the memory
+            self._fetch_next(t, end, False, skip=True)
             return end
         if len(t._loops) >= self.config.loop_depth:
             raise _Fault(ErrorCode.LOOP, f"loops nested deeper than {self.config.loop_depth}")
@@ -838,10 +836,7 @@ class IsaSim:
             return None
         taken, q[:] = q[:need], q[need:]
         self._charge(t, i, need)
-        if self._in_memory_after(t, t.pc + 1):
-            self._fetch_next(t, not t._stalled)
-        else:
-            t._fetched = True           # to Fetch, which finds the PC past the memory
+        self._fetch_next(t, t.pc + 1, not t._stalled)     # before the hold below
         # The RTL retires a WAIT at once and holds the next instruction until the network
         # interface grants the request it registered (``docs/tile.md``, "Registered WAIT"):
         # the next instruction runs in the cycle of the grant, one before the cycle after

@@ -829,9 +829,8 @@ class MatrixWriteback(wiring.Component):
 
             if xstage:
                 with m.State("Scale"):     # the first element scaled; the second's product
-                    load_x()
-                    with m.If(job.m > 1):
-                        take_product()
+                    load_x()                # (past the last row a product nothing loads)
+                    take_product()
                     m.next = "Write"
 
             with m.State("Write"):     # element r; the product of element r + 1 meanwhile
@@ -864,10 +863,7 @@ class MatrixWriteback(wiring.Component):
                     with m.Elif(~raw):
                         if xstage:      # element r + 1 scaled, r + 2's product
                             load_x()
-                            with m.If(r + 2 < job.m):
-                                take_product()
-                        else:
-                            take_product()
+                        take_product()
 
         m.d.comb += self.busy.eq(~fsm.ongoing("Idle"))
         return m
