@@ -18,6 +18,7 @@ CONFIGS
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import asdict, dataclass, fields, replace
 
 __all__ = ["ChipConfig", "CONFIGS", "MAX_VEC_SLOTS", "SRAM_ADDR_BITS"]
@@ -30,6 +31,14 @@ SRAM_ADDR_BITS = 16
 #: ``silu``, the slots' best customer, stops gaining at 6 (``docs/tile.md``, "Vector unit").
 MAX_VEC_SLOTS = 8
 
+
+
+def _did_you_mean(word: str, known) -> str:
+    """`` (did you mean 'x'?)`` for the closest of `known` to a misspelt `word`, else ``""``
+    (`difflib.get_close_matches`, case-insensitive)."""
+    lower = {k.lower(): k for k in known}
+    close = difflib.get_close_matches(word.lower(), list(lower), n=1, cutoff=0.6)
+    return f" (did you mean {lower[close[0]]!r}?)" if close else ""
 
 @dataclass(frozen=True)
 class ChipConfig:
@@ -266,8 +275,8 @@ class ChipConfig:
                         part, f"{part}=<integer>")
                     raise ValueError(f"{part!r} needs a value, e.g. {example}")
                 if part not in CONFIGS:
-                    raise ValueError(f"unknown configuration {part!r}; known: "
-                                     f"{', '.join(CONFIGS)}")
+                    raise ValueError(f"unknown configuration {part!r}{_did_you_mean(part, CONFIGS)}"
+                                     f"; known: {', '.join(CONFIGS)}")
                 cfg = CONFIGS[part]
                 continue
             key, value = (s.strip() for s in part.split("=", 1))
@@ -288,9 +297,11 @@ class ChipConfig:
                 elif key in {f.name for f in fields(cls)}:
                     changes[key] = int(value, 0)
                 else:
-                    raise ValueError(f"unknown configuration key {key!r}; known: mesh, "
-                                     f"sram_kib, {', '.join(f.name for f in fields(cls))} "
-                                     f"(W, M, V for word_bytes, max_m, lanes)")
+                    names = ["mesh", "sram_kib", *(f.name for f in fields(cls))]
+                    raise ValueError(f"unknown configuration key {key!r}"
+                                     f"{_did_you_mean(key, names)}; known: "
+                                     f"{', '.join(names)} (W, M, V for word_bytes, max_m, "
+                                     f"lanes)")
             except ValueError as e:
                 if "unknown configuration key" in str(e):
                     raise

@@ -710,10 +710,12 @@ class IsaSim:
             if unit != "matrix":
                 t.perf.cycles = start + instr_cycles(i, cfg, 0)
         if unit == "matrix":
-            # the controller retires it after its checks and the issue (3 cycles); its
-            # ARITH is the only error found in the background (the checks raised above)
-            # (KVQK: 3 more, the KV store's acceptance, decode and hand-over of the command)
-            fg = 2 + cfg.cost.issue + (cfg.cost.kv_stream + 1 if i.op == Opcode.KVQK else 0)
+            # the controller retires it after its range ends, its checks and the issue (4
+            # cycles); its ARITH is the only error found in the background (the checks
+            # raised above) (KVQK: 3 more, the KV store's acceptance, decode and hand-over of
+            # the command)
+            fg = (2 + cfg.cost.issue + cfg.cost.mat_ends
+                  + (cfg.cost.kv_stream + 1 if i.op == Opcode.KVQK else 0))
             until, t.perf.cycles = t.perf.cycles, start + fg
         elif unit == "kv":
             # the controller retires it once the KV store accepted and checked it (3 cycles)
@@ -1144,6 +1146,7 @@ class IsaSim:
             t.perf.macs += M * N * K
             t.perf.mac_cycles += N * -(-K // W)
         self._charge(t, i, N, "matrix_cycles", k=K)
+        t.perf.cycles += self.config.cost.mat_ends      # state Matrix-Ends, before the unit
         if fault is not None:
             raise fault
         return t.pc + 1

@@ -611,6 +611,22 @@ class Controller(wiring.Component):
                         m.d.sync += [lp_rem[lvl].eq(lp_rem[lvl] - 1), sp.eq(sp - k)]
                     with m.Else():
                         m.d.sync += sp.eq(sp - k - 1)
+        # A LOOP's checks (isasim's order), registered in every cycle from the held word, the
+        # PC and the loop stack: in state `Loop` they are those of its Execute cycle, which
+        # changed none of them.  `lp_loop_q`: its end not after pc + 1, or (inside the
+        # instruction memory) beyond the enclosing loop's end (LOOP); `lp_far_q`: its end
+        # past the instruction memory (IMEM_RANGE); `lp_full_q`: the stack full (LOOP, after
+        # the n = 0 skip).
+        lp_loop_q = Signal()
+        lp_far_q = Signal()
+        lp_full_q = Signal()
+        end_le = ins_q.ins.c <= pc1
+        m.d.sync += [
+            lp_loop_q.eq(end_le | ~ins_q.pd.loop_far & (sp != 0)
+                         & (ins_q.ins.c > lp_end[(sp - 1)[:lb]])),
+            lp_far_q.eq(~end_le & ins_q.pd.loop_far),
+            lp_full_q.eq(sp >= D),
+        ]
         # Fetch of the next instruction: the read port is addressed with `npc_pc` in every
         # cycle but `Idle`, `Halted`, `Fetch` and a skipping `Loop` (after the FSM below).
         fetch_now = Signal()
@@ -832,12 +848,14 @@ class Controller(wiring.Component):
         mx_n1 = Signal(signed(33))
         mx_wstride = Signal(17 + wb)    # strides(): (ceil(K / W) + 1) << wb at most
         mx_yl = Signal(36)
-        # The matrix entry's range ends for the scoreboard, registered in Matrix-Check (the
-        # entry is live from Matrix-Issue on): a later instruction's hazard compare starts at
-        # registers, not at Matrix-Check's products.
+        # The matrix instruction's range ends, registered in Matrix-Ends (an FPGA timing cut:
+        # Matrix-Check's range checks and hazard compare, and a later instruction's hazard
+        # compare with the matrix entry, live from Matrix-Issue on, start at registers, not
+        # at the ends' products and adders).
         mx_xend_q = Signal(AW + 1)     # as `cl`
         mx_wend_q = Signal(AW + 1)
         mx_yend_q = Signal(AW + 1)
+        mx_tend_q = Signal(AW + 1)
 
         # M - 1 of a matrix instruction in the range ends: ceil(log2(max_m)) bits, exact for
         # every M the SHAPE check lets through (1 .. max_m), which comes before the range
@@ -982,7 +1000,8 @@ class Controller(wiring.Component):
                     m.d.comb += self.retired.eq(1)
                     m.next = "Halted"
                 with m.Elif(pd.loop):
-                    # its count into the decode register; state `Loop` checks and pushes
+                    # its count into the decode register, its checks into `lp_*_q` (below);
+                    # state `Loop` acts on them
                     m.d.sync += n_q.eq(n_val)
                     m.next = "Loop"
                 with m.Elif(pd.wait):
@@ -1052,25 +1071,25 @@ class Controller(wiring.Component):
                         mx_es.eq(es_e),
                         mcmd_sent.eq(0), mjob_sent.eq(0),
                     ]
-                    m.next = "Matrix-Check"
+                    m.next = "Matrix-Ends"
             with m.State("Loop"):
                 # A LOOP, from the held word and its count in `n_q` (an FPGA timing cut: no
                 # path from the instruction memory through the register file and the count's
-                # adder into the loop stack, the PC and the retire).  A skip (n = 0) goes to
-                # the end through the end cascade, which addresses the instruction memory
-                # in this cycle (from registers).
+                # adder into the loop stack, the PC and the retire), and its checks from
+                # `lp_*_q`, made in its Execute cycle (an FPGA timing cut: no path from the
+                # loop stack's top through the nesting compare into the retire, the loop
+                # stack and `err_pc`).  A skip (n = 0) goes to the end through the end
+                # cascade, which addresses the instruction memory in this cycle (from
+                # registers).
                 m.d.comb += st.eq(ControllerState.RUNNING)
                 end = ins_q.ins.c
-                top = (sp - 1)[:lb]
-                with m.If(end <= pc1):
+                with m.If(lp_loop_q):
                     fail(ErrorCode.LOOP)
-                with m.Elif(ins_q.pd.loop_far):
+                with m.Elif(lp_far_q):
                     fail(ErrorCode.IMEM_RANGE)
-                with m.Elif((sp != 0) & (end > lp_end[top])):
-                    fail(ErrorCode.LOOP)
                 with m.Elif(n_q == 0):
                     do_retire(loop_skip=True)
-                with m.Elif(sp >= D):
+                with m.Elif(lp_full_q):
                     fail(ErrorCode.LOOP)
                 with m.Else():
                     lvl = sp[:lb]
@@ -1285,9 +1304,15 @@ class Controller(wiring.Component):
                 t_end.eq(rend(mx_c, tab_bytes)),
             ]
 
+            with m.State("Matrix-Ends"):
+                # the range ends from Execute's registers into the `_q` registers
+                m.d.comb += st.eq(ControllerState.RUNNING)
+                m.d.sync += [mx_xend_q.eq(x_end), mx_wend_q.eq(w_end), mx_yend_q.eq(y_end),
+                             mx_tend_q.eq(t_end)]
+                m.next = "Matrix-Check"
+
             with m.State("Matrix-Check"):
                 m.d.comb += st.eq(ControllerState.RUNNING)
-                m.d.sync += [mx_xend_q.eq(x_end), mx_wend_q.eq(w_end), mx_yend_q.eq(y_end)]
                 first = m.If
                 if ov:
                     # Hazards with the in-flight vector instruction and SEND (the matrix
@@ -1300,15 +1325,15 @@ class Controller(wiring.Component):
                     fail(ErrorCode.SHAPE)
                 with m.Elif(misaligned(mx_xa, W) | ~mx_kv & misaligned(mx_wa, W)):
                     fail(ErrorCode.ALIGN)
-                with m.Elif((x_end > size) | ~mx_kv & (w_end > size)):
+                with m.Elif((mx_xend_q > size) | ~mx_kv & (mx_wend_q > size)):
                     fail(ErrorCode.SRAM_RANGE)
                 with m.Elif(~is_raw & misaligned(mx_c, 4)):
                     fail(ErrorCode.ALIGN)
-                with m.Elif(~is_raw & (t_end > size)):
+                with m.Elif(~is_raw & (mx_tend_q > size)):
                     fail(ErrorCode.SRAM_RANGE)
                 with m.Elif((mx_td == 1) & mx_ya[0] | (mx_td == 2) & mx_ya[:2].any()):
                     fail(ErrorCode.ALIGN)
-                with m.Elif(y_end > size):
+                with m.Elif(mx_yend_q > size):
                     fail(ErrorCode.SRAM_RANGE)
                 with m.Elif(mx_kv & ((mx_n == 0) | mx_n[16:].any() | mx_wa[16:].any())):
                     fail(ErrorCode.KV_RANGE)    # beyond the KV store's 16-bit fields
@@ -1491,11 +1516,12 @@ class Controller(wiring.Component):
                 assert all(len(Value.cast(v)) <= AW + 1 for v in (*r1, *r2))
                 return (r1[0] < r2[1]) & (r2[0] < r1[1])
 
+            # the matrix instruction's ranges, from the registered ends (Matrix-Ends)
             k_map = (cl(self.kv_map_lo << wb), cl(self.kv_map_hi << wb))
-            m_x = (cl(mx_xa), x_end)
-            m_w = (Mux(mx_kv, k_map[0], cl(mx_wa)), Mux(mx_kv, k_map[1], w_end))
-            m_t = (cl(mx_c), t_end)
-            m_y = (cl(mx_ya), y_end)
+            m_x = (cl(mx_xa), mx_xend_q)
+            m_w = (Mux(mx_kv, k_map[0], cl(mx_wa)), Mux(mx_kv, k_map[1], mx_wend_q))
+            m_t = (cl(mx_c), mx_tend_q)
+            m_y = (cl(mx_ya), mx_yend_q)
             # the `is_issue` instruction's slots (above: `s_a` .. `s_d`); ST's `a` is the
             # value stored, not an address
             s_w = (Mux(is_kvapp, k_map[0], s_d[0]), Mux(is_kvapp, k_map[1], s_d[1]))
@@ -1508,10 +1534,7 @@ class Controller(wiring.Component):
                 terms += [wen & ren & meet(w, r) for wen, w in f_writes for ren, r in e_reads]
                 return Cat(*terms).any()
 
-            # the matrix entry's ranges, from the registered ends
-            q_w = (m_w[0], Mux(mx_kv, k_map[1], mx_wend_q))
-            hz_mx = hz([(C(1, 1), (m_x[0], mx_xend_q)), (C(1, 1), q_w), (~is_raw, m_t)],
-                       (m_y[0], mx_yend_q))
+            hz_mx = hz([(C(1, 1), m_x), (C(1, 1), m_w), (~is_raw, m_t)], m_y)
             hz_vx = hz([(C(1, 1), vr_a), (vr_b_en, vr_b), (vr_c_en, vr_c)], vr_d)
             hz_nt = hz([(C(1, 1), nr_src)], nr_dst)
             hz_kv = hz([(C(1, 1), kr_k), (C(1, 1), kr_v)], k_map)

@@ -862,10 +862,17 @@ class VectorUnit(wiring.Component):
         dq_data = exp_data[0]
 
         # -- reduction of a chunk ---------------------------------------------------------------
+        # The pass's reduction kind, registered (an FPGA timing cut: no path from the command's
+        # opcode and the pass through their decode into the compare tree and `acc`): a pass
+        # changes only once the lanes are drained (`drained`), and its first chunk leaves
+        # them at least `_VEC_LAG` cycles later, so at v4 `red_q` is always `red`.
+        red_q = Signal(_Red)
+        m.d.sync += red_q.eq(red)
         rvals = []
         for lane in range(V):
             v = Signal(signed(41), name=f"rv{lane}")
-            m.d.comb += v.eq(Mux((red == _Red.MAXABS) & (s4_q[lane] < 0), -s4_q[lane], s4_q[lane]))
+            m.d.comb += v.eq(Mux((red_q == _Red.MAXABS) & (s4_q[lane] < 0), -s4_q[lane],
+                                 s4_q[lane]))
             rvals.append(v)
         rsum = Signal(signed(48))
         m.d.comb += rsum.eq(sum(Mux(m4_cnt > lane, rvals[lane], 0) for lane in range(V)))
@@ -1387,7 +1394,7 @@ class VectorUnit(wiring.Component):
 
         # -- the sink: a chunk leaves the lanes ---------------------------------------------
         with m.If(v4):
-            with m.Switch(red):
+            with m.Switch(red_q):
                 with m.Case(_Red.SUM):
                     m.d.sync += acc.eq(acc_sum)
                 with m.Case(_Red.MAX, _Red.MAXABS):

@@ -903,6 +903,14 @@ class CostModel:
         after a refill, and after an instruction held at least a cycle; so in a run of
         single-cycle instructions every second one pays it.  Played by
         `chipotle.isasim.IsaSim`, not by `instr_cycles`.
+    mat_ends : int
+        Cycles a matrix instruction (``matmul``, ``matqk``, ``matraw``, ``kvqk``) spends in the
+        controller's state ``Matrix-Ends`` between Execute and Matrix-Check: its SRAM range
+        ends registered before the checks and the hazard compare (``docs/tile.md``,
+        "Matrix instructions in the controller"; an FPGA timing cut).  They delay the matrix
+        unit's command and the instruction's retire alike, but are not the matrix unit's
+        (`instr_cycles` and the ``MATRIX_CYCLES`` counter leave them out).  Played by
+        `chipotle.isasim.IsaSim`.
     sram_latency : int
         L of the SRAM's read/write port (``ChipConfig.sram_latency``, default 1): every read
         on it that the next step waits for takes L - 1 cycles more (``LD``, each ``COPY`` and
@@ -919,6 +927,7 @@ class CostModel:
     kv_stream: int = 2
     sram_latency: int = 1
     refill: int = 1
+    mat_ends: int = 1
 
 
 @dataclass(frozen=True)

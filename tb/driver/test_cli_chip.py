@@ -38,6 +38,20 @@ def test_bad_config_is_a_usage_error(capsys, tiny):
 
 
 @pytest.mark.parametrize("text, expect", [
+    ("default,vec_slot=3", "unknown configuration key 'vec_slot' (did you mean 'vec_slots'?); "
+                           "known: mesh, sram_kib, mesh_width"),
+    ("ulx3s,SRAM_LATENCY=2", "unknown configuration key 'SRAM_LATENCY' (did you mean "
+                             "'sram_latency'?)"),
+    ("defualt", "unknown configuration 'defualt' (did you mean 'default'?); known: default, "),
+    ("mesh=2x2,bogus=3", "unknown configuration key 'bogus'; known: "),
+])
+def test_misspelt_config_names_the_one_meant(capsys, tiny, text, expect):
+    """An unknown configuration or key names the closest known one, when one is close."""
+    code, _, err = run(capsys, "--backend", "isasim", "--config", text, *tiny)
+    assert code == 2 and f"--config: {expect}" in err and "compiling" not in err
+
+
+@pytest.mark.parametrize("text, expect", [
     ("mesh=9", "bad value '9' for 'mesh' in 'mesh=9': expected WxH, two integers (e.g. mesh=4x4)"),
     ("sram_kib=1.5", "bad value '1.5' for 'sram_kib' in 'sram_kib=1.5': expected an integer"),
     ("overlap=yes", "bad value 'yes' for 'overlap' in 'overlap=yes': expected 0, 1, true or "

@@ -385,7 +385,8 @@ def test_matmul_cost_and_perf():
     assert t.perf.macs == 4 * 13 * 172
     assert t.perf.matrix_cycles == instr_cycles(instr, CFG, 13)
     table_cycles = sum(instr_cycles(Instr(Opcode.TABLE, c=tid.value), CFG) for tid in TableId)
-    assert t.perf.cycles == table_cycles + t.perf.matrix_cycles + 1     # + halt
+    # + Matrix-Ends (the controller's, not the unit's), + halt
+    assert t.perf.cycles == table_cycles + t.perf.matrix_cycles + CFG.cost.mat_ends + 1
 
 
 # -- scalar, loops, copy ------------------------------------------------------------------------

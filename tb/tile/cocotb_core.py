@@ -385,6 +385,12 @@ def _error_cases():
         (f"matmul.i16 0x80, 0x0, 0x100, {top - 4:#x}, 2, 8, 1", ErrorCode.SRAM_RANGE),
         ("matmul.i16 0x81, 0x0, 0x100, 0x0, 2, 8, 1", ErrorCode.ALIGN),     # Y alignment
         (f"matmul.i16 {top - 6:#x}, 0x0, 0x100, 0x0, 4, 8, 1", ErrorCode.SRAM_RANGE),
+        # M = 2: the first row of Y (of X) inside the SRAM, the second past its end (the ends
+        # take (M - 1) strides)
+        (f"matmul.i16 {top - W:#x}, 0x0, 0x100, 0x0, 4, 8, 2" if M > 1 else ".word 0",
+         ErrorCode.SRAM_RANGE if M > 1 else ErrorCode.ILLEGAL),
+        (f"matmul.i16 0x80, {top - W - -(-8 // W) * W:#x}, 0x100, 0x0, 4, 8, 2" if M > 1
+         else ".word 0", ErrorCode.SRAM_RANGE if M > 1 else ErrorCode.ILLEGAL),
         (f"matraw.i32 0x80, 0x0, {top - W:#x}, 2, 8, 1", ErrorCode.SRAM_RANGE),
         (f"matqk.i32 0x80, {top - 2 * W:#x}, 0x100, 0x0, 2, {W + 1}, 1", ErrorCode.SRAM_RANGE),
         # matqk's pair records past the end by one byte after their header (W rows skip W)
