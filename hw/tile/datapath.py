@@ -228,7 +228,7 @@ class TileDatapath(wiring.Component):
         m.submodules.arbiter = arb = SramArbiter(2, word_bytes=c.word_bytes,
                                                  latency=c.sram_latency)
         m.submodules.matrix = mx = MatrixUnit(word_bytes=c.word_bytes, max_m=c.max_m,
-                                              k_max=c.k_max)
+                                              k_max=c.k_max, input_stage=c.sram_latency > 1)
         m.submodules.kvstore = kv = KvStore(word_bytes=c.word_bytes, sram_depth=c.sram_words,
                                             k_header=c.kv.k_header,
                                             sram_latency=c.sram_latency)

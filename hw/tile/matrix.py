@@ -153,6 +153,19 @@ class MatrixUnit(wiring.Component):
     k_max : int
         Largest K accepted (default 512), at most :data:`K_LIMIT`; sets the activation
         buffer size.
+    input_stage : bool
+        Register the SRAM word and the activation entry before the products (default
+        False): a pipeline stage more, so a result leaves 4 cycles after its last weight
+        word was issued instead of 3 (an FPGA timing cut: no path from the block RAMs'
+        outputs through the multipliers; the tile builds it at ``sram_latency`` > 1, the
+        FPGA configurations, and `chipotle.isa.core.matrix_cycles` counts it there).
+
+    Raises
+    ------
+    ValueError
+        If a parameter is out of range.
+    TypeError
+        If `input_stage` is not a bool.
 
     Members
     -------
@@ -172,16 +185,19 @@ class MatrixUnit(wiring.Component):
         The first error since reset.
     """
 
-    def __init__(self, *, word_bytes=8, max_m=4, k_max=512):
+    def __init__(self, *, word_bytes=8, max_m=4, k_max=512, input_stage=False):
         if not isinstance(word_bytes, int) or word_bytes <= 0 or word_bytes & (word_bytes - 1):
             raise ValueError(f"word_bytes must be a positive power of two, not {word_bytes!r}")
         if not isinstance(max_m, int) or not 1 <= max_m <= 255:
             raise ValueError(f"max_m must be an integer in 1..255, not {max_m!r}")
         if not isinstance(k_max, int) or not 1 <= k_max <= min(K_LIMIT, 2 ** 16 - 1):
             raise ValueError(f"k_max must be an integer in 1..{2 ** 16 - 1}, not {k_max!r}")
+        if not isinstance(input_stage, bool):
+            raise TypeError(f"input_stage must be a bool, not {input_stage!r}")
         self._word_bytes = word_bytes
         self._max_m = max_m
         self._k_max = k_max
+        self._input_stage = input_stage
         super().__init__({
             "i_cmd": In(stream.Signature(MatrixCommand)),
             "o": Out(stream.Signature(matrix_result_layout(max_m))),
@@ -206,6 +222,12 @@ class MatrixUnit(wiring.Component):
     def k_max(self):
         """Largest K accepted."""
         return self._k_max
+
+    @property
+    def input_stage(self):
+        """Whether the SRAM word and the activation entry are registered before the
+        products."""
+        return self._input_stage
 
     def elaborate(self, platform):
         m = Module()
@@ -364,24 +386,35 @@ class MatrixUnit(wiring.Component):
             act_wp.data.eq(word.replicate(M)),
             act_wp.en.eq(Mux(s1_load & advance, 1 << s1_lane, 0)),
         ]
+        # The products' operands and the tags that go with them: stage 1's, or with
+        # `input_stage` the same registered (stage 1b, frozen with the rest)
+        p_word, p_act, p_bytes, p_rows = word, act_rp.data, s1_bytes, s1_rows
+        p_tags = (s1_valid, s1_first, s1_last, s1_n, s1_final)
+        if self.input_stage:
+            b_word = Signal.like(self.bus.data, name="s1b_word")
+            b_act = Signal.like(act_rp.data, name="s1b_act")
+            b_bytes = Signal.like(s1_bytes, name="s1b_bytes")
+            b_rows = Signal.like(s1_rows, name="s1b_rows")
+            b_tags = tuple(Signal.like(t, name=t.name.replace("s1_", "s1b_")) for t in p_tags)
+            with m.If(advance):
+                m.d.sync += [b_word.eq(word), b_act.eq(act_rp.data), b_bytes.eq(s1_bytes),
+                             b_rows.eq(s1_rows)]
+                m.d.sync += [b.eq(t) for b, t in zip(b_tags, p_tags)]
+            p_word, p_act, p_bytes, p_rows, p_tags = b_word, b_act, b_bytes, b_rows, b_tags
+            s1b_valid = b_tags[0]
         psums = []
         for r in range(M):
-            lane = act_rp.data[r * 8 * W:(r + 1) * 8 * W]
+            lane = p_act[r * 8 * W:(r + 1) * 8 * W]
             prods = []
             for b in range(W):
-                wb = Mux(s1_bytes[b], word[8 * b:8 * b + 8].as_signed(), 0)
-                xb = Mux(s1_rows[r], lane[8 * b:8 * b + 8].as_signed(), 0)
+                wb = Mux(p_bytes[b], p_word[8 * b:8 * b + 8].as_signed(), 0)
+                xb = Mux(p_rows[r], lane[8 * b:8 * b + 8].as_signed(), 0)
                 prods.append(wb * xb)
             psums.append(sum(prods))
 
         with m.If(advance):
-            m.d.sync += [
-                s2_valid.eq(s1_valid),
-                s2_first.eq(s1_first),
-                s2_last.eq(s1_last),
-                s2_n.eq(s1_n),
-                s2_final.eq(s1_final),
-            ]
+            m.d.sync += [d.eq(t) for d, t in zip((s2_valid, s2_first, s2_last, s2_n, s2_final),
+                                                 p_tags)]
             m.d.sync += [s2_psum[r].eq(psums[r]) for r in range(M)]
 
         # ---- stage 2: accumulate, emit ------------------------------------------------------
@@ -413,7 +446,8 @@ class MatrixUnit(wiring.Component):
             m.d.sync += self.o.valid.eq(0)
 
         m.d.comb += self.busy.eq(~fsm.ongoing("Idle") | s1_valid | s1_load | s2_valid
-                                 | self.o.valid | sk_valid)
+                                 | self.o.valid | sk_valid
+                                 | (s1b_valid if self.input_stage else 0))
         return m
 
 

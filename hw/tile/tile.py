@@ -121,7 +121,7 @@ class TileCore(wiring.Component):
                                         n_banks=c.n_banks, read_words=c.n_banks, rw_latency=L)
         m.submodules.arbiter = arb = SramArbiter(5, word_bytes=W, read_words=c.n_banks,
                                                  latency=L)
-        mx = MatrixUnit(word_bytes=W, max_m=c.max_m, k_max=c.k_max)
+        mx = MatrixUnit(word_bytes=W, max_m=c.max_m, k_max=c.k_max, input_stage=L > 1)
         wb = MatrixWriteback(word_bytes=W, max_m=c.max_m, sram_latency=L)
         ctrl = tile_controller(c)
         vec = VectorUnit(lanes=c.lanes, word_bytes=W, sram_bytes=c.sram_bytes,

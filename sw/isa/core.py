@@ -1383,7 +1383,9 @@ def matrix_cycles(op: Opcode, m: int, n: int, k: int, word_bytes: int = 8,
         at L > 1 every result (but ``MATRAW``'s) takes a cycle more in the write-back's
         scaled stage (its first element's ``prod * m + half`` registered before the write:
         ``P = 2 + m``, the last result's too) and at least ``P = 1 + L`` (its next side
-        word, read in the product cycle, lands L cycles later): ``P = max(2 + m, 1 + L)``.
+        word, read in the product cycle, lands L cycles later): ``P = max(2 + m, 1 + L)``;
+        and at L > 1 each result leaves the unit a cycle later (its input stage,
+        `MatrixUnit` ``input_stage``: the SRAM word registered before the products).
 
     Returns
     -------
@@ -1413,7 +1415,9 @@ def matrix_cycles(op: Opcode, m: int, n: int, k: int, word_bytes: int = 8,
             per = max(2 + m, 1 + L)
         headers = (1 + L) * (m + (op == Opcode.MATQK)) + 1 + (L - 1)
     wb = 1 + headers                        # the write-back can take a result from here
-    offered = 1 + m * R + R + latency - 1   # the first result on the unit's output
+    # the first result on the unit's output (at L > 1 a cycle later: the unit's input stage,
+    # `MatrixUnit(input_stage=True)`)
+    offered = 1 + m * R + R + latency - 1 + (L > 1)
     for i in range(n):
         taken = max(offered, wb)
         wb = taken + (per if i < n - 1 else last)   # when it can take the next

@@ -366,6 +366,15 @@ def test_matrix_cycles_write_back_bound(m):
         for n in (1, 2, 65):
             assert (matrix_cycles(Opcode.MATQK, m, n, 8, 8, sram_latency=L)
                     == 1 + heads + (n - 1) * max(2 + m, 1 + L) + 2 + m + 1), (L, n)
+    # unit-bound (K = 172, R = 22 words a row): at L > 1 the unit's input stage delays
+    # every result by a cycle (MATRAW: 1 more in all), and the scaled stage the last one's
+    # write-back by one more (MATMUL: 2); the header reads hide under the load
+    for n in (1, 13):
+        base = matrix_cycles(Opcode.MATMUL, m, n, 172, 8)
+        raw = matrix_cycles(Opcode.MATRAW, m, n, 172, 8)
+        for L in (2, 3):
+            assert matrix_cycles(Opcode.MATMUL, m, n, 172, 8, sram_latency=L) == base + 2
+            assert matrix_cycles(Opcode.MATRAW, m, n, 172, 8, sram_latency=L) == raw + 1
     with pytest.raises(ValueError, match="matrix opcode"):
         matrix_cycles(Opcode.VADD, m, 1, 8, 8)
     with pytest.raises(ValueError, match="positive"):

@@ -7,6 +7,7 @@ Verilog build and catch most mistakes first.
 from __future__ import annotations
 
 import gc
+from dataclasses import replace
 import warnings
 
 import numpy as np
@@ -127,9 +128,12 @@ def _matrix_case(m, n, k, *, seed=0, keep_garbage=True):
     return x, w, pack_rows(w, W, rng=g), pack_rows(x, W, rng=g), words_per_row(k, W)
 
 
+@pytest.mark.parametrize("latency", [1, 2])
 @pytest.mark.parametrize("m,n,k", [(1, 1, 1), (4, 3, 172), (2, 5, 16), (3, 2, 13), (4, 1, 8)])
-def test_matrix_pysim(m, n, k):
-    dut = TileDatapath(CFG)
+def test_matrix_pysim(m, n, k, latency):
+    """The matrix unit's results, without and (at ``sram_latency`` 2) with its input
+    stage."""
+    dut = TileDatapath(CFG if latency == 1 else replace(CFG, sram_latency=latency))
     x, w, wwords, xwords, rw = _matrix_case(m, n, k, seed=m * 1000 + n * 10 + k)
     w_base, x_base = 7, 200
 
