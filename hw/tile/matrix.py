@@ -399,7 +399,7 @@ class MatrixUnit(wiring.Component):
             with m.If(advance):
                 m.d.sync += [b_word.eq(word), b_act.eq(act_rp.data), b_bytes.eq(s1_bytes),
                              b_rows.eq(s1_rows)]
-                m.d.sync += [b.eq(t) for b, t in zip(b_tags, p_tags)]
+                m.d.sync += [b.eq(t) for b, t in zip(b_tags, p_tags, strict=True)]
             p_word, p_act, p_bytes, p_rows, p_tags = b_word, b_act, b_bytes, b_rows, b_tags
             s1b_valid = b_tags[0]
         psums = []
@@ -414,7 +414,7 @@ class MatrixUnit(wiring.Component):
 
         with m.If(advance):
             m.d.sync += [d.eq(t) for d, t in zip((s2_valid, s2_first, s2_last, s2_n, s2_final),
-                                                 p_tags)]
+                                                 p_tags, strict=True)]
             m.d.sync += [s2_psum[r].eq(psums[r]) for r in range(M)]
 
         # ---- stage 2: accumulate, emit ------------------------------------------------------

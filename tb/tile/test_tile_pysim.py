@@ -7,8 +7,8 @@ Verilog build and catch most mistakes first.
 from __future__ import annotations
 
 import gc
-from dataclasses import replace
 import warnings
+from dataclasses import replace
 
 import numpy as np
 import pytest
