@@ -1175,12 +1175,9 @@ class Controller(wiring.Component):
                                 m.next = "Vector"
                             with m.Else():
                                 # In the background: the entry waits for its completion.
-                                m.d.sync += [vx_busy.eq(1), vx_fault.eq(0), vx_pc.eq(pc),
-                                             vr_a[0].eq(s_a[0]), vr_a[1].eq(s_a[1]),
-                                             vr_b[0].eq(s_b[0]), vr_b[1].eq(s_b[1]),
-                                             vr_c[0].eq(s_c[0]), vr_c[1].eq(s_c[1]),
-                                             vr_d[0].eq(s_d[0]), vr_d[1].eq(s_d[1]),
-                                             vr_b_en.eq(uses_b), vr_c_en.eq(is_rms)]
+                                # (its ranges and PC: `vr_*`, loaded while the entry
+                                # is not live, below)
+                                m.d.sync += [vx_busy.eq(1), vx_fault.eq(0)]
                                 issued(1)
                                 do_retire()
                         else:
@@ -1503,6 +1500,20 @@ class Controller(wiring.Component):
                     code = self.i_net_done.payload.error
                     m.d.sync += [nt_busy.eq(0), nt_fault.eq(code != ErrorCode.NONE),
                                  nt_code.eq(code)]
+
+            # The vector entry's ranges and PC are loaded in every cycle in which the entry
+            # is not live (an FPGA timing cut: their enable from two registers, not from the
+            # hazard compare and the dispatch in Issue).  A vector instruction issues only
+            # with the entry not live (it waits for the entry), from the decode register,
+            # which holds in Issue: so the entry takes its own ranges in its issue cycle, and
+            # they hold while it is live.
+            with m.If(~vx_busy & ~vx_fault):
+                m.d.sync += [vx_pc.eq(pc),
+                             vr_a[0].eq(s_a[0]), vr_a[1].eq(s_a[1]),
+                             vr_b[0].eq(s_b[0]), vr_b[1].eq(s_b[1]),
+                             vr_c[0].eq(s_c[0]), vr_c[1].eq(s_c[1]),
+                             vr_d[0].eq(s_d[0]), vr_d[1].eq(s_d[1]),
+                             vr_b_en.eq(uses_b), vr_c_en.eq(is_rms)]
 
             # The scoreboard compare (chipotle.isa.core: vector_footprint, matrix_footprint,
             # send_footprint, mem_footprint, hazard; the same formulas): a read of the new
