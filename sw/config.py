@@ -32,13 +32,13 @@ SRAM_ADDR_BITS = 16
 MAX_VEC_SLOTS = 8
 
 
-
 def _did_you_mean(word: str, known) -> str:
     """`` (did you mean 'x'?)`` for the closest of `known` to a misspelt `word`, else ``""``
     (`difflib.get_close_matches`, case-insensitive)."""
     lower = {k.lower(): k for k in known}
     close = difflib.get_close_matches(word.lower(), list(lower), n=1, cutoff=0.6)
     return f" (did you mean {lower[close[0]]!r}?)" if close else ""
+
 
 @dataclass(frozen=True)
 class ChipConfig:

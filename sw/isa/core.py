@@ -907,7 +907,7 @@ class CostModel:
         Cycles a matrix instruction (``matmul``, ``matqk``, ``matraw``, ``kvqk``) spends in the
         controller's state ``Matrix-Ends`` between Execute and Matrix-Check: its SRAM range
         ends registered before the checks and the hazard compare (``docs/tile.md``,
-        "Matrix instructions in the controller"; an FPGA timing cut).  They delay the matrix
+        "Decode register", "Matrix instructions in the controller"; an FPGA timing cut).  They delay the matrix
         unit's command and the instruction's retire alike, but are not the matrix unit's
         (`instr_cycles` and the ``MATRIX_CYCLES`` counter leave them out).  Played by
         `chipotle.isasim.IsaSim`.
