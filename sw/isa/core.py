@@ -907,10 +907,10 @@ class CostModel:
         Cycles a matrix instruction (``matmul``, ``matqk``, ``matraw``, ``kvqk``) spends in the
         controller's state ``Matrix-Ends`` between Execute and Matrix-Check: its SRAM range
         ends registered before the checks and the hazard compare (``docs/tile.md``,
-        "Decode register", "Matrix instructions in the controller"; an FPGA timing cut).  They delay the matrix
-        unit's command and the instruction's retire alike, but are not the matrix unit's
-        (`instr_cycles` and the ``MATRIX_CYCLES`` counter leave them out).  Played by
-        `chipotle.isasim.IsaSim`.
+        "Decode register", "Matrix instructions in the controller"; an FPGA timing
+        cut).  They delay the matrix unit's command and the instruction's retire alike,
+        but are not the matrix unit's (`instr_cycles` and the ``MATRIX_CYCLES`` counter
+        leave them out).  Played by `chipotle.isasim.IsaSim`.
     sram_latency : int
         L of the SRAM's read/write port (``ChipConfig.sram_latency``, default 1): every read
         on it that the next step waits for takes L - 1 cycles more (``LD``, each ``COPY`` and
