@@ -401,7 +401,6 @@ class MatrixUnit(wiring.Component):
                              b_rows.eq(s1_rows)]
                 m.d.sync += [b.eq(t) for b, t in zip(b_tags, p_tags, strict=True)]
             p_word, p_act, p_bytes, p_rows, p_tags = b_word, b_act, b_bytes, b_rows, b_tags
-            s1b_valid = b_tags[0]
         psums = []
         for r in range(M):
             lane = p_act[r * 8 * W:(r + 1) * 8 * W]
@@ -447,7 +446,7 @@ class MatrixUnit(wiring.Component):
 
         m.d.comb += self.busy.eq(~fsm.ongoing("Idle") | s1_valid | s1_load | s2_valid
                                  | self.o.valid | sk_valid
-                                 | (s1b_valid if self.input_stage else 0))
+                                 | p_tags[0])   # stage 1b's valid (stage 1's without it)
         return m
 
 

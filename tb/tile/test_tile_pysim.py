@@ -133,7 +133,7 @@ def _matrix_case(m, n, k, *, seed=0, keep_garbage=True):
 def test_matrix_pysim(m, n, k, latency):
     """The matrix unit's results, without and (at ``sram_latency`` 2) with its input
     stage."""
-    dut = TileDatapath(CFG if latency == 1 else replace(CFG, sram_latency=latency))
+    dut = TileDatapath(replace(CFG, sram_latency=latency))
     x, w, wwords, xwords, rw = _matrix_case(m, n, k, seed=m * 1000 + n * 10 + k)
     w_base, x_base = 7, 200
 
