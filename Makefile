@@ -98,7 +98,7 @@ help:
 	@echo "make test       run the regression (SIM=verilator|icarus, default both; WAVES=1; JOBS= pytest workers, default 2; PYTEST_ARGS=\"-k noc\"; MODEL_DIR=; skipped tests listed with their reason)"
 	@echo "make test-default  the default 4x4 chip under Verilator: TEST_STEPS= tokens greedy from BOS, bit-exact with the golden model (slow)"
 	@echo "make bench      decode/prefill benchmark on the RTL under Verilator (slow; BACKEND=verilator (default)|icarus|isasim (estimate, no build; about as slow per token as the cached RTL), CONFIG=, PLACEMENT=, PROMPTS=1,64,256, CONTEXT=, CLOCK_MHZ=, MODEL_DIR=)"
-	@echo "make bitstream  FPGA bitstream + resource/timing report with YoWASP tools (BOARD=ulx3s-85f|icebreaker, CONFIG=, SYNTH_ONLY=1; docs/fpga.md): about 11-12 min on the default ulx3s chip with a core to spare, 32 min beside a 2-core test run"
+	@echo "make bitstream  FPGA bitstream + resource/timing report with YoWASP tools (BOARD=ulx3s-85f|icebreaker, CONFIG=, SYNTH_ONLY=1; docs/fpga.md): about 11-15 min on the default ulx3s chip with a core to spare, 32-46 min beside a 2-core test run"
 	@echo "make venv       set-up: .venv with the pinned Python tools (editable chipotle), Icarus Verilog via apt-get if absent"
 	@echo "make models     download stories260K.bin and tok512.bin (needs network)"
 	@echo "make lint       ruff on the Python sources"
