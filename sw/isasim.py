@@ -49,6 +49,7 @@ from .isa.core import (
     TableId,
     background_unit,
     decode,
+    go_cycles,
     hazard,
     instr_cycles,
     is_decode_op,
@@ -571,7 +572,9 @@ class IsaSim:
                 if t._busy:
                     # an instruction issued from the decode register waits from its second
                     # cycle on (the first one resolves its operands)
-                    lead = self.config.cost.decode if is_decode_op(instr.op) else 0
+                    # (a vector instruction's Issue-Go cycle too: `CostModel.issue_go`)
+                    lead = (self.config.cost.decode if is_decode_op(instr.op) else 0) \
+                        + go_cycles(instr.op, self.config)
                     self._sync(t, self._sync_units(t, instr), lead)
                 t._stalled = t.perf.cycles > c_pre
                 t._fetched = False
@@ -709,6 +712,10 @@ class IsaSim:
             fault = f               # the matrix unit's ARITH (charged), the others' checks
             if unit != "matrix":
                 t.perf.cycles = start + instr_cycles(i, cfg, 0)
+        # a vector instruction retires a cycle after its Issue-Go compare (`CostModel.issue_go`),
+        # and its unit starts then
+        go = go_cycles(i.op, cfg) if unit == "vector" else 0
+        t.perf.cycles += go
         if unit == "matrix":
             # the controller retires it after its range ends, its checks and the issue (4
             # cycles); its ARITH is the only error found in the background (the checks
@@ -721,7 +728,7 @@ class IsaSim:
             # the controller retires it once the KV store accepted and checked it (3 cycles)
             until, t.perf.cycles = t.perf.cycles, start + issue_cycles(i.op, cfg.cost) + 2
         else:
-            until, t.perf.cycles = t.perf.cycles, start + issue_cycles(i.op, cfg.cost)
+            until, t.perf.cycles = t.perf.cycles, start + issue_cycles(i.op, cfg.cost) + go
         t._seq += 1
         t._busy[unit] = _InFlight(reads, write, until, t.pc, fault, t._seq)
         return t.pc + 1

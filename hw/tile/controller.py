@@ -718,6 +718,7 @@ class Controller(wiring.Component):
         live4 = Cat(live3, kq_busy)
         ex_sync = Signal(4)     # Execute: the live entries the fetched instruction waits for
         is_sync = Signal(4)     # Issue: the same for an `is_issue` instruction
+        go_q = Signal()         # Issue-Go: none of them live in this cycle (registered)
         mc_sync = Signal(4)     # Matrix-Check: the live entries the matrix instruction waits for
         err_pc = Signal(pcw)
 
@@ -1107,8 +1108,25 @@ class Controller(wiring.Component):
                 op = ins.op
                 first = m.If
                 if ov:
-                    with m.If(is_sync.any()):
+                    # Issue-Go: a vector instruction (not TABLE) dispatches, and a COPY of 0
+                    # bytes retires, only from `go_q`, the scoreboard compare and the COPY's
+                    # range checks registered in the cycle before (below), so the retire
+                    # starts at registers (an FPGA timing cut; `CostModel.issue_go`).
+                    with m.If(is_vec & go_q):
+                        m.d.comb += self.o_vec.valid.eq(1)
+                        with m.If(self.o_vec.ready):
+                            # In the background: the entry waits for its completion (its
+                            # ranges and PC: `vr_*`, loaded while the entry is not live,
+                            # below)
+                            m.d.sync += [vx_busy.eq(1), vx_fault.eq(0)]
+                            issued(1)
+                            do_retire()
+                    with m.Elif(is_copy & (n_q == 0) & go_q):
+                        do_retire()
+                    with m.Elif(is_sync.any()):
                         sync_point(is_sync)
+                    with m.Elif(is_vec):
+                        pass        # the first cycle in Issue: `go_q` is computed now
                     first = m.Elif
                 with first(op == Opcode.LD):
                     with m.If(misaligned(a_q, 4)):
@@ -1156,7 +1174,8 @@ class Controller(wiring.Component):
                     with m.Elif(past(s_d[1])):
                         fail(ErrorCode.SRAM_RANGE)
                     with m.Elif(n_q == 0):
-                        do_retire()
+                        if not ov:
+                            do_retire()     # (with `overlap`: from `go_q`, above)
                     with m.Else():
                         back = d_q > a_q
                         m.d.sync += [
@@ -1168,20 +1187,10 @@ class Controller(wiring.Component):
                         m.next = "Copy-Read"
                 with m.Else():
                     # Vector units 1 and 2, and TABLE.
+                    # (with `overlap` only TABLE gets here: the others dispatch above)
                     m.d.comb += self.o_vec.valid.eq(1)
                     with m.If(self.o_vec.ready):
-                        if ov:
-                            with m.If(op == Opcode.TABLE):
-                                m.next = "Vector"
-                            with m.Else():
-                                # In the background: the entry waits for its completion.
-                                # (its ranges and PC: `vr_*`, loaded while the entry
-                                # is not live, below)
-                                m.d.sync += [vx_busy.eq(1), vx_fault.eq(0)]
-                                issued(1)
-                                do_retire()
-                        else:
-                            m.next = "Vector"
+                        m.next = "Vector"
 
             # a read's word comes L cycles after its grant: L - 1 wait states before a latch
             lat = self.bus.signature.latency
@@ -1556,8 +1565,23 @@ class Controller(wiring.Component):
             # pre-decoded (`predecode`: `need`)
             m.d.comb += ex_sync.eq(pd.need & live4)
             # Issue: the ranges from the decode register
-            m.d.comb += is_sync.eq(Cat(hz_mx, Mux(is_mem | is_kvapp, hz_vx, 1), hz_nt,
-                                       Mux(is_kvapp, 1, hz_kv)) & live4)
+            is_need = Cat(hz_mx, Mux(is_mem | is_kvapp, hz_vx, 1), hz_nt, Mux(is_kvapp, 1, hz_kv))
+            m.d.comb += is_sync.eq(is_need & live4)
+            # Issue-Go (`go_q`, used in Issue from its second cycle on): the same compare
+            # with the entries as they will be in the next cycle, registered.  In Issue no
+            # entry becomes live (only an issue makes one) and a live entry's ranges hold,
+            # so only completions change it: an entry stays live unless its unit finishes
+            # without an error now.  With the COPY's range checks (a COPY of 0 bytes
+            # retires from it).  0 in the first Issue cycle, which follows Execute.
+            vec_ok = self.i_vec_done.payload.error == ErrorCode.NONE
+            net_ok = self.i_net_done.payload.error == ErrorCode.NONE
+            live4_n = Cat(mx_busy & self.mjob_busy | mx_fault
+                          | mx_busy & ~self.mjob_busy & self.mjob_error,
+                          vx_busy & ~(self.i_vec_done.valid & vec_ok) | vx_fault,
+                          nt_busy & ~(self.i_net_done.valid & net_ok) | nt_fault,
+                          kq_busy & self.kv_busy)
+            m.d.sync += go_q.eq(fsm.ongoing("Issue") & ~(is_need & live4_n).any()
+                                & ~(is_copy & (past(s_a[1]) | past(s_d[1]))))
 
             mat_vs_vx = (meet(m_x, vr_d) | meet(m_w, vr_d) | ~is_raw & meet(m_t, vr_d)
                          | meet(m_y, vr_d) | meet(m_y, vr_a) | vr_b_en & meet(m_y, vr_b)

@@ -26,7 +26,8 @@ __all__ = [
     "TABLE_ENTRIES", "DTYPE_INFO", "SRC_DTYPES", "ALL_DTYPES",
     "Addr", "Len", "Instr", "OpSpec", "SPECS", "IllegalInstruction",
     "encode", "decode", "rect_encode", "rect_decode", "signed_imm",
-    "CostModel", "IsaConfig", "instr_cycles", "issue_cycles", "is_decode_op", "DECODE_OPS",
+    "CostModel", "IsaConfig", "instr_cycles", "issue_cycles", "go_cycles", "is_decode_op",
+    "DECODE_OPS",
     "send_flits", "vector_cycles", "matrix_cycles",
     "SCALAR_OPS", "MATRIX_OPS", "vector_footprint", "matrix_footprint", "ranges_overlap",
     "scoreboard_limit", "BACKGROUND_UNITS", "background_unit", "send_footprint",
@@ -911,6 +912,14 @@ class CostModel:
         cut).  They delay the matrix unit's command and the instruction's retire alike,
         but are not the matrix unit's (`instr_cycles` and the ``MATRIX_CYCLES`` counter
         leave them out).  Played by `chipotle.isasim.IsaSim`.
+    issue_go : int
+        With ``overlap``, the cycles a vector instruction (not ``TABLE``) and a ``COPY`` of 0
+        bytes spend in the controller's state ``Issue`` before the one in which they can
+        retire: the scoreboard compare and the range checks are registered there, so the
+        retire (into the instruction register's load, the PC and the loop stack) starts at
+        a register (``docs/tile.md``, "Issue policy", Issue-Go; an FPGA timing cut, session
+        22).  A wait for an in-flight instruction overlaps it, as it overlaps `decode`.
+        Played by `chipotle.isasim.IsaSim` and `instr_cycles` (``COPY``).
     sram_latency : int
         L of the SRAM's read/write port (``ChipConfig.sram_latency``, default 1): every read
         on it that the next step waits for takes L - 1 cycles more (``LD``, each ``COPY`` and
@@ -928,6 +937,7 @@ class CostModel:
     sram_latency: int = 1
     refill: int = 1
     mat_ends: int = 1
+    issue_go: int = 1
 
 
 @dataclass(frozen=True)
@@ -1267,6 +1277,17 @@ def issue_cycles(op: Opcode, cost: CostModel) -> int:
     return cost.issue + (cost.decode if is_decode_op(op) else 0)
 
 
+def go_cycles(op: Opcode, config: IsaConfig, n: int = 1) -> int:
+    """Return the cycles of the controller's Issue-Go compare for `op` (``CostModel.issue_go``):
+    with ``config.overlap``, for a vector instruction (units 1 and 2, not ``TABLE``) and a
+    ``COPY`` of `n` = 0 bytes; else 0."""
+    if not config.overlap:
+        return 0
+    if op.value >> 4 in (1, 2) or op == Opcode.COPY and n == 0:
+        return config.cost.issue_go
+    return 0
+
+
 def is_decode_op(op: Opcode) -> bool:
     """True for the opcodes that issue from the controller's decode register (`DECODE_OPS`)."""
     return op in DECODE_OPS or op.value >> 4 in (1, 2)
@@ -1308,7 +1329,7 @@ def instr_cycles(instr: Instr, config: IsaConfig, n: int = 0, k: int | None = No
         return issue + c.load_latency + wait
     if op == Opcode.COPY:       # read, latch, write per step (a word or a byte)
         d, a = addrs if addrs is not None else (0, 0)
-        return issue + (3 + wait) * copy_steps(d, a, n, W)
+        return issue + (3 + wait) * copy_steps(d, a, n, W) + go_cycles(op, config, n)
     if op == Opcode.KVAPP:       # n: words appended (K record + V row), each read and written
         return issue + 1 + (2 + wait) * n    # + the KV store's decode cycle
     if op == Opcode.SEND:
