@@ -100,6 +100,7 @@ help:
 	@echo "make bench      decode/prefill benchmark on the RTL under Verilator (slow; BACKEND=verilator (default)|icarus|isasim (estimate, no build; about as slow per token as the cached RTL), CONFIG=, PLACEMENT=, PROMPTS=1,64,256, CONTEXT=, CLOCK_MHZ=, MODEL_DIR=)"
 	@echo "make bitstream  FPGA bitstream + resource/timing report with YoWASP tools (BOARD=ulx3s-85f|icebreaker, CONFIG=, SYNTH_ONLY=1; docs/fpga.md): about 11-15 min on the default ulx3s chip with a core to spare, 32-46 min beside a 2-core test run"
 	@echo "make venv       set-up: .venv with the pinned Python tools (editable chipotle), Icarus Verilog via apt-get if absent"
+	@echo "make iverilog   only the Icarus Verilog part of make venv (apt-get install iverilog when it is not on PATH)"
 	@echo "make models     download stories260K.bin and tok512.bin (needs network)"
 	@echo "make lint       ruff on the Python sources"
 	@echo "make clean      remove build/ (simulator builds, FPGA runs)"
@@ -162,9 +163,16 @@ test-default: venv
 # prefill of the prompt (chipotle.sim.bench).
 PROMPTS     ?= 1,64,256
 bench: venv
-	$(PY) -m chipotle.sim.bench --backend "$$CHIPOTLE_MAKE_BACKEND" \
+	@$(call run_echoed,$(PY) -m chipotle.sim.bench --backend "$$CHIPOTLE_MAKE_BACKEND" \
 	  $(strip --placement "$$CHIPOTLE_MAKE_PLACEMENT" --prompts "$$CHIPOTLE_MAKE_PROMPTS" \
-	  $(CONFIG_OPT) $(RUN_OPTS))
+	  $(CONFIG_OPT) $(RUN_OPTS)))
+
+# Run a command (its words in $1) and echo it first with the values it takes from the
+# environment filled in, each word quoted as a shell would need it (`shlex.join`), instead
+# of make's echo of the recipe's `"$$CHIPOTLE_MAKE_..."` references; silent under `make -s`.
+make_silent = $(findstring s,$(filter-out --% %=%,$(firstword $(MAKEFLAGS))))
+run_echoed = set -- $1; $(if $(make_silent),,$(PY) -c \
+  'import shlex, sys; print(shlex.join(sys.argv[1:]), flush=True)' "$$@" &&) exec "$$@"
 
 # The variables of `make sim` and `make bench` reach the command through the environment,
 # exactly as given: the shell never parses their text (quotes, `$`, `;`, backquotes,
@@ -259,9 +267,9 @@ SIM_OPTS = $(strip $(if $(value THREADS),--sim-threads "$$CHIPOTLE_MAKE_THREADS"
   $(if $(value SEED),--seed "$$CHIPOTLE_MAKE_SEED") $(if $(value PORT),--port "$$CHIPOTLE_MAKE_PORT") \
   $(if $(value BAUD),--baud "$$CHIPOTLE_MAKE_BAUD"))
 sim: venv
-	$(VENV)/bin/chipotle generate --backend "$$CHIPOTLE_MAKE_BACKEND" --prompt "$$CHIPOTLE_MAKE_PROMPT" \
+	@$(call run_echoed,$(VENV)/bin/chipotle generate --backend "$$CHIPOTLE_MAKE_BACKEND" --prompt "$$CHIPOTLE_MAKE_PROMPT" \
 	  --steps "$$CHIPOTLE_MAKE_STEPS" --temperature "$$CHIPOTLE_MAKE_TEMPERATURE" --topp "$$CHIPOTLE_MAKE_TOPP" \
-	  $(strip $(CONFIG_OPT) --placement "$$CHIPOTLE_MAKE_PLACEMENT" $(SIM_OPTS))
+	  $(strip $(CONFIG_OPT) --placement "$$CHIPOTLE_MAKE_PLACEMENT" $(SIM_OPTS)))
 
 # `make bitstream` parameters: the board (ulx3s-85f, icebreaker); CONFIG given on the command
 # line or in the environment replaces the board's chip configuration; SYNTH_ONLY=1 stops after
@@ -277,7 +285,8 @@ BITSTREAM_OPTS = --board "$$CHIPOTLE_MAKE_BOARD" \
   $(if $(filter command line environment,$(origin CONFIG)),--config "$$CHIPOTLE_MAKE_CONFIG") \
   $(if $(filter 1,$(value SYNTH_ONLY)),--synth-only)
 bitstream: venv
-	CHIPOTLE_MAKE_BITSTREAM=1 $(PY) -m chipotle.sim.bitstream $(strip $(BITSTREAM_OPTS))
+	@export CHIPOTLE_MAKE_BITSTREAM=1; \
+	  $(call run_echoed,$(PY) -m chipotle.sim.bitstream $(strip $(BITSTREAM_OPTS)))
 
 # A file already there is kept only if its sha256 is the published one (a truncated or
 # corrupt download is fetched again); a download is checked before it replaces anything.

@@ -1,6 +1,7 @@
 """chipotle.cli: ``chipotle generate`` on the real model and on small synthetic files."""
 
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -316,6 +317,26 @@ def test_make_sim_passes_prompt_and_config_verbatim(model_paths):
         r = subprocess.run(["make", "-n", *args, models], cwd=ROOT, capture_output=True,
                            text=True, env=clean)
         assert r.returncode != 0 and message in r.stderr, (args, r.stderr)
+
+
+@pytest.mark.model
+def test_make_sim_echoes_the_command_it_runs(model_paths):
+    """``make sim`` (not ``-s``) first prints the command with the values it passes filled in
+    and quoted as a shell needs them, one line that runs as printed; ``make -s`` does not."""
+    models = f"MODEL_DIR={model_paths[0].parent}"
+    prompt = 'It\'s "two" $HOME'
+    r = subprocess.run(["make", "sim", "BACKEND=golden", "STEPS=1", f"PROMPT={prompt}", models],
+                       cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    line = r.stdout.splitlines()[0]
+    argv = shlex.split(line)
+    assert argv[0].endswith("/chipotle") and argv[1] == "generate", line
+    assert argv[argv.index("--prompt") + 1] == prompt and "CHIPOTLE_MAKE" not in line, line
+    assert argv[argv.index("--steps") + 1] == "1", line
+    assert r.stdout.splitlines()[1].startswith(prompt), r.stdout
+    r = subprocess.run(["make", "-s", "sim", "BACKEND=golden", "STEPS=1", models], cwd=ROOT,
+                       capture_output=True, text=True)
+    assert r.returncode == 0 and r.stdout.startswith("Once upon a time"), r.stdout
 
 
 @pytest.mark.model
