@@ -165,6 +165,7 @@ def main(argv: list[str] | None = None) -> int:
         FitRefusal,
         clock_mhz,
         compile_fitting,
+        shorter_context_note,
     )
     from chipotle.config import ChipConfig
     from chipotle.model import CheckpointError, load_checkpoint
@@ -232,9 +233,8 @@ def main(argv: list[str] | None = None) -> int:
     except FitRefusal as e:
         ap.refuse(str(e))
     if shorter is not None:   # no --context: the longest context this configuration holds
-        print(f"context {shorter}: the longest this chip ({config}) holds the model for; its "
-              f"seq_len, {seq_len}, does not fit (--context sets the "
-              f"context; `make bench`: CONTEXT=)", file=sys.stderr, flush=True)
+        print(shorter_context_note(shorter, config, seq_len, "bench"), file=sys.stderr,
+              flush=True)
     if need > compiled.context:
         if need > seq_len:   # no context helps: the prompts must be shorter
             ap.refuse(f"a {max(lengths)}-token prompt and {steps} need {need} positions, more "

@@ -485,6 +485,16 @@ class FitRefusal(Exception):
     """`compile_fitting` refuses: the message says what does not fit and what would."""
 
 
+def shorter_context_note(shorter: int, config, seq_len: int, make_target: str) -> str:
+    """The line that says a chip runs at `shorter` positions, the longest context `config`
+    holds the model for, instead of the checkpoint's `seq_len` (`compile_fitting`'s second
+    result, no ``--context`` given); `make_target` is ``sim`` or ``bench``, whose ``CONTEXT=``
+    sets it."""
+    return (f"context {shorter}: the longest this chip ({config}) holds the model for; its "
+            f"seq_len, {seq_len}, does not fit (--context sets the context; "
+            f"`make {make_target}`: CONTEXT=)")
+
+
 def compile_fitting(model, config, given: str, context: int | None, need: int = 0,
                     needs=None, need_of: str = "", **kw):
     """Compile `model` for a command as `chipotle generate`, ``chipotle.sim.bench`` and
@@ -627,9 +637,7 @@ def _generate_chip(args, checkpoint, tokenizer, model_path, tok_path, out, err) 
     except FitRefusal as e:
         raise UsageError(str(e)) from None
     if shorter is not None:   # no --context: the longest context this configuration holds
-        err.write(f"[{args.backend}] context {shorter}: the longest this chip ({config}) "
-                  f"holds the model for; its seq_len, {seq_len}, does not fit (--context sets "
-                  f"the context; `make sim`: CONTEXT=)\n")
+        err.write(f"[{args.backend}] {shorter_context_note(shorter, config, seq_len, 'sim')}\n")
         err.flush()
         args.context = shorter
     try:
