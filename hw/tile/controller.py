@@ -20,9 +20,11 @@ instruction; a ``LOOP`` takes two (its count into the decode register, then stat
 ``TABLE``, ``LD``, ``ST``, ``COPY``, ``KVAPP``) take one cycle more: Execute resolves their
 operands into the decode register and state ``Issue`` checks, waits and dispatches from it
 (an FPGA timing cut: no path from the instruction memory through the operand adders into
-the range compares and the retire decision; ``docs/tile.md``, "Decode register"). With
-``overlap=False`` an instruction that uses a unit waits for that unit to finish before the
-next instruction issues. With ``overlap=True`` the matrix unit (``KVQK`` included), the
+the range compares and the retire decision; ``docs/tile.md``, "Decode register"); with
+``overlap`` a vector instruction dispatches from that compare registered (Issue-Go: a
+cycle more when it waits for nothing, ``CostModel.issue_go``). With ``overlap=False`` an
+instruction that uses a unit waits for that unit to finish before the next instruction
+issues. With ``overlap=True`` the matrix unit (``KVQK`` included), the
 vector unit (not ``TABLE``), the network interface (``SEND``) and the KV store (``KVAPP``,
 once the store checked it: its errors are never deferred) each run one instruction in the
 background: it retires once its unit took it, and a scoreboard entry per unit (its PC, its

@@ -453,6 +453,19 @@ async def vector_dispatch(dut):
         argmax.u16.i8 0xb08, 0x300, 40
         halt
     """)
+    # Issue-Go (docs/tile.md, "Decode register"): each vector instruction added to a
+    # program adds the estimate's cycles on the RTL: one that waits for the vector entry
+    # (the second `vadd`, the `rsum` reading its output) retires in the cycle the entry's
+    # completion frees it, not a cycle later; one that waits for nothing (the `vmul` after
+    # 200 cycles of scalar work) a cycle after its first Issue cycle (`CostModel.issue_go`)
+    head = "li r1, 0x200\nvadd.i16.i16 0x400, r1, 0x240, 20\n"
+    runs = [await tb.check_program(f"issue-go {k}", head + body + "halt")
+            for k, body in enumerate(["", "vadd.i16.i16 0x480, 0x200, 0x240, 20\n",
+                                      "rsum.i32.i16 0x500, 0x400, 20\n",
+                                      "loop 200, e\nadd r2, r2, 1\ne:\n"
+                                      "vmul.i32.i16 0x600, r1, 0x240, 20\n"])]
+    base = runs[0]["rtl_cycles"] - runs[0]["est_cycles"]
+    assert all(r["rtl_cycles"] - r["est_cycles"] == base for r in runs), runs
     for prog, code in (("vadd.i16.i16 0x101, 0x200, 0x300, 4", ErrorCode.ALIGN),
                        ("softmax.u16.i32 0x100, 0x200, 4", ErrorCode.TABLE),
                        ("rsum.i32.i16 0x100, 0x200, 0", ErrorCode.SHAPE),
