@@ -1107,6 +1107,17 @@ class Controller(wiring.Component):
                 # Vector instructions, TABLE, LD, ST, COPY and KVAPP, from the decode
                 # register (their other fields from the held word, `ins_q`).
                 m.d.comb += st.eq(ControllerState.RUNNING)
+                # The operands of LD, ST and COPY, loaded in every Issue cycle (an FPGA
+                # timing cut: their enable from the state register, not from the hazard
+                # compare and the range checks); only the states after Issue use them.
+                back = d_q > a_q
+                m.d.sync += [
+                    mem_addr.eq(Mux(is_st, d_q, a_q)),
+                    cp_back.eq(back),
+                    cp_src.eq(Mux(is_st, a_q, Mux(is_copy & back, a_q + n_q - 1, a_q))),
+                    cp_dst.eq(Mux(back, d_q + n_q - 1, d_q)),
+                    cp_left.eq(n_q),
+                ]
                 op = ins.op
                 first = m.If
                 if ov:
@@ -1114,20 +1125,23 @@ class Controller(wiring.Component):
                     # bytes retires, only from `go_q`, the scoreboard compare and the COPY's
                     # range checks registered in the cycle before (below), so the retire
                     # starts at registers (an FPGA timing cut; `CostModel.issue_go`).
-                    with m.If(is_vec & go_q):
+                    with m.If((is_vec | is_table) & go_q):
                         m.d.comb += self.o_vec.valid.eq(1)
                         with m.If(self.o_vec.ready):
-                            # In the background: the entry waits for its completion (its
-                            # ranges and PC: `vr_*`, loaded while the entry is not live,
-                            # below)
-                            m.d.sync += [vx_busy.eq(1), vx_fault.eq(0)]
-                            issued(1)
-                            do_retire()
+                            with m.If(is_table):
+                                m.next = "Vector"
+                            with m.Else():
+                                # In the background: the entry waits for its completion
+                                # (its ranges and PC: `vr_*`, loaded while the entry is
+                                # not live, below)
+                                m.d.sync += [vx_busy.eq(1), vx_fault.eq(0)]
+                                issued(1)
+                                do_retire()
                     with m.Elif(is_copy & (n_q == 0) & go_q):
                         do_retire()
                     with m.Elif(is_sync.any()):
                         sync_point(is_sync)
-                    with m.Elif(is_vec):
+                    with m.Elif(is_vec | is_table):
                         pass        # the first cycle in Issue: `go_q` is computed now
                     first = m.Elif
                 with first(op == Opcode.LD):
@@ -1136,7 +1150,6 @@ class Controller(wiring.Component):
                     with m.Elif(past(s_a[1])):
                         fail(ErrorCode.SRAM_RANGE)
                     with m.Else():
-                        m.d.sync += mem_addr.eq(a_q)
                         m.next = "Load-Read"
                 with m.Elif(op == Opcode.ST):
                     with m.If(misaligned(d_q, 4)):
@@ -1144,7 +1157,6 @@ class Controller(wiring.Component):
                     with m.Elif(past(s_d[1])):
                         fail(ErrorCode.SRAM_RANGE)
                     with m.Else():
-                        m.d.sync += [mem_addr.eq(d_q), cp_src.eq(a_q)]
                         m.next = "Store"
                 with m.Elif(op == Opcode.KVAPP):
                     # Source checks in the simulator's order (K record, then V row: alignment,
@@ -1162,13 +1174,7 @@ class Controller(wiring.Component):
                     with m.Else():
                         m.d.comb += self.o_kv.valid.eq(1)
                         with m.If(self.o_kv.ready):
-                            if ov:
-                                m.d.sync += [
-                                    kr_k[0].eq(s_a[0]),
-                                    kr_k[1].eq(s_a[1]),
-                                    kr_v[0].eq(s_b[0]),
-                                    kr_v[1].eq(s_b[1]),
-                                ]
+                            # (its ranges: `kr_*`, loaded while the KV entry is not busy)
                             m.next = "Kv"
                 with m.Elif(op == Opcode.COPY):
                     with m.If(past(s_a[1])):
@@ -1179,13 +1185,6 @@ class Controller(wiring.Component):
                         if not ov:
                             do_retire()     # (with `overlap`: from `go_q`, above)
                     with m.Else():
-                        back = d_q > a_q
-                        m.d.sync += [
-                            cp_back.eq(back),
-                            cp_src.eq(Mux(back, a_q + n_q - 1, a_q)),
-                            cp_dst.eq(Mux(back, d_q + n_q - 1, d_q)),
-                            cp_left.eq(n_q),
-                        ]
                         m.next = "Copy-Read"
                 with m.Else():
                     # Vector units 1 and 2, and TABLE.
@@ -1518,6 +1517,11 @@ class Controller(wiring.Component):
             # with the entry not live (it waits for the entry), from the decode register,
             # which holds in Issue: so the entry takes its own ranges in its issue cycle, and
             # they hold while it is live.
+            # The KV entry's ranges likewise, in every cycle in which it is not busy (a
+            # KVAPP issues with the entry not busy, from the held decode register).
+            with m.If(~kq_busy):
+                m.d.sync += [kr_k[0].eq(s_a[0]), kr_k[1].eq(s_a[1]),
+                             kr_v[0].eq(s_b[0]), kr_v[1].eq(s_b[1])]
             with m.If(~vx_busy & ~vx_fault):
                 m.d.sync += [vx_pc.eq(pc),
                              vr_a[0].eq(s_a[0]), vr_a[1].eq(s_a[1]),

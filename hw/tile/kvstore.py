@@ -418,8 +418,11 @@ class KvStore(wiring.Component):
         with m.FSM(name="fsm") as fsm:
             with m.State("Idle"):     # (the first state: the FSM's reset state)
                 m.d.comb += self.i_cmd.ready.eq(settled)
+                # the command register takes the payload in every Idle cycle, so it holds
+                # the accepted command's from the handshake on (an FPGA timing cut: its
+                # enable from the state register, not from the controller's dispatch)
+                m.d.sync += c.eq(cmd)
                 with m.If(self.i_cmd.valid & settled):
-                    m.d.sync += c.eq(cmd)
                     m.next = "Decode"
 
             # (the L - 1 states between a read's grant and the write of its word)

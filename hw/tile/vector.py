@@ -1231,12 +1231,14 @@ class VectorUnit(wiring.Component):
         with m.FSM():
             with m.State("Idle"):
                 m.d.comb += [self.i_cmd.ready.eq(1), self.busy.eq(0)]
+                # The command register takes the payload in every Idle cycle, so it holds
+                # the accepted command's from the handshake on (an FPGA timing cut: its
+                # enable from the state register, not from the controller's dispatch)
+                pl = self.i_cmd.payload
+                pq = pl.op == Opcode.RMSNORMQ
+                m.d.sync += [cmd.eq(pl), is_q.eq(pq), ltd.eq(Mux(pq, Dtype.I16, pl.td))]
                 with m.If(self.i_cmd.valid):
-                    pl = self.i_cmd.payload
-                    pq = pl.op == Opcode.RMSNORMQ
-                    m.d.sync += [cmd.eq(pl), cyc.eq(1), busflag.eq(0),
-                                 err.eq(ErrorCode.NONE), is_q.eq(pq),
-                                 ltd.eq(Mux(pq, Dtype.I16, pl.td))]
+                    m.d.sync += [cyc.eq(1), busflag.eq(0), err.eq(ErrorCode.NONE)]
                     m.next = "Check-Product"
 
             with m.State("Check-Product"):

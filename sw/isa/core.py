@@ -913,13 +913,14 @@ class CostModel:
         but are not the matrix unit's (`instr_cycles` and the ``MATRIX_CYCLES`` counter
         leave them out).  Played by `chipotle.isasim.IsaSim`.
     issue_go : int
-        With ``overlap``, the cycles a vector instruction (not ``TABLE``) and a ``COPY`` of 0
+        With ``overlap``, the cycles a vector instruction, ``TABLE`` and a ``COPY`` of 0
         bytes spend in the controller's state ``Issue`` before the one in which they can
-        retire: the scoreboard compare and the range checks are registered there, so the
-        retire (into the instruction register's load, the PC and the loop stack) starts at
-        a register (``docs/tile.md``, "Issue policy", Issue-Go; an FPGA timing cut, session
-        22).  A wait for an in-flight instruction overlaps it, as it overlaps `decode`.
-        Played by `chipotle.isasim.IsaSim` and `instr_cycles` (``COPY``).
+        be dispatched or retire: the scoreboard compare and the range checks are
+        registered there, so the dispatch and the retire (into the instruction register's
+        load, the PC and the loop stack) start at a register (``docs/tile.md``, "Decode
+        register", Issue-Go; an FPGA timing cut, session 22).  A wait for an in-flight
+        instruction overlaps it, as it overlaps `decode`.  Played by
+        `chipotle.isasim.IsaSim` and `instr_cycles` (``TABLE``, ``COPY``).
     sram_latency : int
         L of the SRAM's read/write port (``ChipConfig.sram_latency``, default 1): every read
         on it that the next step waits for takes L - 1 cycles more (``LD``, each ``COPY`` and
@@ -1279,11 +1280,11 @@ def issue_cycles(op: Opcode, cost: CostModel) -> int:
 
 def go_cycles(op: Opcode, config: IsaConfig, n: int = 1) -> int:
     """Return the cycles of the controller's Issue-Go compare for `op` (``CostModel.issue_go``):
-    with ``config.overlap``, for a vector instruction (units 1 and 2, not ``TABLE``) and a
+    with ``config.overlap``, for a vector instruction (units 1 and 2), ``TABLE`` and a
     ``COPY`` of `n` = 0 bytes; else 0."""
     if not config.overlap:
         return 0
-    if op.value >> 4 in (1, 2) or op == Opcode.COPY and n == 0:
+    if op.value >> 4 in (1, 2) or op == Opcode.TABLE or op == Opcode.COPY and n == 0:
         return config.cost.issue_go
     return 0
 
@@ -1338,10 +1339,13 @@ def instr_cycles(instr: Instr, config: IsaConfig, n: int = 0, k: int | None = No
     if op == Opcode.TABLE or unit in (1, 2):
         # the vector unit's own schedule, operands assumed word-aligned (RMSNorm's epsilon
         # address and WSUM's row stride are the `c` immediate)
-        return issue + vector_cycles(op, instr.td, instr.src, max(n, 1), instr.imm, instr.c,
-                                       lanes=V, word_bytes=W, slots=c.vec_slots,
-                                       read_words=config.read_words,
-                                       sram_latency=c.sram_latency)
+        # (TABLE, in the foreground: its Issue-Go cycle; a vector instruction's is the
+        # simulator's, which issues it in the background)
+        go = go_cycles(op, config) if op == Opcode.TABLE else 0
+        return go + issue + vector_cycles(op, instr.td, instr.src, max(n, 1), instr.imm,
+                                          instr.c, lanes=V, word_bytes=W, slots=c.vec_slots,
+                                          read_words=config.read_words,
+                                          sram_latency=c.sram_latency)
     if op == Opcode.LOOP:
         # its count resolved into the decode register, then state Loop (docs/tile.md,
         # "Fetch")
