@@ -199,11 +199,17 @@ class TileCore(wiring.Component):
             PerfIndex.MATRIX_CYCLES: ctrl.matrix_active,
             PerfIndex.KV_CYCLES: kv.busy,
         }
+        # Each increment is registered before its adder (an FPGA timing cut: the retire,
+        # the scoreboard's stall and the SRAM arbiter's grants feed one flip-flop each, not
+        # a 32-bit adder's carry chain and its 32 flip-flops): a counter shows a cycle's
+        # count one cycle later, which no read of a finished step can see.
         for k in PerfIndex:
+            inc_q = Signal(len(Value.cast(inc[k])), name=f"perf_{k.name.lower()}_inc")
+            m.d.sync += inc_q.eq(Mux(rst, 0, inc[k]))
             with m.If(rst):
                 m.d.sync += perf[k].eq(0)
             with m.Else():
-                m.d.sync += perf[k].eq(perf[k] + inc[k])
+                m.d.sync += perf[k].eq(perf[k] + inc_q)
             m.d.comb += self.perf[k].eq(perf[k])
         return m
 
