@@ -572,7 +572,7 @@ class IsaSim:
                 if t._busy:
                     # an instruction issued from the decode register waits from its second
                     # cycle on (the first one resolves its operands)
-                    # (a vector instruction's Issue-Go cycle too: `CostModel.issue_go`)
+                    # (a vector instruction's and TABLE's Issue-Go cycle too: `CostModel.issue_go`)
                     lead = (self.config.cost.decode if is_decode_op(instr.op) else 0) \
                         + go_cycles(instr.op, self.config)
                     self._sync(t, self._sync_units(t, instr), lead)

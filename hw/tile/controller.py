@@ -1121,10 +1121,10 @@ class Controller(wiring.Component):
                 op = ins.op
                 first = m.If
                 if ov:
-                    # Issue-Go: a vector instruction (not TABLE) dispatches, and a COPY of 0
+                    # Issue-Go: a vector instruction and TABLE dispatch, and a COPY of 0
                     # bytes retires, only from `go_q`, the scoreboard compare and the COPY's
-                    # range checks registered in the cycle before (below), so the retire
-                    # starts at registers (an FPGA timing cut; `CostModel.issue_go`).
+                    # range checks registered in the cycle before (below), so the dispatch
+                    # and retire start at registers (an FPGA timing cut; CostModel.issue_go).
                     with m.If((is_vec | is_table) & go_q):
                         m.d.comb += self.o_vec.valid.eq(1)
                         with m.If(self.o_vec.ready):
