@@ -53,11 +53,13 @@ export WAVES
 
 # A variable given on the command line that no target reads is refused, not ignored (a
 # misspelt STEP=16 would otherwise run 128 steps): every variable the targets take, and
-# CHIPOTLE_* (the Python side's own).
+# the environment variables the Python side reads (CHIPOTLE_MODEL_DIR: the model files;
+# CHIPOTLE_BUILD_DIR: the build cache, `chipotle.sim.flow.build_root`).
 MAKE_VARIABLES := PYTHON VENV SIM WAVES JOBS PYTEST_ARGS PROMPT STEPS CONFIG CONTEXT \
                   CLOCK_MHZ PLACEMENT TEMPERATURE TOPP SEED MODEL_DIR PORT BAUD BACKEND \
-                  TEST_STEPS PROMPTS BOARD SYNTH_ONLY PGO HIERARCHICAL THREADS MODEL_URL
-unknown_given := $(filter-out $(MAKE_VARIABLES) CHIPOTLE_%,$(foreach v,$(.VARIABLES),\
+                  TEST_STEPS PROMPTS BOARD SYNTH_ONLY PGO HIERARCHICAL THREADS MODEL_URL \
+                  CHIPOTLE_MODEL_DIR CHIPOTLE_BUILD_DIR
+unknown_given := $(filter-out $(MAKE_VARIABLES),$(foreach v,$(.VARIABLES),\
                    $(if $(filter command line,$(origin $v)),$v)))
 # the variable meant: a plural or singular away, else (Python) the same name in other case
 # (prompt= -> PROMPT=), the one name it begins (TEMP= -> TEMPERATURE=), or the closest by
@@ -105,6 +107,7 @@ help:
 	@echo "make lint       ruff on the Python sources"
 	@echo "make clean      remove build/ (simulator builds, FPGA runs)"
 	@echo "make distclean  make clean, and remove .venv"
+	@echo "every target    CHIPOTLE_BUILD_DIR= (where simulator builds and FPGA runs go, default build/), CHIPOTLE_MODEL_DIR= (as MODEL_DIR=); a variable no target takes is refused"
 
 venv: $(STAMP) iverilog
 

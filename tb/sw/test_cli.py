@@ -797,7 +797,10 @@ def test_make_refuses_variables_no_target_takes():
     code, err = _make("sim", "A;touch /tmp/chipotle-no-such-file;B=1", "BACKEND=reference")
     assert code == 2 and "'A;touch' '/tmp/chipotle-no-such-file;B=1' are no targets of this " \
         "Makefile (its targets: venv " in err, err
-    for argv in (("sim", "STEPS=3", "BACKEND=reference", "CHIPOTLE_X=1"),
+    # the Python side's environment variables are taken, any other CHIPOTLE_ name is not
+    code, err = _make("sim", "STEPS=3", "BACKEND=reference", "CHIPOTLE_MODL_DIR=x")
+    assert code == 2 and "CHIPOTLE_MODL_DIR= (did you mean CHIPOTLE_MODEL_DIR=?)" in err, err
+    for argv in (("sim", "STEPS=3", "BACKEND=reference", "CHIPOTLE_BUILD_DIR=build"),
                  ("test", "JOBS=1", "PYTEST_ARGS=-k x", "SIM=icarus", "WAVES=0"),
                  ("bitstream", "BOARD=icebreaker", "SYNTH_ONLY=1")):
         code, err = _make(*argv)
