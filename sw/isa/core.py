@@ -889,7 +889,9 @@ class CostModel:
         Matrix unit pipeline: cycles from the issue of a row's last weight word to its result
         leaving the unit (3); the write-back's own timing is `matrix_cycles`'.
     load_latency : int
-        Extra cycles of ``LD`` (SRAM read latency).
+        Extra cycles of ``LD`` beyond its issue with the SRAM port at latency 1: the cycle
+        its word is read in.  A port of latency L adds L - 1 more (`sram_latency`), so an
+        ``LD`` takes ``issue + load_latency + sram_latency - 1`` cycles.
     hop : int
         NoC cycles per router hop.
     kv_stream : int
