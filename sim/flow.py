@@ -263,16 +263,29 @@ class CocotbRun:
     failed: list[str] = field(default_factory=list)
     failures: dict[str, str] = field(default_factory=dict)
 
-    def raise_on_failure(self) -> None:
+    def raise_on_failure(self, expected: Sequence[str] | None = None) -> None:
         """Raise ``AssertionError`` naming each failed cocotb test and its message.
 
-        Also raises when no test ran at all, so a mistyped test name cannot pass.
+        Also raises when no test ran at all, and when a test named in `expected` did not
+        pass (cocotb drops a test name that matches no test with only a log line, and a
+        skipped test is neither passed nor failed), so a mistyped or renamed test name
+        cannot pass.
+
+        Parameters
+        ----------
+        expected : sequence of str, optional
+            Names of cocotb tests that must have passed (``run_cocotb``'s ``testcase``).
         """
         if self.failed:
             msgs = "\n".join(f"  {t}: {self.failures.get(t, '')}" for t in self.failed)
             raise AssertionError(f"{len(self.failed)} cocotb test(s) failed on {self.sim}:\n{msgs}")
         if not self.passed:
             raise AssertionError(f"no cocotb test ran on {self.sim} ({self.results_xml})")
+        missing = [t for t in (expected or ()) if t not in self.passed]
+        if missing:
+            raise AssertionError(f"cocotb test(s) {', '.join(missing)} did not pass on "
+                                 f"{self.sim}: no such test, or skipped (passed: "
+                                 f"{', '.join(self.passed)}; {self.results_xml})")
 
 
 def _parse_results(sim: str, path: Path) -> CocotbRun:
@@ -415,7 +428,8 @@ def run_cocotb(
     seed : int, optional
         cocotb random seed.
     check : bool
-        Raise ``AssertionError`` if any cocotb test failed or none ran.
+        Raise ``AssertionError`` if any cocotb test failed, none ran, or one named in
+        `testcase` did not pass (`CocotbRun.raise_on_failure`).
     cxx_opt : str
         Verilator only: C++ optimisation of the model (see
         :func:`chipotle.sim.toolchain.verilator_environment`); ``-O0`` builds fastest,
@@ -587,5 +601,5 @@ def run_cocotb(
     run = _run_tests(runner, sim, toplevel, test_module, test_dir, build_dir, testcase,
                      extra_env, waves, seed)
     if check:
-        run.raise_on_failure()
+        run.raise_on_failure([testcase] if isinstance(testcase, str) else testcase)
     return run

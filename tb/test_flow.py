@@ -44,3 +44,34 @@ def test_cache_names_the_sources_the_process_imported(tmp_path, monkeypatch):
     flow.generate_verilog_cached(factory, "skid", "w8")
     assert len(calls) == 2 and len(list((tmp_path / "verilog").glob("skid-*.v"))) == 2
     flow._process_digest.cache_clear()
+
+
+def test_cocotb_results_are_checked(tmp_path):
+    """`CocotbRun.raise_on_failure` on a synthetic cocotb results file: a failure is named
+    with its message, a skipped test is not taken for a passed one, a requested test that did
+    not pass (missing or skipped) is refused, and a run in which nothing passed is refused."""
+    import pytest
+
+    def results(*cases):
+        path = tmp_path / f"results{len(list(tmp_path.iterdir()))}.xml"
+        body = "".join(f'<testcase classname="m" name="{n}">{inner}</testcase>'
+                       for n, inner in cases)
+        path.write_text(f'<testsuites><testsuite name="all">{body}</testsuite></testsuites>')
+        return flow._parse_results("verilator", path)
+
+    ok = results(("a", ""), ("b", ""), ("c", "<skipped/>"))
+    assert ok.passed == ["a", "b"] and ok.failed == []
+    ok.raise_on_failure()
+    ok.raise_on_failure(["a", "b"])
+    with pytest.raises(AssertionError, match="cocotb test.s. c did not pass on verilator"):
+        ok.raise_on_failure(["a", "c"])
+    with pytest.raises(AssertionError, match="wormhole did not pass"):
+        ok.raise_on_failure(["wormhole"])
+    bad = results(("a", ""), ("b", '<failure message="flit 3 lost"/>'),
+                  ("e", "<error>Traceback: boom</error>"))
+    assert bad.passed == ["a"] and bad.failed == ["b", "e"]
+    with pytest.raises(AssertionError, match=r"2 cocotb test\(s\) failed on verilator:\n"
+                                             r"  b: flit 3 lost\n  e: Traceback: boom"):
+        bad.raise_on_failure()
+    with pytest.raises(AssertionError, match="no cocotb test ran on verilator"):
+        results(("c", "<skipped/>")).raise_on_failure()
