@@ -46,7 +46,15 @@ def test_scenario_on_isasim():
     token, logits, names = out["step"]
     assert token == next_token(3, 0) and logits == out["logits"]
     assert "cycles" in names and "ni_flits_sent" in names
-    # the unaligned write landed at 0x203 and nowhere else
+    # the unaligned write landed at 0x203 and nowhere else: (1, 0) holds the toy's image at
+    # 0x200 (2,048 bytes) with the 37-byte blob over it from 0x203, zeros around; (0, 1)
+    # was never written
+    ((base, image),) = ToyCompiled(SMALL).images[(1, 0)]
+    want = bytearray(base - 0x1f8) + bytearray(image) + bytearray(8)
+    want[0x203 - 0x1f8:0x203 - 0x1f8 + len(out["blob"])] = out["blob"]
+    assert len(out["blob"]) == 37 and out["unaligned"] == bytes(want[:64])
+    assert out["long_read"] == bytes(want[base - 0x1f8:base - 0x1f8 + 2048 + 8])
+    assert out["last_word"] == bytes(8)
     assert out["statuses"][(0, 0)].state == "halted"
     assert out["idle_status"].state == "idle"
     assert all(c > 0 for c in out["cycles"])

@@ -125,6 +125,7 @@ async def scenario(backend, seed: int = 3) -> dict:
     # raw operations: an unaligned write merged into its words, reads of odd sizes
     blob = rng.integers(0, 256, 37, dtype=np.uint8).tobytes()
     await backend.write_sram((1, 0), 0x203, blob)
+    out["blob"] = blob
     out["unaligned"] = await backend.read_sram((1, 0), 0x1f8, 64)
     out["long_read"] = await backend.read_sram((1, 0), 0x200, 2048 + 8)
     out["last_word"] = await backend.read_sram((0, 1), backend.config.sram_bytes - 8, 8)

@@ -131,19 +131,21 @@ def test_embedding_and_head_bit_exact(small_qm):
     sim.write(TILE, EPS, np.array([qm.final_norm.eps], "<i8"))
     sim.write(TILE, TABS, qm.rsqrt_table.astype("<u2"))
     sim.write(TILE, TABS + 0x800, qm.dynquant_table.astype("<u2"))
-    sim.load_program(TILE, f"""
+    sym = {}
+    sim.load_program(TILE, assemble(f"""
         table rsqrt, {TABS}
         table dynq, {TABS + 0x800}
         ld    r1, {TOK}
         mul   r2, r1, {isa.pad(c.dim)}
         mul   r3, r1, 4
         reqm.i16.i8     {X}, r2+{E}, r3+{EMS}, {c.dim}      ; x = requant(E8[tok], m, s)
+    head:
         rmsnorm.i16.i16 {XN}, {X}, {G}, {c.dim}, {EPS}, {qm.final_norm.shift}
         dynq.i8.i16     {XQ}, {XN}, {c.dim}
         matmul.i32      {LOG}, {XQ}, {E}, {CMS}, {c.vocab_size}, {c.dim}, 1   ; shared weights
         argmax.i32.i32  {OUT}, {LOG}, {c.vocab_size}
         halt
-    """)
+    """, symbols_out=sym))
     assert qm.classifier.w is qm.embedding.w
     golden = GoldenModel(qm)
     for tok in (0, 7, c.vocab_size - 1):
@@ -155,7 +157,7 @@ def test_embedding_and_head_bit_exact(small_qm):
         sim.run()
         assert sim.tile(TILE).error == ErrorCode.NONE, sim.tile(TILE).error_message
         np.testing.assert_array_equal(sim.read(TILE, X, c.dim, np.int16), x)
-        # the golden head (final norm, classifier, argmax) applied to this row
+        # the head's numerics (final norm, classifier, argmax) applied to this row
         xn = nx.rmsnorm(x[None], qm.final_norm.gain, qm.final_norm.shift, qm.final_norm.eps,
                         qm.rsqrt_table)
         x8, mu, b = nx.dynquant(xn, qm.dynquant_table)
@@ -164,4 +166,15 @@ def test_embedding_and_head_bit_exact(small_qm):
         np.testing.assert_array_equal(sim.read(TILE, LOG, c.vocab_size, np.int32), logits)
         assert sim.read(TILE, OUT, 1, np.int32)[0] == nx.argmax(logits)
         np.testing.assert_array_equal(sim.read(TILE, XQ + W, c.dim, np.int8), x8[0])
+        # the golden model's own head: its last residual through the program from `head`
+        # gives its final norm, logits and argmax
+        sim.write(TILE, X, trace[f"l{c.n_layers - 1}.res"].astype("<i2"))
+        sim.start(TILE, sym["head"])
+        sim.run()
+        assert sim.tile(TILE).error == ErrorCode.NONE, sim.tile(TILE).error_message
+        np.testing.assert_array_equal(sim.read(TILE, XN, c.dim, np.int16),
+                                      trace["final_norm"].reshape(-1))
+        np.testing.assert_array_equal(sim.read(TILE, LOG, c.vocab_size, np.int32),
+                                      trace["logits"].reshape(-1))
+        assert sim.read(TILE, OUT, 1, np.int32)[0] == int(np.argmax(trace["logits"]))
 

@@ -210,10 +210,17 @@ class TileBench:
         self.dut.rst.value = 0
         await RisingEdge(self.clk)
 
-    async def stop(self, cycles=20000):
-        """Wait until every expected result arrived and the DUT is idle; check the board."""
+    async def stop(self, cycles=20000, quiet=0):
+        """Wait until every expected result arrived and the DUT is idle; check the board.
+
+        ``quiet``: cycles to watch after that, in which no further result may arrive (the
+        monitor hands a stray one to the scoreboard, which counts it), for a command that
+        must produce none.
+        """
         await wait_until(self.clk, lambda: not self.expected and not int(self.dut.busy.value),
                          cycles, f"{len(self.expected)} expected results")
+        if quiet:
+            await ClockCycles(self.clk, quiet)
         assert self.sb.errors == 0, f"scoreboard recorded {self.sb.errors} mismatches"
 
     # -- stimulus + reference model ---------------------------------------------------------

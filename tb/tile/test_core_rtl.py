@@ -14,11 +14,14 @@ import functools
 import json
 from pathlib import Path
 
+import pytest
 from tbcore import CORE_CONFIGS, CORE_TESTS, SIM_CORE_CONFIGS
 
 from chipotle.hw.tile.tile import TileCore
 from chipotle.sim import generate_verilog, run_cocotb
 from chipotle.sim.flow import build_root
+
+pytestmark = pytest.mark.rtl
 
 TB = Path(__file__).parent
 
@@ -45,10 +48,11 @@ def test_core_rtl(sim):
             print(config, entry)
 
 
+@pytest.mark.model
 def test_layer_rtl(sim, model_paths):
     """One stories260K layer on one tile (Verilator only: about 30 k cycles per step)."""
     if sim != "verilator":
-        return
+        pytest.skip("Verilator only: about 30 k cycles per step, too slow for Icarus")
     from tbcore import LAYER_CONFIG
     out = build_root() / "reports" / "tile-layer-cycles-verilator.json"
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -68,7 +72,7 @@ def test_mesh_rtl(sim):
     """Whole tiles (network interface included) on a 2 x 2 mesh: SEND / WAIT / multicast
     through the host link (Verilator only: four tiles are too slow for Icarus)."""
     if sim != "verilator":
-        return
+        pytest.skip("Verilator only: four tiles are too slow for Icarus")
     from mesh_dut import TileMesh
     from tbcore import MESH_CONFIGS
     verilog = generate_verilog(TileMesh(MESH_CONFIGS["mesh2x2"]), name="tile_mesh")

@@ -11,11 +11,14 @@ import functools
 import json
 from pathlib import Path
 
+import pytest
 from tilemodel import CONFIGS, SIM_CONFIGS
 
 from chipotle.hw.tile import Sram, TileDatapath
 from chipotle.sim import generate_verilog, run_cocotb
 from chipotle.sim.flow import build_root
+
+pytestmark = pytest.mark.rtl
 
 TB = Path(__file__).parent
 

@@ -19,10 +19,13 @@ import functools
 import json
 from pathlib import Path
 
+import pytest
 from cocotb_vector_env import CONFIGS, VectorTop
 
 from chipotle.sim import generate_verilog, run_cocotb
 from chipotle.sim.flow import build_root
+
+pytestmark = pytest.mark.rtl
 
 TB = Path(__file__).parent
 TESTS = ["tables_missing_then_load", "elementwise", "requant", "reductions", "rmsnorm",
