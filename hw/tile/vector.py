@@ -440,14 +440,14 @@ class VectorUnit(wiring.Component):
             for o, lm in ((Opcode.VADD, _Lane.ADD), (Opcode.VSUB, _Lane.SUB),
                           (Opcode.VMUL, _Lane.MUL)):
                 with m.Case(o):
-                    m.d.comb += [use_y.eq(1), lmode.eq(lm), wr.eq(1)]
+                    m.d.comb += [use_y.eq(1), lmode.eq(lm)]
             with m.Case(Opcode.REQI):
-                m.d.comb += [lmode.eq(_Lane.REQ), wr.eq(1)]
+                m.d.comb += lmode.eq(_Lane.REQ)
             with m.Case(Opcode.REQM):
                 with m.If(ps == _PRO):
                     m.d.comb += xk.eq(2)
                 with m.Else():
-                    m.d.comb += [lmode.eq(_Lane.REQ), wr.eq(1)]
+                    m.d.comb += lmode.eq(_Lane.REQ)
             for o, lm, rd in ((Opcode.RSUM, _Lane.PASS, _Red.SUM),
                               (Opcode.RSUMSQ, _Lane.SQ, _Red.SUM),
                               (Opcode.RMAX, _Lane.PASS, _Red.MAX),
@@ -467,30 +467,43 @@ class VectorUnit(wiring.Component):
                 with m.Elif((op == Opcode.RMSNORMQ) & (ps == _P2)):
                     m.d.comb += [use_y.eq(1), lmode.eq(_Lane.NORM), red.eq(_Red.MAXABS)]
                 with m.Else():
-                    m.d.comb += [use_y.eq(1), lmode.eq(_Lane.NORM), wr.eq(1)]
+                    m.d.comb += [use_y.eq(1), lmode.eq(_Lane.NORM)]
             with m.Case(Opcode.DYNQ):
                 with m.If(ps == _P1):
                     m.d.comb += [lmode.eq(_Lane.PASS), red.eq(_Red.MAXABS)]
                 with m.Else():
-                    m.d.comb += [lmode.eq(_Lane.REQ), wr.eq(1)]
+                    m.d.comb += lmode.eq(_Lane.REQ)
             with m.Case(Opcode.SOFTMAX):
                 m.d.comb += [xk.eq(2), xs.eq(1)]
                 with m.If(ps == _P1):
                     m.d.comb += [lmode.eq(_Lane.PASS), red.eq(_Red.MAX)]
                 with m.Elif(ps == _P2):
-                    m.d.comb += [lmode.eq(_Lane.EXP), red.eq(_Red.SUM), wr.eq(1)]
+                    m.d.comb += [lmode.eq(_Lane.EXP), red.eq(_Red.SUM)]
                 with m.Else():
-                    m.d.comb += [xk.eq(1), xs.eq(0), lmode.eq(_Lane.REQ), wr.eq(1)]
+                    m.d.comb += [xk.eq(1), xs.eq(0), lmode.eq(_Lane.REQ)]
             with m.Case(Opcode.ROPE):
                 m.d.comb += [xk.eq(1), xs.eq(1), yk.eq(1), ys.eq(1), use_y.eq(1), use_z.eq(1),
-                             lmode.eq(_Lane.ROPE), wr.eq(1)]
+                             lmode.eq(_Lane.ROPE)]
             with m.Case(Opcode.SILU):
-                m.d.comb += [xk.eq(1), xs.eq(1), lmode.eq(_Lane.SILU), wr.eq(1)]
+                m.d.comb += [xk.eq(1), xs.eq(1), lmode.eq(_Lane.SILU)]
             with m.Case(Opcode.WSUM):
                 m.d.comb += [xk.eq(0), xs.eq(1), yk.eq(1), ys.eq(0), use_y.eq(1),
                              lmode.eq(_Lane.WSUM)]
             with m.Case(Opcode.TABLE):
                 m.d.comb += [xk.eq(1), xs.eq(0), lmode.eq(_Lane.PASS), tw.eq(1)]
+
+        def pass_writes(p):
+            """Whether pass ``p`` of the current op writes its lanes to D (``wr``): one
+            expression, so that the write side's registered copy (``wrtw_q`` below) is the
+            same function of the pass it starts."""
+            return (is_op(Opcode.VADD, Opcode.VSUB, Opcode.VMUL, Opcode.REQI, Opcode.ROPE,
+                          Opcode.SILU)
+                    | ((op == Opcode.REQM) & (p != _PRO))
+                    | (is_op(Opcode.RMSNORM, Opcode.RMSNORMQ) & (p != _PRO) & (p != _P1)
+                       & ~((op == Opcode.RMSNORMQ) & (p == _P2)))
+                    | (is_op(Opcode.DYNQ, Opcode.SOFTMAX) & (p != _P1)))
+
+        m.d.comb += wr.eq(pass_writes(ps))
 
         # -- chunk geometry ----------------------------------------------------------------
         cnt = Signal(range(V + 1))
@@ -1016,7 +1029,12 @@ class VectorUnit(wiring.Component):
         # -- the SRAM port: the write side first, else the read side ---------------------------
         in_stream = Signal()
         rd_want = Signal()
-        m.d.comb += rd_want.eq(in_stream & ~rd_done & ((rq != 0) | ~(wr | tw) | (cred < NS)))
+        # wr | tw of the pass being read, registered when the pass starts (`sp_go`, the only
+        # change of `ps`; `op` holds from Check on): the read request, which the SRAM
+        # arbiter's grant depends on, starts at registers, not at the op / pass decode (an
+        # FPGA timing cut; no cycle: no pass reads before its start)
+        wrtw_q = Signal()
+        m.d.comb += rd_want.eq(in_stream & ~rd_done & ((rq != 0) | ~wrtw_q | (cred < NS)))
         with m.If(w_go):
             m.d.comb += [
                 self.bus.en.eq(1), self.bus.we.eq(1), self.bus.addr.eq(h_addr + wq),
@@ -1035,7 +1053,7 @@ class VectorUnit(wiring.Component):
                              pend_last.eq(r_last)]
                 if R > 1:
                     m.d.sync += pend_k.eq(r_k)
-                m.d.comb += credit_in.eq((rq == 0) & (wr | tw))
+                m.d.comb += credit_in.eq((rq == 0) & wrtw_q)
                 with m.If(r_sel == 1):
                     m.d.sync += [pc_valid.eq(1), pc_addr.eq(fy)]
                 with m.If(r_last):
@@ -1372,6 +1390,7 @@ class VectorUnit(wiring.Component):
 
         # -- the start of a pass or of a WSUM column chunk -------------------------------------
         with m.If(sp_go):
+            m.d.sync += wrtw_q.eq(pass_writes(sp_p) | (op == Opcode.TABLE))
             m.d.sync += [ps.eq(sp_p), i.eq(0), ih.eq(0), j0.eq(0), acc.eq(0), accidx.eq(0),
                          first.eq(1), ay.eq(cmd.b), az.eq(cmd.b + cmd.imm), ad.eq(cmd.d)]
             with m.Switch(sp_p):
