@@ -1390,7 +1390,7 @@ class VectorUnit(wiring.Component):
 
         # -- the start of a pass or of a WSUM column chunk -------------------------------------
         with m.If(sp_go):
-            m.d.sync += wrtw_q.eq(pass_writes(sp_p) | (op == Opcode.TABLE))
+            m.d.sync += wrtw_q.eq(pass_writes(sp_p) | tw)   # (tw: the op's, any pass)
             m.d.sync += [ps.eq(sp_p), i.eq(0), ih.eq(0), j0.eq(0), acc.eq(0), accidx.eq(0),
                          first.eq(1), ay.eq(cmd.b), az.eq(cmd.b + cmd.imm), ad.eq(cmd.d)]
             with m.Switch(sp_p):

@@ -87,6 +87,12 @@ class Host:
         ctx.set(p.en, 0)
         return ctx.get(p.rdata), ctx.get(p.error)
 
+    async def check_sram(self, shadow):
+        """Read every word back through the host port and compare it with ``shadow``."""
+        for a in range(shadow.depth):
+            word, _ = await self.read(a)
+            assert word == shadow.read(a), f"word {a}: {word:#x} != {shadow.read(a):#x}"
+
     async def idle(self, timeout=1000):
         for _ in range(timeout):
             if not self.ctx.get(self.dut.busy):
@@ -203,9 +209,7 @@ def test_kv_append_and_stream_pysim():
                                                k_src=src, v_src=src))
         await ctx.tick().repeat(4)
         assert ctx.get(dut.kv_error) and ctx.get(dut.kv_error_code) == KvError.POS_RANGE
-        for a in range(depth):
-            word, _ = await h.read(a)
-            assert word == shadow.read(a), f"word {a}: {word:#x} != {shadow.read(a):#x}"
+        await h.check_sram(shadow)
         # q . K^T for (1, 0) at pos 3, two query heads
         q = rng.integers(-128, 128, size=(2, L.head_size), dtype=np.int8)
         qw = pack_rows(q, W)
@@ -234,10 +238,8 @@ def test_kv_refuses_an_unknown_op_pysim():
     """The old STREAM_V (op 2) is refused with BAD_OP on a fresh datapath (the KV store
     keeps only its first error), streams no result and writes nothing."""
     dut = TileDatapath(CFG)
-    depth = CFG.sram_words
-    W = CFG.kv.word_bytes
     rng = np.random.default_rng(11)
-    shadow = Shadow(depth, W)
+    shadow = Shadow(CFG.sram_words, CFG.kv.word_bytes)
     src = 100
 
     async def bench(ctx):
@@ -255,9 +257,7 @@ def test_kv_refuses_an_unknown_op_pysim():
             assert not ctx.get(dut.o_res.valid)
             await ctx.tick()
         assert ctx.get(dut.kv_error) and ctx.get(dut.kv_error_code) == KvError.BAD_OP
-        for a in range(depth):
-            word, _ = await h.read(a)
-            assert word == shadow.read(a), f"word {a}: {word:#x} != {shadow.read(a):#x}"
+        await h.check_sram(shadow)
 
     _run(dut, bench)
 

@@ -114,7 +114,6 @@ def _run_ok(cases):
     res = _run(cases)
     bad = [(name, e) for name, e, _ in res if e != ErrorCode.NONE]
     assert len(res) == len(cases) and not bad, bad
-    return res
 
 
 def test_elementwise_pysim():
