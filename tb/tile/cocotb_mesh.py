@@ -1,5 +1,5 @@
-"""cocotb bench: tile programs on a mesh of whole tiles (``mesh_dut.TileMesh``) through the host
-link, against ``chipotle.isasim``.
+"""cocotb bench: tile programs on a mesh of whole tiles (a small ``chipotle.hw.Chip``, from
+``chip_verilog``) through the host link, against ``chipotle.isasim``.
 
 The host (``tb/noc/nocbench.py``'s packet driver and monitor on the mesh's host link, packets
 built by ``netifmodel``) writes every tile's SRAM image and program, starts the tiles, waits
@@ -20,10 +20,11 @@ from pathlib import Path
 import cocotb
 import numpy as np
 from cocotb.clock import Clock
-from cocotb.triggers import ClockCycles, RisingEdge
+from cocotb.triggers import ClockCycles
 from netifmodel import control, imem_write, reg_read, sram_read, sram_write, start
 from tbcore import MESH_CONFIGS, decode_status
 
+from chipotle.hw.chip import RESET_LATENCY
 from chipotle.hw.noc import PacketType
 from chipotle.hw.noc.packet import Packet
 from chipotle.hw.tile.controller import ControllerState
@@ -72,7 +73,7 @@ class MeshBench:
         dut.rst.value = 1
         await ClockCycles(dut.clk, 3)
         dut.rst.value = 0
-        await RisingEdge(dut.clk)
+        await ClockCycles(dut.clk, RESET_LATENCY)  # the chip's reset pipeline
 
     def send(self, pkt):
         self.host.append(_Tx(pkt.flits(NOC)))

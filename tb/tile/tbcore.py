@@ -30,6 +30,7 @@ from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, FallingEdge, ReadOnly, RisingEdge
 from tbtile import SramMaster
 
+from chipotle.config import ChipConfig
 from chipotle.hw.tile.controller import ControllerState, PerfIndex
 from chipotle.hw.tile.datapath import TileConfig
 from chipotle.hw.tile.kvstore import KvParams
@@ -57,14 +58,13 @@ CORE_CONFIGS = {
 #: A stories260K layer on one tile (``chipotle.isa.programs``, ``max_pos`` 16: 59,528 bytes).
 LAYER_CONFIG = TileConfig(sram_bytes=65536, word_bytes=8, n_banks=2, max_m=4, k_max=512,
                           kv=None, imem_words=128, lanes=8)
-#: Meshes of whole tiles for the multi-tile bench (small tiles: V = 2, M = 2, K <= 64).
+#: Chips of small tiles for the multi-tile bench (``chipotle.hw.chip_verilog``: one tile module,
+#: a Verilator hierarchy block; V = 2, M = 2, K <= 64).
 MESH_CONFIGS = {
-    "mesh2x2": TileConfig(sram_bytes=4096, word_bytes=8, n_banks=2, max_m=2, k_max=64,
-                          kv=None, imem_words=64, n_counters=4, lanes=2, mesh_width=2,
-                          mesh_height=2),
-    "mesh2x1": TileConfig(sram_bytes=4096, word_bytes=8, n_banks=2, max_m=2, k_max=64,
-                          kv=None, imem_words=64, n_counters=4, lanes=2, mesh_width=2,
-                          mesh_height=1),
+    "mesh2x2": ChipConfig(mesh_width=2, mesh_height=2, sram_bytes=4096, word_bytes=8, n_banks=2,
+                          max_m=2, k_max=64, imem_words=64, n_counters=4, lanes=2, vec_slots=3),
+    "mesh2x1": ChipConfig(mesh_width=2, mesh_height=1, sram_bytes=4096, word_bytes=8, n_banks=2,
+                          max_m=2, k_max=64, imem_words=64, n_counters=4, lanes=2, vec_slots=3),
 }
 # the other issue policy (``TileConfig.overlap=False``) on the small configuration
 CORE_CONFIGS["core_small_serial"] = replace(CORE_CONFIGS["core_small"], overlap=False)

@@ -69,13 +69,18 @@ def test_layer_rtl(sim, model_paths):
 
 
 def test_mesh_rtl(sim):
-    """Whole tiles (network interface included) on a 2 x 2 mesh: SEND / WAIT / multicast
-    through the host link (Verilator only: four tiles are too slow for Icarus)."""
+    """Whole tiles (network interface included) on a 2 x 2 chip: SEND / WAIT / multicast
+    through the host link (Verilator only: four tiles are too slow for Icarus).
+
+    The chip is ``chip_verilog``'s: the tile generated once, a Verilator hierarchy block
+    verilated and compiled once for its four instances (ports public only).
+    """
     if sim != "verilator":
         pytest.skip("Verilator only: four tiles are too slow for Icarus")
-    from mesh_dut import TileMesh
     from tbcore import MESH_CONFIGS
-    verilog = generate_verilog(TileMesh(MESH_CONFIGS["mesh2x2"]), name="tile_mesh")
+
+    from chipotle.hw.chip import chip_verilog
+    verilog = chip_verilog(MESH_CONFIGS["mesh2x2"], name="tile_mesh")
     run = run_cocotb(sim=sim, verilog=verilog, toplevel="tile_mesh", test_module="cocotb_mesh",
-                     test_dir=TB, extra_env={"MESH_CONFIG": "mesh2x2"})
+                     test_dir=TB, public=False, extra_env={"MESH_CONFIG": "mesh2x2"})
     assert len(run.passed) == 2, run.passed
