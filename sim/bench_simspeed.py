@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 
 from chipotle.config import ChipConfig
+from chipotle.sim import toolchain
 
 DEFAULT_CHECKPOINT = Path("/work/shared/models/stories260K.bin")
 PROMPT = [1, 5, 9, 13, 17, 21]      # the regression's prompt for the synthetic model
@@ -89,8 +90,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=int, default=8, help="tokens to generate (default 8)")
     p.add_argument("--placement", default="tensor", choices=("pipeline", "tensor"))
     p.add_argument("--sim", default="verilator", choices=("verilator", "icarus"))
-    p.add_argument("--cxx-opt", default="-O2",
-                   help="Verilator C++ optimisation (default -O2; the regression uses -O0)")
+    p.add_argument("--cxx-opt", default=toolchain.FAST_CXX_OPT,
+                   help=f"Verilator C++ optimisation, one string for several flags (default "
+                        f"{toolchain.FAST_CXX_OPT}; the regression uses -O0)")
     p.add_argument("--clock", default="gpi", choices=("gpi", "py"),
                    help="cocotb clock implementation (default gpi)")
     p.add_argument("--threads", type=int, default=1,

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from . import toolchain
 from .flow import SIMULATORS, env_flag, generate_verilog_cached, run_cocotb
 
 __all__ = ["chip_verilog", "Job", "run_rtl", "training_job", "TOPLEVEL"]
@@ -157,9 +158,9 @@ def _write_job(path: Path, job: Job) -> None:
     path.write_bytes(pickle.dumps({f.name: getattr(job, f.name) for f in fields(job)}))
 
 
-def run_rtl(job: Job, *, sim: str = "verilator", cxx_opt: str = "-O2", waves: bool | None = None,
-            public: bool | None = None, threads: int = 1, verilog: str | None = None,
-            progress: Callable[[str], None] | None = None,
+def run_rtl(job: Job, *, sim: str = "verilator", cxx_opt: str = toolchain.FAST_CXX_OPT,
+            waves: bool | None = None, public: bool | None = None, threads: int = 1,
+            verilog: str | None = None, progress: Callable[[str], None] | None = None,
             test_module: str = "chipotle.sim.cocotb_chip", pgo: bool | None = None) -> dict:
     """Build the chip of ``job.config`` and run ``job`` on it; return the result.
 
@@ -168,8 +169,9 @@ def run_rtl(job: Job, *, sim: str = "verilator", cxx_opt: str = "-O2", waves: bo
     job : Job
     sim : {"verilator", "icarus"}
     cxx_opt : str
-        Verilator's C++ optimisation (``-O2`` simulates fastest; the regression uses
-        ``-O0``, which builds fastest).
+        Verilator's C++ optimisation (default `chipotle.sim.toolchain.FAST_CXX_OPT`,
+        ``-O3``, which simulates fastest; the regression uses ``-O0``, which builds
+        fastest).
     waves : bool, optional
         Dump waveforms; default ``$WAVES``.
     public : bool, optional

@@ -144,7 +144,7 @@ def _environ(**values: str):
 def _make_vars(**values: str):
     """Context manager: pass ``values`` to every ``make`` the runner starts, as command-line
     variables through ``$MAKEFLAGS`` (spaces escaped, as make itself writes them)."""
-    flags = " ".join(f"{k}={v.replace(' ', chr(92) + ' ')}" for k, v in values.items())
+    flags = toolchain.make_assignments(values)
     return _environ(MAKEFLAGS=(os.environ.get("MAKEFLAGS", "") + " " + flags).strip())
 
 
@@ -433,7 +433,7 @@ def run_cocotb(
     cxx_opt : str
         Verilator only: C++ optimisation of the model (see
         :func:`chipotle.sim.toolchain.verilator_environment`); ``-O0`` builds fastest,
-        ``-O2`` simulates fastest.
+        ``toolchain.FAST_CXX_OPT`` (``-O3``) simulates fastest.
     public : bool
         Verilator only: make every signal of the design visible to cocotb (the runner's
         ``--public-flat-rw``, the default).  ``False`` exposes only the toplevel's ports

@@ -46,6 +46,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import toolchain
+
 __all__ = ["step_list", "isasim_trace", "rtl_trace", "compare", "TraceReport", "main"]
 
 #: Instruction classes of the per-phase table (`chipotle.compiler.profile.CLASSES`).
@@ -168,7 +170,8 @@ def rtl_trace(compiled, steps: list, trace_step: int = -1, *, sim: str = "verila
         False: only the performance counters, on the usual ports-only build.
     cxx_opt : str, optional
         Verilator's C++ optimisation of the build; default ``-O1`` with ``retires`` (the
-        flat build compiles faster), else ``-O2`` (the build of `chipotle.sim.bench`).
+        flat build compiles faster), else `chipotle.sim.toolchain.FAST_CXX_OPT` (the build
+        of `chipotle.sim.bench`).
     progress : callable of str, optional
         Told about the slow phases.
 
@@ -181,7 +184,7 @@ def rtl_trace(compiled, steps: list, trace_step: int = -1, *, sim: str = "verila
     from .chiprun import Job, run_rtl
 
     if cxx_opt is None:
-        cxx_opt = "-O1" if retires else "-O2"
+        cxx_opt = "-O1" if retires else toolchain.FAST_CXX_OPT
     job = Job(config=compiled.config.as_dict(), model=compiled, kind="steps",
               step_list=[(list(t), p) for t, p in steps], trace_step=trace_step % len(steps),
               trace_retires=retires, backdoor=retires)
@@ -395,7 +398,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--counters-only", action="store_true", help="compare the per-tile "
                     "performance counters only (ports-only build, no retire trace)")
     ap.add_argument("--cxx-opt", default=None, help="Verilator C++ optimisation (default: "
-                    "-O1 with the retire trace, -O2 with --counters-only)")
+                    f"-O1 with the retire trace, {toolchain.FAST_CXX_OPT} with "
+                    "--counters-only)")
     ap.add_argument("--top", type=int, default=15, help="instructions listed (default 15)")
     ap.add_argument("--step", type=int, default=-1, help="index of the traced step in the "
                     "step list: the prompt's prefill steps of M tokens, then the decode step "

@@ -75,3 +75,21 @@ def test_cocotb_results_are_checked(tmp_path):
         bad.raise_on_failure()
     with pytest.raises(AssertionError, match="no cocotb test ran on verilator"):
         results(("c", "<skipped/>")).raise_on_failure()
+
+
+def test_make_variables_with_spaces_reach_make_whole(tmp_path):
+    """A C++ optimisation of several flags (``--cxx-opt "-O3 -march=native"``) reaches make
+    as one variable: unescaped in ``$MAKEFLAGS``, make took ``-march=native`` as its own
+    options (``-r`` among them: no built-in rules) and the Verilator build made nothing."""
+    import os
+    import subprocess
+
+    from chipotle.sim import toolchain
+
+    (tmp_path / "Makefile").write_text("all:\n\t@echo '[$(OPT_FAST)]' '[$(CFG_CXXFLAGS_STD)]'\n")
+    env = toolchain.verilator_environment(dict(os.environ, MAKEFLAGS=""),
+                                          cxx_opt="-O3 -march=native")
+    out = subprocess.run(["make", "-s", "-C", str(tmp_path)], env=env, capture_output=True,
+                         text=True, check=True).stdout
+    assert out.strip() == "[-O3 -march=native] [-std=c++20]"
+    assert toolchain.make_assignments({"A": "x y", "B": ""}) == "A=x\\ y B="
