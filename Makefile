@@ -100,7 +100,7 @@ help:
 	@echo "                 EOS or the context), SIM=icarus, CONFIG=, PLACEMENT=, TEMPERATURE=, TOPP=, SEED="
 	@echo "                 (sampling), CONTEXT=, CLOCK_MHZ= (assumed clock of tokens/s, default 100; BACKEND=uart:"
 	@echo "                 the bitstream's, required), MODEL_DIR=, WAVES=1 or HIERARCHICAL=0 (flat Verilator build,"
-	@echo "                 ~30 min), PGO=1 (profile-guided Verilator build: 20-30% faster simulation, the first build"
+	@echo "                 ~30 min), PGO=1 (profile-guided Verilator build: 9-30% faster simulation, the first build"
 	@echo "                 twice as long), THREADS=2 (Verilator model threads: rarely faster on 2 cores, see"
 	@echo "                 docs/performance.md); BACKEND=isasim: the ISA simulator's estimate (no build),"
 	@echo "                 BACKEND=golden|reference: host models only; BACKEND=uart PORT=/dev/ttyUSB0 [BAUD=]: a"
