@@ -71,11 +71,18 @@ FAST_CXX_OPT = "-O3"
 
 def make_assignments(values: dict[str, str]) -> str:
     """Return ``values`` as make command-line variables for ``$MAKEFLAGS``: ``K=V`` pairs,
-    each value's spaces escaped as make writes them (``OPT_FAST=-O3\\ -march=native``).
+    each value escaped as GNU make writes its own ``MAKEFLAGS``: ``$`` doubled, a backslash
+    before each backslash, space and tab (``OPT_FAST=-O3\\ -march=native``).
 
-    Unescaped, ``$MAKEFLAGS`` splits a value at its spaces and make reads the words after
-    the first as its own options (``-march=native`` as ``-m -a -r ...``)."""
-    return " ".join(f"{k}={v.replace(' ', chr(92) + ' ')}" for k, v in values.items())
+    Unescaped, ``$MAKEFLAGS`` splits a value at its blanks and make reads the words after
+    the first as its own options (``-march=native`` as ``-m -a -r ...``), expands a ``$``
+    (``-Wl,-rpath,$ORIGIN``) and lets a trailing backslash join the next pair."""
+    def esc(v: str) -> str:
+        out = v.replace("$", "$$")
+        for ch in ("\\", " ", "\t"):
+            out = out.replace(ch, "\\" + ch)
+        return out
+    return " ".join(f"{k}={esc(v)}" for k, v in values.items())
 
 
 def verilator_environment(base: dict[str, str] | None = None, *, cxx_opt: str = "-O0"

@@ -1,5 +1,7 @@
 """The cached Verilog generation of ``chipotle.sim.flow``."""
 
+import pytest
+
 from chipotle.hw.stream_util import SkidBuffer
 from chipotle.sim import flow
 
@@ -93,3 +95,21 @@ def test_make_variables_with_spaces_reach_make_whole(tmp_path):
                          text=True, check=True).stdout
     assert out.strip() == "[-O3 -march=native] [-std=c++20]"
     assert toolchain.make_assignments({"A": "x y", "B": ""}) == "A=x\\ y B="
+
+
+@pytest.mark.parametrize("value", ["-O3\t-march=native", "-O3 -Wl,-rpath,$ORIGIN",
+                                   "a\\b x\\", "-DA=1 -DB==2  #%", ""])
+def test_make_assignments_reach_make_as_given(tmp_path, value):
+    """Tabs, ``$`` and backslashes (a trailing one too) reach make unchanged, and the next
+    variable intact: make's own escapes (``$$``, a backslash before blanks and backslashes)."""
+    import os
+    import subprocess
+
+    from chipotle.sim import toolchain
+
+    (tmp_path / "Makefile").write_text(
+        "$(info A=[$(value A)])\n$(info B=[$(value B)])\nall: ;\n")
+    flags = toolchain.make_assignments({"A": value, "B": "-O1"})
+    out = subprocess.run(["make", "-s", "-C", str(tmp_path)], capture_output=True, text=True,
+                         env=dict(os.environ, MAKEFLAGS=flags), check=True).stdout
+    assert out.splitlines()[:2] == [f"A=[{value}]", "B=[-O1]"]
