@@ -143,7 +143,7 @@ def _environ(**values: str):
 
 def _make_vars(**values: str):
     """Context manager: pass ``values`` to every ``make`` the runner starts, as command-line
-    variables through ``$MAKEFLAGS`` (spaces escaped, as make itself writes them)."""
+    variables through ``$MAKEFLAGS``, escaped as make writes them (`toolchain.make_assignments`)."""
     flags = toolchain.make_assignments(values)
     return _environ(MAKEFLAGS=(os.environ.get("MAKEFLAGS", "") + " " + flags).strip())
 
