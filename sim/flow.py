@@ -144,8 +144,7 @@ def _environ(**values: str):
 def _make_vars(**values: str):
     """Context manager: pass ``values`` to every ``make`` the runner starts, as command-line
     variables through ``$MAKEFLAGS``, escaped as make writes them (`toolchain.make_assignments`)."""
-    flags = toolchain.make_assignments(values)
-    return _environ(MAKEFLAGS=(os.environ.get("MAKEFLAGS", "") + " " + flags).strip())
+    return _environ(MAKEFLAGS=toolchain.makeflags_with(os.environ.get("MAKEFLAGS", ""), values))
 
 
 # GCC profile-guided optimisation of the Verilated model (`run_cocotb`'s ``pgo_train``):

@@ -63,9 +63,9 @@ _VERILATED_MK_FIXES = {
 
 
 #: The C++ optimisation of the Verilated model for long simulations (``make sim``, the
-#: benchmarks): ``-O3`` simulates the 4 x 4 chip 15 % faster than ``-O2`` (27,940 against
-#: 24,193 decode cycles per second, ``docs/performance.md`` "Session 25"); the build takes
-#: about 10 % longer.
+#: benchmarks): ``-O3`` simulates the 4 x 4 chip 15 % faster than ``-O2`` (27,909-27,973
+#: against 24,190-24,196 decode cycles per second, ``docs/performance.md`` "Session 25"); the
+#: build takes about 10 % longer.
 FAST_CXX_OPT = "-O3"
 
 
@@ -83,6 +83,11 @@ def make_assignments(values: dict[str, str]) -> str:
             out = out.replace(ch, "\\" + ch)
         return out
     return " ".join(f"{k}={esc(v)}" for k, v in values.items())
+
+
+def makeflags_with(makeflags: str, values: dict[str, str]) -> str:
+    """Return ``$MAKEFLAGS`` ``makeflags`` with `values` appended (`make_assignments`)."""
+    return (makeflags + " " + make_assignments(values)).strip()
 
 
 def verilator_environment(base: dict[str, str] | None = None, *, cxx_opt: str = "-O0"
@@ -110,8 +115,7 @@ def verilator_environment(base: dict[str, str] | None = None, *, cxx_opt: str = 
     env["PATH"] = str(root / "bin") + os.pathsep + env.get("PATH", "")
     fixes = dict(_VERILATED_MK_FIXES)
     fixes.update(OPT_FAST=cxx_opt, OPT_SLOW=cxx_opt, OPT_GLOBAL=cxx_opt, CFG_CXXFLAGS_PCH="-E")
-    flags = make_assignments(fixes)
-    env["MAKEFLAGS"] = (env.get("MAKEFLAGS", "") + " " + flags).strip()
+    env["MAKEFLAGS"] = makeflags_with(env.get("MAKEFLAGS", ""), fixes)
     return env
 
 

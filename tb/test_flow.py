@@ -1,9 +1,12 @@
 """The cached Verilog generation of ``chipotle.sim.flow``."""
 
+import os
+import subprocess
+
 import pytest
 
 from chipotle.hw.stream_util import SkidBuffer
-from chipotle.sim import flow
+from chipotle.sim import flow, toolchain
 
 
 def test_generate_verilog_cached(tmp_path, monkeypatch):
@@ -79,20 +82,20 @@ def test_cocotb_results_are_checked(tmp_path):
         results(("c", "<skipped/>")).raise_on_failure()
 
 
+def _make_output(tmp_path, makefile: str, env: dict) -> str:
+    """Run ``make -s`` on the Makefile text `makefile` with environment `env`; its stdout."""
+    (tmp_path / "Makefile").write_text(makefile)
+    return subprocess.run(["make", "-s", "-C", str(tmp_path)], env=env, capture_output=True,
+                          text=True, check=True).stdout
+
+
 def test_make_variables_with_spaces_reach_make_whole(tmp_path):
     """A C++ optimisation of several flags (``--cxx-opt "-O3 -march=native"``) reaches make
     as one variable: unescaped in ``$MAKEFLAGS``, make took ``-march=native`` as its own
     options (``-r`` among them: no built-in rules) and the Verilator build made nothing."""
-    import os
-    import subprocess
-
-    from chipotle.sim import toolchain
-
-    (tmp_path / "Makefile").write_text("all:\n\t@echo '[$(OPT_FAST)]' '[$(CFG_CXXFLAGS_STD)]'\n")
     env = toolchain.verilator_environment(dict(os.environ, MAKEFLAGS=""),
                                           cxx_opt="-O3 -march=native")
-    out = subprocess.run(["make", "-s", "-C", str(tmp_path)], env=env, capture_output=True,
-                         text=True, check=True).stdout
+    out = _make_output(tmp_path, "all:\n\t@echo '[$(OPT_FAST)]' '[$(CFG_CXXFLAGS_STD)]'\n", env)
     assert out.strip() == "[-O3 -march=native] [-std=c++20]"
     assert toolchain.make_assignments({"A": "x y", "B": ""}) == "A=x\\ y B="
 
@@ -102,14 +105,6 @@ def test_make_variables_with_spaces_reach_make_whole(tmp_path):
 def test_make_assignments_reach_make_as_given(tmp_path, value):
     """Tabs, ``$`` and backslashes (a trailing one too) reach make unchanged, and the next
     variable intact: make's own escapes (``$$``, a backslash before blanks and backslashes)."""
-    import os
-    import subprocess
-
-    from chipotle.sim import toolchain
-
-    (tmp_path / "Makefile").write_text(
-        "$(info A=[$(value A)])\n$(info B=[$(value B)])\nall: ;\n")
-    flags = toolchain.make_assignments({"A": value, "B": "-O1"})
-    out = subprocess.run(["make", "-s", "-C", str(tmp_path)], capture_output=True, text=True,
-                         env=dict(os.environ, MAKEFLAGS=flags), check=True).stdout
+    env = dict(os.environ, MAKEFLAGS=toolchain.make_assignments({"A": value, "B": "-O1"}))
+    out = _make_output(tmp_path, "$(info A=[$(value A)])\n$(info B=[$(value B)])\nall: ;\n", env)
     assert out.splitlines()[:2] == [f"A=[{value}]", "B=[-O1]"]
