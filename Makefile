@@ -88,8 +88,13 @@ endif
 TARGETS := all venv iverilog test test-default sim bench bitstream models lint clean \
            distclean help $(STAMP)
 unknown_goals := $(filter-out $(TARGETS),$(MAKECMDGOALS))
+# the target meant, by difflib (simm -> sim, bitsream -> bitstream), or none
+target_hint = $(shell $(PYTHON) -c 'import difflib, sys; \
+    print(" ".join(difflib.get_close_matches(sys.argv[1].lower(), sys.argv[2:], 1, 0.6)))' \
+    '$(subst ',,$1)' $(filter-out all $(STAMP),$(TARGETS)) 2>/dev/null)
 ifneq ($(unknown_goals),)
-$(error $(foreach g,$(unknown_goals),'$g')$(if $(word 2,$(unknown_goals)), are no targets, is \
+$(error $(foreach g,$(unknown_goals),'$g'$(if $(call target_hint,$g), (did you mean \
+  $(call target_hint,$g)?)))$(if $(word 2,$(unknown_goals)), are no targets, is \
   no target) of this Makefile (its targets: $(filter-out all $(STAMP),$(TARGETS)); `make help`))
 endif
 
@@ -119,7 +124,8 @@ help:
 	@echo "                 apt-get if absent"
 	@echo "make iverilog    only the Icarus Verilog part of make venv (apt-get install iverilog when it is not on"
 	@echo "                 PATH)"
-	@echo "make models      download stories260K.bin and tok512.bin (needs network)"
+	@echo "make models      download stories260K.bin and tok512.bin (needs network) into MODEL_DIR= (default"
+	@echo "                 ../shared/models beside the checkout, where every target looks), checking their sha256"
 	@echo "make lint        ruff on the Python sources (the pinned ruff installed into .venv on first use)"
 	@echo "make clean       remove build/ (simulator builds, FPGA runs)"
 	@echo "make distclean   make clean, and remove .venv"

@@ -809,6 +809,18 @@ def test_make_refuses_variables_no_target_takes():
         assert code == 0, (argv, err)
 
 
+def test_make_refuses_misspelt_targets_with_the_one_meant():
+    """A goal that is no target is refused, with the target meant when one is spelt close
+    to it (a fresh user's `make simm` got the list of targets only)."""
+    code, err = _make("simm", "BACKEND=reference")
+    assert code == 2 and "'simm' (did you mean sim?) is no target of this Makefile" in err, err
+    code, err = _make("bitsream", "tst")
+    assert code == 2 and ("'bitsream' (did you mean bitstream?) 'tst' (did you mean test?) "
+                          "are no targets of this Makefile") in err, err
+    code, err = _make("xyzzy")
+    assert code == 2 and "'xyzzy' is no target of this Makefile (its targets: venv" in err, err
+
+
 def test_make_test_refuses_a_bad_jobs_count():
     for jobs in ("x", "1x", ""):
         code, err = _make("test", f"JOBS={jobs}")
