@@ -88,10 +88,13 @@ endif
 TARGETS := all venv iverilog test test-default sim bench bitstream models lint clean \
            distclean help $(STAMP)
 unknown_goals := $(filter-out $(TARGETS),$(MAKECMDGOALS))
-# the target meant, by difflib (simm -> sim, bitsream -> bitstream), or none
-target_hint = $(shell $(PYTHON) -c 'import difflib, sys; \
-    print(" ".join(difflib.get_close_matches(sys.argv[1].lower(), sys.argv[2:], 1, 0.6)))' \
-    '$(subst ',,$1)' $(filter-out all $(STAMP),$(TARGETS)) 2>/dev/null)
+# the target meant, by difflib (simm -> sim, bitsream -> bitstream), or the variable meant
+# without its value (PROMPT -> PROMPT=...), or none
+target_hint = $(shell $(PYTHON) -c 'import difflib, sys; g, ts = sys.argv[1], sys.argv[2:]; \
+    vs = ts[ts.index("--") + 1:]; ts = ts[:ts.index("--")]; \
+    print(g.upper() + "=..." if g.upper() in vs else \
+          " ".join(difflib.get_close_matches(g.lower(), ts, 1, 0.6)))' \
+    '$(subst ',,$1)' $(filter-out all $(STAMP),$(TARGETS)) -- $(MAKE_VARIABLES) 2>/dev/null)
 ifneq ($(unknown_goals),)
 $(error $(foreach g,$(unknown_goals),'$g'$(if $(call target_hint,$g), (did you mean \
   $(call target_hint,$g)?)))$(if $(word 2,$(unknown_goals)), are no targets, is \

@@ -819,6 +819,9 @@ def test_make_refuses_misspelt_targets_with_the_one_meant():
                           "are no targets of this Makefile") in err, err
     code, err = _make("xyzzy")
     assert code == 2 and "'xyzzy' is no target of this Makefile (its targets: venv" in err, err
+    # a variable given without its value (a fresh user's `make sim PROMPT`)
+    code, err = _make("sim", "prompt")
+    assert code == 2 and "'prompt' (did you mean PROMPT=...?) is no target" in err, err
 
 
 def test_make_test_refuses_a_bad_jobs_count():
