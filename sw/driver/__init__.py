@@ -3,7 +3,7 @@
 ``chipotle.driver.hostlink``
     The host side of the packet protocol (packet builders, response parsing).
 ``chipotle.driver.backend``
-    The `Backend` protocol, `IsaSimBackend`, the errors (`TileFault`, `DoorbellTimeout`).
+    The `Backend` protocol, `IsaSimBackend`, the errors (`TileFault`, `DoorbellTimeout`, `UnexpectedDoorbell`).
 ``chipotle.driver.rtl``
     `RtlBackend`, a ``Chip`` under cocotb (import it only inside a cocotb test).
 ``chipotle.driver.driver``
@@ -20,12 +20,13 @@ from .backend import (
     IsaSimBackend,
     TileFault,
     TileStatus,
+    UnexpectedDoorbell,
     decode_status,
 )
 from .driver import Driver, GenerateResult, StepResult
 
 __all__ = [
     "Backend", "IsaSimBackend", "TileStatus", "decode_status", "PERF_NAMES", "CONTROLLER_PERF",
-    "INTERFACE_PERF", "DriverError", "DoorbellTimeout", "TileFault", "Driver", "StepResult",
+    "INTERFACE_PERF", "DriverError", "DoorbellTimeout", "TileFault", "UnexpectedDoorbell", "Driver", "StepResult",
     "GenerateResult",
 ]

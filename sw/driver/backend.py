@@ -123,6 +123,28 @@ class TileFault(DriverError):
         super().__init__(msg + (f": {detail}" if detail else ""))
 
 
+class UnexpectedDoorbell(DriverError):
+    """A doorbell other than the one a step waits for rang first.
+
+    A compiled step rings exactly one doorbell, from one tile with one code
+    (``StepPlan.done``); any other is a fault of the program or of the chip, which a
+    driver that dropped it would hide behind a step that still ends with the right one.
+
+    Attributes
+    ----------
+    got, want : ((int, int), int)
+        ``(tile, code)`` of the doorbell that rang and of the one awaited.
+    """
+
+    def __init__(self, got, want):
+        self.got = (tuple(got[0]), int(got[1]))
+        self.want = (tuple(want[0]), int(want[1]))
+        (gx, gy), gc = self.got
+        (wx, wy), wc = self.want
+        super().__init__(f"doorbell {gc} from tile ({gx},{gy}) while waiting for doorbell {wc} "
+                         f"from tile ({wx},{wy})")
+
+
 class DoorbellTimeout(DriverError):
     """No doorbell arrived within the allowed cycles.
 

@@ -33,7 +33,7 @@ from ..generate import PromptTooLongError, Step, StopReason
 from ..golden import GoldenModel
 from ..sampling import Sampler
 from ..tokenizer import BOS, EOS
-from .backend import Backend, DoorbellTimeout, TileFault
+from .backend import Backend, DoorbellTimeout, TileFault, UnexpectedDoorbell
 
 __all__ = ["Driver", "StepResult", "GenerateResult"]
 
@@ -304,6 +304,8 @@ class Driver:
             If a tile stopped on an error (names the tile, the error code and the PC).
         DoorbellTimeout
             If the step's doorbell did not come within ``timeout_cycles``.
+        UnexpectedDoorbell
+            If another doorbell rang first (a step rings exactly one, ``StepPlan.done``).
         """
         tokens = tuple(int(t) for t in tokens)
         return await self.run_plan(self.compiled.step(list(tokens), pos), tokens, pos,
@@ -330,13 +332,12 @@ class Driver:
         for xy, pc in plan.starts:
             await be.start(xy, pc)
         want = (tuple(plan.done[0]), int(plan.done[1]))
-        while True:
-            try:
-                got = await be.wait_done(self.timeout_cycles)
-            except DoorbellTimeout as e:
-                raise await self._diagnose(e) from e
-            if (tuple(got[0]), got[1]) == want:
-                break
+        try:
+            got = await be.wait_done(self.timeout_cycles)
+        except DoorbellTimeout as e:
+            raise await self._diagnose(e) from e
+        if (tuple(got[0]), int(got[1])) != want:
+            raise UnexpectedDoorbell(got, want)
         cycles = be.cycle - c0
         txy, taddr = plan.token_at
         token = int(np.frombuffer(await be.read_sram(txy, taddr, 4), "<i4")[0])

@@ -16,6 +16,7 @@ from chipotle.driver import (
     Driver,
     IsaSimBackend,
     TileFault,
+    UnexpectedDoorbell,
 )
 from chipotle.generate import PromptTooLongError, StopReason
 from chipotle.hw.tile.controller import PerfIndex
@@ -123,6 +124,17 @@ def test_tile_fault_names_tile_code_and_pc():
             as e:
         run(drv.step([3], 0))
     assert (e.value.tile, e.value.error, e.value.pc) == ((1, 1), ErrorCode.SRAM_RANGE, 1)
+
+
+def test_stray_doorbell_is_refused():
+    """A doorbell other than the step's own is an error, not skipped (the driver waited on
+    past it before, so a stray doorbell of a faulty program went unnoticed)."""
+    drv = Driver(ToyCompiled(SMALL, "stray"), IsaSimBackend(SMALL))
+    run(drv.load())
+    with pytest.raises(UnexpectedDoorbell, match=r"doorbell 102 from tile \(1,1\) while "
+                       r"waiting for doorbell 85 from tile \(0,0\)") as e:
+        run(drv.step([3], 0))
+    assert (e.value.got, e.value.want) == (((1, 1), 0x66), ((0, 0), 0x55))
 
 
 @pytest.mark.parametrize("variant", ["silent", "deadlock"])

@@ -17,7 +17,8 @@ ISA simulator and the RTL can be compared.
 
 Faulty variants (``variant``): ``"fault"`` makes (1,1) load past the end of the SRAM
 (``SRAM_RANGE`` at PC 1); ``"silent"`` makes (0,0) halt without ringing; ``"deadlock"``
-makes (1,1) wait on a counter nobody bumps.
+makes (1,1) wait on a counter nobody bumps; ``"stray"`` makes (1,1) ring a doorbell of its own
+(``0x66``) before it answers, which (0,0)'s ``0x55`` then follows.
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ def programs(variant: str = "ok") -> dict:
     """
     p11 = f"""
         wait  {5 if variant == "deadlock" else 0}, 1
+        {"done 0x66" if variant == "stray" else ""}
         {"ld r1, 0x7ffc" if variant != "fault" else "ld r1, 0x1fffc"}
         ld    r1, 0x20
         add   r1, r1+7, 0

@@ -122,7 +122,13 @@ class MeshBench:
         for xy in TILES:
             ref.start(xy)
         ref.run()
+        # both programs are meant to run clean: a reference that faults (an assembler or
+        # layout regression) would fault the RTL alike and pass the comparisons below
+        bad = {xy: ref.tile(xy).error_message for xy in TILES
+               if ref.tile(xy).state != TileState.HALTED}
+        assert not bad, f"{name}: the reference did not halt cleanly: {bad}"
         want = [(e.tile[0], e.tile[1], e.code) for e in ref.events]
+        assert want, f"{name}: the reference rang no doorbell"
         for xy in TILES:
             img = images[xy].reshape(-1, W)
             nz = np.flatnonzero(img.any(axis=1))

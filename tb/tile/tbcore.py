@@ -317,12 +317,14 @@ class CoreBench:
         self.net.counters[counter] += 1
 
     async def check_program(self, name, program, image=None, *, pc=0, max_cycles=200000,
-                            expect=None, bumps=(), arrivals=()):
+                            expect=ErrorCode.NONE, bumps=(), arrivals=()):
         """Run `program` (text or words) from `pc` on `image` in the RTL and in isasim.
 
         Compares the whole SRAM, the state, error code and PC, counters, DONE codes and
-        instructions retired; `expect` (an ``ErrorCode``) guards against a vacuous pass of
-        an error test.  `bumps` are counter increments made by the host before the start.
+        instructions retired; `expect` (an ``ErrorCode``, default ``NONE``) is the error the
+        reference must stop with, so that neither an error test nor a success test passes
+        vacuously (both sides faulting alike on a program that was meant to run clean);
+        None skips that check.  `bumps` are counter increments made by the host before the start.
         `arrivals` are ``(cycle, counter, byte_addr, data)`` packets arriving during the run,
         as a write-and-bump does: ``cycle`` cycles after the start the bench writes ``data``
         (bytes, whole words) at ``byte_addr`` through the network interface's SRAM port,
