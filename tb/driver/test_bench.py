@@ -44,6 +44,33 @@ def test_figures_from_a_run(placement):
     assert all(len(s["tokens"]) <= SMALL.max_m for s in pre)
 
 
+@pytest.mark.parametrize("placement", ["pipeline", "tensor"])
+def test_roofline_bytes_count_the_quantised_models_arrays(placement):
+    """The roofline's numerator counted from the golden model's own int8 arrays (each row
+    padded to whole W-byte words, as tile SRAM stores it), not from the compiler's formula
+    the bench uses: every layer matrix, the classifier and one embedding row per token;
+    the K records (a header word and the head's int8 per KV head) and the V rows of
+    positions 0 .. pos of every layer."""
+    cm = _compiled(placement)
+    qm, W = cm.qm, SMALL.word_bytes
+
+    def stored(w):      # an int8 matrix (rows, cols), rows padded to words
+        rows, cols = w.shape
+        return rows * -(-cols // W) * W
+
+    mats = [getattr(layer, n).w for layer in qm.layers
+            for n in ("wq", "wk", "wv", "wo", "w1", "w3", "w2")] + [qm.classifier.w]
+    assert all(m.dtype == np.int8 for m in mats)
+    emb = qm.embedding.w
+    want = sum(stored(m) for m in mats) + stored(emb[:1])
+    assert cm.weight_bytes_per_token() == want
+    c = qm.config
+    for pos in (0, 5, 15):
+        k = c.n_kv_heads * (W + -(-c.head_size // W) * W)
+        v = -(-c.n_kv_heads * c.head_size // W) * W
+        assert cm.kv_bytes(pos) == c.n_layers * (pos + 1) * (k + v), pos
+
+
 def test_mismatch_is_reported():
     cm = _compiled("tensor")
     r = bench.run_one(cm, bench.story_prompt(cm.qm, 3), 1, "isasim")
