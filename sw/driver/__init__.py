@@ -3,7 +3,8 @@
 ``chipotle.driver.hostlink``
     The host side of the packet protocol (packet builders, response parsing).
 ``chipotle.driver.backend``
-    The `Backend` protocol, `IsaSimBackend`, the errors (`TileFault`, `DoorbellTimeout`, `UnexpectedDoorbell`).
+    The `Backend` protocol, `IsaSimBackend`, the errors (`TileFault`, `DoorbellTimeout`,
+    `UnexpectedDoorbell`).
 ``chipotle.driver.rtl``
     `RtlBackend`, a ``Chip`` under cocotb (import it only inside a cocotb test).
 ``chipotle.driver.driver``
@@ -27,6 +28,6 @@ from .driver import Driver, GenerateResult, StepResult
 
 __all__ = [
     "Backend", "IsaSimBackend", "TileStatus", "decode_status", "PERF_NAMES", "CONTROLLER_PERF",
-    "INTERFACE_PERF", "DriverError", "DoorbellTimeout", "TileFault", "UnexpectedDoorbell", "Driver", "StepResult",
-    "GenerateResult",
+    "INTERFACE_PERF", "DriverError", "DoorbellTimeout", "TileFault", "UnexpectedDoorbell",
+    "Driver", "StepResult", "GenerateResult",
 ]

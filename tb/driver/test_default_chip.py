@@ -7,6 +7,9 @@ checked in ``tb/sw/test_golden.py``).
 Slow (the 4 x 4 chip's first hierarchical Verilator build takes about 4 minutes, then about
 1.6 million cycles of simulation), so it is marked ``slow``, which ``tb/conftest.py`` deselects
 unless ``-m`` names it; run it with ``make test-default`` (``TEST_STEPS=`` tokens, default 120).
+The regression keeps a short run of the same chip (`test_default_chip_prefill_and_decode`:
+an 11-token prompt as a step of two M-row batches in flight and a step of 3 rows, then
+decode steps, at ``-O0``).
 Measured: 6 min 51 s in all from a cold build cache at a5723e2 (``docs/performance.md``; it was
 40 min 44 s with the flat build)."""
 
@@ -26,6 +29,42 @@ from chipotle.reference import Transformer
 
 DEFAULT = CONFIGS["default"]
 STEPS = int(os.environ.get("STEPS", "120"))
+
+
+@pytest.mark.rtl
+@pytest.mark.model
+def test_default_chip_prefill_and_decode(sim, model_paths):
+    """The default 4 x 4 chip in the regression: an 11-token prompt (the golden model's own
+    greedy story from BOS) prefilled as one step of two batches of M = 4 rows in flight
+    (`CompiledModel.plans`) and a step of the 3 rows left, then 2 decode steps; every
+    step's int32 logits and token equal the golden model's (Verilator at ``-O0``, which
+    builds fastest; the long greedy run is `test_default_chip_greedy_from_bos`)."""
+    if sim != "verilator":
+        pytest.skip("Verilator only: the 4 x 4 chip is too slow for Icarus")
+    from chipotle.compiler import compile_model
+    from chipotle.sim.chiprun import Job, run_rtl
+
+    cm = compile_model(load_checkpoint(model_paths[0]), DEFAULT, placement="tensor")
+    gold = GoldenModel(cm.qm)
+    prompt, n_new = greedy(gold, [1], 10), 3
+    assert len(prompt) == 11 and DEFAULT.max_m == 4 and cm.prefill_batches >= 2
+    job = Job(config=DEFAULT.as_dict(), model=cm, prompt_tokens=prompt, steps=n_new,
+              read_logits=True, placement="tensor")
+    res = run_rtl(job, sim="verilator", cxx_opt="-O0")
+
+    gold.reset()
+    ids, want = list(prompt), {}
+    for pos in range(len(prompt) + n_new - 1):
+        want[pos] = gold.forward(ids[pos], pos)
+        if pos >= len(prompt) - 1:
+            ids.append(int(np.argmax(want[pos])))
+    assert list(res["tokens"]) == ids
+    batches = [len(s["tokens"]) for s in res["steps"]]
+    assert batches == [8, 3, 1, 1], batches
+    for step in res["steps"]:
+        last = step["pos"] + len(step["tokens"]) - 1
+        assert np.array_equal(step["logits"], want[last]), f"logits differ at position {last}"
+        assert step["token"] == int(np.argmax(want[last])), f"token differs at position {last}"
 
 
 @pytest.mark.slow

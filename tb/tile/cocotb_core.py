@@ -501,6 +501,7 @@ async def vector_dispatch(dut):
 async def wait_send_done(dut):
     """SEND to the tile itself, WAIT on its bump and on host bumps, signal-only SEND, DONE."""
     tb = await _bench(dut)
+    last = tb.cfg.n_counters - 1        # (5 faulted on the 4-counter configurations)
     await tb.check_program("send_wait", f"""
         send  0x400, 0x100, {4 * W}, (0, 0), 2
         wait  2, 1
@@ -510,7 +511,7 @@ async def wait_send_done(dut):
         wait  1, 2                          ; two host bumps
         wait  1, 0                          ; nothing to wait for
         done  0x77
-        send  0x600, 0x100, {W}, (0, 0), 5  ; left un-waited: counter 5 holds 1
+        send  0x600, 0x100, {W}, (0, 0), {last} ; left un-waited: the last counter holds 1
         halt
     """, bumps=(1, 1))
     _dump(tb)

@@ -174,12 +174,15 @@ class Case:
     """One test case: write ``writes`` (byte address, bytes) into SRAM, then run ``cmd``.
 
     ``cmd`` holds the `VectorCommand` fields as Python values (``op``, ``td``, ``ts`` as
-    enums; ``d``, ``a``, ``b``, ``n``, ``c``, ``imm`` as ints).
+    enums; ``d``, ``a``, ``b``, ``n``, ``c``, ``imm`` as ints).  ``expect`` is the error the
+    reference must report (`VectorBench.run_all` checks it: ``NONE`` unless the case is
+    meant to be refused).
     """
 
     name: str
     cmd: dict
     writes: list = field(default_factory=list)
+    expect: ErrorCode = ErrorCode.NONE
 
 
 def encode_cmd(cmd: dict) -> int:
