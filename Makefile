@@ -329,7 +329,10 @@ models:
 	  if test -f "$$dir/$$f" && echo "$$sum  $$dir/$$f" | sha256sum -c --status; then \
 	    echo "$$dir/$$f: present, sha256 the published one ($$sum)"; continue; fi; \
 	  test -f "$$dir/$$f" && echo "$$dir/$$f: sha256 is not the published one: fetching it again"; \
-	  curl -fL -o "$$dir/$$f.part" $(MODEL_URL)/$$f || exit 1; \
+	  curl -fL -o "$$dir/$$f.part" $(MODEL_URL)/$$f || { rm -f "$$dir/$$f.part"; \
+	    echo "$(MODEL_URL)/$$f: download failed (no network?); copy stories260K.bin and" \
+	      "tok512.bin into $$dir by hand, or give MODEL_DIR= the folder that holds them" >&2; \
+	    exit 1; }; \
 	  echo "$$sum  $$dir/$$f.part" | sha256sum -c --status || \
 	    { echo "$(MODEL_URL)/$$f: the download's sha256 is not $$sum; kept $$dir/$$f.part"; exit 1; }; \
 	  mv -f "$$dir/$$f.part" "$$dir/$$f" || exit 1; \

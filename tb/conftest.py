@@ -40,7 +40,8 @@ def pytest_configure(config):
         simulators_from_env()
     except ValueError as e:
         raise pytest.UsageError(f"{e} (make test: SIM=)") from None
-    d = os.environ.get("CHIPOTLE_MODEL_DIR")
+    # (empty is unset, as `chipotle.paths.default_model_dir` and `make models` take it)
+    d = os.environ.get("CHIPOTLE_MODEL_DIR") or None
     if d is not None and not Path(d).is_dir():
         raise pytest.UsageError(f"$CHIPOTLE_MODEL_DIR (make: MODEL_DIR=) is not a directory: {d}")
     if d is not None:

@@ -520,6 +520,12 @@ def test_make_test_refuses_a_model_dir_without_the_model(tmp_path):
                        text=True, timeout=300)
     assert r.returncode == 4, r.stdout + r.stderr
     assert f"{tmp_path} lacks stories260K.bin, tok512.bin" in r.stdout + r.stderr
+    # an empty $CHIPOTLE_MODEL_DIR is unset, as chipotle.paths and make models take it
+    env["CHIPOTLE_MODEL_DIR"] = ""
+    r = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:xdist", "-q", "--co",
+                        "tb/sw/test_sampling.py"], cwd=ROOT, env=env, capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0 and "test_sampling.py::" in r.stdout, r.stdout + r.stderr
 
 
 def _prompt_longer_than(tok_path, positions):
