@@ -88,17 +88,19 @@ endif
 TARGETS := all venv iverilog test test-default sim bench bitstream models lint clean \
            distclean help $(STAMP)
 unknown_goals := $(filter-out $(TARGETS),$(MAKECMDGOALS))
+target_names := $(filter-out all $(STAMP),$(TARGETS))
 # the target meant, by difflib (simm -> sim, bitsream -> bitstream), or the variable meant
 # without its value (PROMPT -> PROMPT=...), or none
-target_hint = $(shell $(PYTHON) -c 'import difflib, sys; g, ts = sys.argv[1], sys.argv[2:]; \
-    vs = ts[ts.index("--") + 1:]; ts = ts[:ts.index("--")]; \
-    print(g.upper() + "=..." if g.upper() in vs else \
-          " ".join(difflib.get_close_matches(g.lower(), ts, 1, 0.6)))' \
-    '$(subst ',,$1)' $(filter-out all $(STAMP),$(TARGETS)) -- $(MAKE_VARIABLES) 2>/dev/null)
+target_hint = $(shell $(PYTHON) -c 'import difflib, sys; g, ts, vs = sys.argv[1:]; \
+    print(g.upper() + "=..." if g.upper() in vs.split() else \
+          " ".join(difflib.get_close_matches(g.lower(), ts.split(), 1, 0.6)))' \
+    '$(subst ',,$1)' '$(target_names)' '$(MAKE_VARIABLES)' 2>/dev/null)
+# one goal refused ($1), with the hint $2 if there is one
+goal_refused = '$1'$(if $2, (did you mean $2?))
 ifneq ($(unknown_goals),)
-$(error $(foreach g,$(unknown_goals),'$g'$(if $(call target_hint,$g), (did you mean \
-  $(call target_hint,$g)?)))$(if $(word 2,$(unknown_goals)), are no targets, is \
-  no target) of this Makefile (its targets: $(filter-out all $(STAMP),$(TARGETS)); `make help`))
+$(error $(foreach g,$(unknown_goals),$(call goal_refused,$g,$(call target_hint,$g)))$(if \
+  $(word 2,$(unknown_goals)), are no targets, is no target) of this Makefile (its targets: \
+  $(target_names); `make help`))
 endif
 
 all: help

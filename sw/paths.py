@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-__all__ = ["default_model_dir", "DEFAULT_CHECKPOINT", "DEFAULT_TOKENIZER", "FETCH_HINT"]
+__all__ = ["default_model_dir", "model_dir_from_env", "DEFAULT_CHECKPOINT", "DEFAULT_TOKENIZER",
+           "FETCH_HINT"]
 
 DEFAULT_CHECKPOINT = "stories260K.bin"
 DEFAULT_TOKENIZER = "tok512.bin"
@@ -16,9 +17,14 @@ FETCH_HINT = (
 )
 
 
+def model_dir_from_env() -> Path | None:
+    """Return ``$CHIPOTLE_MODEL_DIR`` as a path, or None when it is unset or empty (``make
+    models`` takes an empty one as unset too)."""
+    env = os.environ.get("CHIPOTLE_MODEL_DIR")
+    return Path(env) if env else None
+
+
 def default_model_dir() -> Path:
     """Return ``$CHIPOTLE_MODEL_DIR`` if set, else ``../shared/models/`` beside the checkout."""
-    env = os.environ.get("CHIPOTLE_MODEL_DIR")
-    if env:
-        return Path(env)
-    return Path(__file__).resolve().parent.parent.parent / "shared" / "models"
+    return model_dir_from_env() or \
+        Path(__file__).resolve().parent.parent.parent / "shared" / "models"

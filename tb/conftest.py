@@ -25,7 +25,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from chipotle.paths import DEFAULT_CHECKPOINT, DEFAULT_TOKENIZER  # noqa: E402
+from chipotle.paths import DEFAULT_CHECKPOINT, DEFAULT_TOKENIZER, model_dir_from_env  # noqa: E402
 from chipotle.sim import simulators_from_env  # noqa: E402
 
 #: The stories260K checkpoint and tok512 tokenizer (`model_paths`).
@@ -40,14 +40,13 @@ def pytest_configure(config):
         simulators_from_env()
     except ValueError as e:
         raise pytest.UsageError(f"{e} (make test: SIM=)") from None
-    # (empty is unset, as `chipotle.paths.default_model_dir` and `make models` take it)
-    d = os.environ.get("CHIPOTLE_MODEL_DIR") or None
-    if d is not None and not Path(d).is_dir():
+    d = model_dir_from_env()
+    if d is not None and not d.is_dir():
         raise pytest.UsageError(f"$CHIPOTLE_MODEL_DIR (make: MODEL_DIR=) is not a directory: {d}")
     if d is not None:
         # A folder given on purpose must hold the model: its absence is a mistake, not a
         # machine without the files (which skips the model tests, the default folder's way).
-        missing = [n for n in MODEL_FILES if not (Path(d) / n).is_file()]
+        missing = [n for n in MODEL_FILES if not (d / n).is_file()]
         if missing:
             raise pytest.UsageError(f"$CHIPOTLE_MODEL_DIR (make: MODEL_DIR=) {d} lacks "
                                     f"{', '.join(missing)}; `make models MODEL_DIR={d}` "

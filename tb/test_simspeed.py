@@ -158,13 +158,11 @@ def test_hierarchical_small_chip_is_bit_exact_with_the_golden_model(monkeypatch)
     """The regression's end-to-end job (``tb/driver/test_driver_e2e.py``, tensor placement,
     the same build) on a build that is hierarchical: every step's logits and token equal
     the golden model's."""
-    import numpy as np
-
     from chipotle.compiler import small_model
     from chipotle.config import CONFIGS
-    from chipotle.golden import GoldenModel
     from chipotle.hw.chip import TILE_MODULE
     from chipotle.sim.chiprun import Job, run_rtl
+    from tbcommon.golden import assert_steps_golden
 
     monkeypatch.setenv("HIERARCHICAL", "1")
     qm, prompt, n_new = small_model(), [1, 5, 9, 13, 17, 21], 4
@@ -173,17 +171,8 @@ def test_hierarchical_small_chip_is_bit_exact_with_the_golden_model(monkeypatch)
     res = run_rtl(job, sim="verilator", cxx_opt="-O0")
     assert build_record(res["build_dir"])["build"] == f"hierarchical {TILE_MODULE}"
 
-    golden, ids, want = GoldenModel(qm), list(prompt), {}
-    for pos in range(len(prompt) + n_new - 1):
-        want[pos] = golden.forward(ids[pos], pos)
-        if pos >= len(prompt) - 1:
-            ids.append(int(np.argmax(want[pos])))
-    assert list(res["tokens"]) == ids
+    assert_steps_golden(res["steps"], res["tokens"], qm, prompt, n_new)
     assert len(res["steps"]) >= n_new
-    for step in res["steps"]:
-        last = step["pos"] + len(step["tokens"]) - 1
-        assert np.array_equal(step["logits"], want[last]), f"logits differ at position {last}"
-        assert step["token"] == int(np.argmax(want[last])), f"token differs at position {last}"
 
 
 @pytest.mark.rtl

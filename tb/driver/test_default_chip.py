@@ -26,6 +26,7 @@ from chipotle.golden import GoldenModel
 from chipotle.golden.measure import greedy
 from chipotle.model import load_checkpoint
 from chipotle.reference import Transformer
+from tbcommon.golden import assert_steps_golden
 
 DEFAULT = CONFIGS["default"]
 STEPS = int(os.environ.get("STEPS", "120"))
@@ -45,26 +46,15 @@ def test_default_chip_prefill_and_decode(sim, model_paths):
     from chipotle.sim.chiprun import Job, run_rtl
 
     cm = compile_model(load_checkpoint(model_paths[0]), DEFAULT, placement="tensor")
-    gold = GoldenModel(cm.qm)
-    prompt, n_new = greedy(gold, [1], 10), 3
+    prompt, n_new = greedy(GoldenModel(cm.qm), [1], 10), 3
     assert len(prompt) == 11 and DEFAULT.max_m == 4 and cm.prefill_batches >= 2
     job = Job(config=DEFAULT.as_dict(), model=cm, prompt_tokens=prompt, steps=n_new,
               read_logits=True, placement="tensor")
     res = run_rtl(job, sim="verilator", cxx_opt="-O0")
 
-    gold.reset()
-    ids, want = list(prompt), {}
-    for pos in range(len(prompt) + n_new - 1):
-        want[pos] = gold.forward(ids[pos], pos)
-        if pos >= len(prompt) - 1:
-            ids.append(int(np.argmax(want[pos])))
-    assert list(res["tokens"]) == ids
+    assert_steps_golden(res["steps"], res["tokens"], cm.qm, prompt, n_new)
     batches = [len(s["tokens"]) for s in res["steps"]]
     assert batches == [8, 3, 1, 1], batches
-    for step in res["steps"]:
-        last = step["pos"] + len(step["tokens"]) - 1
-        assert np.array_equal(step["logits"], want[last]), f"logits differ at position {last}"
-        assert step["token"] == int(np.argmax(want[last])), f"token differs at position {last}"
 
 
 @pytest.mark.slow

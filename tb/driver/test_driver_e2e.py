@@ -7,15 +7,14 @@ from __future__ import annotations
 import asyncio
 import functools
 
-import numpy as np
 import pytest
 
 from chipotle.compiler import compile_model, small_model
 from chipotle.config import CONFIGS
 from chipotle.driver import Driver, IsaSimBackend
 from chipotle.generate import StopReason
-from chipotle.golden import GoldenModel
 from chipotle.sim import simulators_from_env
+from tbcommon.golden import assert_steps_golden
 
 SMALL = CONFIGS["small"]
 PROMPT = [1, 5, 9, 13, 17, 21]      # BOS and 5 tokens: one batch of M = 4, then 2 tokens
@@ -28,28 +27,11 @@ def _model():
     return small_model()
 
 
-def golden_run(qm, prompt, n_tokens):
-    """Return ``(tokens, logits per position)`` of greedy decoding on the golden model."""
-    g = GoldenModel(qm)
-    ids, logits = list(prompt), {}
-    for pos in range(len(prompt) + n_tokens - 1):
-        out = g.forward(ids[pos], pos)
-        logits[pos] = out
-        if pos >= len(prompt) - 1:
-            ids.append(int(np.argmax(out)))
-    return ids, logits
-
-
 def check_against_golden(steps, tokens, qm):
     """Assert every step's token and logits equal the golden model's."""
-    want_ids, want_logits = golden_run(qm, PROMPT, DECODE + 1)
-    assert list(tokens) == want_ids, (tokens, want_ids)
+    assert_steps_golden(steps, tokens, qm, PROMPT, DECODE + 1)
     assert len(steps) >= DECODE + 1
-    for s in steps:
-        last = s["pos"] + len(s["tokens"]) - 1
-        assert np.array_equal(s["logits"], want_logits[last]), f"logits differ at pos {last}"
-        assert s["token"] == int(np.argmax(want_logits[last])), f"token differs at pos {last}"
-        assert s["cycles"] > 0
+    assert all(s["cycles"] > 0 for s in steps)
 
 
 def isasim_run(placement="pipeline", config=SMALL):
