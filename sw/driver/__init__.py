@@ -4,7 +4,7 @@
     The host side of the packet protocol (packet builders, response parsing).
 ``chipotle.driver.backend``
     The `Backend` protocol, `IsaSimBackend`, the errors (`TileFault`, `DoorbellTimeout`,
-    `UnexpectedDoorbell`).
+    `UnexpectedDoorbell`, `UnfinishedStep`).
 ``chipotle.driver.rtl``
     `RtlBackend`, a ``Chip`` under cocotb (import it only inside a cocotb test).
 ``chipotle.driver.driver``
@@ -22,6 +22,7 @@ from .backend import (
     TileFault,
     TileStatus,
     UnexpectedDoorbell,
+    UnfinishedStep,
     decode_status,
 )
 from .driver import Driver, GenerateResult, StepResult
@@ -29,5 +30,5 @@ from .driver import Driver, GenerateResult, StepResult
 __all__ = [
     "Backend", "IsaSimBackend", "TileStatus", "decode_status", "PERF_NAMES", "CONTROLLER_PERF",
     "INTERFACE_PERF", "DriverError", "DoorbellTimeout", "TileFault", "UnexpectedDoorbell",
-    "Driver", "StepResult", "GenerateResult",
+    "UnfinishedStep", "Driver", "StepResult", "GenerateResult",
 ]

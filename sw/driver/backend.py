@@ -14,8 +14,11 @@ TileStatus
     A tile's decoded ``STATUS`` word.
 PERF_NAMES, CONTROLLER_PERF, INTERFACE_PERF
     Names of the performance counters `Backend.read_perf` returns.
-DriverError, DoorbellTimeout, TileFault
+DriverError, DoorbellTimeout, TileFault, UnexpectedDoorbell, UnfinishedStep
     What goes wrong, with the tile, its error code and its PC.
+read_tiles
+    Performance counters, statuses and synchronisation counters of many tiles, in one
+    flight of reads where the backend offers it.
 IsaSimBackend
     The backend over `chipotle.isasim.IsaSim`.
 """
@@ -35,7 +38,8 @@ from chipotle.isasim import DeadlockError, IsaSim, TileState
 
 __all__ = [
     "Backend", "PacketBackend", "TileStatus", "PERF_NAMES", "CONTROLLER_PERF", "INTERFACE_PERF",
-    "DriverError", "DoorbellTimeout", "TileFault", "IsaSimBackend", "decode_status",
+    "DriverError", "DoorbellTimeout", "TileFault", "UnexpectedDoorbell", "UnfinishedStep",
+    "IsaSimBackend", "decode_status", "read_tiles",
 ]
 
 #: Controller performance counters: ``PerfIndex`` names of ``chipotle.hw.tile.controller``,
@@ -145,6 +149,30 @@ class UnexpectedDoorbell(DriverError):
                          f"from tile ({wx},{wy})")
 
 
+class UnfinishedStep(DriverError):
+    """A step's doorbell rang, but the chip is not at rest after it.
+
+    Every compiled step ends with each tile it started halted and every synchronisation
+    counter of every tile back at zero (each ``SEND`` to a counter is taken by a ``WAIT``:
+    ``docs/isa.md`` section 1, "Architectural state of a tile"), as the ISA-simulator runner
+    (``chipotle.compiler.run.run_plan_isasim``) also requires.  A tile still running or
+    waiting, or a counter left over, is a fault of the program or of the chip that the next
+    step would inherit (a stale counter lets a ``WAIT`` pass early).
+
+    Attributes
+    ----------
+    problems : dict
+        ``(x, y) -> str``: what is wrong with each tile found, e.g. ``"waiting at pc 7"`` or
+        ``"counters 2=1"`` (counter 2 holds 1).
+    """
+
+    def __init__(self, problems: dict):
+        self.problems = {tuple(xy): str(p) for xy, p in problems.items()}
+        parts = [f"tile ({x},{y}) {p}" for (x, y), p in sorted(self.problems.items())]
+        super().__init__("the step's doorbell rang but the chip is not at rest: "
+                         + "; ".join(parts))
+
+
 class DoorbellTimeout(DriverError):
     """No doorbell arrived within the allowed cycles.
 
@@ -210,6 +238,10 @@ class Backend(Protocol):
 
     async def status(self, xy) -> TileStatus:
         """Return tile ``xy``'s controller status."""
+
+    async def counters(self, xy) -> list[int]:
+        """Return tile ``xy``'s ``config.n_counters`` synchronisation counters (counts of
+        ``SEND`` arrivals not yet taken by a ``WAIT``)."""
 
     async def set_kv_layout(self, xy, layout) -> None:
         """Set tile ``xy``'s KV layout (``chipotle.isa.kv.KvLayout``, or None for none): the
@@ -323,6 +355,12 @@ class PacketBackend:
 
         [word] = await self.read_registers(xy, Reg.STATUS, 1)
         return decode_status(word)
+
+    async def counters(self, xy) -> list[int]:
+        """Return tile ``xy``'s synchronisation counters (registers ``COUNTER_BASE + c``)."""
+        from chipotle.hw.tile.netif import COUNTER_BASE
+
+        return await self.read_registers(xy, COUNTER_BASE, self.config.n_counters)
 
     async def set_kv_layout(self, xy, layout) -> None:
         """Write tile ``xy``'s five KV layout registers (``KV_BASE`` .. ``KV_MAX_POS``, one
@@ -497,6 +535,10 @@ class IsaSimBackend:
         """Return tile ``xy``'s status."""
         return self._status(self.sim.tile(_check_xy(self.config, xy)))
 
+    async def counters(self, xy) -> list[int]:
+        """Return tile ``xy``'s synchronisation counters (``IsaSim`` tile ``counters``)."""
+        return list(self.sim.tile(_check_xy(self.config, xy)).counters)
+
     async def set_kv_layout(self, xy, layout) -> None:
         """Set tile ``xy``'s KV layout (`IsaSim.set_kv_layout`)."""
         self.sim.set_kv_layout(_check_xy(self.config, xy), layout)
@@ -509,3 +551,26 @@ class IsaSimBackend:
         """
         p = self.sim.tile(_check_xy(self.config, xy)).perf
         return {name: getattr(p, field) & 0xFFFFFFFF for name, field in _ISASIM_PERF.items()}
+
+
+async def read_tiles(backend, tiles, *, perf: bool, state: bool) -> dict:
+    """Read ``tiles``' performance counters and / or their state, one dict per tile.
+
+    Returns ``{xy: {"perf": dict, "status": TileStatus, "counters": list[int]}}`` with
+    ``"perf"`` (`Backend.read_perf`) if ``perf`` and ``"status"`` and ``"counters"``
+    (`Backend.status`, `Backend.counters`) if ``state``.  A backend with a
+    ``read_tiles_many(tiles, perf=, state=)`` (``RtlBackend``) answers with every read in
+    flight at once; the others are asked tile by tile.
+    """
+    many = getattr(backend, "read_tiles_many", None)
+    if many is not None:
+        return await many(tiles, perf=perf, state=state)
+    out = {}
+    for xy in tiles:
+        d = out[tuple(xy)] = {}
+        if perf:
+            d["perf"] = await backend.read_perf(xy)
+        if state:
+            d["status"] = await backend.status(xy)
+            d["counters"] = await backend.counters(xy)
+    return out

@@ -36,7 +36,7 @@ from chipotle.config import ChipConfig
 from chipotle.hw.chip import RESET_LATENCY
 from chipotle.hw.noc.packet import Packet
 from chipotle.hw.tile.controller import N_PERF
-from chipotle.hw.tile.netif import PERF_BASE, Reg
+from chipotle.hw.tile.netif import COUNTER_BASE, PERF_BASE, Reg
 
 from . import hostlink as hl
 from .backend import (
@@ -329,26 +329,75 @@ class RtlBackend(PacketBackend):
                         Timer(min(left, self.poll_cycles) * self.clock_ns, unit="ns"))
         return self._bells.popleft()
 
-    async def read_perf_many(self, tiles) -> dict:
-        """Return `read_perf` of every tile of ``tiles``, the reads of all tiles in flight at
-        once (two per tile)."""
-        tiles = [_check_xy(self.config, xy) for xy in tiles]
-        waits, packets = [], []
-        for xy in tiles:
-            for reg, count in ((PERF_BASE, N_PERF), (Reg.FLITS_SENT, len(INTERFACE_PERF))):
-                tag = self._next_tag()
-                ev = Event()
-                self._resp_event[tag] = ev
-                waits.append((xy, tag, ev, count))
-                packets.append(hl.reg_read(xy, reg, count, tag, self.noc))
-        await self.send(packets)
-        words = {xy: [] for xy in tiles}
-        for xy, tag, ev, count in waits:
+    async def read_registers_many(self, requests) -> list[list[int]]:
+        """Answer ``[(xy, register, count), ...]`` register reads with every tile's reads in
+        flight at once (at most `max_reads` outstanding per tile, the interface's read
+        queue), one list of words per request, in request order.
+
+        Raises
+        ------
+        RuntimeError
+            If an answer comes from another tile or has another length.
+        """
+        reqs = [(_check_xy(self.config, xy), int(reg), int(count)) for xy, reg, count in requests]
+        out: list = [None] * len(reqs)
+        pending: dict = {}            # xy -> deque of (index, tag, event)
+
+        async def collect(xy):
+            i, tag, ev = pending[xy].popleft()
             await ev.wait()
             resp = self._responses.pop(tag)
+            _, reg, count = reqs[i]
             if resp.tile != xy or len(resp.words) != count:
-                raise RuntimeError(f"register read of tile {xy} answered by {resp.tile} with "
-                                   f"{len(resp.words)} words, not {count}")
-            words[xy] += resp.words
-        return {xy: dict(zip(CONTROLLER_PERF + INTERFACE_PERF, w, strict=True))
-                for xy, w in words.items()}
+                raise RuntimeError(f"register read of {count} words at {reg:#x} from tile {xy} "
+                                   f"was answered by {resp.tile} with {len(resp.words)} words")
+            out[i] = list(resp.words)
+
+        # Interleave the tiles, so that no tile's read queue holds up the others' requests.
+        rank, seen = [], {}
+        for xy, _, _ in reqs:
+            rank.append(seen.get(xy, 0))
+            seen[xy] = rank[-1] + 1
+        order = sorted(range(len(reqs)), key=rank.__getitem__)
+        packets = []
+        for i in order:
+            xy, reg, count = reqs[i]
+            q = pending.setdefault(xy, deque())
+            if len(q) >= self.max_reads:
+                await self.send(packets)
+                packets = []
+                await collect(xy)
+            tag = self._next_tag()
+            ev = Event()
+            self._resp_event[tag] = ev
+            q.append((i, tag, ev))
+            packets.append(hl.reg_read(xy, reg, count, tag, self.noc))
+        await self.send(packets)
+        for xy, q in pending.items():
+            while q:
+                await collect(xy)
+        return out
+
+    async def read_tiles_many(self, tiles, *, perf: bool, state: bool) -> dict:
+        """`chipotle.driver.backend.read_tiles` with every read in flight at once: per tile
+        two reads for ``perf`` (the controller's and the interface's counters) and two for
+        ``state`` (``STATUS``, the synchronisation counters)."""
+        tiles = [_check_xy(self.config, xy) for xy in tiles]
+        kinds = []
+        if perf:
+            kinds += [(PERF_BASE, N_PERF), (Reg.FLITS_SENT, len(INTERFACE_PERF))]
+        if state:
+            kinds += [(Reg.STATUS, 1), (COUNTER_BASE, self.config.n_counters)]
+        words = await self.read_registers_many([(xy, reg, n) for xy in tiles
+                                                for reg, n in kinds])
+        out = {}
+        for t, xy in enumerate(tiles):
+            w = words[t * len(kinds):(t + 1) * len(kinds)]
+            d = out[xy] = {}
+            if perf:
+                d["perf"] = dict(zip(CONTROLLER_PERF + INTERFACE_PERF, w[0] + w[1], strict=True))
+                w = w[2:]
+            if state:
+                d["status"] = decode_status(w[0][0])
+                d["counters"] = w[1]
+        return out

@@ -14,7 +14,7 @@ import cocotb
 from toy import ToyCompiled, next_token, scenario
 
 from chipotle.config import CONFIGS
-from chipotle.driver import PERF_NAMES, Driver, IsaSimBackend, TileFault
+from chipotle.driver import PERF_NAMES, Driver, IsaSimBackend, TileFault, UnfinishedStep
 from chipotle.driver.rtl import RtlBackend
 from chipotle.isa import ErrorCode
 
@@ -64,6 +64,28 @@ async def tile_fault(dut):
     assert rtl.cycle - t0 < 2 * rtl.poll_cycles + 1000   # found by polling, not the timeout
     status = await rtl.status((1, 1))
     assert (status.state, status.error, status.pc) == ("error", ErrorCode.SRAM_RANGE, 1)
+
+
+async def _unfinished(backend, variant: str) -> dict:
+    drv = Driver(ToyCompiled(CONFIG, variant), backend, timeout_cycles=100_000)
+    await drv.load()
+    try:
+        await drv.step([3], 0)
+    except UnfinishedStep as e:
+        return e.problems
+    raise AssertionError(f"{variant}: no UnfinishedStep")
+
+
+@cocotb.test()
+async def unfinished_step(dut):
+    """A counter left over or a tile not halted after the right doorbell is refused, with
+    the same tiles, counters and PCs as on isasim (read from the RTL's registers)."""
+    rtl = RtlBackend(dut, CONFIG)
+    await rtl.power_on()
+    for variant, want in (("leftover", {(0, 0): "counters 2=1"}),
+                          ("unhalted", {(1, 1): "waiting at pc 6"})):
+        got = await _unfinished(rtl, variant)
+        assert got == want == await _unfinished(IsaSimBackend(CONFIG), variant), (variant, got)
 
 
 @cocotb.test()

@@ -17,6 +17,7 @@ from chipotle.driver import (
     IsaSimBackend,
     TileFault,
     UnexpectedDoorbell,
+    UnfinishedStep,
 )
 from chipotle.generate import PromptTooLongError, StopReason
 from chipotle.hw.tile.controller import PerfIndex
@@ -135,6 +136,26 @@ def test_stray_doorbell_is_refused():
                        r"waiting for doorbell 85 from tile \(0,0\)") as e:
         run(drv.step([3], 0))
     assert (e.value.got, e.value.want) == (((1, 1), 0x66), ((0, 0), 0x55))
+
+
+UNFINISHED = {"leftover": ({(0, 0): "counters 2=1"}, r"tile \(0,0\) counters 2=1"),
+              "unhalted": ({(1, 1): "waiting at pc 6"}, r"tile \(1,1\) waiting at pc 6")}
+
+
+@pytest.mark.parametrize("variant", sorted(UNFINISHED))
+def test_unfinished_step_is_refused(variant):
+    """After the right doorbell, a counter left over or a started tile that did not halt is
+    an error (the driver used to return the step as if the chip were at rest)."""
+    problems, msg = UNFINISHED[variant]
+    drv = Driver(ToyCompiled(SMALL, variant), IsaSimBackend(SMALL))
+    run(drv.load())
+    with pytest.raises(UnfinishedStep, match="not at rest: " + msg) as e:
+        run(drv.step([3], 0))
+    assert e.value.problems == problems
+    # the step itself computed the right token: only the check can catch it
+    drv = Driver(ToyCompiled(SMALL, variant), IsaSimBackend(SMALL), check=False)
+    run(drv.load())
+    assert run(drv.step([3], 0)).token == next_token(3, 0)
 
 
 @pytest.mark.parametrize("variant", ["silent", "deadlock"])

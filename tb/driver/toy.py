@@ -18,7 +18,10 @@ ISA simulator and the RTL can be compared.
 Faulty variants (``variant``): ``"fault"`` makes (1,1) load past the end of the SRAM
 (``SRAM_RANGE`` at PC 1); ``"silent"`` makes (0,0) halt without ringing; ``"deadlock"``
 makes (1,1) wait on a counter nobody bumps; ``"stray"`` makes (1,1) ring a doorbell of its own
-(``0x66``) before it answers, which (0,0)'s ``0x55`` then follows.
+(``0x66``) before it answers, which (0,0)'s ``0x55`` then follows.  Two leave the chip not
+at rest after a right doorbell: ``"leftover"`` makes (1,1) also SEND to counter 2 of (0,0),
+which nobody WAITs on (it holds 1 after the step); ``"unhalted"`` makes (1,1), after it
+answered, WAIT on its counter 3, which nobody bumps (it is still waiting at PC 7).
 """
 
 from __future__ import annotations
@@ -61,7 +64,9 @@ def programs(variant: str = "ok") -> dict:
         ld    r1, 0x20
         add   r1, r1+7, 0
         st    0x28, r1
+        {"send 0x40, 0x28, 8, (0, 0), 2" if variant == "leftover" else ""}
         send  {TOKEN_AT}, 0x28, 8, (0, 0), 1
+        {"wait 3, 1" if variant == "unhalted" else ""}
         halt
     """
     return {(0, 0): p00, (1, 1): p11}
