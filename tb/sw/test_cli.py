@@ -828,6 +828,10 @@ def test_make_refuses_misspelt_targets_with_the_one_meant():
     # a variable given without its value (a fresh user's `make sim PROMPT`)
     code, err = _make("sim", "prompt")
     assert code == 2 and "'prompt' (did you mean PROMPT=...?) is no target" in err, err
+    # a target in other case, also a variable's name (`make Sim` suggested SIM=... only)
+    code, err = _make("Sim", "BENCH")
+    assert code == 2 and ("'Sim' (did you mean sim or SIM=...?) 'BENCH' (did you mean "
+                          "bench?) are no targets") in err, err
 
 
 def test_make_test_refuses_a_bad_jobs_count():
