@@ -945,6 +945,16 @@ class NetworkInterface(wiring.Component):
                 self.o_cmd_done.payload.op.eq(Mux(self.i_cmd.ready, cmd.op, t_op)),
                 self.o_cmd_done.payload.error.eq(complete_error),
             ]
+        # The host reset the controller (`o_reset`, this cycle's pulse): the controller no
+        # longer waits for a completion, so none is offered any more (one left pending would
+        # hold `i_cmd` off for good: the interface takes a command only with no completion
+        # pending), and a SEND in progress stops at its packet boundary.  The packet on the
+        # wire is finished (a wormhole path, once opened, closes only with its last flit),
+        # without a completion; a SEND's later packets, and the bump its last one carries,
+        # are not sent.
+        with m.If(self.o_reset):
+            m.d.sync += [self.o_cmd_done.valid.eq(0), t_done.eq(0), s_active.eq(0),
+                         s_chk.eq(0)]
 
         # -- error flags and the interface's performance registers -------------------------
         sram_err = Signal()

@@ -156,19 +156,22 @@ class UnfinishedStep(DriverError):
     counter of every tile back at zero (each ``SEND`` to a counter is taken by a ``WAIT``:
     ``docs/isa.md`` section 1, "Architectural state of a tile"), as the ISA-simulator runner
     (``chipotle.compiler.run.run_plan_isasim``) also requires.  A tile still running or
-    waiting, or a counter left over, is a fault of the program or of the chip that the next
-    step would inherit (a stale counter lets a ``WAIT`` pass early).
+    waiting, a counter left over or a doorbell rung after the step's own is a fault of the
+    program or of the chip that the next step would inherit (a stale counter lets a
+    ``WAIT`` pass early).
 
     Attributes
     ----------
     problems : dict
-        ``(x, y) -> str``: what is wrong with each tile found, e.g. ``"waiting at pc 7"`` or
-        ``"counters 2=1"`` (counter 2 holds 1).
+        ``(x, y) -> str``: what is wrong with each tile found, its findings joined by
+        ``", "``: e.g. ``"waiting at pc 6"``, ``"counters 2=1 5=3"`` (counter 2 holds 1,
+        counter 5 holds 3), ``"halted at pc 9, doorbell 85 rang after the step's own"``.
+        The message joins the tiles by ``"; "``.
     """
 
     def __init__(self, problems: dict):
         self.problems = {tuple(xy): str(p) for xy, p in problems.items()}
-        parts = [f"tile ({x},{y}) {p}" for (x, y), p in sorted(self.problems.items())]
+        parts = [f"tile ({x},{y}): {p}" for (x, y), p in sorted(self.problems.items())]
         super().__init__("the step's doorbell rang but the chip is not at rest: "
                          + "; ".join(parts))
 
@@ -243,6 +246,10 @@ class Backend(Protocol):
         """Return tile ``xy``'s ``config.n_counters`` synchronisation counters (counts of
         ``SEND`` arrivals not yet taken by a ``WAIT``)."""
 
+    def queued_doorbells(self) -> list[tuple[tuple[int, int], int]]:
+        """Return ``(xy, code)`` of the doorbells that arrived and `wait_done` has not yet
+        returned, oldest first (they stay queued)."""
+
     async def set_kv_layout(self, xy, layout) -> None:
         """Set tile ``xy``'s KV layout (``chipotle.isa.kv.KvLayout``, or None for none): the
         map its KV store appends (``kvapp``) into (``docs/tile.md``, "KV store")."""
@@ -273,6 +280,39 @@ class PacketBackend:
     words per request); this class builds every `Backend` operation on them
     (``docs/tile.md``, "Network interface").
     """
+
+    def drain_cycles(self) -> int:
+        """Cycles within which every packet on the network has landed once no tile starts
+        another: each tile's last packet (at most ``max_length`` payload flits and its head)
+        queued behind every other tile's on one link, plus the mesh's diameter at two
+        cycles a hop (`reset` waits this long between its two phases)."""
+        cfg = self.config
+        return (cfg.n_tiles * (self.noc.max_length + 1)
+                + 2 * (cfg.mesh_width + cfg.mesh_height) + 16)
+
+    async def _reset_tiles(self, wait_cycles) -> None:
+        """The two phases of `reset` (``wait_cycles(n)``: a coroutine that lets ``n`` chip
+        cycles pass).
+
+        1. ``RESET`` = ``RESET_ALL`` to every tile, then a register read of each, which
+           answers once its reset took effect.  A tile's network interface stops a
+           ``SEND`` in progress at its packet boundary and drops its completion (the
+           packet on the wire is finished: ``docs/noc.md``, "Reset").
+        2. After `drain_cycles`, when every such packet has landed, ``RESET`` = counters and
+           error flags cleared (``0b110``) again, and again a read of each tile: a SEND's
+           last packet that landed after phase 1 bumped its receivers' counter after they
+           were cleared.
+        """
+        from chipotle.hw.tile.netif import Reg
+
+        from . import hostlink as hl
+
+        for bits, pause in ((hl.RESET_ALL, True), (hl.RESET_ALL & ~1, False)):
+            await self.send([hl.reset(xy, bits, self.noc) for xy in self.config.tiles])
+            for xy in self.config.tiles:
+                await self.read_registers(xy, Reg.ID, 1)
+            if pause:
+                await wait_cycles(self.drain_cycles())
 
     async def read_registers(self, xy, reg: int, count: int) -> list[int]:
         """Return ``count`` control registers of tile ``xy`` from register ``reg`` on."""
@@ -538,6 +578,10 @@ class IsaSimBackend:
     async def counters(self, xy) -> list[int]:
         """Return tile ``xy``'s synchronisation counters (``IsaSim`` tile ``counters``)."""
         return list(self.sim.tile(_check_xy(self.config, xy)).counters)
+
+    def queued_doorbells(self) -> list[tuple[tuple[int, int], int]]:
+        """Return the doorbells the last run rang that `wait_done` has not yet returned."""
+        return [(tuple(ev.tile), int(ev.code)) for ev, _ in self._events]
 
     async def set_kv_layout(self, xy, layout) -> None:
         """Set tile ``xy``'s KV layout (`IsaSim.set_kv_layout`)."""

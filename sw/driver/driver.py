@@ -190,7 +190,8 @@ class Driver:
     check : bool
         ``True`` (default): after each step's doorbell, read every tile's ``STATUS`` and
         synchronisation counters and raise `UnfinishedStep` unless every tile the step
-        started is halted and every counter is zero (`TileFault` for a tile in ERROR).  On
+        started is halted, every counter is zero and no other doorbell has arrived since
+        (`TileFault` for a tile in ERROR).  On
         the RTL these reads travel with the performance counters' (``perf`` per step), two
         more per tile: on the 4 x 4 chip about 350 cycles of host-link traffic per step
         (mostly the 16 counter words of each tile; `make sim STEPS=64`: 18.2-18.6 s of
@@ -293,9 +294,10 @@ class Driver:
         return {xy: d["perf"] for xy, d in got.items()}
 
     @staticmethod
-    def _check_at_rest(got: dict, started) -> None:
-        """Raise `TileFault` or `UnfinishedStep` unless every tile of ``started`` is halted
-        and every counter of every tile in ``got`` (`read_tiles` with ``state``) is zero."""
+    def _check_at_rest(got: dict, started, bells=()) -> None:
+        """Raise `TileFault` or `UnfinishedStep` unless every tile of ``started`` is halted,
+        every counter of every tile in ``got`` (`read_tiles` with ``state``) is zero and no
+        doorbell (``bells``: ``(xy, code)`` still queued) rang after the step's own."""
         problems = {}
         for xy, d in got.items():
             s = d["status"]
@@ -306,9 +308,11 @@ class Driver:
                 what.append(s.describe())
             left = [f"{c}={n}" for c, n in enumerate(d["counters"]) if n]
             if left:
-                what.append("counters " + ", ".join(left))
+                what.append("counters " + " ".join(left))
+            what += [f"doorbell {code} rang after the step's own"
+                     for bxy, code in bells if tuple(bxy) == xy]
             if what:
-                problems[xy] = "; ".join(what)
+                problems[xy] = ", ".join(what)
         if problems:
             raise UnfinishedStep(problems)
 
@@ -345,8 +349,9 @@ class Driver:
         UnexpectedDoorbell
             If another doorbell rang first (a step rings exactly one, ``StepPlan.done``).
         UnfinishedStep
-            With ``check``: if after the doorbell a tile the step started is not halted or
-            a synchronisation counter is not zero (names the tiles and the counters).
+            With ``check``: if after the doorbell a tile the step started is not halted, a
+            synchronisation counter is not zero or another doorbell rang (names the tiles,
+            their states and PCs, the counters and the doorbells).
         """
         tokens = tuple(int(t) for t in tokens)
         return await self.run_plan(self.compiled.step(list(tokens), pos), tokens, pos,
@@ -392,7 +397,8 @@ class Driver:
         if self._per_step or self.check:
             got = await read_tiles(be, self.config.tiles, perf=self._per_step, state=self.check)
             if self.check:
-                self._check_at_rest(got, {tuple(xy) for xy, _ in plan.starts})
+                self._check_at_rest(got, {tuple(xy) for xy, _ in plan.starts},
+                                    be.queued_doorbells())
             if self._per_step:
                 after = self._last_perf = {xy: d["perf"] for xy, d in got.items()}
                 total, per_tile = self._perf_delta(before, after)

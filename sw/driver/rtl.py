@@ -284,14 +284,16 @@ class RtlBackend(PacketBackend):
     # -- Backend ---------------------------------------------------------------------------------
 
     async def reset(self) -> None:
-        """Reset every tile: ``RESET`` = ``0b111`` (controller, counters, flags, counters).
+        """Reset every tile: ``RESET`` = ``0b111`` (controller, counters, error flags and
+        interface counters), then once the network has drained the counters and flags
+        again (`PacketBackend._reset_tiles`).
 
         SRAM and instruction memory are kept; doorbells not yet taken are dropped.
         """
-        await self.send([hl.reset(xy, hl.RESET_ALL, self.noc) for xy in self.config.tiles])
-        # A register read behind the resets returns once they took effect.
-        for xy in self.config.tiles:
-            await self.read_registers(xy, Reg.ID, 1)
+        async def wait_cycles(n):
+            await Timer(n * self.clock_ns, unit="ns")
+
+        await self._reset_tiles(wait_cycles)
         self._bells.clear()
         self._bell.clear()
 
@@ -304,6 +306,11 @@ class RtlBackend(PacketBackend):
             if s.state == "error":
                 return TileFault(self.config.tiles[i], s.error, s.pc)
         return None
+
+    def queued_doorbells(self) -> list[tuple[tuple[int, int], int]]:
+        """Return the doorbells received that `wait_done` has not yet returned, oldest
+        first."""
+        return [(tuple(xy), int(code)) for xy, code in self._bells]
 
     async def wait_done(self, timeout_cycles: int) -> tuple[tuple[int, int], int]:
         """Return ``(xy, code)`` of the next doorbell.

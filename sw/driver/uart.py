@@ -34,7 +34,6 @@ from typing import Protocol, runtime_checkable
 
 from chipotle.config import ChipConfig
 from chipotle.hw.noc.packet import Packet
-from chipotle.hw.tile.netif import Reg
 
 from . import hostlink as hl
 from .backend import (
@@ -300,12 +299,21 @@ class UartBackend(PacketBackend):
     # -- Backend ---------------------------------------------------------------------------------
 
     async def reset(self) -> None:
-        """Reset every tile (``RESET`` = ``0b111``); SRAM and instruction memory are kept,
-        doorbells not yet taken are dropped."""
-        await self.send([hl.reset(xy, hl.RESET_ALL, self.noc) for xy in self.config.tiles])
-        for xy in self.config.tiles:     # answered once the resets took effect
-            await self.read_registers(xy, Reg.ID, 1)
+        """Reset every tile (``RESET`` = ``0b111``), then once the network has drained the
+        counters and error flags again (`PacketBackend._reset_tiles`); SRAM and
+        instruction memory are kept, doorbells not yet taken are dropped."""
+        async def wait_cycles(n):
+            deadline = self.cycle + n
+            while self.cycle < deadline:
+                await self._pump(deadline - self.cycle)
+
+        await self._reset_tiles(wait_cycles)
         self._bells.clear()
+
+    def queued_doorbells(self) -> list[tuple[tuple[int, int], int]]:
+        """Return the doorbells received that `wait_done` has not yet returned, oldest
+        first."""
+        return [(tuple(xy), int(code)) for xy, code in self._bells]
 
     async def wait_done(self, timeout_cycles: int) -> tuple[tuple[int, int], int]:
         """Return ``(xy, code)`` of the next doorbell.

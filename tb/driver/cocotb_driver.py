@@ -11,6 +11,7 @@ import json
 import os
 
 import cocotb
+from cocotb.triggers import ClockCycles
 from toy import ToyCompiled, next_token, scenario
 
 from chipotle.config import CONFIGS
@@ -78,14 +79,41 @@ async def _unfinished(backend, variant: str) -> dict:
 
 @cocotb.test()
 async def unfinished_step(dut):
-    """A counter left over or a tile not halted after the right doorbell is refused, with
-    the same tiles, counters and PCs as on isasim (read from the RTL's registers)."""
+    """A counter left over, a tile not halted or a second doorbell after the right doorbell
+    is refused, with the same tiles, counters, PCs and doorbells as on isasim (read from the
+    RTL's registers and host link)."""
     rtl = RtlBackend(dut, CONFIG)
     await rtl.power_on()
     for variant, want in (("leftover", {(0, 0): "counters 2=1"}),
-                          ("unhalted", {(1, 1): "waiting at pc 6"})):
+                          ("unhalted", {(1, 1): "waiting at pc 6"}),
+                          ("double", {(0, 0): "doorbell 85 rang after the step's own"})):
         got = await _unfinished(rtl, variant)
         assert got == want == await _unfinished(IsaSimBackend(CONFIG), variant), (variant, got)
+
+
+@cocotb.test()
+async def reset_mid_step(dut):
+    """A host reset at any cycle of a step (what `Driver.load` does first) leaves a chip on
+    which the next step runs right and at rest.  Before the network interface dropped its
+    completion at a controller reset, a reset while a tile's SEND was on the wire left the
+    completion pending for good, and the interface, which takes a command only with none
+    pending, never took the next SEND: every later step timed out."""
+    rtl = RtlBackend(dut, CONFIG)
+    await rtl.power_on()
+    toy = ToyCompiled(CONFIG)
+    plan = toy.step([3], 0)
+    # the toy step's SENDs are on the wire from about 20 to 45 cycles after its starts
+    for delay in (0, *range(16, 52, 2), 80):
+        drv = Driver(toy, rtl, timeout_cycles=20_000)
+        await drv.load()
+        for xy, addr, data in plan.writes:
+            await rtl.write_sram(xy, addr, bytes(data))
+        for xy, pc in plan.starts:
+            await rtl.start(xy, pc)
+        await ClockCycles(dut.clk, delay)
+        await drv.load()             # the reset, mid-step, then the images again
+        got = await drv.step([3], 0)
+        assert got.token == next_token(3, 0), (delay, got.token)
 
 
 @cocotb.test()

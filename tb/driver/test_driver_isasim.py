@@ -138,14 +138,17 @@ def test_stray_doorbell_is_refused():
     assert (e.value.got, e.value.want) == (((1, 1), 0x66), ((0, 0), 0x55))
 
 
-UNFINISHED = {"leftover": ({(0, 0): "counters 2=1"}, r"tile \(0,0\) counters 2=1"),
-              "unhalted": ({(1, 1): "waiting at pc 6"}, r"tile \(1,1\) waiting at pc 6")}
+UNFINISHED = {"leftover": ({(0, 0): "counters 2=1"}, r"tile \(0,0\): counters 2=1$"),
+              "unhalted": ({(1, 1): "waiting at pc 6"}, r"tile \(1,1\): waiting at pc 6$"),
+              "double": ({(0, 0): "doorbell 85 rang after the step's own"},
+                         r"tile \(0,0\): doorbell 85 rang after the step's own$")}
 
 
 @pytest.mark.parametrize("variant", sorted(UNFINISHED))
 def test_unfinished_step_is_refused(variant):
-    """After the right doorbell, a counter left over or a started tile that did not halt is
-    an error (the driver used to return the step as if the chip were at rest)."""
+    """After the right doorbell, a counter left over, a started tile that did not halt or a
+    second doorbell is an error (the driver used to return the step as if the chip were at
+    rest; a second doorbell then ended the next step at once, with a stale token)."""
     problems, msg = UNFINISHED[variant]
     drv = Driver(ToyCompiled(SMALL, variant), IsaSimBackend(SMALL))
     run(drv.load())

@@ -24,6 +24,6 @@ def test_driver_rtl(sim):
     run = run_cocotb(sim=sim, verilog=chip_verilog(CONFIGS["small"]), toplevel=TOPLEVEL,
                      test_module="cocotb_driver", test_dir=TB,
                      extra_env={"CHIP_CONFIG": "small", "RESULT": str(out)})
-    assert sorted(run.passed) == ["backdoor_load", "tile_fault", "toy_scenario",
-                                 "unfinished_step"], run.passed
+    assert sorted(run.passed) == ["backdoor_load", "reset_mid_step", "tile_fault",
+                                 "toy_scenario", "unfinished_step"], run.passed
     print(json.loads(out.read_text()))

@@ -18,10 +18,11 @@ ISA simulator and the RTL can be compared.
 Faulty variants (``variant``): ``"fault"`` makes (1,1) load past the end of the SRAM
 (``SRAM_RANGE`` at PC 1); ``"silent"`` makes (0,0) halt without ringing; ``"deadlock"``
 makes (1,1) wait on a counter nobody bumps; ``"stray"`` makes (1,1) ring a doorbell of its own
-(``0x66``) before it answers, which (0,0)'s ``0x55`` then follows.  Two leave the chip not
+(``0x66``) before it answers, which (0,0)'s ``0x55`` then follows.  Three leave the chip not
 at rest after a right doorbell: ``"leftover"`` makes (1,1) also SEND to counter 2 of (0,0),
 which nobody WAITs on (it holds 1 after the step); ``"unhalted"`` makes (1,1), after it
-answered, WAIT on its counter 3, which nobody bumps (it is still waiting at PC 7).
+answered, WAIT on its counter 3, which nobody bumps (it is still waiting at PC 6);
+``"double"`` makes (0,0) ring its ``0x55`` twice.
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ def programs(variant: str = "ok") -> dict:
         send  0x20, 0x10, 8, (1, 1), 0
         wait  1, 1
         {"halt" if variant == "silent" else f"done {DONE_CODE}"}
+        {f"done {DONE_CODE}" if variant == "double" else ""}
         halt
     """
     p11 = f"""
