@@ -90,12 +90,14 @@ TARGETS := all venv iverilog test test-default sim bench bitstream models lint c
 unknown_goals := $(filter-out $(TARGETS),$(MAKECMDGOALS))
 target_names := $(filter-out all $(STAMP),$(TARGETS))
 # the target meant in other case (Sim -> sim) and / or the variable meant without its value
-# (PROMPT -> PROMPT=..., Sim -> sim or SIM=...), else the target by difflib (simm -> sim,
+# (PROMPT -> PROMPT=..., Sim -> sim or SIM=...), else the longest target the goal begins
+# with (simulate -> sim, benchmark -> bench), else the target by difflib (simm -> sim,
 # bitsream -> bitstream), or none
 target_hint = $(shell $(PYTHON) -c 'import difflib, sys; g, ts, vs = sys.argv[1:]; \
     l, u, ts = g.lower(), g.upper(), ts.split(); \
     hints = [l] * (l in ts) + [u + "=..."] * (u in vs.split()); \
-    print(" or ".join(hints) or " ".join(difflib.get_close_matches(l, ts, 1, 0.6)))' \
+    pre = sorted((t for t in ts if l.startswith(t)), key=len)[-1:]; \
+    print(" or ".join(hints or pre) or " ".join(difflib.get_close_matches(l, ts, 1, 0.6)))' \
     '$(subst ',,$1)' '$(target_names)' '$(MAKE_VARIABLES)' 2>/dev/null)
 # one goal refused ($1), with the hint $2 if there is one
 goal_refused = '$1'$(if $2, (did you mean $2?))

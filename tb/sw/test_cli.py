@@ -832,6 +832,10 @@ def test_make_refuses_misspelt_targets_with_the_one_meant():
     code, err = _make("Sim", "BENCH")
     assert code == 2 and ("'Sim' (did you mean sim or SIM=...?) 'BENCH' (did you mean "
                           "bench?) are no targets") in err, err
+    # a target with more after it (`make simulate` had no hint: too far for difflib)
+    code, err = _make("simulate", "test-defaults")
+    assert code == 2 and ("'simulate' (did you mean sim?) 'test-defaults' (did you mean "
+                          "test-default?) are no targets") in err, err
 
 
 def test_make_test_refuses_a_bad_jobs_count():
