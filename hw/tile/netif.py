@@ -433,7 +433,10 @@ class NetworkInterface(wiring.Component):
         Start PC written by the host (:attr:`Reg.START`); the receive side waits for it to
         be taken.
     o_reset : ``Out(1)``
-        One-cycle pulse: the host reset the controller (:attr:`Reg.RESET` bit 0).
+        One-cycle pulse: the host reset the controller (:attr:`Reg.RESET` bit 0).  The
+        interface then drops a pending ``o_cmd_done`` and the completion of the command in
+        progress, and stops a SEND at its packet boundary (``docs/tile.md``, "Control
+        registers").
     o_imem : ``Out(stream.Signature(ImemWrite))``
         Instruction-memory writes from the host; the receive side waits for each.
     i_status : ``In(32)``

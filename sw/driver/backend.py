@@ -274,11 +274,13 @@ class PacketBackend:
     """The host-link side shared by the backends that speak packets (RTL, UART).
 
     Subclasses provide ``config`` (`ChipConfig`), ``noc`` (its ``NocConfig``),
-    ``async send(packets)`` (inject ``chipotle.hw.noc.packet.Packet`` objects in order) and
+    ``async send(packets)`` (inject ``chipotle.hw.noc.packet.Packet`` objects in order),
     ``async _reads(xy, requests, space)`` (answer ``[(word or register address, count),
     ...]`` read requests of tile ``xy`` in ``space`` 0 = SRAM, 1 = registers, one list of
-    words per request); this class builds every `Backend` operation on them
-    (``docs/tile.md``, "Network interface").
+    words per request), ``async _wait_cycles(n)`` (let ``n`` chip cycles pass) and
+    ``_bells`` (a deque of the ``(xy, code)`` doorbells received, not yet returned by
+    ``wait_done``); this class builds every `Backend` operation on them (``docs/tile.md``,
+    "Network interface").
     """
 
     def drain_cycles(self) -> int:
@@ -290,14 +292,15 @@ class PacketBackend:
         return (cfg.n_tiles * (self.noc.max_length + 1)
                 + 2 * (cfg.mesh_width + cfg.mesh_height) + 16)
 
-    async def _reset_tiles(self, wait_cycles) -> None:
-        """The two phases of `reset` (``wait_cycles(n)``: a coroutine that lets ``n`` chip
-        cycles pass).
+    async def reset(self) -> None:
+        """Reset every tile, in two phases; SRAM and instruction memory are kept, doorbells
+        not yet taken are dropped.
 
-        1. ``RESET`` = ``RESET_ALL`` to every tile, then a register read of each, which
-           answers once its reset took effect.  A tile's network interface stops a
-           ``SEND`` in progress at its packet boundary and drops its completion (the
-           packet on the wire is finished: ``docs/noc.md``, "Reset").
+        1. ``RESET`` = ``RESET_ALL`` (``0b111``: controller, counters, error flags and
+           interface counters) to every tile, then a register read of each, which answers
+           once its reset took effect.  A tile's network interface stops a ``SEND`` in
+           progress at its packet boundary and drops its completion (the packet on the
+           wire is finished: ``docs/noc.md``, "Limits and open points").
         2. After `drain_cycles`, when every such packet has landed, ``RESET`` = counters and
            error flags cleared (``0b110``) again, and again a read of each tile: a SEND's
            last packet that landed after phase 1 bumped its receivers' counter after they
@@ -312,7 +315,13 @@ class PacketBackend:
             for xy in self.config.tiles:
                 await self.read_registers(xy, Reg.ID, 1)
             if pause:
-                await wait_cycles(self.drain_cycles())
+                await self._wait_cycles(self.drain_cycles())
+        self._bells.clear()
+
+    def queued_doorbells(self) -> list[tuple[tuple[int, int], int]]:
+        """Return the doorbells received that `wait_done` has not yet returned, oldest
+        first."""
+        return [(tuple(xy), int(code)) for xy, code in self._bells]
 
     async def read_registers(self, xy, reg: int, count: int) -> list[int]:
         """Return ``count`` control registers of tile ``xy`` from register ``reg`` on."""

@@ -194,8 +194,9 @@ class Driver:
         (`TileFault` for a tile in ERROR).  On
         the RTL these reads travel with the performance counters' (``perf`` per step), two
         more per tile: on the 4 x 4 chip about 350 cycles of host-link traffic per step
-        (mostly the 16 counter words of each tile; `make sim STEPS=64`: 18.2-18.6 s of
-        simulation with the check, 19.0 s without, within the runs' spread).  Other
+        (mostly the 16 counter words of each tile; `make sim STEPS=64` at 0b9b88e, session
+        27: 18.2-18.6 s of simulation with the check, 19.0 s without, within the runs'
+        spread).  Other
         backends (``UartBackend``) read them tile by tile.
         ``False``: trust the doorbell (a faulty program's leftovers then show, if at all,
         in a later step).

@@ -284,18 +284,12 @@ class RtlBackend(PacketBackend):
     # -- Backend ---------------------------------------------------------------------------------
 
     async def reset(self) -> None:
-        """Reset every tile: ``RESET`` = ``0b111`` (controller, counters, error flags and
-        interface counters), then once the network has drained the counters and flags
-        again (`PacketBackend._reset_tiles`).
-
-        SRAM and instruction memory are kept; doorbells not yet taken are dropped.
-        """
-        async def wait_cycles(n):
-            await Timer(n * self.clock_ns, unit="ns")
-
-        await self._reset_tiles(wait_cycles)
-        self._bells.clear()
+        """`PacketBackend.reset`, and the doorbell event cleared with the doorbells."""
+        await super().reset()
         self._bell.clear()
+
+    async def _wait_cycles(self, n: int) -> None:
+        await Timer(n * self.clock_ns, unit="ns")
 
     def _port_fault(self):
         for i, port in enumerate(self._status_ports):
@@ -306,11 +300,6 @@ class RtlBackend(PacketBackend):
             if s.state == "error":
                 return TileFault(self.config.tiles[i], s.error, s.pc)
         return None
-
-    def queued_doorbells(self) -> list[tuple[tuple[int, int], int]]:
-        """Return the doorbells received that `wait_done` has not yet returned, oldest
-        first."""
-        return [(tuple(xy), int(code)) for xy, code in self._bells]
 
     async def wait_done(self, timeout_cycles: int) -> tuple[tuple[int, int], int]:
         """Return ``(xy, code)`` of the next doorbell.
@@ -337,9 +326,11 @@ class RtlBackend(PacketBackend):
         return self._bells.popleft()
 
     async def read_registers_many(self, requests) -> list[list[int]]:
-        """Answer ``[(xy, register, count), ...]`` register reads with every tile's reads in
-        flight at once (at most `max_reads` outstanding per tile, the interface's read
-        queue), one list of words per request, in request order.
+        """Answer ``[(xy, register, count), ...]`` register reads, sent in the order given
+        with every tile's in flight at once (at most `max_reads` outstanding per tile, the
+        interface's read queue: a request to a tile that has that many waits for its
+        oldest answer), one list of words per request, in request order.  Callers put the
+        tiles' requests in turn, so that no tile's queue holds up the others'.
 
         Raises
         ------
@@ -360,15 +351,8 @@ class RtlBackend(PacketBackend):
                                    f"was answered by {resp.tile} with {len(resp.words)} words")
             out[i] = list(resp.words)
 
-        # Interleave the tiles, so that no tile's read queue holds up the others' requests.
-        rank, seen = [], {}
-        for xy, _, _ in reqs:
-            rank.append(seen.get(xy, 0))
-            seen[xy] = rank[-1] + 1
-        order = sorted(range(len(reqs)), key=rank.__getitem__)
         packets = []
-        for i in order:
-            xy, reg, count = reqs[i]
+        for i, (xy, reg, count) in enumerate(reqs):
             q = pending.setdefault(xy, deque())
             if len(q) >= self.max_reads:
                 await self.send(packets)
@@ -395,11 +379,12 @@ class RtlBackend(PacketBackend):
             kinds += [(PERF_BASE, N_PERF), (Reg.FLITS_SENT, len(INTERFACE_PERF))]
         if state:
             kinds += [(Reg.STATUS, 1), (COUNTER_BASE, self.config.n_counters)]
-        words = await self.read_registers_many([(xy, reg, n) for xy in tiles
-                                                for reg, n in kinds])
+        # the tiles in turn: every tile's first read, then every tile's second, ...
+        words = await self.read_registers_many([(xy, reg, n) for reg, n in kinds
+                                                for xy in tiles])
         out = {}
         for t, xy in enumerate(tiles):
-            w = words[t * len(kinds):(t + 1) * len(kinds)]
+            w = words[t::len(tiles)]
             d = out[xy] = {}
             if perf:
                 d["perf"] = dict(zip(CONTROLLER_PERF + INTERFACE_PERF, w[0] + w[1], strict=True))

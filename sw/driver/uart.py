@@ -298,22 +298,10 @@ class UartBackend(PacketBackend):
 
     # -- Backend ---------------------------------------------------------------------------------
 
-    async def reset(self) -> None:
-        """Reset every tile (``RESET`` = ``0b111``), then once the network has drained the
-        counters and error flags again (`PacketBackend._reset_tiles`); SRAM and
-        instruction memory are kept, doorbells not yet taken are dropped."""
-        async def wait_cycles(n):
-            deadline = self.cycle + n
-            while self.cycle < deadline:
-                await self._pump(deadline - self.cycle)
-
-        await self._reset_tiles(wait_cycles)
-        self._bells.clear()
-
-    def queued_doorbells(self) -> list[tuple[tuple[int, int], int]]:
-        """Return the doorbells received that `wait_done` has not yet returned, oldest
-        first."""
-        return [(tuple(xy), int(code)) for xy, code in self._bells]
+    async def _wait_cycles(self, n: int) -> None:
+        deadline = self.cycle + n
+        while self.cycle < deadline:
+            await self._pump(deadline - self.cycle)
 
     async def wait_done(self, timeout_cycles: int) -> tuple[tuple[int, int], int]:
         """Return ``(xy, code)`` of the next doorbell.

@@ -102,9 +102,9 @@ async def reset_mid_step(dut):
     await rtl.power_on()
     toy = ToyCompiled(CONFIG)
     plan = toy.step([3], 0)
+    drv = Driver(toy, rtl, timeout_cycles=20_000)
     # the toy step's SENDs are on the wire from about 20 to 45 cycles after its starts
     for delay in (0, *range(16, 52, 2), 80):
-        drv = Driver(toy, rtl, timeout_cycles=20_000)
         await drv.load()
         for xy, addr, data in plan.writes:
             await rtl.write_sram(xy, addr, bytes(data))
