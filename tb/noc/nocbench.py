@@ -165,24 +165,26 @@ class PacketMonitor(StreamMonitor):
     def __init__(self, entity, name, clock, *, cfg: NocConfig, **kwargs):
         self.cfg = cfg
         self.flits_seen = 0
+        #: Flits of a packet begun and not yet closed by its ``last`` flit.
+        self.current: list[int] = []
         super().__init__(entity, name, clock, **kwargs)
 
     async def _monitor_recv(self):
         clk = RisingEdge(self.clock)
-        current, t_first = [], -1
+        t_first = -1
         last_bit = 1 << self.cfg.flit_layout["last"].offset
         while True:
             await clk
             await ReadOnly()
             if self.bus.valid.value == 1 and self.bus.ready.value == 1:
                 flit = int(self.bus.payload.value)
-                if not current:
+                if not self.current:
                     t_first = cycle()
-                current.append(flit)
+                self.current.append(flit)
                 self.flits_seen += 1
                 if flit & last_bit:
-                    self._recv(Flits.of(current, t_first, cycle()))
-                    current = []
+                    self._recv(Flits.of(self.current, t_first, cycle()))
+                    self.current = []
 
 
 class SinkGroup:
@@ -428,6 +430,9 @@ class NocTestbench:
                                  + self.stuck_report()) from None
         # Let a few more cycles pass so that stray flits would show.
         await ClockCycles(self.dut.clk, 20)
+        # ... and a packet begun on an output and never closed (its `last` flit)
+        open_ = {k: len(m.current) for k, m in self.monitors.items() if m.current}
+        assert not open_, f"packets left unfinished on outputs (flits so far): {open_}"
 
     async def _drain(self, stall_cycles: int) -> None:
         t_change = cycle()

@@ -63,6 +63,8 @@ def simulate(dut, inputs, outputs, *, cycles=400, stalled=(), rooms=(), after=No
                         received[key].append((start, tuple(partial[key])))
                         partial[key] = []
             await ctx.tick()
+        # every packet that began leaving an output also ended (its `last` flit)
+        assert not any(partial.values()), {k: len(v) for k, v in partial.items() if v}
         if after is not None:
             result["after"] = await after(ctx)
 
@@ -107,8 +109,9 @@ def test_router_routes():
         inputs[ins[src]] = pkts
     received, _ = simulate(r, inputs, outs, rooms=rooms)
     for o in Dir:
-        got = sorted(Packet.from_flits(f).head.addr for _, f in received[o])
-        assert got == sorted(p.head.addr for p in expected[o]), o
+        # whole packets, flit for flit: a payload corrupted or cut would show
+        got = sorted(tuple(f) for _, f in received[o])
+        assert got == sorted(tuple(p.flits()) for p in expected[o]), o
 
 
 def test_router_multicast_waits_for_room():

@@ -264,7 +264,9 @@ def test_rope_tables_and_rotation():
     a = x.astype(np.float64)
     ang = 3 * 10000.0 ** (-np.arange(0, 8, 2) / 8)
     want0 = a[0, 0::2] * np.cos(ang) - a[0, 1::2] * np.sin(ang)
+    want1 = a[0, 0::2] * np.sin(ang) + a[0, 1::2] * np.cos(ang)
     assert np.abs(y[0, 0::2] - np.clip(want0, -32768, 32767)).max() <= 4
+    assert np.abs(y[0, 1::2] - np.clip(want1, -32768, 32767)).max() <= 4
     # A pair at full scale rotated by 45 degrees exceeds int16: it saturates, it does not wrap.
     c45 = np.array([round(2 ** 14 / math.sqrt(2))], np.int16)
     z = nx.rope(np.array([[32767, -32768]], np.int16), c45, c45, 14, 16)

@@ -144,6 +144,7 @@ class NetifBench:
         self.starts = {xy: [] for xy in TILES}
         self.imem = {xy: [] for xy in TILES}
         self.done = {xy: deque() for xy in TILES}
+        self.commands = {xy: 0 for xy in TILES}     # commands issued on each i_cmd
 
     def idx(self, xy) -> int:
         return TILES.index(tuple(xy))
@@ -206,6 +207,8 @@ class NetifBench:
                 raise AssertionError(f"watchdog: nothing moved for {stall_cycles} cycles; "
                                      f"{self.board.outstanding()} answer(s) outstanding")
         await ClockCycles(self.dut.clk, 30)
+        assert not self.host_mon.current, (
+            f"a packet to the host left unfinished: {len(self.host_mon.current)} flits")
 
     # -- controller side ----------------------------------------------------------------------
 
@@ -221,6 +224,7 @@ class NetifBench:
                                 cfg=NOC)
             self.board.expect(xy, Packet(head, (code,)))
         before = len(self.done[xy])
+        self.commands[xy] += 1
         await self.cmd[xy].send(_pack(NetCommand, fields))
         t0 = cycle()
         while len(self.done[xy]) == before:
@@ -291,9 +295,23 @@ class NetifBench:
         self.model[xy].counters[c] -= need
         return granted
 
+    def imem_written(self, xy) -> dict:
+        """Return ``{address: instruction}`` of what tile ``xy`` offered on ``o_imem`` (the
+        last word written at each address)."""
+        return {word & 0xFFFF: word >> 16 for word in self.imem[xy]}
+
     def check_ports(self) -> None:
-        """Compare every tile's counters and error flags with the model."""
+        """Compare every tile's counters, error flags, starts and instruction-memory writes
+        with the model, and its completions with the commands issued (a packet that pulsed
+        ``o_start`` or ``o_imem`` where it should not, or a second completion, shows on any
+        tile)."""
         for xy in TILES:
+            assert len(self.done[xy]) == self.commands[xy], (
+                f"{len(self.done[xy])} completions on {xy} for {self.commands[xy]} commands")
+            assert self.starts[xy] == self.model[xy].starts, (
+                f"starts of {xy}: {self.starts[xy]} != {self.model[xy].starts}")
+            assert self.imem_written(xy) == self.model[xy].imem, (
+                f"imem writes of {xy}: {self.imem_written(xy)} != {self.model[xy].imem}")
             assert self.counters(xy) == self.model[xy].counters, (
                 f"counters of {xy}: {self.counters(xy)} != {self.model[xy].counters}")
             assert self.errors(xy) == self.model[xy].errors, (
@@ -370,11 +388,8 @@ async def counters_and_control(dut):
     tb.send(control(xy, 0x1F, [1], NOC))                       # no such register
     tb.send(reg_read(xy, Reg.ERRORS, 1, 4, NOC))
     await tb.drain()
-    want = {k: v for k, v in tb.model[xy].imem.items()}
-    got = {}
-    for word in tb.imem[xy]:
-        got[word & 0xFFFF] = word >> 16
-    assert got == want, (got, want)
+    assert tb.imem_written(xy) == tb.model[xy].imem, (tb.imem_written(xy), tb.model[xy].imem)
+    assert len(tb.model[xy].imem) == 5
     assert tb.starts[xy] == [0x2A, 0x3] == tb.model[xy].starts
     tb.check_ports()
     # RESET: clear counters (bit 1) and errors (bit 2), pulse the controller reset (bit 0).
