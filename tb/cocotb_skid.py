@@ -9,7 +9,7 @@ import random
 
 import cocotb
 from cocotb.clock import Clock
-from cocotb.triggers import ClockCycles, RisingEdge, with_timeout
+from cocotb.triggers import ClockCycles, FallingEdge, ReadOnly, RisingEdge, with_timeout
 from cocotb_bus.scoreboard import Scoreboard
 
 from tbcommon.stream import StreamDriver, StreamMonitor, StreamSink
@@ -59,9 +59,13 @@ async def full_throughput(dut):
     dut.o__ready.value = 1
     seen = []
     for cycle in range(40):
+        # word `cycle` offered in cycle `cycle` (set after the rising edge that ends the
+        # cycle before), the output sampled once the cycle's values settle
+        await FallingEdge(dut.clk)
         dut.i__valid.value = 1 if cycle < 32 else 0
         dut.i__payload.value = cycle
-        await RisingEdge(dut.clk)
+        await ReadOnly()
         if int(dut.o__valid.value):
-            seen.append(int(dut.o__payload.value))
-    assert seen == list(range(32)), seen
+            seen.append((cycle, int(dut.o__payload.value)))
+    # every word leaves one cycle after it is offered, on consecutive cycles, none lost
+    assert seen == [(k + 1, k) for k in range(32)], seen

@@ -111,11 +111,15 @@ async def sram_roundtrip(dut):
     # Line errors between packets: stray data bytes and a flit cut short (its sync byte
     # and 4 more).  The bridge drops them; the next packet arrives whole.
     xy = CONFIG.tiles[-1]
+    around = rng.integers(0, 256, 256, dtype=np.uint8).tobytes()    # 0x380 .. 0x480
+    await be.write_sram(xy, 0x380, around)
     good = rng.integers(0, 256, 16, dtype=np.uint8).tobytes()
     pkt = hl.sram_write(xy, 0x400 // 8, hl.bytes_to_words(good, 8), CONFIG.noc)
     line = encode_flits(pkt.flits(CONFIG.noc), CONFIG.noc.flit_width)
     await uart.write(bytes([0x11, 0x22]) + line[:5] + bytes([0x33]) + line)
-    assert await be.read_sram(xy, 0x400, 16) == good
+    # the good packet landed, and the broken bytes wrote nothing around it
+    want = around[:0x80] + good + around[0x90:]
+    assert await be.read_sram(xy, 0x380, 256) == want
 
 
 @cocotb.test()

@@ -18,7 +18,7 @@ import cocotb
 import numpy as np
 from cocotb.triggers import ReadOnly, RisingEdge
 from tbtile import TileBench, wait_until
-from tilemodel import CONFIGS, decode_result, encode_mcmd, pack_rows, words_per_row
+from tilemodel import CONFIGS, decode_result, encode_mcmd, matmul_ref, pack_rows, words_per_row
 
 from chipotle.hw.tile import MatrixError
 
@@ -166,7 +166,9 @@ async def sram_range(dut):
     k = 3 * W
     x = _rand(tb, (2, k))
     await tb.load(0, _pack(tb, x))
-    # Fill word 0.. with data that a wrapped address would hit.
+    # Words 0.. hold data that a wrapped address would hit (x); the last two words in range
+    # hold non-zero weights, which must still multiply beside the out-of-range zeros.
+    await tb.load(depth - 2, [tb.rng.getrandbits(8 * W) | 1, tb.rng.getrandbits(8 * W) | 1])
     for w_base, w_stride in [(depth - 2, 1), (2 ** 16 - 2, 2)]:
         await tb.reset()
         n = 3
@@ -178,6 +180,8 @@ async def sram_range(dut):
                 row.append(tb.shadow.read(a) if a < 2 ** 16 else 0)
             rows.append(np.frombuffer(b"".join(v.to_bytes(W, "little") for v in row),
                                       dtype=np.int8)[:k])
+        if w_base == depth - 2:
+            assert rows[0].any() and (matmul_ref(x, np.stack(rows)) != 0).any()
         tb.expect_matmul(x, np.stack(rows))
         await tb.mcmd.send(encode_mcmd(w_base=w_base, w_stride=w_stride, n=n, k=k,
                                        x_base=0, x_stride=3, m=2))
