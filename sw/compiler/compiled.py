@@ -183,8 +183,11 @@ class CompiledModel:
         bad = [t for t in toks if not 0 <= t < V]
         if bad:
             raise ValueError(f"token {bad[0]} is outside the vocabulary [0, {V})")
-        if (not isinstance(pos, (int, np.integer)) or pos < 0
-                or pos + len(toks) > self.context):
+        if not isinstance(pos, (int, np.integer)) or isinstance(pos, bool):
+            raise ValueError(f"a position must be an integer, not {pos!r}")
+        if pos < 0:
+            raise ValueError(f"a position must not be negative, not {pos}")
+        if pos + len(toks) > self.context:
             raise ValueError(f"positions {pos} .. {pos + len(toks) - 1} exceed the context "
                              f"of {self.context} positions")
         return toks

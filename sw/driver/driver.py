@@ -225,6 +225,7 @@ class Driver:
         self.check = bool(check)
         self.loaded = False
         self._last_perf = None
+        self._filled = 0             # positions 0 .. _filled - 1 are in the chip's KV cache
         self._written: dict = {}     # (xy, byte address) -> the bytes last written there
 
     @property
@@ -265,6 +266,7 @@ class Driver:
         total, done = self.load_bytes(), 0
         self._last_perf = None
         self._written = {}
+        self._filled = 0
         self.loaded = False
         await self.backend.reset()
         write = self.backend.write_sram
@@ -328,10 +330,16 @@ class Driver:
                    ) -> StepResult:
         """Run ``len(tokens)`` consecutive positions from ``pos`` (1 .. M tokens).
 
+        Positions ``0 .. pos - 1`` must be in the chip's KV cache: run by earlier steps since
+        `load` (as `GoldenModel.forward_batch`; a step at an earlier position starts the
+        sequence again from there).
+
         Parameters
         ----------
         tokens : sequence of int
+            Token ids in ``[0, vocab_size)``.
         pos : int
+            Position of ``tokens[0]``; ``pos + len(tokens) <= context``.
         logits : bool
             Read the last row's int32 logits back.
 
@@ -341,6 +349,10 @@ class Driver:
 
         Raises
         ------
+        ValueError
+            If there is no token or more than M, a token is outside the vocabulary, a
+            position is negative or beyond the context, or ``pos`` skips positions the KV
+            cache does not hold.
         RuntimeError
             If `load` has not run.
         TileFault
@@ -362,10 +374,21 @@ class Driver:
                        logits: bool = False) -> StepResult:
         """Run one `StepPlan` (of the compiler's ``step``, ``prefill`` or ``plans``).
 
-        ``tokens`` and ``pos`` are only recorded in the result.  Raises as `step`.
+        ``tokens`` and ``pos`` are only recorded in the result; the plan's own
+        (``StepPlan.pos``, ``StepPlan.tokens``) are checked against the positions the KV
+        cache holds (a plan without tokens, a test double's, is not).  Raises as `step`.
         """
         if not self.loaded:
             raise RuntimeError("load() the model before running steps")
+        ppos, ptoks = getattr(plan, "pos", 0), getattr(plan, "tokens", ())
+        if ptoks:
+            if ppos > self._filled:
+                held = f"0 .. {self._filled - 1}" if self._filled else "none"
+                raise ValueError(f"a step at position {ppos} skips positions: the KV cache "
+                                 f"holds positions {held} (run the positions before it "
+                                 f"first, or start again at 0)")
+            # a step that fails part way leaves its own positions' rows unknown
+            self._filled = min(self._filled, ppos)
         tokens = tuple(int(t) for t in tokens)
         be = self.backend
         before = {}
@@ -403,6 +426,8 @@ class Driver:
             if self._per_step:
                 after = self._last_perf = {xy: d["perf"] for xy, d in got.items()}
                 total, per_tile = self._perf_delta(before, after)
+        if ptoks:
+            self._filled = ppos + len(ptoks)
         return StepResult(tokens, pos, token, out, cycles, total, per_tile)
 
     async def _write_step_data(self, xy, addr: int, data: bytes) -> None:

@@ -281,3 +281,43 @@ def test_incremental_step_writes_leave_the_same_sram(placement):
                 assert 0 < inc_b <= full_b // 4, (full_b, inc_b)
 
     run(lockstep())
+
+
+def test_skipped_positions_are_refused():
+    """A step must follow the positions the chip's KV cache holds, as `GoldenModel` asks:
+    a step at position 5 after positions 0 .. 2 would attend over stale rows 3 and 4 (the
+    driver ran it before).  A step at an earlier position starts again from there."""
+    from chipotle.compiler import compile_model, small_model
+    from chipotle.golden import GoldenModel
+
+    cm = compile_model(small_model(), SMALL, placement="tensor")
+    drv = Driver(cm, IsaSimBackend(cm.config), perf=False)
+    gm = GoldenModel(cm.qm)
+
+    async def scenario():
+        await drv.load()
+        with pytest.raises(ValueError, match=r"position 1 skips positions: the KV cache "
+                           r"holds positions none"):
+            await drv.step([4], 1)
+        await drv.step([1, 5, 9], 0)
+        with pytest.raises(ValueError, match=r"position 5 skips positions: the KV cache "
+                           r"holds positions 0 \.\. 2"):
+            await drv.step([4], 5)
+        with pytest.raises(ValueError, match="must not be negative, not -1"):
+            await drv.step([4], -1)
+        a = await drv.step([17], 3)
+        b = await drv.step([23], 1)               # again from position 1
+        c = await drv.step([3], 2)
+        with pytest.raises(ValueError, match=r"position 4 skips positions: the KV cache "
+                           r"holds positions 0 \.\. 2"):
+            await drv.step([4], 4)
+        await drv.load()                          # a load empties the cache
+        with pytest.raises(ValueError, match="holds positions none"):
+            await drv.step([1], 1)
+        return a, b, c
+
+    a, b, c = run(scenario())
+    gm.forward_batch([1, 5, 9], 0)
+    assert a.token == int(np.argmax(gm.forward(17, 3)))
+    assert b.token == int(np.argmax(gm.forward(23, 1)))
+    assert c.token == int(np.argmax(gm.forward(3, 2)))
