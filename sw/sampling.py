@@ -133,6 +133,11 @@ def sample_topp(probabilities: np.ndarray, topp: float, coin: float) -> int:
     return int(order[hits[0] if hits.size else last])
 
 
+def _is_int(v) -> bool:
+    """``v`` is an integer (Python or numpy), not a bool or a float."""
+    return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
+
+
 class Sampler:
     """Pick the next token from logits, as run.c's ``Sampler``.
 
@@ -159,20 +164,20 @@ class Sampler:
     Raises
     ------
     ValueError
-        If `vocab_size` is not positive, `temperature` is negative or not finite, `topp` is
-        outside ``[0, 1]``, or `seed` is negative or above ``2**64 - 1``.  (run.c quietly
-        replaces such values.)
+        If `vocab_size` is not a positive integer, `temperature` is negative or not
+        finite, `topp` is outside ``[0, 1]``, or `seed` is not an integer in
+        ``[0, 2**64 - 1]``.  (run.c quietly replaces such values.)
     """
 
     def __init__(self, vocab_size: int, temperature: float = 1.0, topp: float = 0.9,
                  seed: int | None = None):
-        if int(vocab_size) <= 0:
-            raise ValueError(f"`vocab_size` must be a positive integer, not {vocab_size}")
+        if not _is_int(vocab_size) or int(vocab_size) <= 0:
+            raise ValueError(f"`vocab_size` must be a positive integer, not {vocab_size!r}")
         if not (np.isfinite(temperature) and temperature >= 0):
             raise ValueError(f"`temperature` must be a finite number >= 0, not {temperature}")
         if not 0 <= topp <= 1:
             raise ValueError(f"`topp` must be in [0, 1], not {topp}")
-        if seed is not None and not 0 <= seed <= _MASK64:
+        if seed is not None and not (_is_int(seed) and 0 <= seed <= _MASK64):
             raise ValueError(f"`seed` must be an integer in [0, 2**64 - 1] (the xorshift "
                              f"state is 64 bits), not {seed}")
         self.vocab_size = int(vocab_size)
@@ -202,11 +207,13 @@ class Sampler:
         Raises
         ------
         ValueError
-            If `logits` has the wrong shape.
+            If `logits` has the wrong shape or holds a NaN (no distribution to sample).
         """
         x = np.asarray(logits, np.float32)
         if x.shape != (self.vocab_size,):
             raise ValueError(f"`logits` must have shape ({self.vocab_size},), not {x.shape}")
+        if np.isnan(x).any():
+            raise ValueError(f"`logits` holds NaN (token {int(np.flatnonzero(np.isnan(x))[0])})")
         if self.temperature == 0:
             return sample_argmax(x)
         with np.errstate(over="ignore"):

@@ -114,15 +114,17 @@ class GoldenModel:
         trace : dict, optional
             Filled with integer arrays, each with a leading axis of length M:
             ``"x.emb"`` (int16 residual after the embedding), per layer ``l`` the names
-            ``"l{l}.<name>"`` for ``att_norm`` (int8 ``(dim,)``), ``q16`` / ``k16`` (int16,
-            pre-RoPE, ``(heads, head_size)``), ``q`` / ``k`` (int8, post-RoPE), ``v`` (int8),
-            ``scores`` (int32 ``(n_heads, T)``, ``q . k``), ``t`` (int32, base-2 scores),
-            ``p`` (uint16 Q1.15 probabilities, 0 beyond the causal limit), ``att_acc`` (int32
-            ``(dim,)``, ``sum p v``), ``att_out`` (int8), ``att_res`` (int16 residual after
-            attention), ``ffn_norm`` (int8), ``h1`` / ``h3`` (int16), ``silu`` (int16),
-            ``gate`` (int8), ``res`` (int16 residual after the block); then ``"final_norm"``
-            (int8) and ``"logits"`` (int32).  ``T = start_pos + M``; entries of ``scores`` and
-            ``t`` beyond a row's position are unspecified.
+            ``"l{l}.<name>"`` for ``att_norm`` (int16 ``(dim,)``, RMSNorm's output),
+            ``att_norm8`` (int8, its dynamic quantisation), ``q16`` / ``k16`` (int16, after
+            RoPE, ``(heads, head_size)``), ``q`` / ``k`` (int8, their dynamic quantisation),
+            ``v`` (int8), ``scores`` (int32 ``(n_heads, T)``, ``q . k``), ``t`` (int32,
+            base-2 scores), ``p`` (uint16 Q1.15 probabilities, 0 beyond the causal limit),
+            ``att_acc`` (int32 ``(dim,)``, ``sum p v``), ``att_out8`` (int8, its dynamic
+            quantisation), ``att_res`` (int16 residual after attention), ``ffn_norm`` (int16),
+            ``ffn_norm8`` (int8), ``h1`` / ``h3`` (int16), ``silu`` (int16), ``gate`` (int32,
+            ``silu * h3``), ``gate8`` (int8), ``res`` (int16 residual after the block); then
+            ``"final_norm"`` (int16) and ``"logits"`` (int32).  ``T = start_pos + M``;
+            entries of ``scores`` and ``t`` beyond a row's position are unspecified.
 
         Returns
         -------

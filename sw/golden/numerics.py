@@ -123,7 +123,8 @@ def requant(x, m, s, bits: int = 8, unsigned: bool = False) -> np.ndarray:
     Parameters
     ----------
     x : array_like of int
-        Value to scale, any integer dtype; ``|x * m|`` must stay below ``2**62``.
+        Value to scale, any integer dtype; ``|x| < 2**46`` (so that ``|x * m| < 2**62``
+        for any allowed ``m``).
     m : int or array_like of int
         Multiplier, ``0 <= m <= 2**16`` (requantisation multipliers are 15-bit mantissas;
         table entries are at most ``2**15``); broadcast against `x`.
@@ -141,7 +142,7 @@ def requant(x, m, s, bits: int = 8, unsigned: bool = False) -> np.ndarray:
     Raises
     ------
     ValueError
-        If `m` or `s` is out of range, or a product reaches ``2**62``.
+        If `m` or `s` is out of range, or ``|x|`` reaches ``2**46``.
     """
     xa, ma, sa = _as_int64(x), _as_int64(m, "m"), _as_int64(s, "s")
     if ma.size and (ma.min() < 0 or ma.max() > (1 << 16)):
@@ -452,8 +453,10 @@ def softmax(t, mask, exp_table: np.ndarray, recip_tab: np.ndarray) -> np.ndarray
 
     Raises
     ------
+    TypeError
+        If `t` is not int32.
     ValueError
-        If ``T > MAX_SEQ_LEN``.
+        If ``T > MAX_SEQ_LEN``, or a row has no valid entry.
     """
     t = np.asarray(t)
     if t.dtype != np.int32:
@@ -464,6 +467,8 @@ def softmax(t, mask, exp_table: np.ndarray, recip_tab: np.ndarray) -> np.ndarray
     t64 = t.astype(np.int64)
     lowest = np.int64(np.iinfo(np.int32).min)
     if mask is not None:
+        if not np.broadcast_to(mask, t.shape).any(axis=-1).all():
+            raise ValueError("every softmax row needs at least one valid (unmasked) entry")
         t64 = np.where(mask, t64, lowest)
     mx = t64.max(axis=-1, keepdims=True)
     d = mx - t64                                                     # >= 0, < 2**32

@@ -345,6 +345,28 @@ def _check_dyn(lin: QLinear, max_b: int, name: str) -> None:
                          f"dynamic exponent ({max_b}): the formats do not fit this checkpoint")
 
 
+def _check_calibration(calibration, vocab_size: int, seq_len: int) -> None:
+    """Refuse calibration data that would calibrate nothing or index outside the model."""
+    seqs = list(calibration)
+    if not seqs:
+        raise ValueError("`calibration` holds no token sequence: the activation formats "
+                         "would be calibrated on nothing")
+    for i, seq in enumerate(seqs):
+        toks = np.asarray(seq).reshape(-1)
+        if toks.size == 0:
+            raise ValueError(f"calibration sequence {i} is empty")
+        if toks.dtype.kind not in "iu":
+            raise ValueError(f"calibration sequence {i} must hold integer token ids, not "
+                             f"{toks.dtype}")
+        if toks.size > seq_len:
+            raise ValueError(f"calibration sequence {i} has {toks.size} tokens, more than "
+                             f"the model's seq_len {seq_len}")
+        bad = toks[(toks < 0) | (toks >= vocab_size)]
+        if bad.size:
+            raise ValueError(f"calibration sequence {i} holds token {int(bad[0])}, outside "
+                             f"the vocabulary [0, {vocab_size})")
+
+
 def quantize(checkpoint: Checkpoint, calibration=None, margins: Margins = Margins()
              ) -> QuantizedModel:
     """Quantise a checkpoint into the golden model's integer parameters (offline, float).
@@ -365,7 +387,10 @@ def quantize(checkpoint: Checkpoint, calibration=None, margins: Margins = Margin
     ------
     ValueError
         If a reduction length exceeds `numerics.MAX_K`, ``head_size`` exceeds 2048 or
-        ``seq_len`` exceeds `numerics.MAX_SEQ_LEN`.
+        ``seq_len`` exceeds `numerics.MAX_SEQ_LEN`; if ``calibration`` is empty, holds an
+        empty sequence, one longer than ``seq_len`` or a token outside the vocabulary; or if
+        the calibrated formats do not fit the integer pipeline (the score shift below 30, a
+        static shift below the largest dynamic exponent).
     """
     c, w = checkpoint.config, checkpoint.weights
     for name, k in (("dim", c.dim), ("hidden_dim", c.hidden_dim)):
@@ -377,6 +402,7 @@ def quantize(checkpoint: Checkpoint, calibration=None, margins: Margins = Margin
         raise ValueError(f"`seq_len` must be ≤ {nx.MAX_SEQ_LEN}, not {c.seq_len}")
     if calibration is None:
         calibration = calibration_sequences(checkpoint)
+    _check_calibration(calibration, c.vocab_size, c.seq_len)
     ranges, _ = float_ranges(checkpoint, calibration)
 
     # Residual: int16 with as many fractional bits as the calibrated maximum allows.

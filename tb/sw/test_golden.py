@@ -94,6 +94,16 @@ def test_trace_is_integer_and_complete(small):
     assert trace["l0.p"].shape == (c.n_heads, 2) and trace["l0.p"].dtype == np.uint16
     assert trace["l1.gate"].shape == (c.hidden_dim,) and trace["l1.res"].dtype == np.int16
     assert (trace["logits"] == logits).all()
+    # the names and dtypes `forward_batch` documents, and no others
+    want = {"x.emb": np.int16, "final_norm": np.int16, "logits": np.int32}
+    per_layer = dict(att_norm=np.int16, att_norm8=np.int8, q16=np.int16, k16=np.int16,
+                     q=np.int8, k=np.int8, v=np.int8, scores=np.int32, t=np.int32,
+                     p=np.uint16, att_acc=np.int32, att_out8=np.int8, att_res=np.int16,
+                     ffn_norm=np.int16, ffn_norm8=np.int8, h1=np.int16, h3=np.int16,
+                     silu=np.int16, gate=np.int32, gate8=np.int8, res=np.int16)
+    for li in range(c.n_layers):
+        want.update({f"l{li}.{k}": v for k, v in per_layer.items()})
+    assert {k: v.dtype for k, v in trace.items()} == {k: np.dtype(v) for k, v in want.items()}
     # Every probability row sums to 1.0 (2**15) within the reciprocal table's precision.
     assert (np.abs(trace["l0.p"].astype(np.int64).sum(-1) - 32768) < 128).all()
 
@@ -151,6 +161,14 @@ def test_errors(small):
                           weights=None)
     with pytest.raises(ValueError, match="`K` must be ≤ 65536, not 131072"):
         quantize(big)
+    # calibration data that calibrates nothing, or indexes outside the model
+    V, T = ckpt.config.vocab_size, ckpt.config.seq_len
+    for calib, msg in [([], "holds no token sequence"), ([[1, 2], []], "sequence 1 is empty"),
+                       ([[1, V]], f"token {V}, outside the vocabulary"),
+                       ([[-1]], "token -1, outside"), ([[0.5, 1.5]], "integer token ids"),
+                       ([[1] * (T + 1)], f"more than the model's seq_len {T}")]:
+        with pytest.raises(ValueError, match=msg):
+            quantize(ckpt, calib)
 
 
 # -- shapes --------------------------------------------------------------------------------------

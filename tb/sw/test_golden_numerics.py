@@ -240,6 +240,10 @@ def test_softmax_masked_and_extreme_spread():
     # Entries 0 and 3 differ by 5/256 in log2 units.
     assert abs(p[0, 0] / p[0, 3] - 2.0 ** (-5 / 256)) < 1e-3
     assert abs(int(p.sum()) - 32768) <= 64
+    # a row with every entry masked has no distribution: refused, naming it
+    with pytest.raises(ValueError, match="at least one valid"):
+        nx.softmax(np.zeros((2, 3), np.int32), np.array([[True, False, False], [False] * 3]),
+                   e, r)
 
 
 def test_softmax_against_float():

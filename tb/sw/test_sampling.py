@@ -137,12 +137,18 @@ def test_tiny_temperature_is_the_greedy_limit(temperature):
     (dict(seed=-3), r"`seed` must be an integer in \[0, 2\*\*64 - 1\] .*, not -3"),
     (dict(seed=2**64 + 1), r"`seed` must be an integer in \[0, 2\*\*64 - 1\] .*, not "
                            "18446744073709551617"),
+    (dict(seed=2.7), r"`seed` must be an integer .*, not 2.7"),
+    (dict(vocab_size=2.9), "`vocab_size` must be a positive integer, not 2.9"),
+    (dict(vocab_size=True), "`vocab_size` must be a positive integer, not True"),
 ])
 def test_sampler_rejects(kwargs, message):
     with pytest.raises(ValueError, match=message):
         Sampler(**{"vocab_size": 4, **kwargs})
     with pytest.raises(ValueError, match=r"`logits` must have shape \(4,\), not \(3,\)"):
         Sampler(4, seed=1).sample(np.zeros(3))
+    for t in (0.0, 1.0):
+        with pytest.raises(ValueError, match=r"`logits` holds NaN \(token 2\)"):
+            Sampler(4, temperature=t, seed=1).sample(np.array([0, 1, np.nan, 3]))
 
 
 @pytest.mark.model
