@@ -157,6 +157,21 @@ class ChipConfig:
             raise ValueError(f"sram_bytes ({self.sram_bytes}) must be a multiple of "
                              f"word_bytes x n_banks ({self.word_bytes * self.n_banks})")
         self.isa_config()  # the ISA's own checks
+        self._check_gateware()
+
+    def _check_gateware(self) -> None:
+        """Raise ValueError if the tile's gateware refuses this configuration: the limits
+        its constructor checks beyond the ISA's (a multicast packet no longer than a
+        router FIFO, ``mcast_max_flits <= noc_fifo_depth``; the network interface's register
+        map, ``imem_words <= 65536``, ``n_counters <= 256``).  Without it the RTL flows
+        refused such a configuration with a traceback, after the ISA simulator had run it."""
+        from .hw.tile.tile import Tile
+        try:
+            Tile(self.tile_config(), x=None, y=None)
+        except ValueError as e:
+            msg = str(e).replace("fifo_depth (", "noc_fifo_depth (")
+            raise ValueError(f"the tile's gateware cannot be built with this configuration: "
+                             f"{msg}") from None
 
     # -- derived views ------------------------------------------------------------------------
 

@@ -1622,8 +1622,10 @@ def _gate_slices(e, k, li):
         _rows_op(e, k, lambda mm: e("silu.i16.i16", k.a("h1"), k.a("h1"), mm * hz // 2,
                                     ly.hidden_frac_bits))
     e("add", "r6", k.a("gq"), 0)
-    e("add", "r7", k.a("h1"), 0)
-    e("add", "r8", k.a("h3"), 0)
+    # a tile without hidden rows (hidden_dim below the tile count) has no h1 / h3 regions:
+    # its r7 / r8 only address its zero-length SEND
+    e("add", "r7", k.a("h1" if Nh else "gq"), 0)
+    e("add", "r8", k.a("h3" if Nh else "gq"), 0)
 
     def maxima():
         if Nh:

@@ -843,3 +843,24 @@ def test_embedding_aliases_the_shared_classifier_on_one_tile(placement, shared, 
         assert bytes(image[lay[e]:lay[e] + len(want)]) == want and writes == 1
     from tbcommon.golden import assert_isasim_bit_exact
     assert_isasim_bit_exact(compiled, qm, [3, 1, 4, 1, 5], 2)
+
+
+@pytest.mark.parametrize("hidden", [1, 3, 15])
+def test_tiles_without_hidden_rows(hidden):
+    """A feed-forward hidden dimension below the tile count leaves tiles with no hidden rows
+    (no ``h1`` / ``h3`` regions): they send a zero maximum and a bare bump, and every step
+    stays bit-exact (the compiler raised ``KeyError: 'h1'`` on such a model before)."""
+    from chipotle.compiler.run import SMALL_MODEL_DIMS
+    from chipotle.compiler.tensor import TensorRoles
+    from chipotle.golden.quantize import calibration_sequences
+    from chipotle.model import ModelConfig, synthetic_checkpoint
+
+    ckpt = synthetic_checkpoint(ModelConfig(**{**SMALL_MODEL_DIMS, "hidden_dim": hidden}),
+                                seed=3, scale=0.3)
+    qm = quantize(ckpt, calibration_sequences(ckpt, n=2, length=16))
+    cfg = CONFIGS["small"].replace(mesh_width=4, mesh_height=4, imem_words=1024)
+    compiled = compile_model(qm, cfg, placement="tensor", context=12)
+    roles = TensorRoles(qm, cfg.isa_config(), sorted(compiled.placement.tiles,
+                                                     key=lambda t: t[::-1]))
+    assert sum(h1 == h0 for h0, h1 in roles.h.values()) >= 16 - hidden
+    _assert_prefill_and_decode_bit_exact(compiled, qm)

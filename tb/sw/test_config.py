@@ -95,6 +95,12 @@ def test_tile_builds_the_vector_unit_with_the_slots(name):
     ("ulx3s,sram_kib=512,sram_kib=64", r"'sram_kib=64': sram_bytes is given twice"),
     ("default,V=4,lanes=8", r"'lanes=8': lanes is given twice"),
     ("default,mesh=2x2,mesh_width=3", r"mesh_width is given twice"),
+    # the tile's own limits (the RTL flows refused these with a traceback, isasim ran them)
+    ("default,noc_fifo_depth=4", r"gateware .*`mcast_max_flits` must be between 2 and "
+                                 r"noc_fifo_depth \(4\), not 8"),
+    ("default,mcast_max_flits=17", r"between 2 and noc_fifo_depth \(16\), not 17"),
+    ("default,imem_words=70000", r"`imem_words` must be an integer from 1 to 65536"),
+    ("default,n_counters=300", r"`n_counters` must be an integer from 1 to 256"),
 ])
 def test_config_refuses_what_the_hardware_cannot_build(text, message):
     """A geometry the SRAM or the vector unit refuses is refused by the configuration itself,
