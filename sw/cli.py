@@ -355,6 +355,8 @@ def _generate(args, out, err) -> int:
         model = backends.create(args.backend, checkpoint)
     except backends.BackendUnavailable as e:
         raise UsageError(str(e)) from None
+    except ValueError as e:      # a checkpoint the golden model's quantiser cannot take
+        raise UsageError(f"{model_path}: {e}") from None
 
     events = generate(model, tokenizer, sampler, args.prompt, args.steps or None,
                       context_length=checkpoint.config.seq_len)
@@ -367,6 +369,8 @@ def _generate(args, out, err) -> int:
                 out.flush()
     except PromptTooLongError as e:
         raise UsageError(str(e)) from None
+    except TokenizerError as e:
+        raise UsageError(f"--prompt: {e}") from None
     out.write(done.text + "\n")
     out.flush()
     stop = done.reason.value
@@ -608,6 +612,8 @@ def _generate_chip(args, checkpoint, tokenizer, model_path, tok_path, out, err) 
         ids = encode_prompt(tokenizer, args.prompt, seq_len)
         if args.context is not None:
             check_context(seq_len, "the model's seq_len")
+    except TokenizerError as e:
+        raise UsageError(f"--prompt: {e}") from None
     except PromptTooLongError as e:
         if ids is not None and args.context is not None and len(ids) <= seq_len:
             most = _longest_context(checkpoint, config, args.placement)

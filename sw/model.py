@@ -219,7 +219,8 @@ class TransformerWeights:
         Raises
         ------
         ValueError
-            Naming the first tensor whose dtype or shape is wrong.
+            Naming the first tensor whose dtype or shape is wrong, or that holds a NaN or an
+            infinity.
         """
         for name, shape in weight_shapes(config).items():
             a = getattr(self, name)
@@ -228,6 +229,12 @@ class TransformerWeights:
                                  f"{getattr(a, 'dtype', type(a).__name__)}")
             if a.shape != shape:
                 raise ValueError(f"weight `{name}` must have shape {shape}, not {a.shape}")
+            finite = np.isfinite(a)
+            if not finite.all():
+                bad = np.flatnonzero(~finite)
+                raise ValueError(f"weight `{name}` holds {bad.size} NaN or infinite value(s) "
+                                 f"(the first at flat index {int(bad[0])}: "
+                                 f"{a.reshape(-1)[bad[0]]}); a model needs finite weights")
 
 
 @dataclass
@@ -339,24 +346,49 @@ def load_checkpoint(path: str | os.PathLike, format: str | None = None) -> Check
     Raises
     ------
     CheckpointError
-        If the file is shorter than its header, has an unknown version, a header size is not
-        positive, the head counts do not divide, the group size does not divide ``dim``, or
-        the file length is not the one the header implies.  The message names the file and
-        the problem.
+        If `format` is not one of `FORMATS`; if the file is shorter than its header, has an
+        unknown version, a header size is not positive, the head counts do not divide, the
+        group size does not divide ``dim``, or the file length is not the one the header
+        implies (checked from the header and the file's size, before the file is read); or
+        if a weight is NaN or infinite.  The message names the file and the problem.
     OSError
         If the file cannot be read.
     """
     if format is not None and format not in FORMATS:
-        raise ValueError(f"`format` must be one of {', '.join(FORMATS)}, not {format!r}")
+        raise CheckpointError(f"`format` must be one of {', '.join(FORMATS)}, not {format!r}")
     path = Path(path)
-    data = path.read_bytes()
     try:
+        # the header and the file's size first: a file of the wrong size (a model far too
+        # large, say) is refused without reading it
+        with path.open("rb") as f:
+            head = f.read(_HEAD_BYTES)
+            size = os.fstat(f.fileno()).st_size
+        if size > len(head):
+            _parse(_Head(head, size), format)
+        data = path.read_bytes()
         checkpoint = _parse(data, format)
     except CheckpointError as e:
         raise CheckpointError(f"{path}: {e}") from None
     if format is not None and checkpoint.format != format:
         raise CheckpointError(f"{path}: expected a {format} checkpoint, found {checkpoint.format}")
     return checkpoint
+
+
+#: Bytes read before the rest of a checkpoint: every header (legacy 28, versioned 256).
+_HEAD_BYTES = 4096
+
+
+class _Head(bytes):
+    """The first bytes of a file, whose ``len`` is the whole file's: parsing it checks the
+    header and the size the header implies, and stops before the tensors (`_read_tensors`)."""
+
+    def __new__(cls, head: bytes, size: int):
+        obj = super().__new__(cls, head)
+        obj.size = size
+        return obj
+
+    def __len__(self) -> int:
+        return self.size
 
 
 def _parse(data: bytes, format: str | None) -> Checkpoint:
@@ -422,6 +454,8 @@ def _read_tensors(data, config, fmt, group_size, offset):
     if len(data) != expected:
         raise CheckpointError(f"sizes do not add up: header ({_describe(config)}) implies "
                               f"{expected} bytes, file has {len(data)}")
+    if isinstance(data, _Head):
+        return None
     parts: dict[str, list[np.ndarray]] = {}
     for name, kind, shape, nbytes in _segments(config, fmt, group_size):
         if kind == "f32":
@@ -445,7 +479,10 @@ def _read_tensors(data, config, fmt, group_size, offset):
     if config.shared_classifier:
         tensors["wcls"] = tensors["token_embedding"]
     weights = TransformerWeights(**tensors)
-    weights.check(config)
+    try:
+        weights.check(config)
+    except ValueError as e:
+        raise CheckpointError(str(e)) from None
     return Checkpoint(config, weights, fmt, group_size)
 
 

@@ -161,7 +161,10 @@ def main(argv=None) -> None:
             ckpt = load_checkpoint(path)
         except (OSError, CheckpointError) as e:
             raise SystemExit(f"error: {e}") from None
-        qm = quantize(ckpt)
+        try:
+            qm = quantize(ckpt)
+        except ValueError as e:    # a checkpoint the quantiser cannot take
+            raise SystemExit(f"error: {path}: {e}") from None
     tokens = None
     if args.bench and args.model != "small":
         # the tokenizer before the compile, so that a missing one is refused at once

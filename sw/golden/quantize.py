@@ -302,10 +302,18 @@ def _mults(reals) -> tuple[np.ndarray, np.ndarray]:
     return (np.array([p[0] for p in pairs], np.int32), np.array([p[1] for p in pairs], np.int32))
 
 
-def _linear(w, out_scale_of_row) -> QLinear:
-    """Quantise `w` per row; requantise ``acc`` to a format ``real = acc * out_scale(row)``."""
+def _linear(w, out_scale_of_row, name: str = "a weight matrix") -> QLinear:
+    """Quantise `w` per row; requantise ``acc`` to a format ``real = acc * out_scale(row)``.
+
+    Raises ValueError naming `name` if a row's requantisation multiplier does not fit.
+    """
     q, scale = nx.quantize_rows(w)
-    m, s = _mults(scale * out_scale_of_row)
+    try:
+        m, s = _mults(scale * out_scale_of_row)
+    except ValueError as e:
+        raise ValueError(f"`{name}` cannot be quantised: {e} (its weights or the calibrated "
+                         f"activation ranges are out of the integer formats' reach: a "
+                         f"degenerate or corrupt checkpoint, all-zero or huge weights)") from None
     return QLinear(q, m, s, scale)
 
 
@@ -418,23 +426,29 @@ def quantize(checkpoint: Checkpoint, calibration=None, margins: Margins = Margin
         s_k = _scale(ranges["k"][lay], margins.qk, 32767)
         s_v = _scale(ranges["v"][lay], margins.v, 127)
         fh = _frac_bits(ranges["hidden"][lay], margins.hidden, nx.SIGMOID_STEP_BITS, 15)
-        att_m, att_s = nx.quantize_multiplier(
-            s_q * s_k / unit ** 2 / math.sqrt(hs) * math.log2(math.e)
-            * 2.0 ** nx.EXP2_FRAC_BITS)
+        try:
+            att_m, att_s = nx.quantize_multiplier(
+                s_q * s_k / unit ** 2 / math.sqrt(hs) * math.log2(math.e)
+                * 2.0 ** nx.EXP2_FRAC_BITS)
+        except ValueError as e:
+            raise ValueError(f"layer {lay}'s attention score scale cannot be quantised: {e} "
+                             f"(the calibrated q / k ranges are out of the integer formats' "
+                             f"reach: a degenerate or corrupt checkpoint)") from None
         if att_s < 30:
             raise ValueError(f"score shift {att_s} is below 30: the q/k formats do not fit")
         ly = QLayer(
             att_norm=att_norm,
-            wq=_linear(w.wq[lay], s_xb / unit / s_q),
-            wk=_linear(w.wk[lay], s_xb / unit / s_k),
-            wv=_linear(w.wv[lay], s_xb / unit / s_v),
+            wq=_linear(w.wq[lay], s_xb / unit / s_q, f"layers[{lay}].wq"),
+            wk=_linear(w.wk[lay], s_xb / unit / s_k, f"layers[{lay}].wk"),
+            wv=_linear(w.wv[lay], s_xb / unit / s_v, f"layers[{lay}].wv"),
             att_m=att_m, att_s=att_s,
-            wo=_linear(w.wo[lay], s_v * 2.0 ** -nx.PROB_FRAC_BITS / unit * res_real),
+            wo=_linear(w.wo[lay], s_v * 2.0 ** -nx.PROB_FRAC_BITS / unit * res_real,
+                       f"layers[{lay}].wo"),
             ffn_norm=ffn_norm,
-            w1=_linear(w.w1[lay], s_xf / unit * 2.0 ** fh),
-            w3=_linear(w.w3[lay], s_xf / unit * 2.0 ** fh),
+            w1=_linear(w.w1[lay], s_xf / unit * 2.0 ** fh, f"layers[{lay}].w1"),
+            w3=_linear(w.w3[lay], s_xf / unit * 2.0 ** fh, f"layers[{lay}].w3"),
             hidden_frac_bits=fh,
-            w2=_linear(w.w2[lay], 2.0 ** (-2 * fh) / unit * res_real),
+            w2=_linear(w.w2[lay], 2.0 ** (-2 * fh) / unit * res_real, f"layers[{lay}].w2"),
         )
         for name in ("wq", "wk", "wv", "w1", "w3"):
             _check_dyn(getattr(ly, name), 15, f"layers[{lay}].{name}")
@@ -444,12 +458,16 @@ def quantize(checkpoint: Checkpoint, calibration=None, margins: Margins = Margin
         site_scales.append(dict(att_norm=s_xb, q16=s_q, k16=s_k, v=s_v, ffn_norm=s_xf,
                                 hidden_frac_bits=fh))
     final_norm, s_fin = _qnorm(w.rms_final, fr)
-    emb = _linear(w.token_embedding, res_real)
+    emb = _linear(w.token_embedding, res_real, "token_embedding")
     if c.shared_classifier:
-        m, s = _mults(emb.scale * s_fin / unit * 2.0 ** LOGIT_FRAC_BITS)
+        try:
+            m, s = _mults(emb.scale * s_fin / unit * 2.0 ** LOGIT_FRAC_BITS)
+        except ValueError as e:
+            raise ValueError(f"the shared classifier cannot be quantised: {e} (a degenerate "
+                             f"or corrupt checkpoint)") from None
         cls = QLinear(emb.w, m, s, emb.scale)
     else:
-        cls = _linear(w.wcls, s_fin / unit * 2.0 ** LOGIT_FRAC_BITS)
+        cls = _linear(w.wcls, s_fin / unit * 2.0 ** LOGIT_FRAC_BITS, "wcls")
     _check_dyn(cls, 15, "classifier")
     cos, sin = nx.rope_tables(c.seq_len, hs)
     return QuantizedModel(

@@ -873,3 +873,47 @@ def test_make_bitstream_errors_name_make_variables():
         # one line, without argparse's usage of options make users do not type
         assert r.stderr.strip().startswith("make bitstream: error: ") and "usage:" not in \
             r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("backend", ["golden", "isasim"])
+def test_prompt_the_tokenizer_cannot_encode_is_one_line(capsys, tmp_path, backend):
+    """A prompt character with no piece and no byte-fallback piece (a vocabulary without the
+    256 byte pieces) is a usage error naming --prompt, not a traceback."""
+    import struct
+
+    from chipotle.model import ModelConfig, synthetic_checkpoint, write_checkpoint
+    pieces = [b"<unk>", b"\n<s>\n", b"\n</s>\n", b"a", b"b", b" "]
+    c = ModelConfig(dim=16, hidden_dim=24, n_layers=1, n_heads=2, n_kv_heads=1,
+                    vocab_size=len(pieces), seq_len=8)
+    model, tok = tmp_path / "m.bin", tmp_path / "t.bin"
+    write_checkpoint(model, synthetic_checkpoint(c, seed=4), format="v1")
+    tok.write_bytes(struct.pack("<i", 6) + b"".join(
+        struct.pack("<fi", -1.0, len(p)) + p for p in pieces))
+    code, out, err = run(capsys, "--backend", backend, "--model", str(model), "--tokenizer",
+                         str(tok), "--prompt", "ab \u00c4", "--steps", "2")
+    assert code == 2 and out == "", err
+    assert "error: --prompt: " in err and "byte-fallback" in err and "Traceback" not in err
+    # what it can encode runs
+    assert run(capsys, "--backend", backend, "--model", str(model), "--tokenizer", str(tok),
+               "--prompt", "ab", "--steps", "2", "--temperature", "0")[0] == 0
+
+
+def test_checkpoint_the_quantiser_cannot_take_is_one_line(capsys, tmp_path, tiny):
+    """A checkpoint of finite but degenerate weights (an all-zero embedding) is refused in
+    one line naming the file and the tensor, on the host's golden model as on the chip's
+    compile path."""
+    import numpy as np
+
+    from chipotle.model import load_checkpoint, write_checkpoint
+    ck = load_checkpoint(tiny[1])
+    w = ck.weights
+    zero = np.zeros_like(w.token_embedding)
+    change = {"token_embedding": zero, **({"wcls": zero} if ck.config.shared_classifier else {})}
+    bad = tmp_path / "zeros.bin"
+    write_checkpoint(bad, type(ck)(ck.config, type(w)(**{**vars(w), **change}), ck.format,
+                                   ck.group_size), format=ck.format)
+    for backend in ("golden", "isasim"):
+        code, out, err = run(capsys, "--backend", backend, "--model", str(bad), "--tokenizer",
+                             tiny[3], "--steps", "2")
+        assert code == 2, (backend, err)
+        assert "`token_embedding` cannot be quantised" in err and "Traceback" not in err

@@ -161,6 +161,21 @@ def test_errors(small):
                           weights=None)
     with pytest.raises(ValueError, match="`K` must be ≤ 65536, not 131072"):
         quantize(big)
+    # degenerate weights: the error names what cannot be quantised
+    w = ckpt.weights
+
+    def with_weights(**change):
+        return type(ckpt)(ckpt.config, type(w)(**{**vars(w), **change}), ckpt.format,
+                          ckpt.group_size)
+
+    zero = np.zeros_like(w.token_embedding)
+    shared = {"wcls": zero} if ckpt.config.shared_classifier else {}
+    with pytest.raises(ValueError, match="`token_embedding` cannot be quantised"):
+        quantize(with_weights(token_embedding=zero, **shared), [[1, 2, 3]])
+    huge = w.wq.copy()
+    huge[0, 0, 3] = 1e30
+    with pytest.raises(ValueError, match="layer 0's attention score scale cannot be quantised"):
+        quantize(with_weights(wq=huge), [[1, 2, 3]])
     # calibration data that calibrates nothing, or indexes outside the model
     V, T = ckpt.config.vocab_size, ckpt.config.seq_len
     for calib, msg in [([], "holds no token sequence"), ([[1, 2], []], "sequence 1 is empty"),

@@ -243,7 +243,7 @@ def test_rejects_wrong_magic(tmp_path, files):
 def test_rejects_wrong_format(tmp_path, files):
     with pytest.raises(CheckpointError, match="expected a legacy checkpoint, found v1"):
         load_bytes(tmp_path, files("v1"), format="legacy")
-    with pytest.raises(ValueError, match="`format` must be one of"):
+    with pytest.raises(CheckpointError, match="`format` must be one of"):
         load_bytes(tmp_path, files("v1"), format="v3")
 
 
@@ -312,3 +312,34 @@ def test_rejects_huge_header_quickly(tmp_path, files):
     struct.pack_into("<i", data, 16, 2**31 - 1)   # n_layers
     with pytest.raises(CheckpointError, match="file is truncated: header .* implies"):
         load_bytes(tmp_path, bytes(data))
+
+
+@pytest.mark.parametrize("fmt, first", [("legacy", "token_embedding"), ("v1", "rms_att")])
+def test_rejects_non_finite_weights(tmp_path, files, fmt, first):
+    """A NaN or an infinity in a weight is refused at load, naming the tensor (it failed
+    later as "Probabilities contain NaN" in calibration, or gave <unk> tokens)."""
+    data = bytearray(files(fmt))
+    off = 28 if fmt == "legacy" else 256                 # the first tensor's first float
+    struct.pack_into("<f", data, off + 4 * 5, float("nan"))
+    with pytest.raises(CheckpointError, match=rf"bad\.bin: weight `{first}` holds 1 "
+                       r"NaN or infinite value\(s\) \(the first at flat index 5: nan\)"):
+        load_bytes(tmp_path, bytes(data))
+    struct.pack_into("<f", data, off + 4 * 5, float("-inf"))
+    with pytest.raises(CheckpointError, match=r"index 5: -inf"):
+        load_bytes(tmp_path, bytes(data))
+
+
+def test_wrong_size_refused_before_reading(tmp_path, files, monkeypatch):
+    """A file whose size the header does not imply is refused from its header and its size:
+    the rest is never read (a 2 GB file took 9 s and 2 GB of memory to refuse, a larger one
+    than memory ended in MemoryError)."""
+    from pathlib import Path
+    data = files("v1")
+    path = tmp_path / "big.bin"
+    with path.open("wb") as f:
+        f.write(data)
+        f.truncate(1 << 30)                               # sparse: 1 GiB, mostly a hole
+    monkeypatch.setattr(Path, "read_bytes", lambda self: pytest.fail("read the whole file"))
+    with pytest.raises(CheckpointError, match=rf"sizes do not add up: header .* implies "
+                                              rf"{len(data)} bytes, file has {1 << 30}"):
+        load_checkpoint(path)
