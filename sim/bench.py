@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -197,6 +198,16 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--prompts: every prompt length must be at least 1 (BOS)")
     if args.decode_steps < 1:
         ap.error("--decode-steps must be at least 1")
+    if args.json is not None:
+        # where the figures go, before minutes of simulation: a folder that is not there or
+        # a path that cannot be written lost them at the end
+        if args.json.is_dir():
+            ap.error(f"--json {args.json}: is a folder; give a file name")
+        if not args.json.parent.is_dir():
+            ap.error(f"--json {args.json}: the folder {args.json.parent} does not exist")
+        if not os.access(args.json.parent, os.W_OK) or (
+                args.json.exists() and not os.access(args.json, os.W_OK)):
+            ap.error(f"--json {args.json}: cannot be written")
     try:
         config = ChipConfig.from_string(args.config)
     except ValueError as e:

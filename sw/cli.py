@@ -308,8 +308,11 @@ def _resolve(args) -> tuple[Path, Path]:
             if given.is_dir():
                 raise UsageError(f"{option} {given} is a directory; give the {kind} file "
                                  f"(e.g. {given / default})")
-            if not given.is_file():
+            if not given.exists():
                 raise UsageError(f"{kind} not found: {given} (given with {option})")
+            if not given.is_file():
+                raise UsageError(f"{option} {given} is not a regular file (a device or a "
+                                 f"pipe); give the {kind} file itself")
             found.append(given)
         else:
             path = d / default
@@ -680,6 +683,13 @@ def _generate_chip(args, checkpoint, tokenizer, model_path, tok_path, out, err) 
         except DoorbellTimeout as e:
             if args.backend != "uart":
                 raise
+            if board.strays and not board.answers:
+                # packets came back, none of them the chip's: the host's own, echoed
+                raise UsageError(
+                    f"--port {args.port}: no answer from the board, but {board.strays:,} "
+                    f"packets came back that the chip does not send (the last: "
+                    f"{board.last_stray}): does the port echo what it is sent (a loopback, a "
+                    f"terminal with echo on)?") from None
             if board.flits_out:
                 # it answered, then went quiet (reset, unplugged, another bitstream)
                 raise RunFailure(

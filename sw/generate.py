@@ -152,7 +152,8 @@ def check_prompt_length(n: int, context_length: int, what: str | None = None,
         default_what = "the model's seq_len"
         raise PromptTooLongError(
             f"the prompt is {n} tokens (BOS included), longer than the context length of "
-            f"{context_length} positions ({what or default_what}): "
+            f"{context_length} position{'s' * (context_length != 1)} "
+            f"({what or default_what}): "
             f"{fix or 'shorten the prompt'}")
 
 

@@ -416,10 +416,14 @@ def _compile(qm: QuantizedModel, config: ChipConfig, context: int,
     if config.loop_depth < 4:
         raise FitError(f"the programs nest 4 hardware loops (batches, rows, KV heads, query "
                        f"heads), but loop_depth is {config.loop_depth}: use loop_depth=4")
-    for name, k in (("dim", c.dim), ("hidden_dim", c.hidden_dim)):
-        if k > isa.k_max:
-            raise FitError(f"the model's {name} {k} exceeds the matrix unit's k_max "
-                           f"{isa.k_max}: use k_max={k}")
+    over = [(name, k) for name, k in (("dim", c.dim), ("hidden_dim", c.hidden_dim))
+            if k > isa.k_max]
+    if over:
+        # the largest reduction length, so that the one suggestion fits every matrix
+        need = max(c.dim, c.hidden_dim)
+        what = " and ".join(f"{name} {k}" for name, k in over)
+        raise FitError(f"the model's {what} exceed{'s' * (len(over) == 1)} the matrix unit's "
+                       f"k_max {isa.k_max}: use k_max={need}")
     if placement == "tensor":
         return _compile_tensor(qm, config, context, batches, kvapp)
     pl = _place(qm, isa, config, context, batches, kvapp)

@@ -11,7 +11,7 @@ The board's top level (``chipotle.hw.fpga.UartChip``) bridges the chip's host li
 A receiver starts a flit at every byte with bit 7 set and takes the flit after ``n`` bytes;
 a lost or corrupted byte costs at most the flit it was part of (the next sync byte starts a
 new one), so the link cannot stay out of step.  The 64-bit flit of the default network is
-10 bytes (80 % of the line rate is payload).
+10 bytes: 64 payload bits in 100 bit times of 8N1 (64 % of the line rate).
 
 Members
 -------
@@ -226,6 +226,12 @@ class UartBackend(PacketBackend):
     ----------
     flits_in, flits_out : int
         Flits sent to and received from the chip.
+    answers : int
+        Packets received from the chip: read responses and doorbells.
+    strays : int
+        Packets received that are not the chip's answers or doorbells (a port that echoes
+        what it is sent, noise that framed as a packet): dropped; ``last_stray`` describes
+        the last.
     decoder : FlitDecoder
         Its ``dropped`` counts line errors seen.
     """
@@ -237,6 +243,8 @@ class UartBackend(PacketBackend):
         self.poll_cycles = poll_cycles
         self.decoder = FlitDecoder(self.noc.flit_width)
         self.flits_in = self.flits_out = 0
+        self.strays = self.answers = 0
+        self.last_stray = ""
         self._last_bit = 1 << self.noc.flit_layout["last"].offset
         self._flits: list[int] = []
         self._bells: deque = deque()
@@ -266,8 +274,16 @@ class UartBackend(PacketBackend):
             self.flits_out += 1
             self._flits.append(flit)
             if flit & self._last_bit:
-                msg = hl.parse(Packet.from_flits(self._flits, self.noc))
-                self._flits = []
+                flits, self._flits = self._flits, []
+                try:
+                    msg = hl.parse(Packet.from_flits(flits, self.noc))
+                except ValueError as e:
+                    # not a packet the chip sends the host (a port that echoes the host's
+                    # own packets, line noise that framed): counted, not taken
+                    self.strays += 1
+                    self.last_stray = str(e)
+                    continue
+                self.answers += 1
                 if isinstance(msg, hl.Doorbell):
                     self._bells.append((msg.tile, msg.code))
                 else:

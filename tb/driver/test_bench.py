@@ -97,6 +97,18 @@ def test_bad_arguments_are_usage_errors(capsys):
         assert e.value.code == 2, argv
 
 
+def test_json_path_is_checked_before_the_run(capsys, tmp_path):
+    """A --json the figures cannot be written to is refused before the benchmark runs (a
+    missing folder failed with a traceback after the run, its figures lost)."""
+    for path, why in [(tmp_path / "no" / "x.json", "does not exist"),
+                      (tmp_path, "is a folder")]:
+        with pytest.raises(SystemExit) as e:
+            bench.main(["--backend", "isasim", "--prompts", "1", "--json", str(path)])
+        assert e.value.code == 2
+        err = capsys.readouterr().err
+        assert f"--json {path}: " in err and why in err, err
+
+
 def test_missing_model_dir_says_where_it_looked(capsys, monkeypatch, tmp_path):
     monkeypatch.setenv("CHIPOTLE_MODEL_DIR", str(tmp_path / "none"))
     with pytest.raises(SystemExit) as e:

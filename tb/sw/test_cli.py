@@ -917,3 +917,48 @@ def test_checkpoint_the_quantiser_cannot_take_is_one_line(capsys, tmp_path, tiny
                              tiny[3], "--steps", "2")
         assert code == 2, (backend, err)
         assert "`token_embedding` cannot be quantised" in err and "Traceback" not in err
+
+
+def test_uart_port_that_echoes_is_one_line(capsys, tiny):
+    """A port that echoes what it is sent (a loopback): the host's own packets come back,
+    which the chip never sends; the run is refused in one line saying so (a traceback from
+    the packet parser before)."""
+    import threading
+
+    master, slave = os.openpty()
+    stop = threading.Event()
+
+    def echo():
+        import select
+        while not stop.is_set():
+            if select.select([master], [], [], 0.02)[0]:
+                try:
+                    os.write(master, os.read(master, 4096))
+                except OSError:
+                    return
+
+    t = threading.Thread(target=echo, daemon=True)
+    t.start()
+    try:
+        port = os.ttyname(slave)
+        code, out, err = run(capsys, *tiny, "--backend", "uart", "--config", "small", "--port",
+                             port, "--clock-mhz", "1000", "--baud", "115200", "--steps", "2")
+    finally:
+        stop.set()
+        t.join()
+        os.close(slave)
+        os.close(master)
+    assert code == 2 and "Traceback" not in err, err
+    last = err.splitlines()[-1]
+    assert last.startswith(f"chipotle generate: error: --port {port}: no answer from the "
+                           f"board, but "), err
+    assert "packets came back that the chip does not send (the last: unexpected packet at " \
+           "the host: " in last and last.endswith("does the port echo what it is sent (a "
+                                                  "loopback, a terminal with echo on)?"), last
+
+
+def test_model_that_is_not_a_regular_file(capsys, tiny):
+    """A device given as the checkpoint exists: it is named as not a regular file, not
+    "not found"."""
+    code, _, err = run(capsys, "--model", "/dev/null", "--tokenizer", tiny[3])
+    assert code == 2 and "--model /dev/null is not a regular file" in err, err

@@ -688,3 +688,20 @@ def test_tensor_fit_error_names_the_instruction_memory_a_shorter_context_needs(s
     compile_model(small_qm, *fit.apply(base), placement="tensor")
     with pytest.raises(FitError, match="instruction memory"):    # the context alone: no
         compile_model(small_qm, base, fit.context, placement="tensor")
+
+
+def test_k_max_refusal_names_the_largest_reduction():
+    """A matrix unit too narrow for the model is refused with the one k_max that fits every
+    matrix (it named the first too-long dimension only, so the suggestion failed again)."""
+    from chipotle.golden.quantize import calibration_sequences
+    from chipotle.model import ModelConfig, synthetic_checkpoint
+
+    ckpt = synthetic_checkpoint(ModelConfig(dim=48, hidden_dim=80, n_layers=1, n_heads=4,
+                                            n_kv_heads=2, vocab_size=32, seq_len=8), seed=2)
+    qm = quantize(ckpt, calibration_sequences(ckpt, n=1, length=4))
+    for k_max, what in [(40, "dim 48 and hidden_dim 80 exceed"), (64, "hidden_dim 80 exceeds")]:
+        cfg = CONFIGS["small"].replace(k_max=k_max)
+        with pytest.raises(FitError, match=rf"the model's {what} the matrix unit's k_max "
+                                           rf"{k_max}: use k_max=80"):
+            compile_model(qm, cfg, placement="tensor")
+    compile_model(qm, CONFIGS["small"].replace(k_max=80), placement="tensor")
