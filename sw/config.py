@@ -275,6 +275,10 @@ class ChipConfig:
         (``max_m``) and ``V`` (``lanes``).  Used by ``make sim CONFIG=...`` and ``chipotle
         generate --config``.
 
+        The keys change ``base`` (default ``CONFIGS["default"]``); a ``name`` replaces the
+        configuration so far, ``base`` included, so ``"small,V=4"`` is ``small`` with
+        ``V = 4`` whatever ``base`` is.
+
         Raises
         ------
         ValueError

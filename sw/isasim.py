@@ -425,9 +425,11 @@ class IsaSim:
         Raises
         ------
         ValueError
-            If the range leaves the SRAM.
+            If ``count`` is negative or the range leaves the SRAM.
         """
         t = self.tile(xy)
+        if count < 0:
+            raise ValueError(f"`count` must not be negative, not {count}")
         dt = np.dtype(dtype).newbyteorder("<")
         nbytes = count * dt.itemsize
         if not (0 <= addr and addr + nbytes <= t.sram.size):
@@ -507,10 +509,18 @@ class IsaSim:
         t.kv_layout = layout
 
     def bump_counter(self, xy, counter: int, k: int = 1) -> None:
-        """Add `k` to a tile's counter, as a host write with a counter bump does."""
+        """Add `k` to a tile's counter, as a host write with a counter bump does.
+
+        Raises
+        ------
+        ValueError
+            If ``counter`` is not one of the tile's counters, or ``k`` is below 1.
+        """
         t = self.tile(xy)
         if not 0 <= counter < len(t._counters):
             raise ValueError(f"`counter` must be in [0, {len(t._counters)}), not {counter}")
+        if k < 1:
+            raise ValueError(f"`k` must be at least 1, not {k}")
         t._counters[counter].extend([0] * k)
         t._counters[counter].sort()
 

@@ -48,7 +48,8 @@ class StepResult:
     cycles : int
         Estimated cycles from the start to the doorbell.
     perf : dict of str to int
-        The tiles' performance counters summed over the step.
+        The tiles' performance counters over the step, each summed over the tiles, except
+        ``cycles``: the step's latency (= `cycles`), not the tiles' sum.
     busy : dict of (x, y) to int
         Cycles each tile spent executing (not waiting) in the step.
     """

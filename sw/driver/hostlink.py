@@ -106,7 +106,16 @@ def control(dst, reg: int, words, cfg: NocConfig) -> Packet:
 
 
 def counter_add(dst, counter: int, inc: int, cfg: NocConfig) -> Packet:
-    """Return a host write adding ``inc`` to counter ``counter`` of ``dst``."""
+    """Return a host write adding ``inc`` to counter ``counter`` of ``dst``.
+
+    Raises
+    ------
+    ValueError
+        If ``counter`` is not in ``[0, 256)`` (the counters' register window: another
+        value would address another register).
+    """
+    if not 0 <= counter < 256:
+        raise ValueError(f"`counter` must be in [0, 256), not {counter}")
     return control(dst, COUNTER_BASE + counter, [inc], cfg)
 
 
@@ -141,7 +150,16 @@ def _instr_words(instrs: Iterable[int], cfg: NocConfig) -> list[int]:
 
 
 def imem_write(dst, index: int, instrs, cfg: NocConfig) -> Packet:
-    """Return a host write of 128-bit ``instrs`` at instruction ``index`` of ``dst``."""
+    """Return a host write of 128-bit ``instrs`` at instruction ``index`` of ``dst``.
+
+    Raises
+    ------
+    ValueError
+        If ``index`` is not in ``[0, 65536)`` (the instruction memory's register window), or
+        an instruction does not fit 128 bits.
+    """
+    if not 0 <= index < 1 << 16:
+        raise ValueError(f"`index` must be in [0, 65536), not {index}")
     return control(dst, IMEM_BASE + index, _instr_words(instrs, cfg), cfg)
 
 

@@ -120,20 +120,41 @@ class KvLayout:
         return self.base + self.size_words
 
     def block(self, layer, head):
-        """Return the word address of the block of ``(layer, head)``."""
+        """Return the word address of the block of ``(layer, head)``.
+
+        Raises
+        ------
+        ValueError
+            If ``layer`` or ``head`` is outside the layout.
+        """
         self._check(layer, head)
         return self.base + (layer * self.n_kv_heads + head) * self.block_words
 
     def k_row(self, layer, head, pos):
-        """Return the word address of K row ``pos`` of ``(layer, head)`` (its header, if any)."""
+        """Return the word address of K row ``pos`` of ``(layer, head)`` (its header, if any).
+
+        Raises
+        ------
+        ValueError
+            If ``layer`` or ``head`` is outside the layout, or ``pos`` is not in
+            ``[0, max_pos)`` (another block's row, or the V rows, would be named).
+        """
+        self._check_pos(pos)
         return self.block(layer, head) + pos * self.k_row_words
 
     def k_data(self, layer, head, pos):
-        """Return the word address of element 0 of K row ``pos`` of ``(layer, head)``."""
+        """Return the word address of element 0 of K row ``pos`` of ``(layer, head)``.
+
+        Raises ValueError as `k_row`.
+        """
         return self.k_row(layer, head, pos) + self.k_header_words
 
     def v_row(self, layer, head, pos):
-        """Return the word address of V row ``pos`` of ``(layer, head)``."""
+        """Return the word address of V row ``pos`` of ``(layer, head)``.
+
+        Raises ValueError as `k_row`.
+        """
+        self._check_pos(pos)
         return self.block(layer, head) + self.k_block_words + pos * self.v_row_words
 
     def registers(self):
@@ -159,6 +180,10 @@ class KvLayout:
         the value of the ``KV_CAPACITY`` register.
         """
         return self.max_pos if self.end <= sram_words else 0
+
+    def _check_pos(self, pos):
+        if not 0 <= pos < self.max_pos:
+            raise ValueError(f"`pos` must be in [0, {self.max_pos}) (max_pos), not {pos}")
 
     def _check(self, layer, head):
         if not (0 <= layer < self.n_layers and 0 <= head < self.n_kv_heads):

@@ -147,8 +147,15 @@ def padded_rows(w: np.ndarray, isa: IsaConfig) -> np.ndarray:
     -------
     numpy.ndarray
         int8, shape ``(N, pad(K))``.
+
+    Raises
+    ------
+    TypeError
+        If ``w`` is not an int8 matrix (a cast would wrap or truncate silently).
     """
     w = np.asarray(w)
+    if w.dtype != np.int8 or w.ndim != 2:
+        raise TypeError(f"`w` must be an int8 matrix, not {w.dtype} of shape {w.shape}")
     out = np.zeros((w.shape[0], isa.pad(w.shape[1])), np.int8)
     out[:, :w.shape[1]] = w
     return out
@@ -314,11 +321,16 @@ def write_step_input(sim, xy, lay: LayerLayout, pos: int, x: np.ndarray) -> None
     ------
     ValueError
         If `pos` is not below ``lay.max_pos``.
+    TypeError
+        If `x` is not int16 (a cast would wrap silently).
     """
     if not 0 <= pos < lay.max_pos:
         raise ValueError(f"`pos` must be in [0, {lay.max_pos}), not {pos}")
+    x = np.asarray(x)
+    if x.dtype != np.int16:
+        raise TypeError(f"`x` must be int16 (the residual row), not {x.dtype}")
     sim.write(xy, lay["pos"], np.array([pos], "<i4"))
-    sim.write(xy, lay["x"], np.asarray(x).astype("<i2"))
+    sim.write(xy, lay["x"], x.astype("<i2"))
 
 
 def read_layer_trace(sim, xy, lay: LayerLayout, pos: int) -> dict:

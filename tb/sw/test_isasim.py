@@ -858,3 +858,35 @@ def test_refill_after_first_cycle_retires(body, refills):
         assert t.error == (ErrorCode.NONE if body.endswith("halt") else ErrorCode.IMEM_RANGE)
         cycles[refill] = t.perf.cycles
     assert cycles[1] - cycles[0] == refills, cycles
+
+
+def test_host_side_helpers_refuse_what_would_address_elsewhere():
+    """Arguments that would silently name another register, another block's row or nothing
+    at all are refused: a counter or instruction index outside its register window, a KV
+    position outside the layout, a negative read length, a bump of less than one, and
+    values a cast would wrap (a docstring audit's findings)."""
+    from chipotle.driver import hostlink as hl
+    from chipotle.isa.programs import padded_rows
+
+    from chipotle.config import CONFIGS
+    noc = CONFIGS["small"].noc
+    with pytest.raises(ValueError, match=r"`counter` must be in \[0, 256\), not -240"):
+        hl.counter_add((0, 0), -0xF0, 1, noc)
+    with pytest.raises(ValueError, match=r"`counter` must be in \[0, 256\), not 65280"):
+        hl.counter_add((0, 0), 0xFF00, 1, noc)
+    with pytest.raises(ValueError, match=r"`index` must be in \[0, 65536\), not -1"):
+        hl.imem_write((0, 0), -1, [0], noc)
+    assert hl.counter_add((0, 0), 255, 1, noc).head.addr == 0x1FF
+    for f in (KV.k_row, KV.k_data, KV.v_row):
+        with pytest.raises(ValueError, match=r"`pos` must be in \[0, 7\) \(max_pos\), not 7"):
+            f(0, 0, KV.max_pos)
+        with pytest.raises(ValueError, match=r"not -1"):
+            f(0, 1, -1)
+    assert KV.v_row(1, 2, KV.max_pos - 1) == KV.end - KV.v_row_words
+    sim = IsaSim(1, 1, IsaConfig(sram_bytes=4096, word_bytes=W))
+    with pytest.raises(ValueError, match="`count` must not be negative, not -1"):
+        sim.read((0, 0), 16, -1)
+    with pytest.raises(ValueError, match="`k` must be at least 1, not -3"):
+        sim.bump_counter((0, 0), 0, -3)
+    with pytest.raises(TypeError, match="`w` must be an int8 matrix, not float64"):
+        padded_rows(np.array([[300, 1.7]]), sim.config)
