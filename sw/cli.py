@@ -50,13 +50,20 @@ def positive_int(text: str) -> int:
     return n
 
 
+#: The largest ``--clock-mhz`` taken: 100 GHz, far above any chip's clock, and small enough
+#: that the figures made from it (tokens/s) stay finite.
+MAX_CLOCK_MHZ = 100_000.0
+
+
 def clock_mhz(text: str) -> float:
-    """argparse type of ``--clock-mhz``: a positive, finite clock frequency in MHz.
+    """argparse type of ``--clock-mhz``: a positive clock frequency in MHz, at most
+    `MAX_CLOCK_MHZ`.
 
     Raises
     ------
     argparse.ArgumentTypeError
-        If `text` is not a number, or is zero, negative, NaN or infinite.
+        If `text` is not a number, or is zero, negative, NaN, infinite or above
+        `MAX_CLOCK_MHZ`.
     """
     import argparse
     import math
@@ -65,8 +72,9 @@ def clock_mhz(text: str) -> float:
         f = float(text)
     except ValueError:
         f = math.nan
-    if not (math.isfinite(f) and f > 0):
-        raise argparse.ArgumentTypeError(f"must be a positive clock frequency in MHz, not {text!r}")
+    if not (math.isfinite(f) and 0 < f <= MAX_CLOCK_MHZ):
+        raise argparse.ArgumentTypeError(f"must be a positive clock frequency in MHz of at "
+                                          f"most {MAX_CLOCK_MHZ:,.0f}, not {text!r}")
     return f
 
 

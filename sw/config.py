@@ -308,7 +308,7 @@ class ChipConfig:
                     w, h = value.lower().split("x")
                     changes.update(mesh_width=int(w), mesh_height=int(h))
                 elif key == "sram_kib":
-                    changes["sram_bytes"] = int(value) * 1024
+                    changes["sram_bytes"] = int(value, 0) * 1024
                 elif key == "overlap":
                     if value.lower() not in ("0", "1", "true", "false"):
                         raise ValueError(value)
@@ -318,7 +318,7 @@ class ChipConfig:
                 else:
                     names = ["mesh", "sram_kib", *(f.name for f in fields(cls))]
                     raise ValueError(f"unknown configuration key {key!r}"
-                                     f"{_did_you_mean(key, names)}; known: "
+                                     f"{_did_you_mean(key, [*names, *letters])}; known: "
                                      f"{', '.join(names)} (W, M, V for word_bytes, max_m, "
                                      f"lanes)")
             except ValueError as e:

@@ -200,7 +200,7 @@ def test_bad_options(capsys, tiny):
     assert err.count("\n") == 1 and err.startswith("chipotle generate: error: argument "
                                                     "--backend: invalid choice: 'abacus'"), err
     assert err.rstrip().endswith("(chipotle generate --help lists the options)")
-    for bad in ("0", "-5", "nan", "inf", "fast"):
+    for bad in ("0", "-5", "nan", "inf", "fast", "1e308", "100001"):
         with pytest.raises(SystemExit) as e:
             cli.main(["generate", *tiny, "--clock-mhz", bad])
         assert e.value.code == 2

@@ -131,3 +131,12 @@ def test_config_refuses_sram_past_the_word_addresses():
     assert ChipConfig.from_string("ulx3s,sram_kib=512").sram_bytes == 512 * 1024
     assert ChipConfig.from_string("default,word_bytes=16,sram_kib=1024").max_sram_bytes \
         == 1024 * 1024
+
+
+def test_config_letters_are_suggested_and_values_take_any_base():
+    """``w=16`` is answered with the letter meant (``W``), and ``sram_kib`` takes the bases
+    the other integer keys take (``W=0x10`` was accepted, ``sram_kib=0x80`` refused)."""
+    with pytest.raises(ValueError, match=r"unknown configuration key 'w' \(did you mean 'W'\?\)"):
+        ChipConfig.from_string("w=16")
+    assert ChipConfig.from_string("sram_kib=0x80").sram_bytes == 128 * 1024
+    assert ChipConfig.from_string("W=0x10").word_bytes == 16
