@@ -69,6 +69,11 @@ class Chip(wiring.Component):
         so that a Verilator hierarchy block of it has no input in its next-state logic and
         the chip's calls of the blocks depend on no top-level input.
 
+    Raises
+    ------
+    ValueError
+        If `tile_reset_register` is set without `tile_instances`.
+
     Members
     -------
     i_host : ``In(stream.Signature(config.noc.flit_layout))``

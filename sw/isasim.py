@@ -349,6 +349,11 @@ class IsaSim:
     config : IsaConfig, optional
         Tile parameters (SRAM size, W, M, V, ...); the default is `IsaConfig()`.
 
+    Raises
+    ------
+    ValueError
+        If `width` or `height` is not an integer in ``[1, 16]``.
+
     Attributes
     ----------
     config : IsaConfig

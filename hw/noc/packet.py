@@ -319,7 +319,13 @@ def decode_head(word: int, cfg: NocConfig = DEFAULT) -> Head:
 
 
 def pack_flit(data_bits: int, last: bool, cfg: NocConfig = DEFAULT) -> int:
-    """Return the bit pattern of a flit (the ``payload`` of a NoC stream port)."""
+    """Return the bit pattern of a flit (the ``payload`` of a NoC stream port).
+
+    Raises
+    ------
+    ValueError
+        If `data_bits` is negative or does not fit ``cfg.payload_width`` bits.
+    """
     layout = cfg.flit_layout
     if not 0 <= data_bits < (1 << cfg.payload_width):
         raise ValueError(f"flit data must fit {cfg.payload_width} bits, not {data_bits:#x}")
@@ -351,7 +357,13 @@ class Packet:
 
     @classmethod
     def from_flits(cls, flits: Sequence[int], cfg: NocConfig = DEFAULT) -> Packet:
-        """Return the packet made of the flit bit patterns ``flits`` (head first)."""
+        """Return the packet made of the flit bit patterns ``flits`` (head first).
+
+        Raises
+        ------
+        ValueError
+            If `flits` is empty.
+        """
         if not flits:
             raise ValueError("a packet has at least one flit")
         words = [unpack_flit(f, cfg)[0] for f in flits]

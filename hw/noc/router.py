@@ -129,6 +129,12 @@ class Router(wiring.Component):
         The router's west port is the host link (only at ``(0, 0)``): packets for the host
         leave there, and the host's packets enter there.
 
+    Raises
+    ------
+    ValueError
+        If the mesh does not fit ``cfg``'s coordinates (`NocConfig.check_mesh`), ``(x, y)``
+        lies outside it, or `host_port` is set at a router other than ``(0, 0)``.
+
     Members
     -------
     i_n, i_e, i_s, i_w : ``In(Link(cfg))``

@@ -343,6 +343,12 @@ class Controller(wiring.Component):
     sram_latency : int
         L of ``bus`` (`SramSignature.latency`): 1 (default), 2 or 3 cycles.
 
+    Raises
+    ------
+    ValueError
+        If `imem_words` is not in ``1 .. 2**16``, or `sram_latency` is not 1, 2 or 3
+        (`SramSignature`).
+
     Members
     -------
     i_imem : ``In(stream.Signature(ImemWrite))``

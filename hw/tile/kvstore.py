@@ -74,7 +74,13 @@ class KvParams(data.Struct):
 
     @staticmethod
     def from_layout(layout):
-        """Return the constant :class:`KvParams` value of a :class:`KvLayout`."""
+        """Return the constant :class:`KvParams` value of a :class:`KvLayout`.
+
+        Raises
+        ------
+        TypeError
+            If `layout` is not a :class:`KvLayout`.
+        """
         if not isinstance(layout, KvLayout):
             raise TypeError(f"layout must be a KvLayout, not {layout!r}")
         return KvParams.const({"base": layout.base, "n_layers": layout.n_layers,
@@ -240,6 +246,12 @@ class KvStore(wiring.Component):
     sram_latency : int
         L of ``bus`` (`SramSignature.latency`): 1 (default), 2 or 3 cycles; each word an
         ``APPEND`` copies takes ``L - 1`` cycles more than at 1.
+
+    Raises
+    ------
+    ValueError
+        If `word_bytes` is not a power of two, `sram_depth` is not an integer in
+        ``1 .. 2**16``, or `sram_latency` is not 1, 2 or 3 (`SramSignature`).
 
     Members
     -------

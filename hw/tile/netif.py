@@ -413,6 +413,11 @@ class NetworkInterface(wiring.Component):
     ----------
     config : NetifConfig
 
+    Raises
+    ------
+    TypeError
+        If `config` is not a :class:`NetifConfig`.
+
     Members
     -------
     i_noc : ``In(stream.Signature(noc.flit_layout))``

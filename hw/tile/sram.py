@@ -130,6 +130,11 @@ class SramSignature(_WordSignature):
         L, cycles from a granted read to its data on ``rdata`` (and from a granted request
         to its ``error``): 1 (default), 2 or 3.
 
+    Raises
+    ------
+    ValueError
+        If `read_words` is not a positive integer or `latency` is not 1, 2 or 3.
+
     Members
     -------
     en : ``Out(1)``
@@ -198,6 +203,12 @@ def connect_narrow(m, initiator, port):
     initiator port, an SRAM's ``rw``).  With R = 1 this is :func:`~amaranth.lib.wiring.connect`;
     otherwise the request goes through unchanged and the initiator sees word 0 of ``rdata``
     (the word at its address).
+
+    Raises
+    ------
+    ValueError
+        If ``initiator`` reads more than one word, or its latency differs from ``port``'s
+        (`check_latency`).
     """
     if initiator.signature.read_words != 1:
         raise ValueError(f"the initiator must read one word, not {initiator.signature!r}")
@@ -288,6 +299,13 @@ class Sram(wiring.Component):
         R, words a read on ``rw`` returns, 1 .. ``n_banks`` (default 1).
     rw_latency : int
         L of ``rw`` (`SramSignature.latency`): 1 (default), 2 or 3 cycles.
+
+    Raises
+    ------
+    ValueError
+        If `word_bytes` or `n_banks` is not a positive power of two, `size_bytes` is not a
+        positive multiple of ``word_bytes * n_banks`` or exceeds ``2**ADDR_WIDTH`` words,
+        `read_words` is not in ``1 .. n_banks``, or `rw_latency` is not 1, 2 or 3.
 
     Members
     -------
@@ -499,6 +517,11 @@ class SramArbiter(wiring.Component):
         R, words a read returns (default 1).
     latency : int
         L of every port (default 1).
+
+    Raises
+    ------
+    ValueError
+        If `n` is not a positive integer, or as `SramSignature` (`read_words`, `latency`).
 
     Members
     -------

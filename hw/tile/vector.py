@@ -236,6 +236,14 @@ class VectorUnit(wiring.Component):
         land L cycles after its grant; the stream runs as at L = 1 from there on, so a pass
         takes L - 1 cycles more.
 
+    Raises
+    ------
+    ValueError
+        If `lanes` is not an even integer of at least 2, `word_bytes` not a power of two of
+        at least 8, `sram_bytes` not a positive multiple of `word_bytes` of at most
+        ``2**ADDR_WIDTH`` words, `read_words` not a positive integer, `slots` not an
+        integer of at least `MIN_RESULT_SLOTS`, or `sram_latency` not 1, 2 or 3.
+
     Members
     -------
     i_cmd : ``In(stream.Signature(VectorCommand))``

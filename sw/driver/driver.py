@@ -492,11 +492,15 @@ class Driver:
         Raises
         ------
         ValueError
-            If the prompt is empty or ``steps`` negative.
+            If the prompt is empty or ``steps`` negative; if `temperature`, `topp` or
+            `seed` is out of range (as ``chipotle.sampling.Sampler``); or, from the
+            compiler's step checks, if a prompt token is outside the vocabulary or a
+            position lies beyond the context.
         PromptTooLongError
             If the prompt does not fit the compiled context.
-        TileFault, DoorbellTimeout
-            From `step`.
+        RuntimeError, TileFault, DoorbellTimeout, UnexpectedDoorbell, UnfinishedStep
+            As `step` (`load` not run; a tile fault, a missing or unexpected doorbell;
+            with ``check``, a step that did not finish cleanly).
         """
         ids = [int(t) for t in prompt_tokens]
         if not ids:

@@ -203,6 +203,11 @@ def leading_one(x) -> np.ndarray:
     -------
     numpy.ndarray
         int64, shape of `x`: ``floor(log2(x))``, or ``-1`` where ``x == 0``.
+
+    Raises
+    ------
+    ValueError
+        If an element of `x` is negative.
     """
     v = _as_int64(x)
     if v.size and v.min() < 0:
@@ -407,6 +412,13 @@ def rmsnorm(x, gain, gain_shift: int, eps, table: np.ndarray, bits: int = 16) ->
     -------
     numpy.ndarray
         ``int<bits>``, shape ``(M, n)``.
+
+    Raises
+    ------
+    TypeError
+        If `x` is not int16.
+    ValueError
+        If the row length is not in ``[1, MAX_K]`` (`check_k`).
     """
     x = np.asarray(x)
     if x.dtype != np.int16:
@@ -505,6 +517,11 @@ def rope(x, cos, sin, shift: int, bits: int) -> np.ndarray:
     -------
     numpy.ndarray
         ``int<bits>``, shape of `x`.
+
+    Raises
+    ------
+    TypeError
+        If `x` is not int16.
     """
     x = np.asarray(x)
     if x.dtype != np.int16:
@@ -538,6 +555,13 @@ def silu(h, frac_bits: int, table: np.ndarray) -> np.ndarray:
     -------
     numpy.ndarray
         int16, shape of `h`.
+
+    Raises
+    ------
+    TypeError
+        If `h` is not int16.
+    ValueError
+        If ``frac_bits`` is below `SIGMOID_STEP_BITS`.
     """
     h = np.asarray(h)
     if h.dtype != np.int16:
@@ -576,6 +600,11 @@ def dynquant(v, table: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         int32, shape ``(..., 1)``, in ``[2**(B+1), 2**(B+2))`` (or 0).
     b : numpy.ndarray
         int32, shape ``(..., 1)``, in ``[0, 31]``.
+
+    Raises
+    ------
+    TypeError
+        If `v` is neither int16 nor int32.
     """
     v = np.asarray(v)
     if v.dtype not in (np.int16, np.int32):
@@ -632,6 +661,11 @@ def argmax(x) -> np.ndarray:
     -------
     numpy.ndarray
         int64, shape ``(...)``.
+
+    Raises
+    ------
+    TypeError
+        If `x` is not of an integer dtype.
     """
     x = np.asarray(x)
     if x.dtype.kind not in "iu":

@@ -1320,6 +1320,11 @@ def instr_cycles(instr: Instr, config: IsaConfig, n: int = 0, k: int | None = No
     -------
     int
         Cycles, at least 1.
+
+    Raises
+    ------
+    ValueError
+        If `instr` is a ``KVQK`` and `k` is None.
     """
     c = config.cost
     W, V = config.word_bytes, config.lanes

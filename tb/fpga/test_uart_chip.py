@@ -30,8 +30,8 @@ def test_uart_chip(sim):
     # Both benches under Verilator: the toy model's load and step (221k cycles) and the SRAM
     # round trip and line errors (91k).  Icarus runs the round trip only (about 2 minutes
     # with its build, the UART model Python per bit); the toy step through the UART, over
-    # twice the cycles, is left to Verilator.  `toy_scenario` (the driver's whole toy scenario) is longer still
-    # and runs only when asked for (docs/fpga.md).
+    # twice the cycles, is left to Verilator.  `toy_scenario` (the driver's whole toy
+    # scenario) is longer still and runs only when asked for (docs/fpga.md).
     tests = ["sram_roundtrip", "toy_step"] if sim == "verilator" else ["sram_roundtrip"]
     # ports only (the bench drives clk, rst, rx and reads tx): under Verilator the tile is
     # then a hierarchy block, compiled once, and the model runs many times faster than

@@ -865,10 +865,9 @@ def test_host_side_helpers_refuse_what_would_address_elsewhere():
     at all are refused: a counter or instruction index outside its register window, a KV
     position outside the layout, a negative read length, a bump of less than one, and
     values a cast would wrap (a docstring audit's findings)."""
+    from chipotle.config import CONFIGS
     from chipotle.driver import hostlink as hl
     from chipotle.isa.programs import padded_rows
-
-    from chipotle.config import CONFIGS
     noc = CONFIGS["small"].noc
     with pytest.raises(ValueError, match=r"`counter` must be in \[0, 256\), not -240"):
         hl.counter_add((0, 0), -0xF0, 1, noc)
