@@ -216,6 +216,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.model is None and not model_path.exists():   # where it looked, and the fetch hint
         from chipotle.cli import _where
         ap.refuse(_where("checkpoint", model_path, "--model"))
+    if args.model is None:
+        from chipotle.paths import check_published
+        try:
+            check_published(model_path, "--model")
+        except ValueError as e:
+            ap.refuse(str(e))
     try:
         checkpoint = load_checkpoint(model_path)
     except (CheckpointError, OSError) as e:

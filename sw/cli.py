@@ -22,7 +22,13 @@ from . import backends
 from .config import CONFIGS
 from .generate import Done, PromptTooLongError, StopReason, generate
 from .model import CheckpointError, load_checkpoint
-from .paths import DEFAULT_CHECKPOINT, DEFAULT_TOKENIZER, FETCH_HINT, default_model_dir
+from .paths import (
+    DEFAULT_CHECKPOINT,
+    DEFAULT_TOKENIZER,
+    FETCH_HINT,
+    check_published,
+    default_model_dir,
+)
 from .sampling import Sampler
 from .tokenizer import TokenizerError, load_tokenizer
 
@@ -326,6 +332,10 @@ def _resolve(args) -> tuple[Path, Path]:
             path = d / default
             if not path.is_file():
                 raise UsageError(_where(kind, path, option))
+            try:
+                check_published(path, option)
+            except ValueError as e:
+                raise UsageError(str(e)) from None
             found.append(path)
     return found[0], found[1]
 

@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 
 __all__ = ["default_model_dir", "model_dir_from_env", "DEFAULT_CHECKPOINT", "DEFAULT_TOKENIZER",
-           "FETCH_HINT"]
+           "FETCH_HINT", "PUBLISHED_SHA256", "check_published"]
 
 DEFAULT_CHECKPOINT = "stories260K.bin"
 DEFAULT_TOKENIZER = "tok512.bin"
+
+#: sha256 of the published files (karpathy/tinyllamas; the Makefile's ``SHA_<file>``, which
+#: ``make models`` checks: ``tb/sw/test_cli.py`` keeps the two equal).
+PUBLISHED_SHA256 = {
+    DEFAULT_CHECKPOINT: "b0a507e7ad0f626624f17112325e66691f9076d622e1d3274d103d00299f2696",
+    DEFAULT_TOKENIZER: "037cb335abb25d1fa9e8ecae30ed2a3a8ace9302862ebcdc05d51a6bbb10c312",
+}
 
 FETCH_HINT = (
     "fetch them with 'make models' (downloads stories260K.bin and tok512.bin from "
@@ -28,3 +36,27 @@ def default_model_dir() -> Path:
     """Return ``$CHIPOTLE_MODEL_DIR`` if set, else ``../shared/models/`` beside the checkout."""
     return model_dir_from_env() or \
         Path(__file__).resolve().parent.parent.parent / "shared" / "models"
+
+
+def check_published(path: str | os.PathLike, option: str) -> None:
+    """Raise ValueError unless the default file at `path` is the published one.
+
+    Used where a command falls back to the default model files: a damaged or replaced
+    ``stories260K.bin`` loads (any float32 bytes are weights) and tells another story
+    than the docs' without a word.  A file given with `option` is taken as it is.
+
+    Raises
+    ------
+    ValueError
+        If `path`'s name is one of `PUBLISHED_SHA256` and its sha256 differs (names the file,
+        both digests' starts and the fixes).
+    """
+    path = Path(path)
+    want = PUBLISHED_SHA256.get(path.name)
+    if want is None:
+        return
+    got = hashlib.sha256(path.read_bytes()).hexdigest()
+    if got != want:
+        raise ValueError(f"{path}: its sha256 ({got[:16]}...) is not the published file's "
+                         f"({want[:16]}...): a damaged or replaced file; `make models` fetches "
+                         f"it again, or give it with {option} to use it as it is")

@@ -117,8 +117,8 @@ def main(argv=None) -> None:
     from ..cli import FitRefusal, compile_fitting
     from ..config import ChipConfig
     from ..golden import quantize
-    from ..model import CheckpointError, load_checkpoint
-    from ..paths import DEFAULT_CHECKPOINT, DEFAULT_TOKENIZER, default_model_dir
+    from ..model import load_checkpoint
+    from ..paths import DEFAULT_CHECKPOINT, DEFAULT_TOKENIZER, check_published, default_model_dir
     from ..tokenizer import TokenizerError
 
     ap = argparse.ArgumentParser(prog="python -m chipotle.compiler",
@@ -158,8 +158,10 @@ def main(argv=None) -> None:
         qm = small_model()
     else:
         try:
+            if not args.model:
+                check_published(path, "--model")
             ckpt = load_checkpoint(path)
-        except (OSError, CheckpointError) as e:
+        except (OSError, ValueError) as e:      # CheckpointError is a ValueError
             raise SystemExit(f"error: {e}") from None
         try:
             qm = quantize(ckpt)

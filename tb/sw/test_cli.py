@@ -962,3 +962,34 @@ def test_model_that_is_not_a_regular_file(capsys, tiny):
     "not found"."""
     code, _, err = run(capsys, "--model", "/dev/null", "--tokenizer", tiny[3])
     assert code == 2 and "--model /dev/null is not a regular file" in err, err
+
+
+def test_published_sha256_are_the_makefiles():
+    """The digests the CLI checks the default files against are the ones `make models`
+    checks (one list in the Makefile, one in chipotle.paths)."""
+    import re
+
+    from chipotle.paths import PUBLISHED_SHA256
+    text = (ROOT / "Makefile").read_text()
+    make = dict(re.findall(r"^SHA_(\S+)\s*:=\s*([0-9a-f]{64})$", text, re.M))
+    assert make == PUBLISHED_SHA256
+
+
+@pytest.mark.model
+def test_damaged_default_model_is_refused(capsys, tmp_path, monkeypatch, model_paths):
+    """A default stories260K.bin that is not the published file (twenty bytes flipped: it
+    still loads, and tells another story) is refused in one line with the fixes; given with
+    --model it runs as it is."""
+    data = bytearray(model_paths[0].read_bytes())
+    for i in range(1000, 1020):
+        data[i] ^= 0xFF
+    (tmp_path / "stories260K.bin").write_bytes(bytes(data))
+    (tmp_path / "tok512.bin").write_bytes(model_paths[1].read_bytes())
+    monkeypatch.setenv("CHIPOTLE_MODEL_DIR", str(tmp_path))
+    code, out, err = run(capsys, "--backend", "golden", "--steps", "2", "--temperature", "0")
+    assert code == 2 and out == "", err
+    assert "stories260K.bin: its sha256 (" in err and "is not the published file's" in err
+    assert "`make models` fetches it again, or give it with --model" in err
+    code, out, err = run(capsys, "--backend", "golden", "--steps", "2", "--temperature", "0",
+                         "--model", str(tmp_path / "stories260K.bin"))
+    assert code == 0, err
