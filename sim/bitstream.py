@@ -768,7 +768,15 @@ def build(board_name: str, config=None, *, synth_only: bool = False,
     over = [] if tile_blackbox else device_overflow(report["synth"], board.resources,
                                                      board.family)
     if over:
-        report["fit_error"] = what = ", ".join(f"{k} {n:,} of {h:,}" for k, n, h in over)
+        def need(k, n):
+            carry = report["synth"].get("CCU2C", 0)
+            if k == "LUT4" and board.family == "ecp5" and carry:
+                # the slots, not Yosys's LUT4 count alone: say how they add up
+                return (f"{n:,} slots ({report['synth'].get('LUT4', 0):,} LUT4 + 2 x "
+                        f"{carry:,} CCU2C carry cells)")
+            return f"{n:,}"
+        report["fit_error"] = what = ", ".join(f"{k} {need(k, n)} of {h:,}"
+                                              for k, n, h in over)
     if over and synth_only:        # a measurement: reported, not refused
         progress(f"{board_name}: the netlist does NOT fit the {report['device']}: it needs "
                  f"{what} (Yosys's counts)")

@@ -1,3 +1,4 @@
+# amaranth: UnusedElaboratable=no
 """The one configuration object of a chip: mesh size and tile parameters.
 
 `ChipConfig` is shared by the gateware (`chipotle.hw.chip.Chip`), the compiler
@@ -167,9 +168,14 @@ class ChipConfig:
         refused such a configuration with a traceback, after the ISA simulator had run it."""
         from .hw.tile.tile import Tile
         try:
+            # built for its constructor's checks only, never elaborated (the first line of
+            # this file keeps Amaranth's UnusedElaboratable warning for it quiet)
             Tile(self.tile_config(), x=None, y=None)
         except ValueError as e:
             msg = str(e).replace("fifo_depth (", "noc_fifo_depth (")
+            if "mcast_max_flits" in msg:
+                msg += (" (a multicast packet must fit a router FIFO: give mcast_max_flits "
+                        "of at most noc_fifo_depth, or a deeper noc_fifo_depth)")
             raise ValueError(f"the tile's gateware cannot be built with this configuration: "
                              f"{msg}") from None
 

@@ -402,7 +402,8 @@ def _parse(data: bytes, format: str | None) -> Checkpoint:
     try:
         return _parse_legacy(data)
     except CheckpointError as e:
-        raise CheckpointError(f"{e} (the file has no 'ak42' magic, so it was read as a "
+        raise CheckpointError(f"{e} (the file has no 'ak42' magic, the uint32 0x616b3432 "
+                              "little-endian, i.e. the bytes '24ka', so it was read as a "
                               "legacy llama2.c checkpoint)") from None
 
 

@@ -9,7 +9,7 @@ import numpy as np
 
 from ..config import ChipConfig
 from ..golden.quantize import QuantizedModel, quantize
-from ..isa.asm import assemble
+from ..isa.asm import AsmError, assemble
 from ..isa.core import OFF_BITS, TableId
 from ..isa.programs import padded_rows, requant_table, vector_table
 from ..model import Checkpoint, ModelConfig
@@ -434,7 +434,7 @@ def _compile(qm: QuantizedModel, config: ChipConfig, context: int,
                            f"immediate lies beyond 128 KiB")
         text = tile_program(qm, isa, pl, lay, context)
         sym: dict = {}
-        words = assemble(text, symbols_out=sym)
+        words = _assemble(text, sym, xy, config)
         programs[xy], sources[xy] = words, text
         entries[xy] = {k: v for k, v in sym.items() if k.startswith("m") and k[1:2].isdigit()}
     xy = max(programs, key=lambda t: len(programs[t]))
@@ -446,6 +446,17 @@ def _compile(qm: QuantizedModel, config: ChipConfig, context: int,
                        [_imem_fit(n)])
     return CompiledModel(config, qm, c, context, _images(qm, isa, pl, context), programs,
                          entries, pl, sources)
+
+
+def _assemble(text: str, sym: dict, xy, config: ChipConfig) -> list:
+    """Assemble tile `xy`'s program; an operand the instruction set cannot encode (an
+    address offset beyond its 17-bit reach, say, with a large word size padding every row)
+    is a `FitError` of this configuration, not an assembler error."""
+    try:
+        return assemble(text, symbols_out=sym)
+    except AsmError as e:
+        raise FitError(f"the program of tile {xy} cannot be encoded for this configuration "
+                       f"({config}): {e}") from None
 
 
 def _compile_tensor(qm: QuantizedModel, config: ChipConfig, context: int,
@@ -472,7 +483,7 @@ def _compile_tensor(qm: QuantizedModel, config: ChipConfig, context: int,
         for xy, lay in pl.tiles.items():
             text = tensor_program(qm, isa, pl, roles, lay, context, pipelined)
             sym: dict = {}
-            words = assemble(text, symbols_out=sym)
+            words = _assemble(text, sym, xy, config)
             programs[xy], sources[xy] = words, text
             entries[xy] = {k: v for k, v in sym.items()
                            if k.startswith("m") and k[1:2].isdigit()}
@@ -755,10 +766,13 @@ def compile_model(source, config: ChipConfig, context: int | None = None,
                            f"{prefill_batches!r}")
         return _compile(qm, config, int(context), prefill_batches, placement, bool(kvapp))
     except FitError as e:
-        if placement == "tensor":
-            tips = _suggest_tensor(qm, config, int(context), e.what, kvapp)
-        else:
-            tips = _suggest(qm, config, int(context), kvapp)
+        try:
+            if placement == "tensor":
+                tips = _suggest_tensor(qm, config, int(context), e.what, kvapp)
+            else:
+                tips = _suggest(qm, config, int(context), kvapp)
+        except ValueError:      # the search met sizes this configuration cannot take
+            tips = []
         fits = list(e.fits) + [f for f in tips if f not in e.fits]
         if not fits:
             raise FitError(f"{e.what}; no configuration that fits found nearby (a shorter "

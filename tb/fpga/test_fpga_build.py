@@ -251,6 +251,14 @@ def test_device_overflow_refused_before_nextpnr(tmp_path, monkeypatch):
     assert r["fit_error"] == "BRAM 267 of 208" and "total" in r["seconds"], r
     assert any("does NOT fit the LFE5U-85F BG381: it needs BRAM 267 of 208" in s for s in said)
     assert "does NOT fit the device: BRAM 267 of 208" in (d / "report.txt").read_text()
+    # the LUT4 slots a netlist needs say how they add up (Yosys's LUT4 count is less)
+    (tmp_path / "lut").mkdir()
+    d2 = _fake_nextpnr_build_dir(tmp_path / "lut", monkeypatch, "exit 1\n",
+                                 "=== top ===\n\n    81454   LUT4\n    15736   CCU2C\n")
+    r = bs.build("ulx3s-85f", TINY, build_dir=d2, reuse_netlist=True, synth_only=True,
+                 progress=lambda s: None)
+    assert r["fit_error"] == ("LUT4 112,926 slots (81,454 LUT4 + 2 x 15,736 CCU2C carry "
+                              "cells) of 83,640"), r["fit_error"]
 
 
 def test_critical_path():

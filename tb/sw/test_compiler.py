@@ -705,3 +705,32 @@ def test_k_max_refusal_names_the_largest_reduction():
                                            rf"{k_max}: use k_max=80"):
             compile_model(qm, cfg, placement="tensor")
     compile_model(qm, CONFIGS["small"].replace(k_max=80), placement="tensor")
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("W", [128, 1024])
+def test_wide_words_are_refused_as_not_fitting(stories_qm, W):
+    """Word sizes that pad every row past the SRAM are refused as a fit, naming the bytes a
+    tile needs: W = 128 ended in an assembler error about an address offset, W = 1024 in an
+    SRAM size no one gave (a size search's), both fresh-user findings."""
+    with pytest.raises(FitError, match=r"needs [\d,]+ bytes of SRAM at context 512, but a "
+                                       r"tile has 131,072") as e:
+        compile_model(stories_qm, CONFIGS["default"].replace(word_bytes=W), placement="tensor")
+    assert "offset" not in str(e.value) and "multiple of" not in str(e.value)
+
+
+def test_unencodable_program_is_a_fit_error(small_qm, monkeypatch):
+    """An operand the instruction set cannot encode is a FitError of the configuration
+    naming the tile, not the assembler's error."""
+    from chipotle.compiler import compiled as cm
+    from chipotle.isa.asm import AsmError
+
+    def refuse(text, symbols_out=None):
+        raise AsmError(1, "add r11, r11+196608, 0",
+                       "an address offset must be in [0, 131071], not 196608")
+
+    monkeypatch.setattr(cm, "assemble", refuse)
+    with pytest.raises(FitError, match=r"the program of tile \(\d, \d\) cannot be encoded "
+                                       r"for this configuration \(.*\): line 1: "
+                                       r"`add r11, r11\+196608, 0`: an address offset"):
+        compile_model(small_qm, CONFIGS["small"], placement="tensor")
