@@ -150,7 +150,8 @@ class PerfIndex(py_enum.IntEnum):
     NET_STALLS = 5
     #: Cycles some tile-side initiator requested the shared SRAM port and was not granted.
     SRAM_STALLS = 6
-    #: SRAM bytes read (all ports).
+    #: SRAM bytes read (all ports): W per read grant of each port, so a vector read of
+    #: ``n_banks`` words counts W (docs/tile.md, "Performance counters": an undercount).
     BYTES_READ = 7
     #: SRAM bytes written (all ports).
     BYTES_WRITTEN = 8

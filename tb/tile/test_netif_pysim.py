@@ -270,3 +270,53 @@ def test_kv_registers():
 
     got = _run(bench)
     assert got == expect
+
+
+def test_malformed_write_and_bump_and_partial_instructions_are_refused():
+    """A write-and-bump packet whose counter is not one of the tile's, or whose words run
+    past the SRAM end, writes nothing and bumps nothing (``SRAM_RANGE``); one that ends
+    exactly at the end writes and bumps.  An instruction-memory write of a part of an
+    instruction writes nothing (``IMEM_RANGE``).  Checked against ``netifmodel`` and by
+    reading the SRAM back (an audit found none of these provoked)."""
+    from chipotle.hw.noc import Head
+    from chipotle.hw.tile.netif import IMEM_BASE
+    depth = CFG.sram_words
+
+    def bump_write(counter, word, words):
+        head = Head.unicast(PacketType.CONTROL, ME, NOC.host,
+                            addr=bump_write_addr(counter, word), length=len(words), cfg=NOC)
+        return Packet(head, tuple(words))
+
+    ref = TileRef(CFG, perf=[perf_value(0, k) for k in range(2)], status=status_value(0))
+    fill = [sram_write(ME, a, [0x1111 * (a + 1 + k) for k in range(32)], NOC)
+            for a in range(0, depth, 32)]
+    bad_counter = bump_write(CFG.n_counters, 4, [0xA, 0xB, 0xC])
+    past_end = bump_write(1, depth - 2, [0xD, 0xE, 0xF])
+    at_end = bump_write(2, depth - 3, [0x7, 0x8, 0x9])
+    partial = control(ME, IMEM_BASE + 2, [1, 2, 3], NOC)     # 3 words: 1.5 instructions
+    reads = [sram_read(ME, a, 32, 0x60 + a // 32, NOC) for a in range(0, depth, 32)]
+    phases = [fill, [bad_counter], [past_end], [at_end], [partial], reads]
+    want_errors = [0, NetError.SRAM_RANGE, NetError.SRAM_RANGE, NetError.SRAM_RANGE,
+                   NetError.SRAM_RANGE | NetError.IMEM_RANGE, NetError.SRAM_RANGE |
+                   NetError.IMEM_RANGE]
+    want_counters = [[0] * 4, [0] * 4, [0] * 4, [0, 0, 1, 0], [0, 0, 1, 0], [0, 0, 1, 0]]
+    expect = []
+    for pkts, errs, ctrs in zip(phases, want_errors, want_counters, strict=True):
+        for p in pkts:
+            expect += ref.receive(p)
+        assert ref.errors == errs and ref.counters == ctrs      # the model agrees
+
+    async def bench(ctx, dut, send, command, settle, got, rec, wait):
+        for pkts, errs, ctrs in zip(phases, want_errors, want_counters, strict=True):
+            for p in pkts:
+                await send(ctx, p)
+            await settle(ctx, 400 if pkts is reads else 40)
+            assert ctx.get(dut.errors) == errs
+            assert [ctx.get(dut.counters[c]) for c in range(4)] == ctrs
+        assert rec.imem == []
+
+    got = _run(bench)
+    assert got == expect
+    words = [w for p in got for w in p.payload]
+    assert words[depth - 3:] == [0x7, 0x8, 0x9]          # the packet that fits, written
+    assert words[4:7] == [0x1111 * (5 + k) for k in range(3)]     # the refused, not
