@@ -195,7 +195,8 @@ def weighted_sum(p: np.ndarray, v: np.ndarray) -> np.ndarray:
     Returns
     -------
     numpy.ndarray
-        int32, shape ``(D,)`` (``|.| < 2**24``).
+        int32, shape ``(D,)``, wrapping at 32 bits as the vector unit's accumulator does
+        (``|.| < 2**24`` for a softmax's probabilities, which sum to about ``2**15``).
     """
     return (p.astype(np.int32)[None, :] @ v.astype(np.int32))[0]
 

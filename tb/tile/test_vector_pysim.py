@@ -256,3 +256,25 @@ def test_slots_parameter():
         assert VectorUnit(slots=MIN_RESULT_SLOTS).slots == 1
         assert VectorUnit(slots=4).slots == 4
         gc.collect()
+
+
+def test_wsum_wraps_at_32_bits_pysim():
+    """``wsum``'s int32 accumulator wraps (docs/tile.md): 300 keys of probability 65535
+    times V = 127 sum to 2,496,883,500, past 2**31.  No other case reaches the wrap (n <= 172
+    keeps the sums below it), so a saturating or narrower accumulator passed them all (a
+    coverage audit's finding).  The reference is the ISA simulator's, itself checked here
+    against int64 numpy wrapped to int32."""
+    import numpy as np
+
+    from chipotle.isasim import weighted_sum
+    cfg = VectorBenchConfig(lanes=8, word_bytes=8, sram_bytes=16384, slots=4)
+    s = Stimulus(cfg, 11)
+    case = s.wsum(300, 8, stride=8, kind="max")
+    (pa, pb), (va, vb) = case.writes
+    p = np.frombuffer(pb, "<u2").astype(np.int64)
+    v = np.frombuffer(vb, np.int8).astype(np.int64).reshape(300, 8)
+    want = (p[:, None] * v).sum(0)
+    assert (want > 2**31 - 1).all()                      # the case does reach the wrap
+    wrapped = (want + 2**31) % 2**32 - 2**31
+    assert (weighted_sum(p.astype(np.uint16), v.astype(np.int8)) == wrapped).all()
+    _run_ok([case], cfg)
