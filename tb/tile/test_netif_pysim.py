@@ -320,3 +320,35 @@ def test_malformed_write_and_bump_and_partial_instructions_are_refused():
     words = [w for p in got for w in p.payload]
     assert words[depth - 3:] == [0x7, 0x8, 0x9]          # the packet that fits, written
     assert words[4:7] == [0x1111 * (5 + k) for k in range(3)]     # the refused, not
+
+
+def test_reserved_packet_type_is_dropped_and_the_link_stays_in_step():
+    """A packet of a reserved type (5) reaching the interface (the routers drop them; the
+    interface's ports are open here) is consumed whole and flagged ``BAD_TYPE``, writing
+    nothing; the packet after it is taken as usual (no test provoked it before: a coverage
+    audit's finding)."""
+    from types import SimpleNamespace as NS
+
+    good = sram_write(ME, 8, [0x55, 0x66, 0x77], NOC)
+    flits = list(good.flits(NOC))
+    off = NOC.head_layout["type"].offset
+    flits[0] = flits[0] & ~(0b111 << off) | 5 << off       # the same packet, type 5
+    bad = NS(flits=lambda cfg: flits)
+    after = sram_write(ME, 20, [0x99], NOC)
+    read = sram_read(ME, 8, 16, 0x42, NOC)
+
+    async def bench(ctx, dut, send, command, settle, got, rec, wait):
+        await send(ctx, bad)
+        await settle(ctx, 10)
+        assert ctx.get(dut.errors) == NetError.BAD_TYPE
+        await send(ctx, after)
+        await send(ctx, read)
+        await settle(ctx, 200)
+        assert ctx.get(dut.errors) == NetError.BAD_TYPE
+
+    got = _run(bench)
+    [resp] = got
+    assert resp.head.type == PacketType.READ_RESP and resp.head.addr == 0x42
+    words = list(resp.payload)
+    assert words[:3] == [0, 0, 0]                 # the bad packet wrote nothing
+    assert words[12] == 0x99                      # the one after it landed
