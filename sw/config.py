@@ -1,4 +1,3 @@
-# amaranth: UnusedElaboratable=no
 """The one configuration object of a chip: mesh size and tile parameters.
 
 `ChipConfig` is shared by the gateware (`chipotle.hw.chip.Chip`), the compiler
@@ -162,15 +161,14 @@ class ChipConfig:
 
     def _check_gateware(self) -> None:
         """Raise ValueError if the tile's gateware refuses this configuration: the limits
-        its constructor checks beyond the ISA's (a multicast packet no longer than a
-        router FIFO, ``mcast_max_flits <= noc_fifo_depth``; the network interface's register
-        map, ``imem_words <= 65536``, ``n_counters <= 256``).  Without it the RTL flows
+        its network-interface and network configurations check beyond the ISA's (a multicast
+        packet no longer than a router FIFO, ``mcast_max_flits <= noc_fifo_depth``; the
+        network interface's register map, ``imem_words <= 65536``, ``n_counters <= 256``),
+        without building a `Tile`.  Without it the RTL flows
         refused such a configuration with a traceback, after the ISA simulator had run it."""
-        from .hw.tile.tile import Tile
+        from .hw.tile.tile import netif_config
         try:
-            # built for its constructor's checks only, never elaborated (the first line of
-            # this file keeps Amaranth's UnusedElaboratable warning for it quiet)
-            Tile(self.tile_config(), x=None, y=None)
+            netif_config(self.tile_config())      # what `Tile` builds, without the Tile
         except ValueError as e:
             msg = str(e).replace("fifo_depth (", "noc_fifo_depth (")
             if "mcast_max_flits" in msg:

@@ -214,6 +214,23 @@ class TileCore(wiring.Component):
         return m
 
 
+
+def netif_config(config, *, x=None, y=None) -> NetifConfig:
+    """Return the `NetifConfig` of a tile of `config` (a `TileConfig`) at ``(x, y)`` (both
+    None: from its ports), as `Tile` builds it.
+
+    Raises
+    ------
+    ValueError
+        As `NetifConfig` and the `NocConfig` of `config` (a multicast packet longer than a
+        router FIFO, an instruction memory or counter set beyond the register map).
+    """
+    return NetifConfig(
+        x=x, y=y, width=config.mesh_width, height=config.mesh_height, noc=config.noc,
+        sram_bytes=config.sram_bytes, imem_words=config.imem_words,
+        n_counters=config.n_counters, n_perf=N_PERF, sram_latency=config.sram_latency,
+        fetch_depth=max(4, config.sram_latency + 2))
+
 class Tile(wiring.Component):
     """One compute tile with its network interface (see ``docs/tile.md``).
 
@@ -242,11 +259,7 @@ class Tile(wiring.Component):
     def __init__(self, config=None, *, x=0, y=0):
         config = TileConfig(kv=None) if config is None else config
         self._config = config
-        self._netif_config = NetifConfig(
-            x=x, y=y, width=config.mesh_width, height=config.mesh_height, noc=config.noc,
-            sram_bytes=config.sram_bytes, imem_words=config.imem_words,
-            n_counters=config.n_counters, n_perf=N_PERF, sram_latency=config.sram_latency,
-            fetch_depth=max(4, config.sram_latency + 2))
+        self._netif_config = netif_config(config, x=x, y=y)
         flit = stream.Signature(config.noc.flit_layout)
         super().__init__({
             "i_noc": In(flit),
