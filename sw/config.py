@@ -19,6 +19,7 @@ CONFIGS
 from __future__ import annotations
 
 import difflib
+import math
 from dataclasses import asdict, dataclass, fields, replace
 
 __all__ = ["ChipConfig", "CONFIGS", "MAX_VEC_SLOTS", "SRAM_ADDR_BITS"]
@@ -153,9 +154,13 @@ class ChipConfig:
                              f"of word_bytes = {self.word_bytes}, the reach of a tile's "
                              f"{SRAM_ADDR_BITS}-bit SRAM word addresses), not "
                              f"{self.sram_bytes:,} ({self.sram_bytes / 1024:g} KiB)")
-        if self.sram_bytes % (self.word_bytes * self.n_banks):
+        if self.sram_bytes % self.sram_granule:
+            kib = self.sram_bytes // 1024           # the sizes either side that it takes
+            near = [*self.sram_kib_sizes(1, kib)[-1:], *self.sram_kib_sizes(kib + 1)[:1]]
             raise ValueError(f"sram_bytes ({self.sram_bytes}) must be a multiple of "
-                             f"word_bytes x n_banks ({self.word_bytes * self.n_banks})")
+                             f"word_bytes x n_banks ({self.sram_granule})"
+                             + (f", e.g. sram_kib={' or '.join(map(str, near))}"
+                                if near else ""))
         self.isa_config()  # the ISA's own checks
         self._check_gateware()
 
@@ -194,6 +199,47 @@ class ChipConfig:
         """The largest ``sram_bytes`` the tile's word addresses reach, bytes:
         ``2**SRAM_ADDR_BITS * word_bytes``."""
         return (1 << SRAM_ADDR_BITS) * self.word_bytes
+
+    @property
+    def sram_granule(self) -> int:
+        """The step of the SRAM sizes this configuration takes, bytes: ``word_bytes x
+        n_banks`` (a whole number of words in every bank).  ``sram_bytes`` must be a multiple
+        of it (``__post_init__`` checks it; `sram_kib_sizes` steps by it)."""
+        return self.word_bytes * self.n_banks
+
+    def sram_kib_sizes(self, lo_kib: int = 1, hi_kib: int | None = None) -> range:
+        """The SRAM sizes this configuration takes, whole KiB (what ``sram_kib=`` gives),
+        from `lo_kib` to `hi_kib` KiB inclusive, ascending: the multiples of `sram_granule`
+        bytes that are whole KiB (a step of ``lcm(sram_granule, 1024)`` bytes), at most
+        `max_sram_bytes`.  ``replace(sram_bytes=kib * 1024)`` accepts every one; the fit
+        searches (``chipotle.compiler``) step or bisect through them, never past them.
+
+        Parameters
+        ----------
+        lo_kib : int
+            The smallest size wanted, KiB (default 1; below 1 counts as 1).
+        hi_kib : int, optional
+            The largest size wanted, KiB (default and at most ``max_sram_bytes // 1024``).
+
+        Returns
+        -------
+        range
+            KiB sizes (index and slice it to bisect); empty if none lies in the bounds.
+
+        Raises
+        ------
+        TypeError
+            If a bound is not an integer.
+        """
+        for v in (lo_kib, hi_kib):
+            if v is not None and (not isinstance(v, int) or isinstance(v, bool)):
+                raise TypeError(f"SRAM size bounds must be integers (KiB), not {v!r}")
+        step = math.lcm(self.sram_granule, 1024) // 1024
+        top = self.max_sram_bytes // 1024
+        if hi_kib is not None:
+            top = min(top, hi_kib)
+        first = -(-max(lo_kib, 1) // step) * step
+        return range(first, top // step * step + 1, step)
 
     @property
     def sram_words(self) -> int:

@@ -572,12 +572,13 @@ def _tensor_schemes(qm: QuantizedModel, config: ChipConfig, context: int,
 
 def _schemes_note(qm: QuantizedModel, config: ChipConfig, context: int, kib: int,
                   kvapp: bool) -> tuple[str, Fit | None]:
-    """For a suggested ``sram_kib=kib``: a note naming the schemes it drops that more SRAM
-    (up to the 128 KiB the 17-bit offsets reach) would keep, and the smallest such SRAM as a
-    second `Fit` (verified by compiling); ``("", None)`` when it drops none."""
-    top = max(kib, (1 << OFF_BITS) // 1024)
+    """For a suggested ``sram_kib=kib`` (a size `config` takes): a note naming the schemes
+    it drops that more SRAM (up to the 128 KiB the 17-bit offsets reach) would keep, and the
+    smallest such SRAM as a second `Fit` (verified by compiling); ``("", None)`` when it
+    drops none.  Only sizes `config` takes (``ChipConfig.sram_kib_sizes``) are tried."""
+    sizes = config.sram_kib_sizes(kib, max(kib, (1 << OFF_BITS) // 1024))
     have = _tensor_schemes(qm, config.replace(sram_bytes=kib * 1024), context, kvapp)
-    full = _tensor_schemes(qm, config.replace(sram_bytes=top * 1024), context, kvapp)
+    full = _tensor_schemes(qm, config.replace(sram_bytes=sizes[-1] * 1024), context, kvapp)
     if have is None or full is None or len(have) >= len(full):
         return "", None
     lost = [name for name in full if name not in have]
@@ -585,16 +586,17 @@ def _schemes_note(qm: QuantizedModel, config: ChipConfig, context: int, kib: int
     slower = "prefill" if phases == {"prefill"} else "decode" if phases == {"decode"} \
         else "prefill and decode"
     note = f"without {', '.join(lost)}: slower {slower}"
-    lo, hi = kib + 1, top                     # smallest SRAM keeping every scheme (monotone)
+    lo, hi = 1, len(sizes) - 1                # smallest SRAM keeping every scheme (monotone)
     while lo < hi:
         mid = (lo + hi) // 2
-        if len(_tensor_schemes(qm, config.replace(sram_bytes=mid * 1024), context, kvapp)
-               or ()) >= len(full):
+        if len(_tensor_schemes(qm, config.replace(sram_bytes=sizes[mid] * 1024), context,
+                               kvapp) or ()) >= len(full):
             hi = mid
         else:
             lo = mid + 1
-    extra = _verified(qm, config.replace(sram_bytes=lo * 1024), context, "tensor", kvapp)
-    return note, None if extra is None else Fit((("sram_kib", str(lo)), *extra),
+    extra = _verified(qm, config.replace(sram_bytes=sizes[lo] * 1024), context, "tensor",
+                      kvapp)
+    return note, None if extra is None else Fit((("sram_kib", str(sizes[lo])), *extra),
                                                 note="every scheme")
 
 
@@ -621,8 +623,9 @@ def _suggest_tensor(qm: QuantizedModel, config: ChipConfig, context: int, messag
     """Return configurations that fit the tensor placement (`Fit`): the largest shorter
     context (searched by placement, verified by compiling, with the instruction memory it
     needs if the configuration's is too small), the SRAM the refusal names
-    (verified by compiling, a few KiB of alignment slack allowed), a bigger mesh, or the
-    pipeline placement on the same configuration."""
+    (verified by compiling, a few KiB of alignment slack allowed; only sizes the configuration
+    takes, ``ChipConfig.sram_kib_sizes``), a bigger mesh, or the pipeline placement on the
+    same configuration."""
     tips = []
     if "bytes of SRAM" in message and context > 1:
         lo, hi = 0, context - 1              # largest context whose regions fit (monotone)
@@ -638,9 +641,9 @@ def _suggest_tensor(qm: QuantizedModel, config: ChipConfig, context: int, messag
     m = re.search(r"needs ([\d,]+) bytes of SRAM", message)
     if m:
         need_kib = -(-int(m.group(1).replace(",", "")) // 1024)
-        top_kib = config.max_sram_bytes // 1024
-        for kib in dict.fromkeys(k for k in (need_kib, min(need_kib + 4, top_kib))
-                                 if k <= top_kib):
+        sizes = config.sram_kib_sizes(need_kib)   # the sizes it takes: the need, 4 KiB more
+        for kib in dict.fromkeys([*sizes[:1], *(config.sram_kib_sizes(need_kib + 4)[:1]
+                                                or sizes[-1:])]):
             extra = _verified(qm, config.replace(sram_bytes=kib * 1024), context, "tensor",
                               kvapp)
             if extra is not None:
@@ -662,7 +665,8 @@ def _suggest_tensor(qm: QuantizedModel, config: ChipConfig, context: int, messag
 def _suggest(qm: QuantizedModel, config: ChipConfig, context: int,
              kvapp: bool = False) -> list:
     """Return configurations that fit the pipeline placement (`Fit`), with `kvapp` as
-    compiled: a shorter context, more SRAM, a bigger mesh."""
+    compiled: a shorter context, more SRAM (the smallest size the configuration takes that
+    fits, ``ChipConfig.sram_kib_sizes``), a bigger mesh."""
     tips = []
     if _fits(qm, config, context, kvapp):    # the SRAM suffices: the programs are too long
         extra = _verified(qm, config, context, "pipeline", kvapp)
@@ -681,17 +685,17 @@ def _suggest(qm: QuantizedModel, config: ChipConfig, context: int,
         extra = _verified(qm, config, lo, "pipeline", kvapp)
         if extra is not None:
             tips.append(Fit(extra, context=lo))
-    unit = max(1, config.word_bytes * config.n_banks // 1024) * 1024
-    lo, hi = config.sram_bytes // unit + 1, config.max_sram_bytes // unit   # smallest SRAM
-    if (not tips and lo <= hi
-            and _fits(qm, config.replace(sram_bytes=hi * unit), context, kvapp)):
+    sizes = config.sram_kib_sizes(config.sram_bytes // 1024 + 1)   # larger sizes it takes
+    if (not tips and sizes
+            and _fits(qm, config.replace(sram_bytes=sizes[-1] * 1024), context, kvapp)):
+        lo, hi = 0, len(sizes) - 1           # smallest SRAM that fits (monotone)
         while lo < hi:
             mid = (lo + hi) // 2
-            if _fits(qm, config.replace(sram_bytes=mid * unit), context, kvapp):
+            if _fits(qm, config.replace(sram_bytes=sizes[mid] * 1024), context, kvapp):
                 hi = mid
             else:
                 lo = mid + 1
-        kib = lo * unit // 1024
+        kib = sizes[lo]
         extra = _verified(qm, config.replace(sram_bytes=kib * 1024), context, "pipeline",
                           kvapp)
         if extra is not None:
@@ -766,13 +770,10 @@ def compile_model(source, config: ChipConfig, context: int | None = None,
                            f"{prefill_batches!r}")
         return _compile(qm, config, int(context), prefill_batches, placement, bool(kvapp))
     except FitError as e:
-        try:
-            if placement == "tensor":
-                tips = _suggest_tensor(qm, config, int(context), e.what, kvapp)
-            else:
-                tips = _suggest(qm, config, int(context), kvapp)
-        except ValueError:      # the search met sizes this configuration cannot take
-            tips = []
+        if placement == "tensor":
+            tips = _suggest_tensor(qm, config, int(context), e.what, kvapp)
+        else:
+            tips = _suggest(qm, config, int(context), kvapp)
         fits = list(e.fits) + [f for f in tips if f not in e.fits]
         if not fits:
             raise FitError(f"{e.what}; no configuration that fits found nearby (a shorter "

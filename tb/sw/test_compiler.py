@@ -734,3 +734,52 @@ def test_unencodable_program_is_a_fit_error(small_qm, monkeypatch):
                                        r"for this configuration \(.*\): line 1: "
                                        r"`add r11, r11\+196608, 0`: an address offset"):
         compile_model(small_qm, CONFIGS["small"], placement="tensor")
+
+
+@pytest.mark.parametrize("placement", PLACEMENTS)
+@pytest.mark.parametrize("W, n_banks", [(1024, 2), (128, 16)])
+def test_wide_word_sram_suggestions_are_configurations_that_fit(small_qm, W, n_banks,
+                                                                placement):
+    """Words and banks whose granule (``W x n_banks`` bytes, what `ChipConfig` requires
+    ``sram_bytes`` to be a multiple of) is more than a KiB: the refusal names the bytes a
+    tile needs and an SRAM size that holds them; every size suggested is a configuration
+    (`ChipConfig.from_string` takes it), a whole number of words in every bank, and compiles;
+    one granule less than the smallest does not.  The searches stepped by 1 KiB, met sizes
+    the configuration refuses and dropped every suggestion (W = 1024 with the tensor
+    placement: "no configuration that fits found nearby")."""
+    base = CONFIGS["small"].replace(word_bytes=W, n_banks=n_banks)
+    granule = W * n_banks                              # the gateware's Sram: banks of words
+    assert granule > 1024
+    with pytest.raises(FitError, match=r"needs ([\d,]+) bytes of SRAM at context \d+, but a "
+                                       r"tile has 32,768; a configuration that fits: ") as e:
+        compile_model(small_qm, base, placement=placement)
+    msg = str(e.value)
+    need = int(re.search(r"needs ([\d,]+) bytes", msg).group(1).replace(",", ""))
+    tips = [t for t in _suggested(e.value, base, placement) if t[0].sram_bytes != base.sram_bytes]
+    assert tips, msg
+    for cfg, ctx, pl in tips:
+        assert re.search(rf"sram_kib={cfg.sram_bytes // 1024}\b", msg), msg
+        assert cfg.sram_bytes % granule == 0 and cfg.sram_words % n_banks == 0
+        assert cfg.sram_bytes >= need, msg                # it holds what the refusal names
+        assert compile_model(small_qm, cfg, ctx, placement=pl).config == cfg    # it fits
+    smallest = min(cfg.sram_bytes for cfg, _, _ in tips)
+    with pytest.raises(FitError):                         # the search stepped no further
+        compile_model(small_qm, base.replace(sram_bytes=smallest - granule),
+                      placement=placement)
+
+
+@pytest.mark.parametrize("placement", PLACEMENTS)
+def test_errors_in_the_fit_search_are_not_swallowed(small_qm, monkeypatch, placement):
+    """The searches try only sizes the configuration takes, so a ValueError from them is a
+    bug to see, not a refusal with no suggestion (they were all caught once)."""
+    from chipotle.compiler import compiled as cm
+
+    def broken(*args, **kwargs):
+        raise ValueError("a bug in the fit search")
+
+    monkeypatch.setattr(cm, "_suggest", broken)
+    monkeypatch.setattr(cm, "_suggest_tensor", broken)
+    with pytest.raises(ValueError, match="a bug in the fit search") as e:
+        compile_model(small_qm, CONFIGS["small"].replace(sram_bytes=4096),
+                      placement=placement)
+    assert not isinstance(e.value, FitError)

@@ -4,6 +4,7 @@ configuration to the ISA simulator's estimate and the tile's ``VectorUnit``."""
 from __future__ import annotations
 
 import gc
+import re
 import warnings
 
 import pytest
@@ -140,3 +141,46 @@ def test_config_letters_are_suggested_and_values_take_any_base():
         ChipConfig.from_string("w=16")
     assert ChipConfig.from_string("sram_kib=0x80").sram_bytes == 128 * 1024
     assert ChipConfig.from_string("W=0x10").word_bytes == 16
+
+
+@pytest.mark.parametrize("W, n_banks", [(8, 1), (8, 2), (128, 2), (128, 16), (1024, 2),
+                                        (1024, 4), (64, 64)])
+def test_sram_kib_sizes_are_the_sizes_the_configuration_takes(W, n_banks):
+    """`ChipConfig.sram_kib_sizes` (the SRAM sizes the compiler's fit searches try, KiB):
+    every size it yields is taken by the configuration and by the gateware's `Sram` (a whole
+    number of words in every bank, at most the word addresses' reach), every whole-KiB size
+    it skips is refused; a size just off the granule is refused naming the sizes either
+    side it takes."""
+    from amaranth.hdl import UnusedElaboratable
+
+    from chipotle.hw.tile.sram import Sram
+    base = ChipConfig(word_bytes=W, n_banks=n_banks)
+    sizes = base.sram_kib_sizes()
+    top = base.max_sram_bytes // 1024
+    assert sizes and list(sizes) == sorted(sizes) and sizes[-1] <= top
+    for kib in [*range(1, 257), *range(top - 16, top + 3)]:
+        nbytes = kib * 1024
+        takes = nbytes <= base.max_sram_bytes and nbytes % W == 0 and nbytes // W % n_banks == 0
+        assert (kib in sizes) == takes, kib
+        if takes:
+            assert base.replace(sram_bytes=nbytes).sram_bytes == nbytes
+        else:
+            with pytest.raises(ValueError):
+                base.replace(sram_bytes=nbytes)
+    assert list(base.sram_kib_sizes(5, 40)) == [k for k in sizes if 5 <= k <= 40]
+    assert not base.sram_kib_sizes(top + 1)
+    off = sizes[2] * 1024 + W * n_banks // 2              # half a granule past a size it takes
+    with pytest.raises(ValueError, match=rf"multiple of word_bytes x n_banks \({W * n_banks}\), "
+                                         r"e\.g\. sram_kib=(\d+) or (\d+)$") as e:
+        base.replace(sram_bytes=off)
+    below, above = map(int, re.search(r"sram_kib=(\d+) or (\d+)$", str(e.value)).groups())
+    assert below == sizes[2] and above == sizes[3]
+    with warnings.catch_warnings():                       # constructed, never elaborated
+        warnings.simplefilter("ignore", UnusedElaboratable)
+        for kib in (sizes[0], sizes[2], sizes[-1]):
+            Sram(size_bytes=kib * 1024, word_bytes=W, n_banks=n_banks)
+        with pytest.raises(ValueError, match="multiple of word_bytes"):
+            Sram(size_bytes=off, word_bytes=W, n_banks=n_banks)
+        gc.collect()
+    with pytest.raises(TypeError, match="integers"):
+        base.sram_kib_sizes(1.5)
