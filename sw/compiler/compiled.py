@@ -443,7 +443,7 @@ def _compile(qm: QuantizedModel, config: ChipConfig, context: int,
         raise FitError(f"the program of tile {xy} ("
                        f"{' + '.join(s.name for s in pl.tiles[xy].stages)}) needs {n} "
                        f"instructions, but the instruction memory holds {config.imem_words}",
-                       [_imem_fit(n)])
+                       _imem_fit(n, config))
     return CompiledModel(config, qm, c, context, _images(qm, isa, pl, context), programs,
                          entries, pl, sources)
 
@@ -493,7 +493,7 @@ def _compile_tensor(qm: QuantizedModel, config: ChipConfig, context: int,
     if longest > config.imem_words:
         raise FitError(f"the tensor placement's longest program needs {longest} "
                        f"instructions, but the instruction memory holds {config.imem_words}",
-                       [_imem_fit(longest)])
+                       _imem_fit(longest, config))
     data = tensor_images(qm, isa, pl, roles, context)
     images = {xy: _chunks(lay, data[xy], isa) for xy, lay in pl.tiles.items()}
     return CompiledModel(config, qm, c, context, images, programs, entries, pl, sources)
@@ -511,10 +511,16 @@ def _fits(qm, config, context, kvapp=False) -> bool:
         return False
 
 
-def _imem_fit(words: int) -> Fit:
+def _imem_fit(words: int, config: ChipConfig) -> list:
     """The instruction memory that holds a program of `words` instructions (a multiple of
-    128 words), as a `Fit`."""
-    return Fit((("imem_words", str(-(-words // 128) * 128)),))
+    128 words), as a one-`Fit` list; empty when `config`'s gateware cannot take one that large
+    (``ChipConfig`` refuses it: the network interface's register map reaches 65,536 words)."""
+    n = -(-words // 128) * 128
+    try:
+        config.replace(imem_words=n)
+    except ValueError:
+        return []
+    return [Fit((("imem_words", str(n)),))]
 
 
 def _verified(qm, config, context, placement="pipeline", kvapp=False) -> tuple | None:

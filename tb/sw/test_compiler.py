@@ -783,3 +783,19 @@ def test_errors_in_the_fit_search_are_not_swallowed(small_qm, monkeypatch, place
         compile_model(small_qm, CONFIGS["small"].replace(sram_bytes=4096),
                       placement=placement)
     assert not isinstance(e.value, FitError)
+
+
+def test_instruction_memory_suggestion_stays_within_the_gateware():
+    """A program too long for the instruction memory is offered the next multiple of 128
+    words, but never more than the network interface's register map reaches (65,536 words,
+    which `ChipConfig` refuses past): a suggestion the gateware cannot build is no fit."""
+    from chipotle.compiler.compiled import _imem_fit
+    cfg = CONFIGS["small"]
+    (fit,) = _imem_fit(1000, cfg)
+    assert fit.config == (("imem_words", "1024"),)
+    (fit,) = _imem_fit(65_536, cfg)
+    assert fit.config == (("imem_words", "65536"),)
+    cfg.replace(imem_words=65_536)                       # the largest the gateware takes
+    assert _imem_fit(65_537, cfg) == []
+    with pytest.raises(ValueError, match="imem_words"):
+        cfg.replace(imem_words=65_536 + 128)
