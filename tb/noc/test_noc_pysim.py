@@ -136,6 +136,128 @@ def test_router_multicast_waits_for_room():
         assert Packet.from_flits(f) == pkt and t == 1
 
 
+# Through traffic at router (1, 1) of 3 x 3 under XY routing: input -> (destination, output).
+_THROUGH = {Dir.N: ((1, 2), Dir.S), Dir.S: ((1, 0), Dir.N),
+            Dir.W: ((2, 1), Dir.E), Dir.E: ((0, 1), Dir.W)}
+
+
+@pytest.mark.parametrize("cfg", [CFG, NocConfig(fifo_depth=8, mcast_max_flits=3),
+                                 NocConfig(fifo_depth=4, mcast_max_flits=4)],
+                         ids=["depth16-mcast8", "depth8-mcast3", "depth4-mcast4"])
+def test_router_room_threshold(cfg):
+    """Each link input's ``room`` is 1 exactly while its FIFO has ``mcast_max_flits`` free
+    entries: at every FIFO level from 0 to ``fifo_depth`` flits, filling and draining,
+    ``room == (level <= fifo_depth - mcast_max_flits)`` (1 at that level, 0 one flit above).
+
+    Router (1, 1) of 3 x 3.  Each of the N, E, S, W inputs receives one unicast of
+    ``fifo_depth`` flits going straight through (XY routing: N->S, S->N, W->E, E->W), one
+    flit every 1 to 4 cycles (a different rate per input), while every output is stalled;
+    then the outputs drain them, each ready on its own cycle pattern.  The level is modelled
+    from the stimulus (flits accepted minus flits that left); ``ready == (level <
+    fifo_depth)`` cross-checks the model, every level is visited on every input, and each
+    packet leaves whole.
+    """
+    depth, threshold = cfg.fifo_depth, cfg.fifo_depth - cfg.mcast_max_flits
+    r = Router(cfg, 1, 1, 3, 3)
+    ins, outs, out_rooms = router_ports(r)
+    links = {Dir.N: r.i_n, Dir.E: r.i_e, Dir.S: r.i_s, Dir.W: r.i_w}
+    pkts = {d: build_packet(PacketType.SRAM_WRITE, src=(1, 1), dst=dst, addr=d + 1,
+                            payload=range(100 * d, 100 * d + depth - 1), cfg=cfg)
+            for d, (dst, _) in _THROUGH.items()}
+    seen = defaultdict(set)      # input -> FIFO levels at which `room` was checked
+    got = defaultdict(list)      # output -> flits that left
+
+    async def testbench(ctx):
+        queues = {d: list(p.flits(cfg)) for d, p in pkts.items()}
+        level = dict.fromkeys(links, 0)
+        for room in out_rooms:
+            ctx.set(room, 1)
+        for cycle in range(12 * depth):
+            filling = any(queues.values())
+            if not filling and not any(level.values()):
+                break
+            for k, (d, link) in enumerate(links.items()):
+                assert ctx.get(link.room) == (level[d] <= threshold), (cycle, d, level[d])
+                assert ctx.get(link.flit.ready) == (level[d] < depth), (cycle, d, level[d])
+                seen[d].add(level[d])
+                offer = bool(queues[d]) and cycle % (k + 1) == 0
+                ctx.set(link.flit.valid, offer)
+                if offer:
+                    ctx.set(link.flit.payload.as_value(), queues[d][0])
+                out = outs[_THROUGH[d][1]]
+                ctx.set(out.ready, not filling and cycle % (4 - k) == 0)
+            for d, link in links.items():
+                if ctx.get(link.flit.valid) and ctx.get(link.flit.ready):
+                    queues[d].pop(0)
+                    level[d] += 1
+                out = outs[_THROUGH[d][1]]
+                if ctx.get(out.valid) and ctx.get(out.ready):
+                    got[_THROUGH[d][1]].append(ctx.get(out.payload.as_value()))
+                    level[d] -= 1
+            await ctx.tick()
+        else:
+            raise AssertionError(f"not drained: {level}")
+
+    sim = Simulator(r)
+    sim.add_clock(1e-8)
+    sim.add_testbench(testbench)
+    sim.run()
+    for d, (_, o) in _THROUGH.items():
+        assert seen[d] == set(range(depth + 1)), d
+        assert got[o] == pkts[d].flits(cfg), o
+
+
+def test_router_multicast_held_until_room():
+    """A multicast is held while ``room`` behind its router-to-router output is 0 and leaves
+    in the cycle ``room`` returns to 1; a unicast to the same output is never held by it.
+
+    Router (1, 1) of 3 x 3; ``o_e.room`` is 0 in cycles 0 to 19, 1 in cycle 20, 0 again from
+    cycle 21.  Entering at cycle 0: a full-length multicast (``mcast_max_flits`` flits) from
+    the local port to row 1 (outputs E, W, local) and a unicast from W to (2, 1) (output E).
+    The unicast's flits leave on E from cycle 1 (one cycle per hop) although ``room`` is 0.
+    The multicast leaves on no output before cycle 20 (it acquires E first); from cycle 20
+    its flits leave on E, W and local on consecutive cycles, though ``room`` is 0 again:
+    ``room`` gates the acquisition of an output, not the flits of the packet holding it
+    (wormhole).
+    """
+    release = 20
+    r = Router(CFG, 1, 1, 3, 3)
+    ins, outs, _ = router_ports(r)
+    mc = build_packet(PacketType.CONTROL, src=(1, 1), rect=(0, 2, 1, 1), addr=5,
+                      payload=range(1, CFG.mcast_max_flits))
+    uni = build_packet(PacketType.SRAM_WRITE, src=(0, 1), dst=(2, 1), addr=6, payload=[9, 10])
+    got = defaultdict(list)      # output -> [(cycle, flit)]
+
+    async def testbench(ctx):
+        queues = {ins[Dir.LOCAL]: mc.flits(), ins[Dir.W]: uni.flits()}
+        for room in (r.o_n.room, r.o_s.room, r.o_w.room):
+            ctx.set(room, 1)
+        for cycle in range(release + 2 * CFG.mcast_max_flits):
+            ctx.set(r.o_e.room, cycle == release)
+            for port, q in queues.items():
+                ctx.set(port.valid, bool(q))
+                if q:
+                    ctx.set(port.payload.as_value(), q[0])
+            for port in outs.values():
+                ctx.set(port.ready, 1)
+            for port, q in queues.items():
+                if q and ctx.get(port.ready):
+                    q.pop(0)
+            for o, port in outs.items():
+                if ctx.get(port.valid):
+                    got[o].append((cycle, ctx.get(port.payload.as_value())))
+            await ctx.tick()
+
+    sim = Simulator(r)
+    sim.add_clock(1e-8)
+    sim.add_testbench(testbench)
+    sim.run()
+    mc_out = [(release + i, f) for i, f in enumerate(mc.flits())]
+    assert got[Dir.E] == [(1 + i, f) for i, f in enumerate(uni.flits())] + mc_out
+    assert got[Dir.W] == mc_out and got[Dir.LOCAL] == mc_out
+    assert not got[Dir.N] and not got[Dir.S]
+
+
 def test_error_counter_saturates():
     """Bad heads are dropped whole; the counter stops at its maximum."""
     cfg = NocConfig(error_width=2)
@@ -236,3 +358,52 @@ def test_mesh_1x1():
              for k, v in received.items()}
     assert addrs == {(0, 0): [1, 2, 4], HOST: [3]}
     assert dropped == 1
+
+
+@pytest.mark.parametrize("cfg", [CFG, NocConfig(fifo_depth=8, mcast_max_flits=3)],
+                         ids=["depth16-mcast8", "depth8-mcast3"])
+def test_mesh_multicast_waits_for_neighbour_room(cfg):
+    """In a mesh, a multicast waits at a router until the next router's input FIFO falls to
+    ``fifo_depth - mcast_max_flits`` flits, and leaves in the cycle after the flit that
+    brings it there is read.
+
+    A 2 x 1 mesh, tile (1, 0) not accepting.  Tile (0, 0) sends a unicast of
+    ``fifo_depth - mcast_max_flits + 1`` flits to (1, 0), which fills router (1, 0)'s west
+    FIFO to one flit above the ``room`` threshold, then a full-length multicast to both
+    tiles (outputs E, then local, at router (0, 0)).  The multicast is not delivered to tile
+    (0, 0) while the neighbour has no room; tile (1, 0) accepts one flit in cycle 30, and
+    the multicast's flits reach tile (0, 0) on consecutive cycles from cycle 31.  Tile (1, 0)
+    accepts again from cycle 40 and gets the unicast, then the multicast, whole.
+    """
+    take, resume = 30, 40
+    mesh = Mesh(2, 1, cfg)
+    uni = build_packet(PacketType.SRAM_WRITE, src=(0, 0), dst=(1, 0), addr=1,
+                       payload=range(cfg.fifo_depth - cfg.mcast_max_flits), cfg=cfg)
+    mc = build_packet(PacketType.SRAM_WRITE, src=(0, 0), rect=(0, 1, 0, 0), addr=2,
+                      payload=range(cfg.mcast_max_flits - 1), cfg=cfg)
+    got = defaultdict(list)      # tile index -> [(cycle, flit)]
+
+    async def testbench(ctx):
+        queue = uni.flits(cfg) + mc.flits(cfg)
+        port = mesh.i_local[0]
+        for cycle in range(resume + 2 * cfg.fifo_depth):
+            ctx.set(port.valid, bool(queue))
+            if queue:
+                ctx.set(port.payload.as_value(), queue[0])
+            ctx.set(mesh.o_local[0].ready, 1)
+            ctx.set(mesh.o_local[1].ready, cycle == take or cycle >= resume)
+            if queue and ctx.get(port.ready):
+                queue.pop(0)
+            for i, out in enumerate(mesh.o_local):
+                if ctx.get(out.valid) and ctx.get(out.ready):
+                    got[i].append((cycle, ctx.get(out.payload.as_value())))
+            await ctx.tick()
+
+    sim = Simulator(mesh)
+    sim.add_clock(1e-8)
+    sim.add_testbench(testbench)
+    sim.run()
+    assert got[0] == [(take + 1 + i, f) for i, f in enumerate(mc.flits(cfg))]
+    assert [f for _, f in got[1]] == uni.flits(cfg) + mc.flits(cfg)
+    assert got[1][0][0] == take and all(t >= resume for t, _ in got[1][1:])
+
