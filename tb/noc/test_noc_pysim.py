@@ -29,11 +29,13 @@ from chipotle.hw.noc import (
 CFG = NocConfig()
 
 
-def simulate(dut, inputs, outputs, *, cycles=400, stalled=(), rooms=(), after=None):
+def simulate(dut, inputs, outputs, *, cycles=400, stalled=(), rooms=(), after=None,
+             watch=None):
     """Drive ``inputs`` (port -> list of flit lists), collect ``outputs`` (key -> port).
 
     Returns ``{key: [(cycle of head, Packet-as-flits), ...]}`` and, if ``after`` is given,
     its result (``after(ctx)`` runs once all packets are in and the network is idle).
+    ``watch(ctx, cycle)``, if given, runs at the end of every cycle, before the clock edge.
     """
     received = defaultdict(list)
     result = {}
@@ -62,6 +64,8 @@ def simulate(dut, inputs, outputs, *, cycles=400, stalled=(), rooms=(), after=No
                     if unpack_flit(flit, dut.cfg)[1]:
                         received[key].append((start, tuple(partial[key])))
                         partial[key] = []
+            if watch is not None:
+                watch(ctx, cycle)
             await ctx.tick()
         # every packet that began leaving an output also ended (its `last` flit)
         assert not any(partial.values()), {k: len(v) for k, v in partial.items() if v}
@@ -407,3 +411,78 @@ def test_mesh_multicast_waits_for_neighbour_room(cfg):
     assert [f for _, f in got[1]] == uni.flits(cfg) + mc.flits(cfg)
     assert got[1][0][0] == take and all(t >= resume for t, _ in got[1][1:])
 
+
+def test_mesh_errors_saturate():
+    """``Mesh.errors`` is the saturating sum of the routers' drop counters, one cycle behind:
+    in every cycle ``errors == min(limit, sum of router_errors in the previous cycle)``, 0 in
+    cycle 0, so it never wraps; at the end every router holds its own saturated count of the
+    bad packets that entered the mesh there (reference model), and ``errors`` their
+    saturated sum.
+
+    A 2 x 2 mesh with ``error_width=3`` (limit 7).  Bad heads of several kinds (unicast
+    outside the mesh, host column with a non-zero row, reserved type, multicast rectangle
+    outside the mesh or longer than ``mcast_max_flits``) enter from every tile and the host,
+    5 + 4 at router (0, 0) (its own counter saturates at 7), 3, 2 and 1 at the others
+    (saturated counts sum to 13, above the limit and above ``2**error_width``), with good
+    packets among them, delivered and not counted.  The first bad packet of every source is
+    dropped in the same cycle (two at router (0, 0)), so the sum also takes values below
+    the limit before it passes it.
+    """
+    cfg = NocConfig(error_width=3)
+    limit = (1 << cfg.error_width) - 1
+    mesh = Mesh(2, 2, cfg)
+    tiles = [(x, y) for y in range(2) for x in range(2)]
+    outs = {t: mesh.o_local[mesh.tile_index(*t)] for t in tiles}
+    outs[HOST] = mesh.o_host
+    bad_heads = [
+        Head(PacketType.SRAM_WRITE, 2, 0, length=1),                  # x0 outside
+        Head(PacketType.SRAM_READ, 0, 2),                             # y0 outside
+        Head(PacketType.CONTROL, cfg.host[0], 1, length=2),           # host column, row 1
+        Head(6, 1, 1, length=1),                                      # reserved type
+        Head(PacketType.SRAM_WRITE, 0, 0, 2, 1, mcast=True),          # rectangle outside
+        Head(PacketType.SRAM_WRITE, 0, 0, 1, 1, mcast=True,           # multicast too long
+             length=cfg.mcast_max_flits),
+    ]
+    n_bad = {HOST: 4, (0, 0): 5, (1, 0): 3, (0, 1): 2, (1, 1): 1}
+    inputs = {}
+    expected = defaultdict(list)
+    dropped = defaultdict(int)      # entry router -> bad packets
+    addr = 0
+    for k, (src, n) in enumerate(n_bad.items()):
+        pkts = []
+        for i in range(n):
+            head = bad_heads[(k + i) % len(bad_heads)]
+            pkts.append(Packet(head, tuple(range(head.length))))
+            if i == 1:                  # a good packet among the bad ones
+                addr += 1
+                dst = tiles[(k + addr) % len(tiles)]
+                pkts.append(build_packet(PacketType.SRAM_WRITE, src=src, dst=dst, addr=addr,
+                                         payload=[addr], cfg=cfg))
+        for p in pkts:
+            dests = destinations(p.head, 2, 2, cfg)
+            for d in dests:
+                expected[d].append(p.head.addr)
+            if not dests:
+                dropped[(0, 0) if src == HOST else src] += 1
+        port = mesh.i_host if src == HOST else mesh.i_local[mesh.tile_index(*src)]
+        inputs[port] = [p.flits(cfg, strict=False) for p in pkts]
+    assert sum(dropped.values()) == sum(n_bad.values())        # every bad head is bad
+    final = [min(limit, dropped[t]) for t in tiles]
+    assert sum(final) > limit and sum(final) >= 1 << cfg.error_width
+
+    trace = []                      # (errors, router_errors) in every cycle
+
+    def watch(ctx, cycle):
+        trace.append((ctx.get(mesh.errors), [ctx.get(e) for e in mesh.router_errors]))
+
+    received, _ = simulate(mesh, inputs, outs, cycles=40, watch=watch)
+    for d in outs:
+        got = [Packet.from_flits(f, cfg).head.addr for _, f in received[d]]
+        assert sorted(got) == sorted(expected[d]), d
+    assert trace[0][0] == 0
+    for cycle in range(1, len(trace)):
+        total, per_router = trace[cycle][0], trace[cycle - 1][1]
+        assert total == min(limit, sum(per_router)), (cycle, total, per_router)
+    assert trace[-1] == (min(limit, sum(final)), final)
+    sums = [sum(per_router) for _, per_router in trace]
+    assert any(0 < s < limit for s in sums), sums   # the unsaturated sum was exercised too
