@@ -139,7 +139,8 @@ class Router(wiring.Component):
     -------
     i_n, i_e, i_s, i_w : ``In(Link(cfg))``
         Flits arriving from the neighbour in that direction (``i_w`` of router (0, 0) is the
-        host link's input).  Each ``room`` output reports the input FIFO's free space.
+        host link's input).  Each ``room`` output is 1 while the input FIFO has at least
+        ``mcast_max_flits`` free entries (level ``<= fifo_depth - mcast_max_flits``).
     o_n, o_e, o_s, o_w : ``Out(Link(cfg))``
         Flits leaving towards that neighbour; ``room`` comes from the neighbour.
     i_local : ``In(stream.Signature(cfg.flit_layout))``
