@@ -40,12 +40,17 @@ def _rect(x0, x1, y0, y1):
     return {"x0": x0, "x1": x1, "y0": y0, "y1": y1}
 
 
-def _run(bench, *, stall=0.3, seed=1, cfg=CFG):
+def _run(bench, *, stall=0.3, seed=1, cfg=CFG, cycles=50_000):
+    """Simulate ``bench`` (at most ``cycles`` cycles: the watchdog); return the packets the
+    tile injected.  ``rec.stall`` is the probability of back-pressure on each output (the
+    bench may change it), ``rec.stalls`` counts the cycles the tile offered a flit that was
+    not taken, ``rec.resets`` the cycles ``o_reset`` was high."""
     dut = NetifUnit(cfg)
     sim = Simulator(dut)
     sim.add_clock(1e-8)
     got = []
-    rec = SimpleNamespace(starts=[], imem=[], done=None, finished=False)
+    rec = SimpleNamespace(starts=[], imem=[], done=None, finished=False, stall=stall,
+                          stalls=0, resets=0)
     rng = random.Random(seed)
 
     cur = []
@@ -53,7 +58,9 @@ def _run(bench, *, stall=0.3, seed=1, cfg=CFG):
     async def step(ctx):
         """One clock cycle: random back-pressure, record what moves, tick."""
         for port in (dut.o_noc, dut.o_start, dut.o_imem):
-            ctx.set(port.ready, rng.random() >= stall)
+            ctx.set(port.ready, rng.random() >= rec.stall)
+        rec.stalls += bool(ctx.get(dut.o_noc.valid) and not ctx.get(dut.o_noc.ready))
+        rec.resets += bool(ctx.get(dut.o_reset))
         moved = {}
         for name in ("i_noc", "i_cmd", "i_wait", "o_cmd_done"):
             port = getattr(dut, name)
@@ -114,8 +121,13 @@ def _run(bench, *, stall=0.3, seed=1, cfg=CFG):
         rec.finished = True
 
     sim.add_testbench(main)
-    sim.run_until(5e-4)  # 50k cycles: the watchdog
-    assert rec.finished, "watchdog: the bench did not finish within 50k cycles"
+    # the watchdog: `cycles` cycles at most, in chunks so that a finished bench stops it
+    chunk = 1000
+    for k in range(1, -(-cycles // chunk) + 1):
+        sim.run_until(k * chunk * 1e-8)
+        if rec.finished:
+            break
+    assert rec.finished, f"watchdog: the bench did not finish within {cycles} cycles"
     return got
 
 
