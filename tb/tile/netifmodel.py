@@ -9,7 +9,8 @@ Host packets: sram_write, sram_read, reg_read, control, counter_add, imem_write,
     the host's one definition of them).
 TileRef
     What one tile's network interface holds (SRAM words, counters, error flags,
-    instruction memory, starts) and how it answers a packet.
+    instruction memory, starts, the performance registers it can know) and how it answers
+    a packet and a SEND or DONE command.
 send_packets
     The packets a SEND command puts on the network (the packetisation rule).
 """
@@ -101,7 +102,12 @@ def send_check(ni: NetifConfig, cmd: dict) -> ErrorCode:
 class TileRef:
     """The state of one tile's network interface, as the host and the controller see it.
 
-    ``receive`` applies an arriving packet and returns the packets the tile answers with.
+    ``receive`` applies an arriving packet and returns the packets the tile answers with;
+    ``send`` and ``done`` apply a command of the tile's controller and return the packets
+    it injects.  The performance registers ``FLITS_RECEIVED``, ``WORDS_WRITTEN``,
+    ``WORDS_READ`` and ``COMMANDS`` follow from those; ``FLITS_SENT`` and ``NET_STALLS``
+    depend on the network's back-pressure, so a bench that reads them puts what it
+    observed in ``extra``.
     """
 
     ni: NetifConfig
@@ -117,6 +123,10 @@ class TileRef:
     extra: dict = field(default_factory=dict)     # values of registers the model cannot know
     kv: list = field(default_factory=lambda: [0] * len(KV_REGS))   # KV layout registers
     kv_capacity: int = 0                          # i_kv_capacity (the KV store's)
+    flits_received: int = 0                       # performance registers (RESET bit 2
+    words_written: int = 0                        # clears them)
+    words_read: int = 0
+    commands: int = 0
 
     def __post_init__(self):
         self.sram = [0] * self.ni.sram_words
@@ -147,6 +157,10 @@ class TileRef:
             Reg.ERRORS: self.errors,
             Reg.ERROR_COUNT: self.error_count,
             Reg.KV_CAPACITY: self.kv_capacity,
+            Reg.FLITS_RECEIVED: self.flits_received,
+            Reg.WORDS_WRITTEN: self.words_written,
+            Reg.WORDS_READ: self.words_read,
+            Reg.COMMANDS: self.commands,
             **dict(zip(KV_REGS, self.kv, strict=True)),
         }
         if reg in self.extra:
@@ -164,6 +178,7 @@ class TileRef:
         h, pay = pkt.head, list(pkt.payload)
         cfg = self.cfg
         ni = self.ni
+        self.flits_received += 1 + len(pay)          # dropped flits included
         if len(pay) != h.length:
             self.flag(NetError.BAD_LENGTH)
         n = min(len(pay), h.length)
@@ -172,6 +187,7 @@ class TileRef:
                 self.flag(NetError.SRAM_RANGE)
                 return []
             self.sram[h.addr:h.addr + n] = pay[:n]
+            self.words_written += n
             return []
         if h.type == PacketType.SRAM_READ:
             if not pay:
@@ -185,6 +201,7 @@ class TileRef:
                     words = []
                 else:
                     words = self.sram[h.addr:h.addr + count]
+                    self.words_read += count
             else:
                 words = []
                 for r in range(h.addr, h.addr + count):
@@ -202,6 +219,7 @@ class TileRef:
                 self.flag(NetError.SRAM_RANGE)
                 return []
             self.sram[word:word + n] = pay[:n]
+            self.words_written += n
             self.bump(c, 1)
             return []
         if h.type == PacketType.CONTROL:
@@ -227,6 +245,9 @@ class TileRef:
                         self.counters = [0] * ni.n_counters
                     if v & 4:
                         self.errors = self.error_count = 0
+                        self.words_written = self.words_read = self.commands = 0
+                        # the flits after this word's arrive after the clear
+                        self.flits_received = len(pay) - 1 - k
                 elif COUNTER_BASE <= reg < COUNTER_BASE + ni.n_counters:
                     self.bump(reg - COUNTER_BASE, v & ((1 << ni.counter_width) - 1))
                 elif reg in KV_REGS:
@@ -238,3 +259,29 @@ class TileRef:
             return []
         self.flag(NetError.BAD_TYPE)
         return []
+
+    def send(self, cmd: dict) -> tuple[ErrorCode, list[Packet]]:
+        """Apply a SEND command (``cmd`` as `send_check`'s): return the error code of its
+        completion and the packets it injects, payload words read from the SRAM."""
+        ni = self.ni
+        self.commands += 1
+        error = send_check(ni, cmd)
+        if error != ErrorCode.NONE:
+            self.flag(NetError.SEND_REFUSED)
+            return error, []
+        words = cmd["length"] // ni.word_bytes
+        self.words_read += words
+        src = cmd["src"] // ni.word_bytes
+        out = []
+        for p in send_packets(ni, (ni.x, ni.y), cmd):
+            if words:
+                p = Packet(p.head, tuple(self.sram[src:src + p.head.length]))
+                src += p.head.length
+            out.append(p)
+        return error, out
+
+    def done(self, code: int) -> list[Packet]:
+        """Apply a DONE command: return the doorbell packet it sends to the host."""
+        self.commands += 1
+        return [_uni(PacketType.CONTROL, HOST, Reg.DOORBELL, [code], self.cfg,
+                     src=(self.ni.x, self.ni.y))]

@@ -17,6 +17,7 @@ from netifmodel import (
     control,
     counter_add,
     imem_write,
+    read_request_word,
     reg_read,
     reset,
     send_check,
@@ -26,8 +27,15 @@ from netifmodel import (
     start,
 )
 
-from chipotle.hw.noc import NocConfig, Packet, PacketType, decode_head
-from chipotle.hw.tile.netif import NetError, NetifConfig, NetOp, Reg, bump_write_addr
+from chipotle.hw.noc import Head, NocConfig, Packet, PacketType, decode_head
+from chipotle.hw.tile.netif import (
+    COUNTER_BASE,
+    NetError,
+    NetifConfig,
+    NetOp,
+    Reg,
+    bump_write_addr,
+)
 from chipotle.isa import ErrorCode
 
 NOC = NocConfig()
@@ -364,3 +372,374 @@ def test_reserved_packet_type_is_dropped_and_the_link_stays_in_step():
     words = list(resp.payload)
     assert words[:3] == [0, 0, 0]                 # the bad packet wrote nothing
     assert words[12] == 0x99                      # the one after it landed
+
+
+# -- performance registers, RESET bit 2, NOC_ERRORS, ERROR_COUNT -------------------------------
+
+#: Another tile of the mesh, the source of the benches' malformed packets (a host packet would
+#: wait behind the host's reads: `NetworkInterface`, receive side).
+PEER = (0, 1)
+
+
+def _loose(pkt):
+    """``pkt`` for the bench's ``send`` without the packet builders' checks (reserved types,
+    a ``length`` that disagrees with the payload)."""
+    return SimpleNamespace(flits=lambda cfg: pkt.flits(cfg, strict=False))
+
+
+def _reserved(length_flits, src=PEER):
+    """A packet of the reserved type 5 with ``length_flits`` payload flits."""
+    return Packet(Head(5, ME[0], ME[1], src_x=src[0], src_y=src[1], length=length_flits),
+                  tuple(range(length_flits)))
+
+
+def _new_ref():
+    return TileRef(CFG, perf=[perf_value(0, k) for k in range(2)], status=status_value(0))
+
+
+class _Host:
+    """The bench's side of a run checked against a `TileRef`: packets arrive at the tile
+    and commands are given in both, the packets the model says the tile injects are
+    collected in ``expect`` (the run's ``got`` must equal it), and register reads compare
+    the words read with the model's."""
+
+    def __init__(self, ctx, ref, send, command, settle, got, rec):
+        self.ctx, self.ref, self._send, self._command = ctx, ref, send, command
+        self.settle, self.got, self.rec = settle, got, rec
+        self.expect = []
+        self.tag = 0x700
+
+    async def arrive(self, pkt, *, quiet=20):
+        """Deliver ``pkt`` to the tile, then ``quiet`` cycles with nothing arriving."""
+        self.expect += self.ref.receive(pkt)
+        await self._send(self.ctx, _loose(pkt))
+        await self.settle(self.ctx, quiet)
+
+    async def command(self, **cmd):
+        """Give a SEND (``src``, ``dst``, ``length``, ``rect``, ``counter``) or, with
+        ``code``, a DONE; check its completion."""
+        if "code" in cmd:
+            self.expect += self.ref.done(cmd["code"])
+            error = ErrorCode.NONE
+            done = await self._command(self.ctx, op=NetOp.DONE, code=cmd["code"])
+        else:
+            error, pkts = self.ref.send(cmd)
+            self.expect += pkts
+            done = await self._command(self.ctx, op=NetOp.SEND, src=cmd["src"],
+                                       dst=cmd["dst"], length=cmd["length"],
+                                       rect=_rect(*cmd["rect"]), counter=cmd["counter"])
+        assert done.error == error
+
+    def flits_sent(self):
+        """Flits the tile has injected so far (the run's)."""
+        return sum(1 + len(p.payload) for p in self.got)
+
+    async def quiesce(self, *, check=True):
+        """Drop the back-pressure and wait until the tile has injected all it owes; check
+        the packets (``check``) or all but the last."""
+        self.rec.stall = 0
+        while len(self.got) < len(self.expect):
+            await self.settle(self.ctx, 1)
+        await self.settle(self.ctx, 10)
+        n = len(self.expect) - (not check)
+        assert len(self.got) == len(self.expect) and self.got[:n] == self.expect[:n]
+
+    async def read(self, reg, count):
+        """Read ``count`` registers from ``reg`` (a host read, no back-pressure); return the
+        words read and the model's.  The model takes ``NET_STALLS`` to be the cycles the
+        run saw the tile's flit refused, and ``FLITS_SENT`` the flits it saw leave, since
+        `mark`."""
+        await self.quiesce()
+        self.ref.extra[Reg.NET_STALLS] = self.rec.stalls - self.stall_mark
+        self.ref.extra[Reg.FLITS_SENT] = self.flits_sent() - self.sent_mark
+        self.tag += 1
+        await self.arrive(reg_read(ME, reg, count, self.tag, NOC), quiet=0)
+        await self.quiesce(check=False)
+        assert self.got[-1].head == self.expect[-1].head
+        return list(self.got[-1].payload), list(self.expect[-1].payload)
+
+    def mark(self):
+        """The performance registers restart from here (their clear)."""
+        self.stall_mark = self.rec.stalls
+        self.sent_mark = self.flits_sent()
+
+
+#: The performance registers `_read_perf` reads.
+PERF_REGS = range(Reg.FLITS_SENT, Reg.COMMANDS + 1)
+
+
+async def _read_perf(host):
+    """Read ``FLITS_SENT`` .. ``COMMANDS`` and check them against the model (see
+    `test_performance_registers_count_the_traffic`); return the words read."""
+    words, want = await host.read(Reg.FLITS_SENT, len(PERF_REGS))
+    # FLITS_SENT: the flits injected before the answer, and perhaps its head (the docstring
+    # does not say whether a read sees its own answer's head leave)
+    assert want[0] <= words[0] <= want[0] + 1, (words, want)
+    assert words[1:] == want[1:], {Reg(r).name: (w, e)
+                                   for r, w, e in zip(PERF_REGS, words, want, strict=True)}
+    return words
+
+
+async def _traffic(host, rng):
+    """Drive a mix of arriving packets and commands, with back-pressure on the tile's
+    injection port: SRAM writes (one past the SRAM end, one with a payload word more than
+    its ``length``), a counter write, a write-and-bump, a reserved-type packet (its flits
+    dropped), SRAM reads (one past the end) and a register read, unicast and multicast
+    SENDs, a refused SEND, a SEND of 0 bytes and a DONE."""
+    words = CFG.sram_words
+    host.rec.stall = 0.3
+    await host.arrive(sram_write(ME, 0, [rng.getrandbits(64) for _ in range(24)], NOC))
+    await host.arrive(sram_write(ME, words - 4, [1, 2, 3, 4, 5], NOC))     # SRAM_RANGE
+    long = sram_write(ME, 30, [rng.getrandbits(64) for _ in range(4)], NOC)
+    # BAD_LENGTH, one word too many (one error cycle: the model's count of 1 per packet)
+    await host.arrive(Packet(Head.unicast(PacketType.SRAM_WRITE, ME, PEER, addr=30, length=3,
+                                          cfg=NOC), long.payload))
+    await host.arrive(counter_add(ME, 1, 5, NOC))
+    await host.arrive(Packet(Head.unicast(PacketType.CONTROL, ME, PEER,
+                                          addr=bump_write_addr(2, 40), length=6, cfg=NOC),
+                             tuple(rng.getrandbits(64) for _ in range(6))))
+    await host.arrive(_reserved(3))                                        # BAD_TYPE
+    await host.arrive(sram_read(ME, 2, 12, 0x31, NOC))
+    # a read for another tile, and a write from it while the answer is fetched: the two
+    # sides take turns at the SRAM port (the write does not wait for the read, unlike a
+    # host's; disjoint words, so the order does not matter)
+    ask = read_request_word(40, 0x34, 0, NOC)
+    await host.arrive(Packet(Head.unicast(PacketType.SRAM_READ, ME, PEER, addr=0, length=1,
+                                          cfg=NOC), (ask,)), quiet=0)
+    await host.arrive(Packet(Head.unicast(PacketType.SRAM_WRITE, ME, PEER, addr=64, length=40,
+                                          cfg=NOC), tuple(rng.getrandbits(64)
+                                                          for _ in range(40))))
+    await host.arrive(sram_read(ME, words - 3, 10, 0x32, NOC))             # SRAM_RANGE
+    await host.arrive(reg_read(ME, Reg.ID, 1, 0x33, NOC))
+    base = {"src": 0, "dst": 8 * 64, "counter": 3}
+    await host.command(**base, length=8 * 20, rect=(0, 0, 1, 1))          # unicast
+    await host.command(**base, length=8 * 10, rect=(0, 1, 0, 1))          # multicast
+    await host.command(**base, length=8 * 10, rect=(0, 2, 0, 0))          # refused (ROUTE)
+    await host.command(**base, length=0, rect=(1, 1, 1, 1))
+    await host.command(code=0x5A5A)
+
+
+def test_performance_registers_count_the_traffic():
+    """The interface's performance registers read back through a register read equal what
+    the traffic implies: ``FLITS_RECEIVED`` every flit taken from the network (heads, the
+    flits of a dropped reserved-type packet and a payload word past ``length`` included),
+    ``WORDS_WRITTEN`` the SRAM words written by arriving packets (none of a refused one),
+    ``WORDS_READ`` the SRAM words read for read responses and SENDs (none for a register
+    read or a refused one), ``COMMANDS`` the SENDs and DONEs completed (a refused SEND
+    included) -- all from ``netifmodel`` --, ``NET_STALLS`` the cycles the bench saw a flit
+    offered and refused, ``FLITS_SENT`` the flits the bench took.  Read twice: before and
+    after more traffic, so the registers count on (the read requests are traffic too)."""
+
+    async def bench(ctx, dut, send, command, settle, got, rec, wait):
+        host = _Host(ctx, _new_ref(), send, command, settle, got, rec)
+        host.mark()
+        rng = random.Random(11)
+        await _traffic(host, rng)
+        first = await _read_perf(host)
+        assert rec.stalls > 0 and all(first[1:]), first     # the mix moved every register
+        await _traffic(host, rng)
+        await _read_perf(host)
+
+    _run(bench)
+
+
+def test_reset_bit_2_clears_the_error_flags_error_count_and_performance_registers_only():
+    """``RESET`` bit 2 clears ``ERRORS`` (and the ``errors`` port), ``ERROR_COUNT`` and the
+    performance registers ``FLITS_SENT`` .. ``COMMANDS``, which then count on from 0; it
+    does not pulse ``o_reset``, nor clear the counters, the KV layout registers or the SRAM.
+    Bits 0 and 1 (the controller's reset, the counters) clear none of what bit 2 clears.
+    Checked against ``netifmodel`` and what the bench saw leave the tile."""
+    kv = [0x120, 3, 2, 16, 40]
+
+    async def bench(ctx, dut, send, command, settle, got, rec, wait):
+        ref = _new_ref()
+        host = _Host(ctx, ref, send, command, settle, got, rec)
+        host.mark()
+        rng = random.Random(12)
+        await host.arrive(control(ME, Reg.KV_BASE, kv, NOC))
+        await _traffic(host, rng)
+        await _read_perf(host)
+        words, want = await host.read(Reg.ERRORS, 2)
+        assert words == want and words[0] and words[1], (words, want)
+        assert ctx.get(dut.errors) == ref.errors
+
+        # bits 0 and 1: the controller's reset and the counters, not the flags nor the
+        # performance registers
+        await host.arrive(reset(ME, 0b011, NOC))
+        assert rec.resets == 1 and ref.resets == 1
+        assert [ctx.get(dut.counters[c]) for c in range(4)] == ref.counters == [0] * 4
+        words, want = await host.read(Reg.ERRORS, 2)
+        assert words == want and words[0] and words[1], (words, want)
+        await _read_perf(host)
+
+        # bit 2: the flags, the error count and the performance registers, nothing else
+        await host.arrive(counter_add(ME, 3, 7, NOC))
+        counters = list(ref.counters)
+        assert counters[3] == 7
+        await host.quiesce()
+        host.mark()
+        await host.arrive(reset(ME, 0b100, NOC))
+        assert ctx.get(dut.errors) == 0
+        assert rec.resets == 1                                   # no controller reset
+        assert [ctx.get(dut.counters[c]) for c in range(4)] == ref.counters == counters
+        lay = ctx.get(dut.kv_layout)
+        assert [int(lay.base), int(lay.n_layers), int(lay.n_kv_heads), int(lay.head_size),
+                int(lay.max_pos)] == ref.kv == kv
+        words, want = await host.read(Reg.ERRORS, 2)
+        assert words == want == [0, 0]
+        words = await _read_perf(host)
+        assert words[Reg.WORDS_WRITTEN - Reg.FLITS_SENT] == 0
+        assert words[Reg.COMMANDS - Reg.FLITS_SENT] == 0
+        words, want = await host.read(COUNTER_BASE, 4)           # the counters, read back
+        assert words == want == counters
+        words, want = await host.read(Reg.KV_BASE, 5)
+        assert words == want == kv
+        for a in range(0, CFG.sram_words, 64):                   # the SRAM, read back
+            await host.arrive(sram_read(ME, a, 64, 0x40 + a // 64, NOC))
+        await host.quiesce()
+        # and they count on
+        await _traffic(host, rng)
+        await _read_perf(host)
+        words, want = await host.read(Reg.ERRORS, 2)
+        assert words == want and words[0] and words[1], (words, want)
+
+    _run(bench)
+
+
+def test_noc_errors_register_reads_the_mesh_drop_count_through_every_tile():
+    """``NOC_ERRORS`` read by the host through a tile of a ``Chip`` (the mesh's ``errors``
+    wired into every ``Tile``'s network interface) is the number of malformed packets the
+    host sent, each dropped whole at the router where it entered the mesh: a reserved
+    ``type``, a unicast outside the mesh, one to the host column's row 1, a multicast
+    rectangle with ``x0 > x1``, a multicast of ``mcast_max_flits`` payload flits, a head
+    whose ``last`` disagrees with its ``length``.  Read at both tiles of a 2 x 1 chip, before
+    the drops (0), after them, and after more (it counts on); the reads, well-formed, are
+    not counted."""
+    from amaranth.sim import Simulator as Sim
+
+    from chipotle.config import ChipConfig
+    from chipotle.hw.chip import RESET_LATENCY, Chip
+
+    ccfg = ChipConfig(mesh_width=2, mesh_height=1, sram_bytes=1024, lanes=2, max_m=1,
+                      k_max=32, imem_words=16, n_counters=2)
+    noc = ccfg.noc
+    host_col = noc.host[0]
+    mcast_long = noc.mcast_max_flits
+
+    def bad(k):
+        """Malformed packet kind ``k`` (0 .. 5), from the host."""
+        hx, hy = noc.host
+        heads = [
+            Head(5, 1, 0, src_x=hx, src_y=hy, length=2),
+            Head(PacketType.SRAM_WRITE, ccfg.mesh_width, 0, src_x=hx, src_y=hy, length=2),
+            Head(PacketType.SRAM_WRITE, host_col, 1, src_x=hx, src_y=hy, length=2),
+            Head(PacketType.SRAM_WRITE, 1, 0, 0, 0, True, hx, hy, length=2),
+            Head(PacketType.SRAM_WRITE, 0, 0, 1, 0, True, hx, hy, length=mcast_long),
+            Head(PacketType.SRAM_WRITE, 1, 0, src_x=hx, src_y=hy, length=3),
+        ]
+        head = heads[k]
+        n = 0 if k == 5 else head.length          # kind 5: a head alone, `last` set
+        return Packet(head, tuple(range(100, 100 + n)))
+
+    first = [bad(k) for k in range(6)]
+    more = [bad(k) for k in (4, 0, 2)]
+    dut = Chip(ccfg)
+    sim = Sim(dut)
+    sim.add_clock(1e-8)
+    reads = {}
+
+    async def bench(ctx):
+        ctx.set(dut.o_host.ready, 1)
+        await ctx.tick().repeat(RESET_LATENCY + 1)
+        cur = []
+
+        async def cycle():
+            if ctx.get(dut.o_host.valid):
+                flit = ctx.get(dut.o_host.payload)
+                cur.append(int(flit.data))
+                if flit.last:
+                    pkt = Packet(decode_head(cur[0], noc), tuple(cur[1:]))
+                    assert pkt.head.type == PacketType.READ_RESP
+                    reads[pkt.head.addr] = pkt.payload
+                    cur.clear()
+            await ctx.tick()
+
+        async def send(pkt):
+            for f in pkt.flits(noc, strict=False):
+                ctx.set(dut.i_host.payload.as_value(), f)
+                ctx.set(dut.i_host.valid, 1)
+                while True:
+                    taken = ctx.get(dut.i_host.ready)
+                    await cycle()
+                    if taken:
+                        break
+            ctx.set(dut.i_host.valid, 0)
+
+        async def noc_errors(tag):
+            """Read NOC_ERRORS at both tiles; return the two values."""
+            for x in range(2):
+                await send(reg_read((x, 0), Reg.NOC_ERRORS, 1, tag + x, noc))
+            for _ in range(200):
+                if tag in reads and tag + 1 in reads:
+                    break
+                await cycle()
+            return [reads[tag][0], reads[tag + 1][0]]
+
+        assert await noc_errors(0x10) == [0, 0]
+        for p in first:
+            await send(p)
+        assert await noc_errors(0x20) == [len(first)] * 2
+        for p in more:
+            await send(p)
+        assert await noc_errors(0x30) == [len(first) + len(more)] * 2
+
+    sim.add_testbench(bench)
+    sim.run()
+
+
+def test_error_count_counts_error_events_and_saturates():
+    """``ERROR_COUNT`` adds one per error event, each in a cycle of its own here: single-flit
+    reserved-type packets back to back (one per cycle), a longer one (one event, its drained
+    flits none), an SRAM write past the end, a refused SEND, a read of a register that does
+    not exist.  Then, driven by a reserved-type head every cycle, it reaches 2**16 - 1 and
+    stays there (saturates, does not wrap), the sticky flags unchanged.  Checked against
+    ``netifmodel`` and the count of events sent."""
+    top = (1 << 16) - 1
+    flit = _reserved(0).flits(NOC, strict=False)[0]
+
+    async def bench(ctx, dut, send, command, settle, got, rec, wait):
+        ref = _new_ref()
+        host = _Host(ctx, ref, send, command, settle, got, rec)
+        host.mark()
+        burst = 5
+        for _ in range(burst):
+            await host.arrive(_reserved(0), quiet=0)              # one per cycle
+        await host.arrive(_reserved(4))
+        await host.arrive(sram_write(ME, CFG.sram_words - 1, [1, 2], NOC))
+        await host.command(src=0, dst=0, length=8, rect=(0, 0, 0, 0), counter=CFG.n_counters)
+        await host.arrive(reg_read(ME, 0x0E, 1, 0x50, NOC))         # no register 0x0E
+        events = burst + 4
+        words, want = await host.read(Reg.ERRORS, 2)
+        assert words == want
+        assert words[1] == ref.error_count == events
+        assert words[0] == (NetError.BAD_TYPE | NetError.SRAM_RANGE | NetError.SEND_REFUSED
+                            | NetError.BAD_REG)
+
+        async def flood(n):
+            """A reserved-type head (a packet of its own) taken every cycle, ``n`` cycles."""
+            for _ in range(n):
+                ref.receive(_reserved(0))
+            ctx.set(dut.i_noc.payload.as_value(), flit)
+            ctx.set(dut.i_noc.valid, 1)
+            await ctx.tick().repeat(n)
+            ctx.set(dut.i_noc.valid, 0)
+
+        await flood(top - ref.error_count)
+        words, want = await host.read(Reg.ERRORS, 2)
+        assert words == want and words[1] == top                  # exact up to the top
+        await flood(3)
+        words, want = await host.read(Reg.ERRORS, 2)
+        assert words == want and words[1] == top                  # and no further
+        assert words[0] == ctx.get(dut.errors) == ref.errors
+
+    _run(bench, cycles=(1 << 16) + 10_000)
