@@ -980,8 +980,10 @@ class NetworkInterface(wiring.Component):
         }
         perf_regs = {reg: Signal(32, name=reg.name.lower()) for reg in perf}
         with m.If(clear_errors):
-            m.d.sync += [self.errors.eq(0), err_count.eq(0)]
-            m.d.sync += [r.eq(0) for r in perf_regs.values()]
+            # The clear's cycle is the one after the RESET word was taken: its events come
+            # after the word, so they are the first ones kept.
+            m.d.sync += [self.errors.eq(flags), err_count.eq(flags != 0)]
+            m.d.sync += [perf_regs[reg].eq(event) for reg, event in perf.items()]
         with m.Else():
             m.d.sync += self.errors.eq(self.errors | flags)
             with m.If((flags != 0) & (err_count != 0xFFFF)):

@@ -743,3 +743,30 @@ def test_error_count_counts_error_events_and_saturates():
         assert words[0] == ctx.get(dut.errors) == ref.errors
 
     _run(bench, cycles=(1 << 16) + 10_000)
+
+
+def test_events_in_the_cycle_after_a_reset_bit_2_are_kept():
+    """What happens after the ``RESET`` word that sets bit 2 is recorded, even in the very
+    next cycle (the clear's own): a ``CONTROL`` packet writing ``RESET`` then the read-only
+    ``STATUS`` leaves ``ERRORS`` = ``BAD_REG``, ``ERROR_COUNT`` 1 and the later word's flit
+    in ``FLITS_RECEIVED``; a reset followed back to back by a single-flit reserved-type
+    packet leaves ``BAD_TYPE``, 1 and that flit.  Checked against ``netifmodel``."""
+
+    async def bench(ctx, dut, send, command, settle, got, rec, wait):
+        ref = _new_ref()
+        host = _Host(ctx, ref, send, command, settle, got, rec)
+        host.mark()
+        for then in ([control(ME, Reg.RESET, [0b100, 0], NOC)],
+                     [reset(ME, 0b100, NOC), _reserved(0)]):
+            await _traffic(host, random.Random(13))               # something to clear
+            await host.quiesce()
+            for p in then:
+                await host.arrive(p, quiet=0)                     # back to back
+            await settle(ctx, 10)
+            host.mark()
+            words, want = await host.read(Reg.ERRORS, 2)
+            assert words == want == [ref.errors, 1] and ref.errors in (NetError.BAD_REG,
+                                                                        NetError.BAD_TYPE)
+            await _read_perf(host)
+
+    _run(bench)
