@@ -71,7 +71,8 @@ class Reg(py_enum.IntEnum):
     STATUS = 0x03
     #: R: sticky :class:`NetError` flags.
     ERRORS = 0x04
-    #: R: number of error events (saturating at 2**16 - 1).
+    #: R: number of cycles in which an error was flagged (saturating at 2**16 - 1): events of
+    #: one cycle count once, and each word dropped past a packet's ``length`` is a cycle.
     ERROR_COUNT = 0x05
     #: R: the NoC's dropped-packet counter (``i_noc_errors``, from the mesh).
     NOC_ERRORS = 0x06

@@ -137,7 +137,13 @@ class TileRef:
         return self.ni.noc
 
     def flag(self, bit: NetError) -> None:
-        """Record an error event."""
+        """Record an error event.
+
+        ``error_count`` counts the events; ``ERROR_COUNT`` counts the cycles with an error
+        flagged, so the two agree while each event has a cycle of its own and a packet has
+        at most one word past its ``length`` (one ``BAD_LENGTH`` here, one per such word
+        there).
+        """
         self.errors |= int(bit)
         self.error_count = min(self.error_count + 1, 0xFFFF)
 

@@ -30,6 +30,7 @@ from netifmodel import (
 from chipotle.hw.noc import Head, NocConfig, Packet, PacketType, decode_head
 from chipotle.hw.tile.netif import (
     COUNTER_BASE,
+    PERF_BASE,
     NetError,
     NetifConfig,
     NetOp,
@@ -446,9 +447,9 @@ class _Host:
 
     async def read(self, reg, count):
         """Read ``count`` registers from ``reg`` (a host read, no back-pressure); return the
-        words read and the model's.  The model takes ``NET_STALLS`` to be the cycles the
-        run saw the tile's flit refused, and ``FLITS_SENT`` the flits it saw leave, since
-        `mark`."""
+        words read and the model's, for the caller to compare.  The model takes
+        ``NET_STALLS`` to be the cycles the run saw the tile's flit refused, and
+        ``FLITS_SENT`` the flits it saw leave, since `mark`."""
         await self.quiesce()
         self.ref.extra[Reg.NET_STALLS] = self.rec.stalls - self.stall_mark
         self.ref.extra[Reg.FLITS_SENT] = self.flits_sent() - self.sent_mark
@@ -456,7 +457,8 @@ class _Host:
         await self.arrive(reg_read(ME, reg, count, self.tag, NOC), quiet=0)
         await self.quiesce(check=False)
         assert self.got[-1].head == self.expect[-1].head
-        return list(self.got[-1].payload), list(self.expect[-1].payload)
+        want, self.expect[-1] = self.expect[-1], self.got[-1]      # the caller compares
+        return list(self.got[-1].payload), list(want.payload)
 
     def mark(self):
         """The performance registers restart from here (their clear)."""
@@ -768,5 +770,40 @@ def test_events_in_the_cycle_after_a_reset_bit_2_are_kept():
             assert words == want == [ref.errors, 1] and ref.errors in (NetError.BAD_REG,
                                                                         NetError.BAD_TYPE)
             await _read_perf(host)
+
+    _run(bench)
+
+
+def test_error_count_counts_the_cycles_in_which_an_error_was_flagged():
+    """``ERROR_COUNT`` counts cycles with an error flagged, not the events in them: a read
+    of 8 registers that do not exist (``BAD_REG`` at each fetch, transmit side) answered
+    while a single-flit reserved-type packet arrives every cycle (``BAD_TYPE``, receive
+    side) adds one per arriving packet only; an SRAM write 3 words longer than its
+    ``length`` adds 3 (each word dropped in a cycle of its own, ``BAD_LENGTH``).  Expected
+    counts from the stimulus; the flags from ``netifmodel``."""
+    flood, missing, excess = 40, 8, 3
+    no_reg = PERF_BASE + CFG.n_perf + 8                   # 8 registers on: none exist
+
+    async def bench(ctx, dut, send, command, settle, got, rec, wait):
+        ref = _new_ref()
+        host = _Host(ctx, ref, send, command, settle, got, rec)
+        host.mark()
+        rec.stall = 0
+        n = len(got)
+        ask = read_request_word(missing, 0x61, 1, NOC)
+        await host.arrive(Packet(Head.unicast(PacketType.SRAM_READ, ME, PEER, addr=no_reg,
+                                              length=1, cfg=NOC), (ask,)), quiet=0)
+        for _ in range(flood):
+            await host.arrive(_reserved(0), quiet=0)      # one per cycle, from the next on
+        # the answer has left, so every fetch (all before its last flit) was in the flood
+        assert len(got) == n + 1 and list(got[-1].payload) == [0] * missing
+        words, want = await host.read(Reg.ERRORS, 2)
+        assert words[0] == want[0] == NetError.BAD_TYPE | NetError.BAD_REG
+        assert words[1] == flood
+        await host.arrive(Packet(Head.unicast(PacketType.SRAM_WRITE, ME, PEER, addr=8,
+                                              length=2, cfg=NOC), tuple(range(2 + excess))))
+        words, want = await host.read(Reg.ERRORS, 2)
+        assert words[0] == want[0] == NetError.BAD_TYPE | NetError.BAD_REG | NetError.BAD_LENGTH
+        assert words[1] == flood + excess
 
     _run(bench)
