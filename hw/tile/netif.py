@@ -769,7 +769,9 @@ class NetworkInterface(wiring.Component):
                 m.d.comb += overflow.eq(1)
             sub = Mux(wait_ok & (wait.counter == c), wait.need[:cw], 0)
             with m.If(clear_counters):
-                m.d.sync += cnt.eq(0)
+                # the clear's cycle is the one after the RESET word: a bump in it comes after
+                # the word, so it is the first one kept (no wait is granted in it)
+                m.d.sync += cnt.eq(Mux(hit, bump_inc, 0))   # bump_inc <= cmax (its width)
             with m.Elif(hit):
                 m.d.sync += cnt.eq(sat - sub)
             with m.Else():
