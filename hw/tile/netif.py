@@ -156,6 +156,9 @@ class NetError(py_enum.IntFlag):
     SRAM_RANGE = 0x02
     #: A packet's payload is longer or shorter than its ``length`` (the ``last`` flag
     #: decides where it ends; excess words are dropped), or an ``SRAM_READ`` has no payload.
+    #: Not checked on a packet refused at its head (``SRAM_RANGE`` on a write, ``IMEM_RANGE``,
+    #: ``BAD_TYPE``: drained whole), nor on a head-only packet (the routers drop a head-only
+    #: packet whose ``length`` is not 0 before it reaches a tile).
     BAD_LENGTH = 0x04
     #: A register write or read names no register, or a counter that does not exist.
     BAD_REG = 0x08

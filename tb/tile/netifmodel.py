@@ -180,18 +180,30 @@ class TileRef:
         return None
 
     def receive(self, pkt: Packet) -> list[Packet]:
-        """Apply a well-delimited packet; return the packets sent in answer."""
+        """Apply a well-delimited packet; return the packets sent in answer.  A payload
+        longer or shorter than ``length`` flags ``BAD_LENGTH`` unless the packet is refused
+        at its head (``SRAM_RANGE`` on a write, ``IMEM_RANGE``, ``BAD_TYPE``): a refused
+        packet is drained whole, its length unchecked, as the gateware does."""
+        self._refused = False
+        out = self._receive(pkt)
+        if len(pkt.payload) != pkt.head.length and not self._refused:
+            self.flag(NetError.BAD_LENGTH)
+        return out
+
+    def _refuse(self, bit: NetError) -> list[Packet]:
+        self.flag(bit)
+        self._refused = True
+        return []
+
+    def _receive(self, pkt: Packet) -> list[Packet]:
         h, pay = pkt.head, list(pkt.payload)
         cfg = self.cfg
         ni = self.ni
         self.flits_received += 1 + len(pay)          # dropped flits included
-        if len(pay) != h.length:
-            self.flag(NetError.BAD_LENGTH)
         n = min(len(pay), h.length)
         if h.type in (PacketType.SRAM_WRITE, PacketType.READ_RESP):
             if h.addr + h.length > ni.sram_words:
-                self.flag(NetError.SRAM_RANGE)
-                return []
+                return self._refuse(NetError.SRAM_RANGE)
             self.sram[h.addr:h.addr + n] = pay[:n]
             self.words_written += n
             return []
@@ -222,8 +234,7 @@ class TileRef:
         if h.type == PacketType.CONTROL and h.addr >> (BUMP_WRITE_BITS - 1) == 1:
             word, c = h.addr & ((1 << ADDR_WIDTH) - 1), h.addr >> ADDR_WIDTH & 0xFF
             if word + h.length > ni.sram_words or c >= ni.n_counters:
-                self.flag(NetError.SRAM_RANGE)
-                return []
+                return self._refuse(NetError.SRAM_RANGE)
             self.sram[word:word + n] = pay[:n]
             self.words_written += n
             self.bump(c, 1)
@@ -233,8 +244,7 @@ class TileRef:
                 per = ni.flits_per_instr
                 idx = h.addr - IMEM_BASE
                 if h.length % per or idx + h.length // per > ni.imem_words:
-                    self.flag(NetError.IMEM_RANGE)
-                    return []
+                    return self._refuse(NetError.IMEM_RANGE)
                 pw = cfg.payload_width
                 for k in range(n // per):
                     word = sum(pay[k * per + j] << (pw * j) for j in range(per))
@@ -263,8 +273,7 @@ class TileRef:
                 else:
                     self.flag(NetError.BAD_REG)
             return []
-        self.flag(NetError.BAD_TYPE)
-        return []
+        return self._refuse(NetError.BAD_TYPE)
 
     def send(self, cmd: dict) -> tuple[ErrorCode, list[Packet]]:
         """Apply a SEND command (``cmd`` as `send_check`'s): return the error code of its

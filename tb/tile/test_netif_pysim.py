@@ -832,3 +832,36 @@ def test_a_bump_in_the_cycle_after_a_reset_bit_1_is_kept():
         assert words == want == ref.counters
 
     _run(bench)
+
+
+def test_a_refused_packet_is_drained_without_a_length_check():
+    """A packet refused at its head is drained whole and its length is not checked: an SRAM
+    write past the SRAM end and an instruction-memory write of part of an instruction, each
+    with 3 words more than their ``length``, flag ``SRAM_RANGE`` and ``IMEM_RANGE`` but not
+    ``BAD_LENGTH``; the same excess on a write that is taken flags ``BAD_LENGTH``.  Checked
+    against ``netifmodel``, and the flags' values from the stimulus."""
+    from chipotle.hw.tile.netif import IMEM_BASE
+
+    async def bench(ctx, dut, send, command, settle, got, rec, wait):
+        ref = _new_ref()
+        host = _Host(ctx, ref, send, command, settle, got, rec)
+        host.mark()
+        past_end = Packet(Head.unicast(PacketType.SRAM_WRITE, ME, PEER,
+                                       addr=CFG.sram_words - 1, length=2, cfg=NOC),
+                          tuple(range(5)))
+        await host.arrive(past_end)
+        words, want = await host.read(Reg.ERRORS, 1)
+        assert words == want == [NetError.SRAM_RANGE]
+        partial = Packet(Head.unicast(PacketType.CONTROL, ME, PEER, addr=IMEM_BASE,
+                                      length=1, cfg=NOC), tuple(range(4)))
+        await host.arrive(partial)
+        words, want = await host.read(Reg.ERRORS, 1)
+        assert words == want == [NetError.SRAM_RANGE | NetError.IMEM_RANGE]
+        taken = Packet(Head.unicast(PacketType.SRAM_WRITE, ME, PEER, addr=0, length=2,
+                                    cfg=NOC), tuple(range(5)))
+        await host.arrive(taken)
+        words, want = await host.read(Reg.ERRORS, 1)
+        assert words == want == [NetError.SRAM_RANGE | NetError.IMEM_RANGE
+                                 | NetError.BAD_LENGTH]
+
+    _run(bench)
