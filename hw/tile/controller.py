@@ -150,8 +150,10 @@ class PerfIndex(py_enum.IntEnum):
     NET_STALLS = 5
     #: Cycles some tile-side initiator requested the shared SRAM port and was not granted.
     SRAM_STALLS = 6
-    #: SRAM bytes read (all ports): W per read grant of each port, so a vector read of
-    #: ``n_banks`` words counts W (docs/tile.md, "Performance counters": an undercount).
+    #: SRAM bytes read (all ports): W per word an initiator reads: one per read of the
+    #: matrix unit's port and per granted read of the one-word initiators, the words of its
+    #: source a vector-unit wide read takes (1 .. ``n_banks``, its ``bus_words``) per
+    #: granted vector read (docs/tile.md, "Performance counters").
     BYTES_READ = 7
     #: SRAM bytes written (all ports).
     BYTES_WRITTEN = 8

@@ -18,6 +18,7 @@ Tile
 from amaranth import *  # house style (STYLE.md)
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out, connect, flipped
+from amaranth.utils import exact_log2
 
 from ..stream_util import SkidBuffer
 from .controller import N_PERF, Controller, PerfIndex, Status
@@ -184,6 +185,10 @@ class TileCore(wiring.Component):
         running = ctrl.status.state.as_value().matches(1, 2)   # RUNNING, WAITING
         rw_read = arb.o.en & arb.o.ready & ~arb.o.we
         rw_write = arb.o.en & arb.o.ready & arb.o.we
+        # words of the shared port's granted read: the vector unit's wide read takes
+        # `bus_words` (1 .. n_banks) words of its rdata, every other initiator one
+        vec_read = vec.bus.en & vec.bus.ready & ~vec.bus.we
+        rw_words = Mux(vec_read, vec.bus_words, rw_read)
         written = sum(Mux(rw_write, arb.o.wmask[b], 0) for b in range(W))
         tile_stall = Cat(*(i.en & ~i.ready for i in (ctrl.bus, wb.bus, vec.bus, kv.bus))).any()
         inc = {
@@ -194,7 +199,7 @@ class TileCore(wiring.Component):
             PerfIndex.WAIT_STALLS: ctrl.stall_wait,
             PerfIndex.NET_STALLS: ctrl.stall_net,
             PerfIndex.SRAM_STALLS: tile_stall,
-            PerfIndex.BYTES_READ: Mux(mx.bus.en, W, 0) + Mux(rw_read, W, 0),
+            PerfIndex.BYTES_READ: (mx.bus.en + rw_words) << exact_log2(W),
             PerfIndex.BYTES_WRITTEN: written,
             PerfIndex.MATRIX_CYCLES: ctrl.matrix_active,
             PerfIndex.KV_CYCLES: kv.busy,

@@ -255,6 +255,11 @@ class VectorUnit(wiring.Component):
         on ``ready``; a read returns the R words from its address, writes are one word).
         A ``bus.error`` (cannot happen after the range checks) turns the command's error
         into ``SRAM_RANGE``.
+    bus_words : ``Out(range(read_words + 1))``
+        The words of the read ``bus`` requests this cycle, the ones the unit takes from its
+        R-word ``rdata`` (1 .. R: the words of the current source stream, up to R; 0 when
+        ``bus`` requests no read): the tile's ``BYTES_READ`` counter adds W times this
+        for each granted read.
     busy : ``Out(1)``
         A command is in progress (accepted, ``o_done`` not yet taken).
     """
@@ -287,6 +292,7 @@ class VectorUnit(wiring.Component):
             "o_done": Out(stream.Signature(VectorDone)),
             "bus": Out(SramSignature(word_bytes=word_bytes, read_words=read_words,
                                      latency=sram_latency)),
+            "bus_words": Out(range(read_words + 1)),
             "busy": Out(1),
         })
 
@@ -1055,7 +1061,7 @@ class VectorUnit(wiring.Component):
                     m.d.sync += wq.eq(0)
                     m.d.comb += pop.eq(1)
         with m.Elif(rd_want):
-            m.d.comb += [self.bus.en.eq(1), self.bus.addr.eq(r_addr)]
+            m.d.comb += [self.bus.en.eq(1), self.bus.addr.eq(r_addr), self.bus_words.eq(r_k)]
             with m.If(self.bus.ready):
                 m.d.sync += [rq.eq(rq + r_k), pend.eq(1), pend_sel.eq(r_sel), pend_j.eq(r_j),
                              pend_last.eq(r_last)]
