@@ -212,8 +212,11 @@ class KvStore(wiring.Component):
     The address map is the run-time ``layout`` (:class:`KvParams`; in a tile, the host's KV
     registers).  Its derived sizes (row words, block words, the end of the map and the
     capacity) are computed in two registered stages that follow it (not reset: a reset
-    does not disturb them); commands are accepted only once they have settled (three
-    cycles after the last change), so a command never sees a half-updated map.  The
+    does not disturb them); commands are accepted only once they have settled: with
+    cycle 0 the first cycle of a new layout value, ``i_cmd.ready`` stays low in cycles 0 to
+    3 and a command is accepted from cycle 4 on (the sizes reflect the layout from cycle 3,
+    the registered capacity last; a command is decoded in the cycle after its acceptance),
+    so a command never sees a half-updated map.  The
     **capacity** is ``max_pos`` when every field is non-zero and the map ends inside the
     SRAM, else 0: an append can then never write outside the map nor outside the SRAM.
 
