@@ -65,7 +65,8 @@ class Reg(py_enum.IntEnum):
     #: W: start the controller at PC ``payload[0:16]`` (offered on ``o_start``).
     START = 0x01
     #: W: bit 0 resets the controller (``o_reset``), bit 1 clears the counters, bit 2
-    #: clears the error flags, the error count and the interface's performance counters.
+    #: clears the error flags, the error count and the interface's performance counters
+    #: (in the cycle after the word; that cycle's own events, which follow the word, are kept).
     RESET = 0x02
     #: R: the controller's status word (``i_status``; its layout is the controller's).
     STATUS = 0x03
