@@ -278,3 +278,87 @@ def test_wsum_wraps_at_32_bits_pysim():
     wrapped = (want + 2**31) % 2**32 - 2**31
     assert (weighted_sum(p.astype(np.uint16), v.astype(np.int8)) == wrapped).all()
     _run_ok([case], cfg)
+
+
+def test_error_edges_pysim():
+    """Each refusal at its edge, one step inside and one outside (a mutation audit found the
+    fast tests passed with ``silu``'s ``frac_bits < 6`` moved to ``< 5``, ``softmax``'s
+    ``n <= 32768`` to ``n <= 65536``, ``reqm``'s pair aligned to 2 instead of 4, and
+    ``wsum``'s V-row range check dropped; the cocotb bench has them, this runs in seconds).
+    The expected codes are the ISA simulator's (``_run``), and the list's own, so a case the
+    reference also got wrong cannot pass."""
+    s = _stim(7)
+    end = CFG.sram_bytes
+    tables = [s.table_case(TableId.SIGMOID, 0), s.table_case(TableId.EXP2, 0),
+              s.table_case(TableId.RECIP, 0)]
+    si = s.silu(12)
+    rq = s.reqi(8, Dtype.I8, Dtype.I16, 3, 1, op=Opcode.REQM)
+    sm = s.softmax(20)
+    ws = s.wsum(6, 8)
+    cases = [
+        (Case("silu frac_bits = 5", dict(si.cmd, imm=5), si.writes), ErrorCode.ARITH),
+        (Case("silu frac_bits = 6", dict(si.cmd, imm=6), si.writes), ErrorCode.NONE),
+        # n > 32768 is SHAPE before any range check; n = 32768 passes it and is past the
+        # 2 KiB SRAM
+        (Case("softmax n = 32769", dict(sm.cmd, n=32769), sm.writes), ErrorCode.SHAPE),
+        (Case("softmax n = 32768", dict(sm.cmd, n=32768), sm.writes), ErrorCode.SRAM_RANGE),
+        (Case("reqm pair 2-aligned", dict(rq.cmd, b=CFG.P + 2), rq.writes), ErrorCode.ALIGN),
+        (Case("reqm pair at the last 4 bytes", dict(rq.cmd, b=end - 4), rq.writes),
+         ErrorCode.NONE),
+        (Case("reqm pair past the end", dict(rq.cmd, b=end), rq.writes), ErrorCode.SRAM_RANGE),
+        # the V rows [b, b + (n - 1) c + imm): past the end by a long stride, and by one byte
+        (Case("wsum rows past the end", dict(ws.cmd, c=3000), ws.writes), ErrorCode.SRAM_RANGE),
+        (Case("wsum last row ends at the end", dict(ws.cmd, b=end - 5 * 16 - 8, c=16),
+              ws.writes), ErrorCode.NONE),
+        (Case("wsum last row one byte past", dict(ws.cmd, b=end - 5 * 16 - 7, c=16),
+              ws.writes), ErrorCode.SRAM_RANGE),
+    ]
+    res = _run(tables + [c for c, _ in cases])
+    assert [e for _, e, _ in res] == [ErrorCode.NONE] * len(tables) + [e for _, e in cases]
+
+
+def test_large_shifts_pysim():
+    """Shifts past the lanes' 50-bit shifter: ``reqi`` / ``reqm`` with s = 51, 63, 64, 200
+    and 0x1FFFF (``reqm``: 16 bits), and ``silu`` with ``frac_bits`` 22 .. 40 (its index
+    shift clamped at 16), against the ISA simulator.  Without the clamps (a shift taken
+    modulo its register's width) these cases, and only these, differ (mutation audit)."""
+    s = _stim(8)
+    cases = [s.table_case(TableId.SIGMOID, 0)]
+    for k, sh in enumerate((51, 63, 64, 200, 0x1FFFF)):
+        cases.append(s.reqi(9, Dtype.I32, Dtype.I32, 65535, sh, "minmax"))
+        cases.append(s.reqi(9, Dtype.I16, Dtype.I32, 40000 + k, sh & 0xFFFF, "minmax",
+                            op=Opcode.REQM))
+    cases += [s.silu(9, frac_bits, "minmax") for frac_bits in (22, 23, 40)]
+    _run_ok(cases)
+
+
+def test_rmsnorm_negative_sum_pysim():
+    """RMSNorm's ``ARITH`` of a negative ``sum(x**2) + eps`` (a negative epsilon), one step
+    each side: all-zero x with eps = -1 is refused, full-scale x with eps = -sum(x**2) gives
+    the sum 0 and zeros (a mutation audit found the fast tests passed with the check
+    removed)."""
+    s = _stim(9)
+    n = 8
+    cases = [s.table_case(TableId.RSQRT, 0),
+             s.rmsnorm(n, kind="zero", eps=-1),
+             s.rmsnorm(n, kind="max", eps=-n * 32767 ** 2),
+             s.rmsnormq(n, kind="zero", eps=-1)]
+    res = _run(cases)
+    assert [e for _, e, _ in res] == [ErrorCode.NONE, ErrorCode.ARITH, ErrorCode.NONE,
+                                      ErrorCode.ARITH]
+
+
+def test_rmsnormq_int8_saturation_pysim():
+    """rmsnormq's int8 requantisation saturates both ways.  With the golden dynq table it
+    never does (its entries keep ``|x| <= 127.25`` before rounding), so a unit with the two
+    saturation bounds swapped passed every other test (mutation audit); a program may load
+    any table, and with every entry 0xFFFF (a scale about twice the golden one) values near
+    the maximum magnitude saturate, positive and negative.  Reference: the ISA simulator
+    (golden ``requant(.., 8)`` saturates)."""
+    s = _stim(10)
+    big = Case("table dynq all 0xffff", {"op": Opcode.TABLE, "a": 0, "c": TableId.DYNQ.value},
+               [(0, b"\xff\xff" * 256)])
+    cases = [s.table_case(TableId.RSQRT, 0), big,
+             s.rmsnormq(13), s.rmsnormq(9, "sat", shift=-3), s.rmsnormq(11, "outlier"),
+             s.dynq(13, Dtype.I16), s.dynq(9, Dtype.I32, outlier=True)]
+    _run_ok(cases)
