@@ -38,8 +38,14 @@ from chipotle.hw.tile import (
     TileConfig,
     TileDatapath,
 )
+from chipotle.hw.tile.controller import ControllerState
 from chipotle.hw.tile.datapath import mux_matrix_commands
+from chipotle.hw.tile.kvstore import KvParams
 from chipotle.hw.tile.sram import connect_narrow
+from chipotle.hw.tile.tile import TileCore
+from chipotle.isa import assemble
+from chipotle.isa.core import ErrorCode
+from chipotle.isasim import IsaSim
 
 CFG = TileConfig(sram_bytes=4096, word_bytes=8, n_banks=2, max_m=4, k_max=176,
                  kv=KvLayout(n_layers=2, n_kv_heads=2, head_size=12, max_pos=10, base=300))
@@ -444,3 +450,131 @@ def test_matrix_command_mux_holds_its_choice_pysim():
         assert seen() == (1, 0x3333, 0, 1)
 
     _run(dut, bench)
+
+
+def _run_core_program(cfg, program, read_bytes, kv=None):
+    """Run ``program`` (assembly) on a ``TileCore`` of ``cfg`` (with the KV layout `kv`)
+    until it halts or stops with an error; return ``(error, bytes)`` with ``bytes`` the SRAM
+    bytes ``read_bytes`` (``(addr, n)``, word-aligned) read afterwards through the ``sram``
+    port."""
+    words = assemble(program)
+    dut = TileCore(cfg)
+    W = cfg.word_bytes
+    out = {}
+
+    async def bench(ctx):
+        if kv is not None:
+            ctx.set(dut.kv_layout, KvParams.from_layout(kv))
+        for i, w in enumerate(words):
+            ctx.set(dut.i_imem.payload, {"addr": i, "data": w})
+            ctx.set(dut.i_imem.valid, 1)
+            await ctx.tick()
+        ctx.set(dut.i_imem.valid, 0)
+        ctx.set(dut.i_start.payload, 0)
+        ctx.set(dut.i_start.valid, 1)
+        while not ctx.get(dut.i_start.ready):
+            await ctx.tick()
+        await ctx.tick()
+        ctx.set(dut.i_start.valid, 0)
+        for _ in range(2000):
+            if ctx.get(dut.status.state) in (ControllerState.HALTED, ControllerState.ERROR):
+                break
+            await ctx.tick()
+        else:
+            raise AssertionError("the tile did not stop")
+        await ctx.tick().repeat(4)
+        out["error"] = ErrorCode(ctx.get(dut.status.error))
+        p = dut.sram
+        addr, n = read_bytes
+        raw = b""
+        for a in range(addr // W, (addr + n) // W):
+            ctx.set(p.en, 1)
+            ctx.set(p.we, 0)
+            ctx.set(p.addr, a)
+            while not ctx.get(p.ready):
+                await ctx.tick()
+            await ctx.tick()
+            ctx.set(p.en, 0)
+            await ctx.tick().repeat(cfg.sram_latency)
+            raw += ctx.get(p.rdata).to_bytes(W * p.signature.read_words, "little")[:W]
+        out["bytes"] = raw
+
+    _run(dut, bench)
+    return out["error"], out["bytes"]
+
+
+@pytest.mark.parametrize("last_k", [4, 3], ids=["acc_mu_is_-2**46", "one_step_inside"])
+def test_matqk_product_bound_pysim(last_k):
+    """``requant_dyn`` refuses ``|acc * mu| >= 2**46`` (``ARITH``): the write-back's bound at
+    its one asymmetric value, ``acc * mu = -2**46`` (mu = (-32768)**2 = 2**30 from two
+    records' scale codes, acc = -128 * (4 * 127 + 4) = -2**16), and one step inside
+    (acc = -128 * 511).  The cocotb ``errors`` case is far past the bound, so a write-back
+    that took -2**46 as fitting (its sign bits alone) passed every bench (mutation audit).
+    Expected: the ISA simulator's error and Y."""
+    cfg = TileConfig(sram_bytes=4096, word_bytes=8, n_banks=2, max_m=2, k_max=64, kv=None,
+                     imem_words=64, n_counters=4, lanes=8)
+    program = f"""
+        li  r1, 0x8000
+        st  0x100, r1
+        st  0x200, r1
+        li  r1, 0x80808080
+        st  0x108, r1
+        li  r1, 0x80
+        st  0x10c, r1
+        li  r1, 0x7f7f7f7f
+        st  0x208, r1
+        li  r1, {last_k}
+        st  0x20c, r1
+        li  r1, 0x280001
+        st  0x300, r1
+        matqk.i32 0x400, 0x100, 0x200, 0x300, 1, 5, 1
+        halt
+    """
+    want = _reference(cfg, program, (0x400, 8))
+    assert want[0] == (ErrorCode.ARITH if last_k == 4 else ErrorCode.NONE)
+    assert _run_core_program(cfg, program, (0x400, 8)) == want
+
+
+def _reference(cfg, program, read_bytes, kv=None):
+    """The ISA simulator's ``(error, bytes)`` for `_run_core_program`'s arguments."""
+    ref = IsaSim(1, 1, cfg.isa_config())
+    if kv is not None:
+        ref.set_kv_layout((0, 0), kv)
+    ref.load_program((0, 0), assemble(program))
+    ref.start((0, 0))
+    ref.run()
+    tile = ref.tile((0, 0))
+    addr, n = read_bytes
+    return tile.error, bytes(tile.sram[addr:addr + n])
+
+
+@pytest.mark.parametrize("n", [0x10001, 0x10000 + 2, 2])
+def test_kvqk_length_past_16_bits_pysim(n):
+    """``kvqk`` with ``n >= 2**16`` positions is ``KV_RANGE`` (past any capacity), on a
+    128 KiB SRAM (the default chip's) where Y of ``n`` int8 still fits, so the Y range check
+    does not refuse it first.  The controller checks ``n``'s bits above the KV store's 16
+    before it hands the command over; without that check the store saw ``n mod 2**16`` (1
+    or 2, inside the capacity) and the tile scored those rows instead (mutation audit: the
+    cocotb bench's SRAMs are 8 and 16 KiB, where SRAM_RANGE comes first).  n = 2 is the
+    accepted neighbour.  Expected: the ISA simulator's error and Y."""
+    cfg = TileConfig(sram_bytes=128 * 1024, word_bytes=8, n_banks=2, max_m=2, k_max=64,
+                     kv=None, imem_words=64, n_counters=4, lanes=8)
+    lay = KvLayout(n_layers=1, n_kv_heads=1, head_size=8, max_pos=4, base=512,
+                   k_header=True, word_bytes=8)
+    program = f"""
+        li  r1, 1
+        st  0x100, r1
+        st  0x1000, r1
+        st  0x200, r1
+        li  r1, 0x01020304
+        st  0x108, r1
+        st  0x1008, r1
+        li  r1, {n}
+        kvqk.i8 0x8000, 0x100, 0, 0x200, r1, 1
+        halt
+    """
+    assert lay.k_row(0, 0, 0) * 8 == 0x1000        # (the K record the program writes)
+    want = _reference(cfg, program, (0x8000, 8), lay)
+    assert want == ((ErrorCode.KV_RANGE, bytes(8)) if n > 0xFFFF
+                    else (ErrorCode.NONE, bytes([30]) + bytes(7)))   # 1 + 4 + 9 + 16; row 1 is 0
+    assert _run_core_program(cfg, program, (0x8000, 8), lay) == want
