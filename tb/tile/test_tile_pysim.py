@@ -535,6 +535,33 @@ def test_matqk_product_bound_pysim(last_k):
     assert _run_core_program(cfg, program, (0x400, 8)) == want
 
 
+@pytest.mark.parametrize("b", [6, 5], ids=["shift_-1", "shift_0"])
+def test_matmul_shift_bound_pysim(b):
+    """``requant_dyn`` refuses a negative shift ``s - b`` (``ARITH``): at its edge, s = 5
+    with the X record's exponent b = 6 (shift -1: refused) and b = 5 (shift 0: y = acc =
+    1 + 2 + 3 + 4 = 10, written).  The benches' case has shift -31, so a write-back that
+    refused only shifts below -1 (-1 taken as 63, which writes 0) passed them (mutation
+    audit).  Expected: the ISA simulator's error and Y."""
+    cfg = TileConfig(sram_bytes=4096, word_bytes=8, n_banks=2, max_m=2, k_max=64, kv=None,
+                     imem_words=64, n_counters=4, lanes=8)
+    program = f"""
+        li  r1, {b << 16 | 1}
+        st  0x100, r1
+        li  r1, 0x01020304
+        st  0x108, r1
+        li  r1, 0x01010101
+        st  0x200, r1
+        li  r1, 0x50001
+        st  0x300, r1
+        matmul.i32 0x400, 0x100, 0x200, 0x300, 1, 4, 1
+        halt
+    """
+    want = _reference(cfg, program, (0x400, 8))
+    assert want == ((ErrorCode.ARITH, bytes(8)) if b == 6
+                    else (ErrorCode.NONE, (10).to_bytes(4, "little") + bytes(4)))
+    assert _run_core_program(cfg, program, (0x400, 8)) == want
+
+
 def _reference(cfg, program, read_bytes, kv=None):
     """The ISA simulator's ``(error, bytes)`` for `_run_core_program`'s arguments."""
     ref = IsaSim(1, 1, cfg.isa_config())
