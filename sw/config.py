@@ -61,7 +61,7 @@ class ChipConfig:
     max_m : int
         M: activation rows of the matrix unit (default 4): prompt tokens per prefill batch.
     lanes : int
-        V: vector-unit lanes (default 8), even, at least 2.
+        V: vector-unit lanes (default 8), even, 2 to 128 (``chipotle.hw.tile.vector.MAX_LANES``).
     vec_slots : int
         The vector unit's result slots (``VectorUnit(slots=)``, default 4; 1 to
         `MAX_VEC_SLOTS`): a
@@ -137,10 +137,11 @@ class ChipConfig:
             if v & (v - 1):
                 raise ValueError(f"{name} must be a power of two (the SRAM's word and bank "
                                  f"addressing), not {v}")
-        if self.lanes < 2 or self.lanes % 2:
-            raise ValueError(f"lanes (V) must be an even number of at least 2 (what the "
-                             f"vector unit, chipotle.hw.tile.vector.VectorUnit, builds), not "
-                             f"{self.lanes}")
+        from .hw.tile.vector import MAX_LANES
+        if self.lanes < 2 or self.lanes % 2 or self.lanes > MAX_LANES:
+            raise ValueError(f"lanes (V) must be an even number from 2 to {MAX_LANES} (what "
+                             f"the vector unit, chipotle.hw.tile.vector.VectorUnit, builds), "
+                             f"not {self.lanes}")
         if self.sram_latency > 3:
             raise ValueError(f"sram_latency must be 1, 2 or 3 cycles (the SRAM's request and "
                              f"read-data registers), not {self.sram_latency}")

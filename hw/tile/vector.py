@@ -136,6 +136,11 @@ RESULT_SLOTS = 3
 #: slot, so one slot serialises the chunks (read, lanes, write) but is correct.
 MIN_RESULT_SLOTS = 1
 
+#: The most lanes the unit is built with: a tile of 128 lanes elaborates in about 2.5
+#: minutes (session 29); at 512 the lanes' reduction expressions exceed Python's recursion
+#: limit in Amaranth, and wider units were never elaborated.
+MAX_LANES = 128
+
 #: Width of the lanes' rounding shifter: a lane that shifts (s >= 1) has ``|p + add| < 2**48``
 #: (``|x * m|`` with x at most 32 bits and m at most 16, or smaller products), so ``2 (p + add)``
 #: fits in _SH_W signed bits and every shift of _SH_MAX or more gives 0: shifts are clamped
@@ -239,7 +244,7 @@ class VectorUnit(wiring.Component):
     Raises
     ------
     ValueError
-        If `lanes` is not an even integer of at least 2, `word_bytes` not a power of two of
+        If `lanes` is not an even integer from 2 to `MAX_LANES`, `word_bytes` not a power of two of
         at least 8, `sram_bytes` not a positive multiple of `word_bytes` of at most
         ``2**ADDR_WIDTH`` words, `read_words` not a positive integer, `slots` not an
         integer of at least `MIN_RESULT_SLOTS`, or `sram_latency` not 1, 2 or 3.
@@ -267,8 +272,9 @@ class VectorUnit(wiring.Component):
     def __init__(self, *, lanes=None, word_bytes=8, sram_bytes=32768, read_words=1,
                  slots=RESULT_SLOTS, sram_latency=1):
         lanes = IsaConfig().lanes if lanes is None else lanes
-        if not isinstance(lanes, int) or lanes < 2 or lanes % 2:
-            raise ValueError(f"lanes must be an even integer of at least 2, not {lanes!r}")
+        if not isinstance(lanes, int) or lanes < 2 or lanes % 2 or lanes > MAX_LANES:
+            raise ValueError(f"lanes must be an even integer from 2 to {MAX_LANES} "
+                             f"(MAX_LANES), not {lanes!r}")
         if not isinstance(word_bytes, int) or word_bytes < 8 or word_bytes & (word_bytes - 1):
             raise ValueError(f"word_bytes must be a power of two of at least 8, "
                              f"not {word_bytes!r}")

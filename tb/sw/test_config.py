@@ -91,8 +91,11 @@ def test_tile_builds_the_vector_unit_with_the_slots(name):
     ("default,sram_kib=96,n_banks=3", "n_banks must be a power of two"),
     ("default,word_bytes=24", "word_bytes must be a power of two"),
     ("default,vec_slots=9", "vec_slots must be at most 8"),
-    ("default,V=3", r"lanes \(V\) must be an even number of at least 2 .*not 3"),
+    ("default,V=3", r"lanes \(V\) must be an even number from 2 to 128 .*not 3"),
     ("default,V=1", r"lanes \(V\) must be an even number"),
+    # wider vector units are not built (a fresh user's V=1000 ended in a RecursionError)
+    ("default,V=130", r"lanes \(V\) must be an even number from 2 to 128 .*not 130"),
+    ("default,V=1000", r"lanes \(V\) must be an even number from 2 to 128 .*not 1000"),
     ("ulx3s,sram_kib=512,sram_kib=64", r"'sram_kib=64': sram_bytes is given twice"),
     ("default,V=4,lanes=8", r"'lanes=8': lanes is given twice"),
     ("default,mesh=2x2,mesh_width=3", r"mesh_width is given twice"),
@@ -111,6 +114,16 @@ def test_config_refuses_what_the_hardware_cannot_build(text, message):
 
     with pytest.raises(ValueError, match=message):
         ChipConfig.from_string(text)
+
+
+def test_config_widest_vector_unit_is_accepted():
+    """``V = MAX_LANES`` is a configuration, and the vector unit takes it (its elaboration,
+    about 2.5 minutes for a tile, is left out of the regression)."""
+    from chipotle.hw.tile.vector import MAX_LANES, VectorUnit
+    assert ChipConfig.from_string(f"default,V={MAX_LANES}").lanes == MAX_LANES == 128
+    VectorUnit(lanes=MAX_LANES)
+    with pytest.raises(ValueError, match="lanes must be an even integer from 2 to 128"):
+        VectorUnit(lanes=MAX_LANES + 2)
 
 
 def test_config_largest_vec_slots_is_accepted():
