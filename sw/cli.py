@@ -140,6 +140,21 @@ def fit_options(error, given: str, prompt_tokens: int = 0) -> list[str]:
             if f.context is None or f.context >= prompt_tokens]
 
 
+def run_main(main, argv=None) -> None:
+    """Run a module's ``main(argv)`` for ``python -m``; a reader that goes away (``python -m
+    chipotle.compiler | head``) ends it quietly instead of with a `BrokenPipeError`
+    traceback: stdout is pointed at ``os.devnull`` so that the exit's flush cannot fail
+    again (the recipe of Python's `signal` documentation, "Note on SIGPIPE"), exit status 1.
+    """
+    try:
+        main(argv)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        raise SystemExit(1) from None
+
+
 def config_tips(error, given: str, prompt_tokens: int = 0, needs=None) -> str:
     """Return a refusal with each configuration it suggests written as the options to give.
 

@@ -31,6 +31,7 @@ configuration, at f45483d).
 from __future__ import annotations
 
 import re
+import sys
 from collections import defaultdict
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -499,11 +500,11 @@ def main(argv=None) -> None:
     one prefill batch)."""
     import argparse
 
+    from ..cli import FitRefusal, compile_fitting
     from ..config import ChipConfig
     from ..golden import quantize
     from ..model import load_checkpoint
-    from ..paths import DEFAULT_CHECKPOINT, default_model_dir
-    from . import compile_model
+    from ..paths import DEFAULT_CHECKPOINT, check_published, default_model_dir
     from .run import load_isasim, run_step_isasim
     ap = argparse.ArgumentParser(prog="python -m chipotle.compiler.profile",
                                  description=main.__doc__)
@@ -529,7 +530,12 @@ def main(argv=None) -> None:
     ap.add_argument("--layer", type=int, default=None,
                     help="with --timeline: only the instructions of this layer")
     args = ap.parse_args(argv)
-    cfg = ChipConfig.from_string(args.config)
+    try:
+        cfg = ChipConfig.from_string(args.config)
+    except ValueError as e:
+        ap.error(f"--config: {e}")
+    if args.context is not None and args.context < 1:
+        ap.error(f"--context must be a positive number of positions, not {args.context}")
     tile = None
     if args.timeline is not None:
         m = re.fullmatch(r"\s*(\d+)\s*,\s*(\d+)\s*", args.timeline)
@@ -549,10 +555,30 @@ def main(argv=None) -> None:
     if not path.is_file():
         from ..cli import _where
         ap.error(_where("checkpoint", path, "$CHIPOTLE_MODEL_DIR"))
-    qm = quantize(load_checkpoint(path))
+    try:
+        check_published(path, "--model")
+        qm = quantize(load_checkpoint(path))
+    except (OSError, ValueError) as e:      # CheckpointError is a ValueError
+        raise SystemExit(f"error: {e}") from None
     if args.layer is not None and not 0 <= args.layer < qm.config.n_layers:
         ap.error(f"--layer {args.layer}: the model has layers 0 .. {qm.config.n_layers - 1}")
-    cm = compile_model(qm, cfg, args.context, placement=args.placement, kvapp=args.kvapp)
+    # as `python -m chipotle.compiler`: a refusal is one message naming the configurations
+    # that fit (the --config text's own keys kept), and without --context a chip too small
+    # for the model's seq_len is compiled for the longest context it holds
+    try:
+        cm, shorter = compile_fitting(qm, cfg, args.config, args.context,
+                                      need=args.pos + args.rows,
+                                      needs=lambda n: (f"the {args.pos + args.rows} "
+                                                       f"positions of --pos {args.pos} with "
+                                                       f"--rows {args.rows}: give a --pos "
+                                                       f"below {n - args.rows + 1}"),
+                                      placement=args.placement, kvapp=args.kvapp)
+    except FitRefusal as e:
+        raise SystemExit(f"error: {e}") from None
+    if shorter is not None:
+        print(f"context {shorter}: the longest this configuration holds the model for; its "
+              f"seq_len, {qm.config.seq_len}, does not fit (--context sets the context)",
+              file=sys.stderr)
     if args.pos + args.rows > cm.context:
         ap.error(f"--pos {args.pos} with --rows {args.rows} needs {args.pos + args.rows} "
                  f"positions; the compiled context is {cm.context}")
@@ -592,4 +618,5 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from ..cli import run_main
+    run_main(main)

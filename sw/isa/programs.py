@@ -444,4 +444,5 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from ..cli import run_main
+    run_main(main)

@@ -864,3 +864,54 @@ def test_tiles_without_hidden_rows(hidden):
                                                      key=lambda t: t[::-1]))
     assert sum(h1 == h0 for h0, h1 in roles.h.values()) >= 16 - hidden
     _assert_prefill_and_decode_bit_exact(compiled, qm)
+
+
+@pytest.mark.model
+def test_profile_refuses_configurations_as_the_compiler_does(capsys, model_paths,
+                                                             monkeypatch):
+    """``python -m chipotle.compiler.profile --config``: an unknown or invalid configuration
+    is a usage error, and one too small for the model is refused in one line naming the
+    configuration that fits, the given name kept (``small,...``, not a 4 x 4 chip), as
+    ``python -m chipotle.compiler`` does; a chip that holds only a shorter context than the
+    model's ``seq_len`` refuses a position past it, naming the last position it holds (a
+    fresh user met tracebacks for all of these)."""
+    from chipotle.compiler import profile
+    monkeypatch.setenv("CHIPOTLE_MODEL_DIR", str(model_paths[0].parent))
+    for argv, code, message in (
+            (["--config", "foo"], 2, "--config: unknown configuration 'foo'"),
+            (["--config", "W=3"], 2, "--config: "),
+            (["--context", "0"], 2, "--context must be a positive number"),
+            (["--config", "small"], None, "a configuration that fits: --config small,sram_kib="),
+            (["--config", "ulx3s", "--pos", "250"], None,
+             "the longest context it holds, 204, is shorter than the 251 positions of --pos "
+             "250 with --rows 1: give a --pos below 204")):
+        with pytest.raises(SystemExit) as e:
+            profile.main(argv)
+        err = capsys.readouterr().err
+        text = err if code == 2 else str(e.value.code)
+        assert message in text and "Traceback" not in text, (argv, text)
+        if code == 2:
+            assert e.value.code == 2, argv
+
+
+@pytest.mark.model
+def test_module_commands_stop_quietly_when_the_reader_goes_away(model_paths):
+    """``python -m chipotle.isa.programs | head -1`` where ``head`` has gone: the pipe's
+    reader is closed before the command writes (so every write fails, whatever the output's
+    size); the command ends with status 1 and without a `BrokenPipeError` traceback
+    (`chipotle.cli.run_main`, which ``python -m chipotle.compiler`` and
+    ``chipotle.compiler.profile`` share)."""
+    import os
+    import subprocess
+    import sys
+    env = dict(os.environ, CHIPOTLE_MODEL_DIR=str(model_paths[0].parent))
+    r, w = os.pipe()
+    os.close(r)
+    try:
+        run = subprocess.run([sys.executable, "-m", "chipotle.isa.programs"], stdout=w,
+                             stderr=subprocess.PIPE, env=env, timeout=120)
+    finally:
+        os.close(w)
+    err = run.stderr.decode()
+    assert run.returncode == 1, err
+    assert "Traceback" not in err and "BrokenPipeError" not in err, err
