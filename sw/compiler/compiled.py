@@ -782,6 +782,10 @@ def compile_model(source, config: ChipConfig, context: int | None = None,
             tips = _suggest(qm, config, int(context), kvapp)
         fits = list(e.fits) + [f for f in tips if f not in e.fits]
         if not fits:
+            wide = (f"; every row is padded to whole {config.word_bytes}-byte words "
+                    f"(W={config.word_bytes}): a smaller W packs them tighter"
+                    if config.word_bytes > 8 else "")
             raise FitError(f"{e.what}; no configuration that fits found nearby (a shorter "
-                           f"context, more SRAM or more tiles: docs/architecture.md)") from None
+                           f"context, more SRAM or more tiles: docs/architecture.md){wide}") \
+                from None
         raise FitError(e.what, fits) from None

@@ -717,6 +717,9 @@ def test_wide_words_are_refused_as_not_fitting(stories_qm, W):
                                        r"tile has 131,072") as e:
         compile_model(stories_qm, CONFIGS["default"].replace(word_bytes=W), placement="tensor")
     assert "offset" not in str(e.value) and "multiple of" not in str(e.value)
+    # nothing nearby fits: the refusal names the word size as the cause (a fresh user's
+    # W=1024 was told only "a shorter context, more SRAM or more tiles")
+    assert f"every row is padded to whole {W}-byte words (W={W}): a smaller W" in str(e.value)
 
 
 def test_unencodable_program_is_a_fit_error(small_qm, monkeypatch):
