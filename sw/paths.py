@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shlex
 from pathlib import Path
 
 __all__ = ["default_model_dir", "model_dir_from_env", "DEFAULT_CHECKPOINT", "DEFAULT_TOKENIZER",
@@ -57,6 +58,9 @@ def check_published(path: str | os.PathLike, option: str) -> None:
         return
     got = hashlib.sha256(path.read_bytes()).hexdigest()
     if got != want:
+        # the folder make's MODEL_DIR= names ($CHIPOTLE_MODEL_DIR), or make's default
+        fetch = "make models" + (f" MODEL_DIR={shlex.quote(str(path.parent))}"
+                                 if "CHIPOTLE_MODEL_DIR" in os.environ else "")
         raise ValueError(f"{path}: its sha256 ({got[:16]}...) is not the published file's "
-                         f"({want[:16]}...): a damaged or replaced file; `make models` fetches "
+                         f"({want[:16]}...): a damaged or replaced file; `{fetch}` fetches "
                          f"it again, or give it with {option} to use it as it is")

@@ -989,7 +989,8 @@ def test_damaged_default_model_is_refused(capsys, tmp_path, monkeypatch, model_p
     code, out, err = run(capsys, "--backend", "golden", "--steps", "2", "--temperature", "0")
     assert code == 2 and out == "", err
     assert "stories260K.bin: its sha256 (" in err and "is not the published file's" in err
-    assert "`make models` fetches it again, or give it with --model" in err
+    # the fetch names the folder given (make's MODEL_DIR=), not make's default one
+    assert f"`make models MODEL_DIR={tmp_path}` fetches it again, or give it with --model" in err
     code, out, err = run(capsys, "--backend", "golden", "--steps", "2", "--temperature", "0",
                          "--model", str(tmp_path / "stories260K.bin"))
     assert code == 0, err
