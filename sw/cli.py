@@ -599,6 +599,22 @@ def compile_fitting(model, config, given: str, context: int | None, need: int = 
     raise FitRefusal(message)
 
 
+def compile_for_module(model, config, given: str, context: int | None, **kw):
+    """`compile_fitting` for a ``python -m`` module's `main` (``chipotle.compiler`` and its
+    ``profile``): a refusal ends the command with its one-line message (`SystemExit`), and
+    a context shorter than the model's ``seq_len`` chosen instead is said on stderr.
+    Returns `compile_fitting`'s ``(CompiledModel, shorter context or None)``."""
+    try:
+        compiled, shorter = compile_fitting(model, config, given, context, **kw)
+    except FitRefusal as e:
+        raise SystemExit(f"error: {e}") from None
+    if shorter is not None:
+        print(f"context {shorter}: the longest this configuration holds the model for; its "
+              f"seq_len, {model.config.seq_len}, does not fit (--context sets the context)",
+              file=sys.stderr)
+    return compiled, shorter
+
+
 def _generate_chip(args, checkpoint, tokenizer, model_path, tok_path, out, err) -> int:
     """Run `generate` for a backend of `backends.CHIP_BACKENDS` through `chipotle.driver`."""
     import asyncio

@@ -114,7 +114,7 @@ def _tile_name(compiled, xy) -> str:
 
 def main(argv=None) -> None:
     """Print the memory map (and with ``--bench`` the cycle estimates) of a model."""
-    from ..cli import FitRefusal, compile_fitting
+    from ..cli import compile_for_module
     from ..config import ChipConfig
     from ..golden import quantize
     from ..model import load_checkpoint
@@ -182,15 +182,8 @@ def main(argv=None) -> None:
         while len(tokens) < 260:
             tokens += tok.encode(_TEXT, bos=False)
         tokens = tokens[:260]
-    try:
-        compiled, shorter = compile_fitting(qm, cfg, args.config, args.context,
-                                            placement=args.placement, kvapp=args.kvapp)
-    except FitRefusal as e:
-        raise SystemExit(f"error: {e}") from None
-    if shorter is not None:
-        print(f"context {shorter}: the longest this configuration holds the model for; its "
-              f"seq_len, {qm.config.seq_len}, does not fit (--context sets the context)",
-              file=sys.stderr)
+    compiled, shorter = compile_for_module(qm, cfg, args.config, args.context,
+                                           placement=args.placement, kvapp=args.kvapp)
     context = args.context if shorter is None else shorter
     print(compiled.memory_map())
     print(f"\ncompiled in {time.time() - t:.1f} s; weight bytes per decode step "

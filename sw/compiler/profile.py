@@ -31,7 +31,6 @@ configuration, at f45483d).
 from __future__ import annotations
 
 import re
-import sys
 from collections import defaultdict
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -500,7 +499,7 @@ def main(argv=None) -> None:
     one prefill batch)."""
     import argparse
 
-    from ..cli import FitRefusal, compile_fitting
+    from ..cli import compile_for_module
     from ..config import ChipConfig
     from ..golden import quantize
     from ..model import load_checkpoint
@@ -565,20 +564,12 @@ def main(argv=None) -> None:
     # as `python -m chipotle.compiler`: a refusal is one message naming the configurations
     # that fit (the --config text's own keys kept), and without --context a chip too small
     # for the model's seq_len is compiled for the longest context it holds
-    try:
-        cm, shorter = compile_fitting(qm, cfg, args.config, args.context,
-                                      need=args.pos + args.rows,
-                                      needs=lambda n: (f"the {args.pos + args.rows} "
-                                                       f"positions of --pos {args.pos} with "
-                                                       f"--rows {args.rows}: give a --pos "
-                                                       f"below {n - args.rows + 1}"),
-                                      placement=args.placement, kvapp=args.kvapp)
-    except FitRefusal as e:
-        raise SystemExit(f"error: {e}") from None
-    if shorter is not None:
-        print(f"context {shorter}: the longest this configuration holds the model for; its "
-              f"seq_len, {qm.config.seq_len}, does not fit (--context sets the context)",
-              file=sys.stderr)
+    cm, _ = compile_for_module(qm, cfg, args.config, args.context,
+                               need=args.pos + args.rows,
+                               needs=lambda n: (f"the {args.pos + args.rows} positions of "
+                                                f"--pos {args.pos} with --rows {args.rows}: "
+                                                f"give a --pos below {n - args.rows + 1}"),
+                               placement=args.placement, kvapp=args.kvapp)
     if args.pos + args.rows > cm.context:
         ap.error(f"--pos {args.pos} with --rows {args.rows} needs {args.pos + args.rows} "
                  f"positions; the compiled context is {cm.context}")
