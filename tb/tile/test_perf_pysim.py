@@ -20,7 +20,7 @@ from amaranth.hdl import Module
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out, connect, flipped
 from amaranth.sim import Simulator
-from tilemodel import KvModel, Shadow, encode_kvcmd, pack_rows
+from tilemodel import KvModel, Shadow, encode_kvcmd, load_core_program, pack_rows
 
 from chipotle.hw.tile import KvError, KvLayout, KvOp, Sram, SramArbiter, SramSignature, TileConfig
 from chipotle.hw.tile.controller import ControllerState, PerfIndex
@@ -132,12 +132,7 @@ def test_perf_counters_pysim(n_banks, latency):
     dut = TileCore(cfg)
 
     async def bench(ctx):
-        ctx.set(dut.kv_layout, KvParams.from_layout(lay))
-        for i, w in enumerate(words):
-            ctx.set(dut.i_imem.payload, {"addr": i, "data": w})
-            ctx.set(dut.i_imem.valid, 1)
-            await ctx.tick()
-        ctx.set(dut.i_imem.valid, 0)
+        await load_core_program(ctx, dut, words, lay)
         # the SRAM stays as configured (zeros: every header, pair and operand 0), so the
         # counters see only the program; RESET clears them and keeps the instructions
         ctx.set(dut.soft_reset, 1)

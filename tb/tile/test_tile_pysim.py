@@ -22,6 +22,7 @@ from tilemodel import (
     decode_result,
     encode_kvcmd,
     encode_mcmd,
+    load_core_program,
     matmul_ref,
     pack_rows,
     words_per_row,
@@ -40,7 +41,6 @@ from chipotle.hw.tile import (
 )
 from chipotle.hw.tile.controller import ControllerState
 from chipotle.hw.tile.datapath import mux_matrix_commands
-from chipotle.hw.tile.kvstore import KvParams
 from chipotle.hw.tile.sram import connect_narrow
 from chipotle.hw.tile.tile import TileCore
 from chipotle.isa import assemble
@@ -463,13 +463,7 @@ def _run_core_program(cfg, program, read_bytes, kv=None):
     out = {}
 
     async def bench(ctx):
-        if kv is not None:
-            ctx.set(dut.kv_layout, KvParams.from_layout(kv))
-        for i, w in enumerate(words):
-            ctx.set(dut.i_imem.payload, {"addr": i, "data": w})
-            ctx.set(dut.i_imem.valid, 1)
-            await ctx.tick()
-        ctx.set(dut.i_imem.valid, 0)
+        await load_core_program(ctx, dut, words, kv)
         ctx.set(dut.i_start.payload, 0)
         ctx.set(dut.i_start.valid, 1)
         while not ctx.get(dut.i_start.ready):

@@ -17,6 +17,8 @@ encode_mcmd, encode_kvcmd, decode_result
     Command / result word packing through the gateware's own layouts.
 configs
     Named :class:`TileConfig` s used by the benches.
+load_core_program
+    Amaranth-simulator step: a ``TileCore``'s KV layout and instruction memory.
 """
 
 from __future__ import annotations
@@ -192,3 +194,15 @@ CONFIGS = {
 SIM_CONFIGS = {"verilator": ("full", "narrow"), "icarus": ("small", "full")}
 
 
+async def load_core_program(ctx, dut, words, kv=None) -> None:
+    """On Amaranth's simulator, set a ``TileCore``'s KV layout (`kv`, a ``KvLayout``; None:
+    leave it) and write `words` (encoded instructions) into its instruction memory from
+    address 0 through ``i_imem``, one a cycle; returns with ``i_imem`` idle."""
+    if kv is not None:
+        from chipotle.hw.tile.kvstore import KvParams
+        ctx.set(dut.kv_layout, KvParams.from_layout(kv))
+    for i, w in enumerate(words):
+        ctx.set(dut.i_imem.payload, {"addr": i, "data": w})
+        ctx.set(dut.i_imem.valid, 1)
+        await ctx.tick()
+    ctx.set(dut.i_imem.valid, 0)
