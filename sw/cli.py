@@ -599,6 +599,20 @@ def compile_fitting(model, config, given: str, context: int | None, need: int = 
     raise FitRefusal(message)
 
 
+def module_config(ap, args):
+    """The ``--config`` and ``--context`` of a ``python -m`` module's parsed `args`
+    (``chipotle.compiler`` and its ``profile``): the `ChipConfig`, or `ap`'s usage error
+    (exit 2) naming the option."""
+    from .config import ChipConfig
+    try:
+        cfg = ChipConfig.from_string(args.config)
+    except ValueError as e:
+        ap.error(f"--config: {e}")
+    if args.context is not None and args.context < 1:
+        ap.error(f"--context must be a positive number of positions, not {args.context}")
+    return cfg
+
+
 def compile_for_module(model, config, given: str, context: int | None, **kw):
     """`compile_fitting` for a ``python -m`` module's `main` (``chipotle.compiler`` and its
     ``profile``): a refusal ends the command with its one-line message (`SystemExit`), and

@@ -114,8 +114,7 @@ def _tile_name(compiled, xy) -> str:
 
 def main(argv=None) -> None:
     """Print the memory map (and with ``--bench`` the cycle estimates) of a model."""
-    from ..cli import compile_for_module
-    from ..config import ChipConfig
+    from ..cli import compile_for_module, module_config
     from ..golden import quantize
     from ..model import load_checkpoint
     from ..paths import DEFAULT_CHECKPOINT, DEFAULT_TOKENIZER, check_published, default_model_dir
@@ -145,12 +144,7 @@ def main(argv=None) -> None:
                     help="append K and V with kvapp (the host writes CompiledModel.kv_layouts); "
                          "default: compile_model's (on for the tensor placement, as make sim)")
     args = ap.parse_args(argv)
-    try:
-        cfg = ChipConfig.from_string(args.config)
-    except ValueError as e:
-        ap.error(f"--config: {e}")
-    if args.context is not None and args.context < 1:
-        ap.error(f"--context must be a positive number of positions, not {args.context}")
+    cfg = module_config(ap, args)
     path = Path(args.model) if args.model else default_model_dir() / DEFAULT_CHECKPOINT
     t = time.time()
     if args.model == "small":

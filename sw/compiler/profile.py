@@ -499,8 +499,7 @@ def main(argv=None) -> None:
     one prefill batch)."""
     import argparse
 
-    from ..cli import compile_for_module
-    from ..config import ChipConfig
+    from ..cli import compile_for_module, module_config
     from ..golden import quantize
     from ..model import load_checkpoint
     from ..paths import DEFAULT_CHECKPOINT, check_published, default_model_dir
@@ -529,12 +528,7 @@ def main(argv=None) -> None:
     ap.add_argument("--layer", type=int, default=None,
                     help="with --timeline: only the instructions of this layer")
     args = ap.parse_args(argv)
-    try:
-        cfg = ChipConfig.from_string(args.config)
-    except ValueError as e:
-        ap.error(f"--config: {e}")
-    if args.context is not None and args.context < 1:
-        ap.error(f"--context must be a positive number of positions, not {args.context}")
+    cfg = module_config(ap, args)
     tile = None
     if args.timeline is not None:
         m = re.fullmatch(r"\s*(\d+)\s*,\s*(\d+)\s*", args.timeline)

@@ -20,7 +20,14 @@ from amaranth.hdl import Module
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out, connect, flipped
 from amaranth.sim import Simulator
-from tilemodel import KvModel, Shadow, encode_kvcmd, load_core_program, pack_rows
+from tilemodel import (
+    KvModel,
+    Shadow,
+    encode_kvcmd,
+    load_core_program,
+    pack_rows,
+    start_core,
+)
 
 from chipotle.hw.tile import KvError, KvLayout, KvOp, Sram, SramArbiter, SramSignature, TileConfig
 from chipotle.hw.tile.controller import ControllerState, PerfIndex
@@ -140,12 +147,7 @@ def test_perf_counters_pysim(n_banks, latency):
         ctx.set(dut.soft_reset, 0)
         assert ctx.get(dut.kv_capacity) == lay.max_pos
         assert all(ctx.get(dut.perf[k]) == 0 for k in PerfIndex)
-        ctx.set(dut.i_start.payload, 0)
-        ctx.set(dut.i_start.valid, 1)
-        while not ctx.get(dut.i_start.ready):
-            await ctx.tick()
-        await ctx.tick()
-        ctx.set(dut.i_start.valid, 0)
+        await start_core(ctx, dut)
         counters = [1, 0, 0, 0]         # counter 0 bumped by the host before the start
         offered = None                  # the cycle the first request was first offered
         refused = 0

@@ -25,6 +25,7 @@ from tilemodel import (
     load_core_program,
     matmul_ref,
     pack_rows,
+    start_core,
     words_per_row,
 )
 
@@ -464,12 +465,7 @@ def _run_core_program(cfg, program, read_bytes, kv=None):
 
     async def bench(ctx):
         await load_core_program(ctx, dut, words, kv)
-        ctx.set(dut.i_start.payload, 0)
-        ctx.set(dut.i_start.valid, 1)
-        while not ctx.get(dut.i_start.ready):
-            await ctx.tick()
-        await ctx.tick()
-        ctx.set(dut.i_start.valid, 0)
+        await start_core(ctx, dut)
         for _ in range(2000):
             if ctx.get(dut.status.state) in (ControllerState.HALTED, ControllerState.ERROR):
                 break

@@ -17,8 +17,8 @@ encode_mcmd, encode_kvcmd, decode_result
     Command / result word packing through the gateware's own layouts.
 configs
     Named :class:`TileConfig` s used by the benches.
-load_core_program
-    Amaranth-simulator step: a ``TileCore``'s KV layout and instruction memory.
+load_core_program, start_core
+    Amaranth-simulator steps: a ``TileCore``'s KV layout and instruction memory; its start.
 """
 
 from __future__ import annotations
@@ -206,3 +206,14 @@ async def load_core_program(ctx, dut, words, kv=None) -> None:
         ctx.set(dut.i_imem.valid, 1)
         await ctx.tick()
     ctx.set(dut.i_imem.valid, 0)
+
+
+async def start_core(ctx, dut, pc: int = 0) -> None:
+    """On Amaranth's simulator, start a ``TileCore``'s controller at `pc` through
+    ``i_start`` (held until taken); returns the cycle after, with ``i_start`` idle."""
+    ctx.set(dut.i_start.payload, pc)
+    ctx.set(dut.i_start.valid, 1)
+    while not ctx.get(dut.i_start.ready):
+        await ctx.tick()
+    await ctx.tick()
+    ctx.set(dut.i_start.valid, 0)
