@@ -127,11 +127,24 @@ def fit_options(error, given: str, prompt_tokens: int = 0) -> list[str]:
         if fit.context is not None:
             parts.append(f"--context {fit.context}")
         if fit.config:
-            changed = set().union(*(fields_of(key) for key, _ in fit.config))
-            kept = [part.strip() for part in given.split(",") if part.strip()
-                    and not fields_of(part.split("=", 1)[0].strip()) & changed
-                    and part.strip() != "default"]
-            parts.append(f"--config {','.join([*kept, fit.config_text()])}")
+            # a changed key takes the place of the part of `given` it replaces (the first
+            # one: `mesh=` replaces `mesh_width=` and `mesh_height=`), a new key goes last,
+            # so the suggestions keep the order the user wrote
+            out, placed = [], set()
+            new = {key: f"{key}={value}" for key, value in fit.config}
+            for part in (p.strip() for p in given.split(",")):
+                if not part or part == "default":
+                    continue
+                hit = [key for key in new
+                       if fields_of(part.split("=", 1)[0].strip()) & fields_of(key)]
+                if not hit:
+                    out.append(part)
+                for key in hit:
+                    if key not in placed:
+                        out.append(new[key])
+                        placed.add(key)
+            out += [text for key, text in new.items() if key not in placed]
+            parts.append(f"--config {','.join(out)}")
         if fit.placement is not None:
             parts.append(f"--placement {fit.placement}")
         return " ".join(parts) + (f" ({fit.note})" if fit.note else "")

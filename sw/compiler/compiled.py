@@ -475,10 +475,19 @@ def _compile_tensor(qm: QuantizedModel, config: ChipConfig, context: int,
     # (`TensorRoles.prow`) and the software-pipelined scores take more instructions: without
     # the first, then also without the second, then without all three, if the instruction
     # memory is too small for them
+    first = None                 # the instructions the first (fastest) programs need
     for gpairs, prows, pipelined in ((True, True, True), (False, True, True),
                                      (False, False, True), (False, False, False)):
-        pl, roles = place_tensor(qm, isa, config.mesh_width, config.mesh_height, context,
-                                 batches, kvapp, prows=prows, gpairs=gpairs)
+        try:
+            pl, roles = place_tensor(qm, isa, config.mesh_width, config.mesh_height,
+                                     context, batches, kvapp, prows=prows, gpairs=gpairs)
+        except FitError as e:    # the SRAM holds the programs that are too long, not these
+            if first is None:
+                raise
+            raise FitError(f"the tensor placement's longest program needs {first} "
+                           f"instructions, but the instruction memory holds "
+                           f"{config.imem_words}; without the gate packed in pairs, which "
+                           f"shortens it, {e}", _imem_fit(first, config)) from None
         programs, entries, sources = {}, {}, {}
         for xy, lay in pl.tiles.items():
             text = tensor_program(qm, isa, pl, roles, lay, context, pipelined)
@@ -490,6 +499,8 @@ def _compile_tensor(qm: QuantizedModel, config: ChipConfig, context: int,
         longest = max(len(w) for w in programs.values())
         if longest <= config.imem_words:
             break
+        if first is None:
+            first = longest
     if longest > config.imem_words:
         raise FitError(f"the tensor placement's longest program needs {longest} "
                        f"instructions, but the instruction memory holds {config.imem_words}",
@@ -624,6 +635,40 @@ def _bigger_mesh(config: ChipConfig, upto: int, places, verified) -> Fit | None:
     return None
 
 
+#: How far past the SRAM a refusal names the fit searches look, KiB: the placement's need
+#: is one tile's, and the programs' alignment or another tile can take a little more.
+SRAM_SLACK_KIB = 4
+#: At most this many sizes are compiled by a search of the smallest SRAM (each compile
+#: takes about a second for stories260K).
+SRAM_COMPILES = 6
+
+
+def _smallest_sram(config: ChipConfig, lo_kib: int, hi_kib: int, places,
+                   verified) -> tuple | None:
+    """The smallest SRAM from `lo_kib` to `hi_kib`, whole KiB, that compiles: ``(kib,
+    extra)`` with the instruction memory `verified` adds (``()`` if none), or None if none
+    does within `SRAM_COMPILES` compiles.
+
+    Every size the configuration takes (``ChipConfig.sram_kib_sizes``) in the bounds is
+    tried in ascending order, by placement first (`places`, a
+    few milliseconds) and then by compiling (`verified`), so the answer is the smallest
+    that compiles even where the need is not monotone in the size (a larger SRAM can keep
+    a scheme whose buffers then overflow another tile, so a size can fail between two that
+    fit)."""
+    compiles = 0
+    for kib in config.sram_kib_sizes(lo_kib, hi_kib):
+        cand = config.replace(sram_bytes=kib * 1024)
+        if not places(cand):
+            continue
+        extra = verified(cand)
+        if extra is not None:
+            return kib, extra
+        compiles += 1
+        if compiles >= SRAM_COMPILES:
+            break
+    return None
+
+
 def _suggest_tensor(qm: QuantizedModel, config: ChipConfig, context: int, message: str,
                     kvapp: bool = False) -> list:
     """Return configurations that fit the tensor placement (`Fit`): the largest shorter
@@ -647,17 +692,16 @@ def _suggest_tensor(qm: QuantizedModel, config: ChipConfig, context: int, messag
     m = re.search(r"needs ([\d,]+) bytes of SRAM", message)
     if m:
         need_kib = -(-int(m.group(1).replace(",", "")) // 1024)
-        sizes = config.sram_kib_sizes(need_kib)   # the sizes it takes: the need, 4 KiB more
-        for kib in dict.fromkeys([*sizes[:1], *(config.sram_kib_sizes(need_kib + 4)[:1]
-                                                or sizes[-1:])]):
-            extra = _verified(qm, config.replace(sram_bytes=kib * 1024), context, "tensor",
-                              kvapp)
-            if extra is not None:
-                note, more = _schemes_note(qm, config, context, kib, kvapp)
-                tips.append(Fit((("sram_kib", str(kib)), *extra), note=note))
-                if more:
-                    tips.append(more)
-                break
+        found = _smallest_sram(config, config.sram_bytes // 1024 + 1,
+                               need_kib + SRAM_SLACK_KIB,
+                               lambda cand: _tensor_places(qm, cand, context, kvapp),
+                               lambda cand: _verified(qm, cand, context, "tensor", kvapp))
+        if found is not None:
+            kib, extra = found
+            note, more = _schemes_note(qm, config, context, kib, kvapp)
+            tips.append(Fit((("sram_kib", str(kib)), *extra), note=note))
+            if more:
+                tips.append(more)
     if not tips:                             # a bigger mesh: every tile holds a smaller share
         tip = _bigger_mesh(config, 9, lambda cand: _tensor_places(qm, cand, context, kvapp),
                            lambda cand: _verified(qm, cand, context, "tensor", kvapp))
@@ -666,6 +710,16 @@ def _suggest_tensor(qm: QuantizedModel, config: ChipConfig, context: int, messag
     if _fits(qm, config, context) and _verified(qm, config, context) == ():
         tips.append(Fit(placement="pipeline"))
     return tips
+
+
+def _stages_note(qm: QuantizedModel, config: ChipConfig, context: int, kvapp: bool) -> str:
+    """For a pipeline placement on `config` that fits: ``"up to N stages a tile"`` when
+    some tile holds more than one of the model's stages (why the SRAM a suggestion names
+    can exceed what the refusal says one stage needs), else ``""``."""
+    pl = place(qm, config.isa_config(), config.mesh_width, config.mesh_height, context,
+               kvapp=kvapp)
+    most = max(len(lay.stages) for lay in pl.tiles.values())
+    return f"up to {most} stages a tile" if most > 1 else ""
 
 
 def _suggest(qm: QuantizedModel, config: ChipConfig, context: int,
@@ -701,11 +755,14 @@ def _suggest(qm: QuantizedModel, config: ChipConfig, context: int,
                 hi = mid
             else:
                 lo = mid + 1
-        kib = sizes[lo]
-        extra = _verified(qm, config.replace(sram_bytes=kib * 1024), context, "pipeline",
-                          kvapp)
-        if extra is not None:
-            tips.append(Fit((("sram_kib", str(kib)), *extra)))
+        found = _smallest_sram(config, sizes[lo], sizes[-1],
+                               lambda cand: _fits(qm, cand, context, kvapp),
+                               lambda cand: _verified(qm, cand, context, "pipeline", kvapp))
+        if found is not None:
+            kib, extra = found
+            tips.append(Fit((("sram_kib", str(kib)), *extra),
+                            note=_stages_note(qm, config.replace(sram_bytes=kib * 1024),
+                                              context, kvapp)))
     tip = _bigger_mesh(config, 16, lambda cand: _fits(qm, cand, context, kvapp),
                        lambda cand: _verified(qm, cand, context, "pipeline", kvapp))
     if tip:
@@ -781,6 +838,10 @@ def compile_model(source, config: ChipConfig, context: int | None = None,
         else:
             tips = _suggest(qm, config, int(context), kvapp)
         fits = list(e.fits) + [f for f in tips if f not in e.fits]
+        # a shorter context is no suggestion where the same change fits the whole context
+        fits = [f for f in fits if f.context is None or not any(
+            g.context is None and (g.config, g.placement) == (f.config, f.placement)
+            for g in fits)]
         if not fits:
             wide = (f"; every row is padded to whole {config.word_bytes}-byte words "
                     f"(W={config.word_bytes}): a smaller W packs them tighter"

@@ -474,7 +474,9 @@ def test_options_of_other_backends_are_refused(capsys, tiny, tmp_path):
 
 def test_fit_tips_are_whole_config_options():
     """A fit refusal's configuration changes become the whole ``--config`` to give: the
-    given configuration's other parts kept, the parts the change replaces dropped."""
+    given configuration's other parts kept in the order given, each part a change replaces
+    replaced where it stood (`mesh=` where the first of `mesh_width=` / `mesh_height=`
+    stood), new keys last."""
     from chipotle.cli import config_tips
     from chipotle.compiler import Fit, FitError
     e = FitError("tile (0, 0) needs 9 bytes", [
@@ -487,12 +489,15 @@ def test_fit_tips_are_whole_config_options():
         "--placement pipeline")
     assert config_tips(e, "small,sram_kib=100,lanes=4") == (
         "tile (0, 0) needs 9 bytes; a configuration that fits: --context 4 or "
-        "--config small,lanes=4,sram_kib=115 (note) or "
+        "--config small,sram_kib=115,lanes=4 (note) or "
         "--config small,sram_kib=100,lanes=4,mesh=3x3,imem_words=1024 or "
         "--context 7 --config small,sram_kib=100,lanes=4,imem_words=1024 or "
         "--placement pipeline")
     assert config_tips(FitError("x", [Fit((("sram_kib", "2"),))]), "default") == \
         "x; a configuration that fits: --config sram_kib=2"
+    assert config_tips(FitError("x", [Fit((("mesh", "3x2"), ("imem_words", "2048")))]),
+                       "imem_words=1024,mesh_width=2,lanes=4,mesh_height=2") == \
+        "x; a configuration that fits: --config imem_words=2048,mesh=3x2,lanes=4"
     assert config_tips(ValueError("bad"), "default") == "bad"
 
 
@@ -725,17 +730,17 @@ def test_make_echoes_commands_without_empty_lines(argv):
 
 def test_config_tips_replace_aliases_and_drop_short_contexts():
     """A suggested change replaces the given parts it overrides under any of their names
-    (``sram_bytes`` by ``sram_kib``, ``mesh_width`` by ``mesh``, ``V`` by ``lanes``), so
-    the suggested --config parses; a suggested context shorter than the prompt is left out
-    and said instead."""
+    (``sram_bytes`` by ``sram_kib``, ``mesh_width`` by ``mesh``, ``V`` by ``lanes``), where
+    they stood, so the suggested --config parses; a suggested context shorter than the
+    prompt is left out and said instead."""
     from chipotle.compiler import Fit, FitError
     from chipotle.config import ChipConfig
     e = FitError("it does not fit", [Fit((("sram_kib", "414"),)), Fit((("mesh", "2x1"),)),
                                      Fit((("lanes", "4"),)), Fit(context=140)])
     text = cli.config_tips(e, "ulx3s,sram_bytes=262144,mesh_width=1,V=2", 199)
     tips = text.split("a configuration that fits: ")[1].split(" or ")
-    assert tips == ["--config ulx3s,mesh_width=1,V=2,sram_kib=414",
-                    "--config ulx3s,sram_bytes=262144,V=2,mesh=2x1",
+    assert tips == ["--config ulx3s,sram_kib=414,mesh_width=1,V=2",
+                    "--config ulx3s,sram_bytes=262144,mesh=2x1,V=2",
                     "--config ulx3s,sram_bytes=262144,mesh_width=1,lanes=4"], text
     for tip in tips:
         ChipConfig.from_string(tip.removeprefix("--config "))       # no key given twice
