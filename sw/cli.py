@@ -316,10 +316,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _where(kind: str, path: Path, option: str) -> str:
+def _where(kind: str, path: Path, option: str | None) -> str:
     """The refusal of a missing default model file `path`: where it was looked for and how
     to fetch it.  Under ``make sim`` / ``make bench`` in make's terms (``MODEL_DIR=``, the
-    ``make models`` command for that directory), else in the command's."""
+    ``make models`` command for that directory), else in the command's: another folder with
+    ``$CHIPOTLE_MODEL_DIR``, or another file with `option` (``--model``; None for a command
+    that reads the file only from that folder, e.g. ``python -m chipotle.compiler.profile``).
+    """
     import shlex
     env = os.environ.get("CHIPOTLE_MODEL_DIR")
     under_make = "CHIPOTLE_MAKE_CONFIG" in os.environ
@@ -336,8 +339,9 @@ def _where(kind: str, path: Path, option: str) -> str:
         origin = "the default location; $CHIPOTLE_MODEL_DIR is not set"
     else:
         origin = f"from $CHIPOTLE_MODEL_DIR={env}"
-    return (f"{kind} not found: {path} ({origin}; choose another file with {option}); "
-            f"{FETCH_HINT}")
+    choose = "choose another folder with $CHIPOTLE_MODEL_DIR" + (
+        f" or another file with {option}" if option else "")
+    return f"{kind} not found: {path} ({origin}; {choose}); {FETCH_HINT}"
 
 
 def _resolve(args) -> tuple[Path, Path]:

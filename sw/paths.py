@@ -39,12 +39,14 @@ def default_model_dir() -> Path:
         Path(__file__).resolve().parent.parent.parent / "shared" / "models"
 
 
-def check_published(path: str | os.PathLike, option: str) -> None:
+def check_published(path: str | os.PathLike, option: str | None) -> None:
     """Raise ValueError unless the default file at `path` is the published one.
 
     Used where a command falls back to the default model files: a damaged or replaced
     ``stories260K.bin`` loads (any float32 bytes are weights) and tells another story
-    than the docs' without a word.  A file given with `option` is taken as it is.
+    than the docs' without a word.  A file given with `option` is taken as it is (None: the
+    command has no such option, e.g. ``python -m chipotle.compiler.profile``, and the
+    refusal offers none).
 
     Raises
     ------
@@ -61,6 +63,7 @@ def check_published(path: str | os.PathLike, option: str) -> None:
         # the folder make's MODEL_DIR= names ($CHIPOTLE_MODEL_DIR), or make's default
         fetch = "make models" + (f" MODEL_DIR={shlex.quote(str(path.parent))}"
                                  if "CHIPOTLE_MODEL_DIR" in os.environ else "")
+        use = f", or give it with {option} to use it as it is" if option else ""
         raise ValueError(f"{path}: its sha256 ({got[:16]}...) is not the published file's "
                          f"({want[:16]}...): a damaged or replaced file; `{fetch}` fetches "
-                         f"it again, or give it with {option} to use it as it is")
+                         f"it again{use}")

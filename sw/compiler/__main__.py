@@ -151,6 +151,9 @@ def main(argv=None) -> None:
         from .run import small_model
         qm = small_model()
     else:
+        if not args.model and not path.is_file():   # where it looked, and the fetch hint
+            from ..cli import _where
+            raise SystemExit(f"error: {_where('checkpoint', path, '--model')}")
         try:
             if not args.model:
                 check_published(path, "--model")

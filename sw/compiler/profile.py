@@ -545,11 +545,11 @@ def main(argv=None) -> None:
     if args.pos < 0:
         ap.error(f"--pos must be a position (0 or more), not {args.pos}")
     path = default_model_dir() / DEFAULT_CHECKPOINT
-    if not path.is_file():
+    if not path.is_file():          # as `python -m chipotle.compiler`: one `error:` line
         from ..cli import _where
-        ap.error(_where("checkpoint", path, "$CHIPOTLE_MODEL_DIR"))
+        raise SystemExit(f"error: {_where('checkpoint', path, None)}")
     try:
-        check_published(path, "--model")
+        check_published(path, None)
         qm = quantize(load_checkpoint(path))
     except (OSError, ValueError) as e:      # CheckpointError is a ValueError
         raise SystemExit(f"error: {e}") from None

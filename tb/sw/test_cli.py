@@ -88,7 +88,8 @@ def test_missing_default_files(capsys, tmp_path, monkeypatch):
     code, out, err = run(capsys)
     assert code == 2 and out == ""
     assert f"checkpoint not found: {tmp_path / 'stories260K.bin'}" in err
-    assert f"$CHIPOTLE_MODEL_DIR={tmp_path}" in err
+    assert f"$CHIPOTLE_MODEL_DIR={tmp_path}; choose another folder with $CHIPOTLE_MODEL_DIR " \
+        "or another file with --model)" in err, err
     assert FETCH_HINT in err
 
 

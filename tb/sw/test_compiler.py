@@ -645,6 +645,30 @@ def test_compiler_cli_refuses_bad_input_in_one_line(capsys, argv, expect):
     assert expect in capsys.readouterr().err + str(e.value.code)
 
 
+def test_module_commands_refuse_missing_model_files_in_one_error_line(capsys, monkeypatch,
+                                                                     tmp_path):
+    """``python -m chipotle.compiler`` and ``python -m chipotle.compiler.profile`` without the
+    model files: one ``error:`` line (no usage block) naming where they looked,
+    ``$CHIPOTLE_MODEL_DIR`` as the folder it is (not a file), and the fetch; the profiler,
+    which has no ``--model``, offers none, for a missing file or a damaged one."""
+    from chipotle.compiler import profile
+    from chipotle.compiler.__main__ import main
+    from chipotle.paths import FETCH_HINT
+    monkeypatch.setenv("CHIPOTLE_MODEL_DIR", str(tmp_path))
+    where = (f"error: checkpoint not found: {tmp_path / 'stories260K.bin'} (from "
+             f"$CHIPOTLE_MODEL_DIR={tmp_path}; choose another folder with $CHIPOTLE_MODEL_DIR")
+    for run, option in ((profile.main, ""), (main, " or another file with --model")):
+        with pytest.raises(SystemExit) as e:
+            run(["--context", "8"])
+        assert capsys.readouterr().err == "", run       # no usage block before the error
+        assert e.value.code == f"{where}{option}); {FETCH_HINT}", e.value.code
+    (tmp_path / "stories260K.bin").write_bytes(b"not the published file")
+    with pytest.raises(SystemExit) as e:
+        profile.main(["--pos", "4"])
+    assert str(e.value.code).startswith(f"error: {tmp_path / 'stories260K.bin'}: its sha256 ")
+    assert "--model" not in str(e.value.code), e.value.code
+
+
 @pytest.mark.model
 def test_compiler_cli_fits_the_context_and_names_whole_options(capsys, model_paths, tmp_path):
     """``python -m chipotle.compiler`` without --context compiles for the longest context the
