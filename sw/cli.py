@@ -319,10 +319,10 @@ def build_parser() -> argparse.ArgumentParser:
 def _where(kind: str, path: Path, option: str | None) -> str:
     """The refusal of a missing default model file `path`: where it was looked for and how
     to fetch it.  Under ``make sim`` / ``make bench`` in make's terms (``MODEL_DIR=``, the
-    ``make models`` command for that directory), else in the command's: another folder with
-    ``$CHIPOTLE_MODEL_DIR``, or another file with `option` (``--model``; None for a command
-    that reads the file only from that folder, e.g. ``python -m chipotle.compiler.profile``).
-    """
+    ``make models`` command for that directory, or another ``MODEL_DIR=``), else in the
+    command's: another folder with ``$CHIPOTLE_MODEL_DIR``, or another file with `option`
+    (``--model``; None for a command that reads the file only from that folder, e.g.
+    ``python -m chipotle.compiler.profile``)."""
     import shlex
     env = os.environ.get("CHIPOTLE_MODEL_DIR")
     under_make = "CHIPOTLE_MAKE_CONFIG" in os.environ
@@ -334,7 +334,7 @@ def _where(kind: str, path: Path, option: str | None) -> str:
         where = f"MODEL_DIR={d}" if env is not None else f"the default MODEL_DIR, {d}"
         fetch = "make models" + ("" if env is None else f" MODEL_DIR={shlex.quote(str(d))}")
         return (f"{kind} not found: {path} ({where}); `{fetch}` downloads stories260K.bin "
-                f"and tok512.bin there")
+                f"and tok512.bin there, or give MODEL_DIR=<a folder holding them>")
     if env is None:
         origin = "the default location; $CHIPOTLE_MODEL_DIR is not set"
     else:

@@ -52,7 +52,8 @@ def check_published(path: str | os.PathLike, option: str | None) -> None:
     ------
     ValueError
         If `path`'s name is one of `PUBLISHED_SHA256` and its sha256 differs (names the file,
-        both digests' starts and the fixes).
+        both digests' starts and the fixes; run by ``make sim`` or ``make bench``, which set
+        ``$CHIPOTLE_MAKE_CONFIG`` and take no `option`, the fixes in make's terms).
     """
     path = Path(path)
     want = PUBLISHED_SHA256.get(path.name)
@@ -63,7 +64,11 @@ def check_published(path: str | os.PathLike, option: str | None) -> None:
         # the folder make's MODEL_DIR= names ($CHIPOTLE_MODEL_DIR), or make's default
         fetch = "make models" + (f" MODEL_DIR={shlex.quote(str(path.parent))}"
                                  if "CHIPOTLE_MODEL_DIR" in os.environ else "")
-        use = f", or give it with {option} to use it as it is" if option else ""
+        if "CHIPOTLE_MAKE_CONFIG" in os.environ:      # make's MODEL_DIR=, not `option`
+            use = (f", or give MODEL_DIR=<a folder holding the published {DEFAULT_CHECKPOINT} "
+                   f"and {DEFAULT_TOKENIZER}>")
+        else:
+            use = f", or give it with {option} to use it as it is" if option else ""
         raise ValueError(f"{path}: its sha256 ({got[:16]}...) is not the published file's "
                          f"({want[:16]}...): a damaged or replaced file; `{fetch}` fetches "
                          f"it again{use}")

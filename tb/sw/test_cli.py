@@ -103,7 +103,7 @@ def test_missing_default_files_under_make(capsys, tmp_path, monkeypatch):
     assert code == 2 and out == ""
     assert err == (f"chipotle generate: error: checkpoint not found: {d / 'stories260K.bin'} "
                    f"(MODEL_DIR={d}); `make models MODEL_DIR='{d}'` downloads stories260K.bin "
-                   f"and tok512.bin there\n"), err
+                   f"and tok512.bin there, or give MODEL_DIR=<a folder holding them>\n"), err
     f = tmp_path / "stories260K.bin"                # MODEL_DIR naming a file, not a folder
     f.write_bytes(b"x")
     monkeypatch.setenv("CHIPOTLE_MODEL_DIR", str(f))
@@ -115,6 +115,33 @@ def test_missing_default_files_under_make(capsys, tmp_path, monkeypatch):
     code, out, err = run(capsys)
     assert code == 2 and f"(the default MODEL_DIR, {tmp_path / 'none'}); `make models` " \
         "downloads" in err
+
+
+def test_damaged_default_files_under_make_in_makes_terms(capsys, tmp_path, monkeypatch):
+    """Under ``make sim`` and ``make bench`` a default file that is not the published one is
+    refused with the fixes in make's terms: ``make models`` and ``MODEL_DIR=``, not
+    ``--model``, which make does not take (it said "give it with --model ... (make: --model is
+    MODEL_DIR= (the directory))", and another MODEL_DIR= is refused the same way)."""
+    from chipotle.sim import bench
+    for name in ("stories260K.bin", "tok512.bin"):
+        (tmp_path / name).write_bytes(b"not the published file")
+    folder = "or give MODEL_DIR=<a folder holding the published stories260K.bin and tok512.bin>"
+    monkeypatch.setenv("CHIPOTLE_MAKE_CONFIG", "default")
+    for env, fetch in ((str(tmp_path), f"make models MODEL_DIR={tmp_path}"), (None, "make models")):
+        if env is None:                          # make's default folder
+            monkeypatch.delenv("CHIPOTLE_MODEL_DIR")
+            monkeypatch.setattr("chipotle.cli.default_model_dir", lambda: tmp_path)
+            monkeypatch.setattr("chipotle.paths.default_model_dir", lambda: tmp_path)
+        else:
+            monkeypatch.setenv("CHIPOTLE_MODEL_DIR", env)
+        code, out, err = run(capsys, "--backend", "isasim", "--steps", "2")
+        with pytest.raises(SystemExit):
+            bench.main(["--backend", "isasim", "--prompts", "1"])
+        err += capsys.readouterr().err
+        assert code == 2 and out == "" and len(err.splitlines()) == 2, err
+        for line in err.splitlines():
+            assert line.endswith(f"a damaged or replaced file; `{fetch}` fetches it again, "
+                                 f"{folder}") and "--model" not in line, line
 
 
 def test_missing_default_tokenizer(capsys, tmp_path, monkeypatch, tiny):
