@@ -228,6 +228,24 @@ class ArgumentParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {under_make(message)} ({self.prog} --help lists "
                      f"the options)\n")
 
+    def _check_value(self, action, value):
+        """As ``argparse``'s, with the choice meant after the list when a misspelt one is
+        close to one (``--backend isa``: ``(did you mean --backend isasim?)``, under ``make
+        sim`` / ``make bench`` ``(did you mean BACKEND=isasim?)``; a subcommand's: ``(did
+        you mean generate?)``)."""
+        from .config import _did_you_mean
+        try:
+            super()._check_value(action, value)
+        except argparse.ArgumentError as e:
+            option = f"{action.option_strings[-1]} " if action.option_strings else ""
+            if option and "CHIPOTLE_MAKE_CONFIG" in os.environ:       # as `under_make`
+                option = f"{MAKE_VARIABLES.get(option.strip(), option.strip())}="
+            hint = _did_you_mean(str(value), [str(c) for c in action.choices],
+                                 lambda c: f"{option}{c}")
+            if not hint:
+                raise
+            raise argparse.ArgumentError(action, f"{e.message}{hint}") from None
+
     def parse_args(self, args=None, namespace=None):
         """As ``argparse``'s, but an unrecognised argument after a subcommand is refused by
         that subcommand's parser (``chipotle generate: error: ... (chipotle generate --help

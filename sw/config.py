@@ -33,12 +33,14 @@ SRAM_ADDR_BITS = 16
 MAX_VEC_SLOTS = 8
 
 
-def _did_you_mean(word: str, known) -> str:
+def _did_you_mean(word: str, known, spell=repr) -> str:
     """`` (did you mean 'x'?)`` for the closest of `known` to a misspelt `word`, else ``""``
-    (`difflib.get_close_matches`, case-insensitive)."""
+    (`difflib.get_close_matches`, case-insensitive); `spell` writes the name meant (e.g.
+    ``lambda b: f"BOARD={b}"``: ``(did you mean BOARD=ulx3s-85f?)``; default: `repr`).
+    Also used by the commands' refusals of a board or an option's choice."""
     lower = {k.lower(): k for k in known}
     close = difflib.get_close_matches(word.lower(), list(lower), n=1, cutoff=0.6)
-    return f" (did you mean {lower[close[0]]!r}?)" if close else ""
+    return f" (did you mean {spell(lower[close[0]])}?)" if close else ""
 
 
 @dataclass(frozen=True)

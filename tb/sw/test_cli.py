@@ -897,8 +897,8 @@ def test_make_test_default_refuses_a_bad_steps_count():
 
 def test_make_bitstream_errors_name_make_variables():
     """``make bitstream``'s refusals of a board or configuration name BOARD= and CONFIG=."""
-    for var, message in (("BOARD=ulx3s", "BOARD=ulx3s: not a board of this flow; the boards: "
-                                         "icebreaker, ulx3s-85f"),
+    for var, message in (("BOARD=ulx3s", "BOARD=ulx3s: not a board of this flow (did you mean "
+                                         "BOARD=ulx3s-85f?); the boards: icebreaker, ulx3s-85f"),
                          ("CONFIG=nope", "CONFIG=nope: unknown configuration 'nope'")):
         r = subprocess.run(["make", "-s", "bitstream", var], cwd=ROOT, capture_output=True,
                            text=True, timeout=300)
@@ -906,6 +906,42 @@ def test_make_bitstream_errors_name_make_variables():
         # one line, without argparse's usage of options make users do not type
         assert r.stderr.strip().startswith("make bitstream: error: ") and "usage:" not in \
             r.stderr, r.stderr
+
+
+def test_misspelt_backend_and_board_name_the_one_meant(capsys, monkeypatch):
+    """A misspelt choice is refused with the valid ones and the one meant (difflib), in the
+    command's terms, and under make in make's (``make sim BACKEND=isa``: ``BACKEND=isasim``,
+    ``make bitstream BOARD=ulx3s``: ``BOARD=ulx3s-85f``), at once: no build starts first."""
+    from chipotle.sim import bench, bitstream
+    monkeypatch.delenv("CHIPOTLE_MAKE_CONFIG", raising=False)
+    monkeypatch.delenv("CHIPOTLE_MAKE_BITSTREAM", raising=False)
+    for main, argv, meant in ((cli.main, ["generate", "--backend", "isa"], "--backend isasim"),
+                              (cli.main, ["generat"], "generate"),
+                              (bench.main, ["--backend", "isa"], "--backend isasim"),
+                              (bitstream.main, ["--board", "ulx3s"], "--board ulx3s-85f")):
+        with pytest.raises(SystemExit) as e:
+            main(argv)
+        err = capsys.readouterr().err
+        assert e.value.code == 2 and f"(did you mean {meant}?)" in err, (argv, err)
+        assert "(choose from '" in err or "the boards: icebreaker, ulx3s-85f" in err, err
+    with pytest.raises(SystemExit):                       # none close: no suggestion
+        cli.main(["generate", "--backend", "abacus"])
+    assert "did you mean" not in capsys.readouterr().err
+    for argv, message in (
+            (("sim", "BACKEND=isa", "STEPS=2"), "chipotle generate: error: argument --backend: "
+             "invalid choice: 'isa' (choose from 'reference', 'golden', 'isasim', 'verilator', "
+             "'icarus', 'uart') (did you mean BACKEND=isasim?) (chipotle generate --help lists "
+             "the options)"),
+            (("bench", "BACKEND=isa"), "(choose from 'verilator', 'icarus', 'isasim') (did you "
+             "mean BACKEND=isasim?)"),
+            (("bitstream", "BOARD=ulx3s"), "make bitstream: error: BOARD=ulx3s: not a board of "
+             "this flow (did you mean BOARD=ulx3s-85f?); the boards: icebreaker, ulx3s-85f")):
+        r = subprocess.run(["make", "-s", *argv], cwd=ROOT, capture_output=True, text=True,
+                           timeout=120)
+        lines = r.stderr.splitlines()
+        # the refusal first, then make's own line: nothing built or run before it
+        assert r.returncode == 2 and message in lines[0] and len(lines) == 2, r.stderr
+        assert r.stdout.count("\n") <= 1, r.stdout       # the command make echoes
 
 
 @pytest.mark.parametrize("backend", ["golden", "isasim"])
