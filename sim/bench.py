@@ -174,10 +174,14 @@ def main(argv: list[str] | None = None) -> int:
 
     ap = ArgumentParser(prog="python -m chipotle.sim.bench",
                         description=__doc__.split("\n\n")[0])
-    ap.add_argument("--backend", choices=("verilator", "icarus", "isasim"), default="verilator")
+    ap.add_argument("--backend", choices=("verilator", "icarus", "isasim"), default="verilator",
+                    help="the RTL under Verilator or Icarus, or the ISA simulator's estimate "
+                         "(isasim, no build) (default: %(default)s)")
     ap.add_argument("--config", default="default", help="chip configuration (ChipConfig."
                     "from_string: a name and/or key=value,...; default: default)")
-    ap.add_argument("--placement", choices=("pipeline", "tensor"), default="tensor")
+    ap.add_argument("--placement", choices=("pipeline", "tensor"), default="tensor",
+                    help="pipeline of stages, or every layer on every tile (tensor) (default: "
+                         "%(default)s)")
     ap.add_argument("--prompts", default="1,64,256", help="prompt lengths in tokens, BOS "
                     "included; decode is measured at position = length (default: 1,64,256)")
     ap.add_argument("--decode-steps", type=int, default=1, help="decode steps per prompt "
@@ -186,7 +190,10 @@ def main(argv: list[str] | None = None) -> int:
                     "(default: the compiler's)")
     ap.add_argument("--clock-mhz", type=clock_mhz, default=DEFAULT_CLOCK_MHZ,
                     help="assumed clock of the tokens/s figures (default: %(default)s)")
-    ap.add_argument("--model", type=Path, default=None)
+    ap.add_argument("--model", type=Path, default=None,
+                    help="a llama2.c checkpoint, taken as it is (default: stories260K.bin in "
+                         "$CHIPOTLE_MODEL_DIR, else ../shared/models/, checked against the "
+                         "published sha256)")
     ap.add_argument("--json", type=Path, default=None, help="also write the figures here")
     args = ap.parse_args(argv)
 

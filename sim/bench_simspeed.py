@@ -88,8 +88,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="'synthetic' or a llama2.c checkpoint (default: synthetic for small, "
                         f"else {DEFAULT_CHECKPOINT})")
     p.add_argument("--steps", type=int, default=8, help="tokens to generate (default 8)")
-    p.add_argument("--placement", default="tensor", choices=("pipeline", "tensor"))
-    p.add_argument("--sim", default="verilator", choices=("verilator", "icarus"))
+    p.add_argument("--placement", default="tensor", choices=("pipeline", "tensor"),
+                   help="pipeline of stages, or every layer on every tile (tensor) (default: "
+                        "%(default)s)")
+    p.add_argument("--sim", default="verilator", choices=("verilator", "icarus"),
+                   help="the RTL simulator (default: %(default)s)")
     p.add_argument("--cxx-opt", default=toolchain.FAST_CXX_OPT,
                    help=f"Verilator C++ optimisation, one string for several flags (default "
                         f"{toolchain.FAST_CXX_OPT}; the regression uses -O0)")

@@ -192,7 +192,8 @@ def main(argv=None):
 
     parser = argparse.ArgumentParser(prog="python -m chipotle.sim.synth", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("design", choices=sorted(DESIGNS))
+    parser.add_argument("design", choices=sorted(DESIGNS),
+                        help="the design to synthesise")
     parser.add_argument("--config", default=None, help="chip configuration of the tile "
                         "and sram designs (as make sim's CONFIG), default: default; of the "
                         "vector-unit design when given (else VectorUnit()'s defaults)")

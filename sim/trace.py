@@ -390,11 +390,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model", default=None, help="llama2.c checkpoint, or 'synthetic' "
                     "(the regression's small model); default: synthetic on the small "
                     "configuration, else stories260K")
-    ap.add_argument("--placement", choices=("pipeline", "tensor"), default="tensor")
+    ap.add_argument("--placement", choices=("pipeline", "tensor"), default="tensor",
+                    help="pipeline of stages, or every layer on every tile (tensor) (default: "
+                         "%(default)s)")
     ap.add_argument("--pos", type=int, default=6, help="position of the traced decode step "
                     "(the prompt before it is prefilled; default 6)")
-    ap.add_argument("--context", type=int, default=None)
-    ap.add_argument("--sim", choices=("verilator", "icarus"), default="verilator")
+    ap.add_argument("--context", type=int, default=None,
+                    help="positions to compile for (default: 16 for the synthetic model, "
+                         "else the compiler's)")
+    ap.add_argument("--sim", choices=("verilator", "icarus"), default="verilator",
+                    help="the RTL simulator (default: %(default)s)")
     ap.add_argument("--counters-only", action="store_true", help="compare the per-tile "
                     "performance counters only (ports-only build, no retire trace)")
     ap.add_argument("--cxx-opt", default=None, help="Verilator C++ optimisation (default: "

@@ -269,7 +269,8 @@ def build_parser() -> argparse.ArgumentParser:
     """Return the argument parser of the ``chipotle`` command."""
     parser = ArgumentParser(
         prog="chipotle", description="chipotle: an open LLM inference accelerator.")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                                help="what to do (chipotle COMMAND --help lists its options)")
     g = sub.add_parser(
         "generate", help="generate text from a llama2.c checkpoint",
         description="Generate text from a llama2.c checkpoint, streaming it as it comes.",

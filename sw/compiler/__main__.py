@@ -134,8 +134,11 @@ def main(argv=None) -> None:
     ap.add_argument("--tokenizer", default=None,
                     help=f"--bench's tokenizer (default: {DEFAULT_TOKENIZER} beside --model when "
                          "it is given, else beside the default model)")
-    ap.add_argument("--programs", action="store_true")
-    ap.add_argument("--bench", action="store_true")
+    ap.add_argument("--programs", action="store_true",
+                    help="also print every tile's assembly")
+    ap.add_argument("--bench", action="store_true",
+                    help="also run prefill and decode on the ISA simulator, bit-exact against "
+                         "the golden model, and print their estimated cycles")
     ap.add_argument("--placement", choices=("pipeline", "tensor"), default="tensor",
                     help="pipeline of stages, or every layer on every tile (tensor; the "
                          "placement of `chipotle generate` and `make sim`) (default: "

@@ -506,13 +506,22 @@ def main(argv=None) -> None:
     from .run import load_isasim, run_step_isasim
     ap = argparse.ArgumentParser(prog="python -m chipotle.compiler.profile",
                                  description=main.__doc__)
-    ap.add_argument("--config", default="default")
-    ap.add_argument("--placement", choices=("pipeline", "tensor"), default="tensor")
-    ap.add_argument("--pos", type=int, default=64)
+    ap.add_argument("--config", default="default",
+                    help="chip configuration: a name of chipotle.config.CONFIGS and/or "
+                         "key=value,... (default: %(default)s)")
+    ap.add_argument("--placement", choices=("pipeline", "tensor"), default="tensor",
+                    help="pipeline of stages, or every layer on every tile (tensor) (default: "
+                         "%(default)s)")
+    ap.add_argument("--pos", type=int, default=64,
+                    help="position of the profiled step; the positions before it are "
+                         "prefilled first (default: %(default)s)")
     ap.add_argument("--rows", type=int, default=1,
                     help="tokens of the profiled step at --pos: 1, a decode step (the "
                          "default), up to M, a prefill batch of that many rows")
-    ap.add_argument("--context", type=int, default=None)
+    ap.add_argument("--context", type=int, default=None,
+                    help="positions to compile for (default: the model's seq_len, or the "
+                         "longest context the configuration holds, said so, if that is "
+                         "shorter)")
     ap.add_argument("--kvapp", action=argparse.BooleanOptionalAction, default=None,
                     help="append K and V with kvapp (default: the placement's default, as "
                          "compile_model: with kvapp for the tensor placement)")

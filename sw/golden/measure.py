@@ -135,8 +135,10 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m chipotle.golden.measure", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     d = default_model_dir()
-    ap.add_argument("--model", default=str(d / DEFAULT_CHECKPOINT))
-    ap.add_argument("--tokenizer", default=str(d / DEFAULT_TOKENIZER))
+    ap.add_argument("--model", default=str(d / DEFAULT_CHECKPOINT),
+                    help="llama2.c checkpoint (default: %(default)s)")
+    ap.add_argument("--tokenizer", default=str(d / DEFAULT_TOKENIZER),
+                    help="tokenizer (default: %(default)s)")
     ap.add_argument("--positions", type=int, default=256,
                     help="teacher-forced positions (default 256)")
     ap.add_argument("--steps", type=int, default=256,

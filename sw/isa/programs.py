@@ -408,10 +408,15 @@ def main(argv=None) -> None:
 
     ap = argparse.ArgumentParser(prog="python -m chipotle.isa.programs",
                                  description=main.__doc__.splitlines()[0])
-    ap.add_argument("--max-pos", type=int, default=64)
-    ap.add_argument("--sram", type=int, default=128, help="SRAM in KiB")
-    ap.add_argument("--positions", type=int, default=8)
-    ap.add_argument("--layer", type=int, default=0)
+    ap.add_argument("--max-pos", type=int, default=64,
+                    help="positions the tile's KV cache holds (LayerLayout.max_pos) (default: "
+                         "%(default)s)")
+    ap.add_argument("--sram", type=int, default=128,
+                    help="SRAM in KiB (default: %(default)s)")
+    ap.add_argument("--positions", type=int, default=8,
+                    help="decode steps run, positions 0 .. N-1 (default: %(default)s)")
+    ap.add_argument("--layer", type=int, default=0,
+                    help="the layer laid out and run (default: %(default)s)")
     args = ap.parse_args(argv)
     qm = quantize(load_checkpoint(default_model_dir() / "stories260K.bin"))
     isa = IsaConfig(sram_bytes=args.sram * 1024)

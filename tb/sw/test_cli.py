@@ -1063,3 +1063,49 @@ def test_damaged_default_model_is_refused(capsys, tmp_path, monkeypatch, model_p
     code, out, err = run(capsys, "--backend", "golden", "--steps", "2", "--temperature", "0",
                          "--model", str(tmp_path / "stories260K.bin"))
     assert code == 0, err
+
+
+def test_every_command_line_option_has_help(monkeypatch):
+    """Every option (and positional argument, and subcommand) of every command-line entry
+    point (``chipotle`` and each module with a ``main`` that builds an argparse parser:
+    ``python -m chipotle.compiler``, ``chipotle.compiler.profile``, ``chipotle.isa.programs``,
+    ``chipotle.sim.bench``, ``chipotle.sim.bitstream``, ...) has a help text in ``--help``
+    (``--programs`` and ``--bench`` of ``python -m chipotle.compiler`` had none)."""
+    import argparse
+    import importlib
+    import importlib.util
+    import pkgutil
+    import tomllib
+
+    class Parsed(Exception):
+        """Raised with the parser in place of parsing: nothing of `main` runs after it."""
+
+    def capture(self, *_args, **_kwargs):
+        raise Parsed(self)
+    monkeypatch.setattr(argparse.ArgumentParser, "parse_known_args", capture)
+    modules = []
+    packages = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"][
+        "packages"]                  # (chipotle.sim and chipotle.hw are folders of their own)
+    for info in (i for package in packages for i in pkgutil.iter_modules(
+            importlib.import_module(package).__path__, f"{package}.")):
+        origin = importlib.util.find_spec(info.name).origin
+        text = Path(origin).read_text() if origin and origin.endswith(".py") else ""
+        if "ArgumentParser(" in text and "\ndef main(" in text:
+            modules.append(info.name)
+    assert {"chipotle.cli", "chipotle.compiler.__main__", "chipotle.compiler.profile",
+            "chipotle.isa.programs", "chipotle.sim.bench", "chipotle.sim.bitstream"} <= \
+        set(modules), modules
+    missing = []
+
+    def walk(parser):
+        for action in parser._actions:
+            if not action.help or action.help == argparse.SUPPRESS:
+                missing.append(f"{parser.prog} {'/'.join(action.option_strings) or action.dest}")
+            if isinstance(action, argparse._SubParsersAction):
+                for sub in action.choices.values():
+                    walk(sub)
+    for name in modules:
+        with pytest.raises(Parsed) as e:
+            importlib.import_module(name).main([])
+        walk(e.value.args[0])
+    assert not missing, f"options without help: {', '.join(missing)}"
