@@ -9,7 +9,10 @@ more decode steps, and prints, from the backend's cycle counts and performance c
 * **decode roofline efficiency** at that position: the int8 weight and KV-cache bytes a
   decode step must read (``CompiledModel.weight_bytes_per_token() + kv_bytes(L)``) divided by
   the mesh's SRAM read bandwidth (``ChipConfig.sram_read_bytes_per_cycle``, W bytes per tile
-  and cycle), over the measured cycles;
+  and cycle: the matrix units' read ports, the only way weights reach the MACs), over the
+  measured cycles; beside it the same bytes over the SRAM's whole read bandwidth
+  (``ChipConfig.sram_peak_read_bytes_per_cycle``: the read/write ports' `n_banks`-word
+  reads too, three times as much on the default chip);
 * **prefill**: time to first token (cycles of the prefill steps) and how busy the matrix
   units were over them: ``mac_cycles`` (the RTL's ``MAC_CYCLES``, cycles a unit issued a
   weight word) summed over tiles / (cycles x tiles).  A MAC cycle does W x m MACs for an
@@ -153,6 +156,7 @@ def figures(compiled, prompt_len: int, result: dict) -> dict:
     return {"prompt_tokens": prompt_len, "decode_pos": first["pos"],
             "decode_cycles": first["cycles"],
             "roofline": need / cfg.sram_read_bytes_per_cycle / first["cycles"],
+            "sram_share": need / cfg.sram_peak_read_bytes_per_cycle / first["cycles"],
             "decode_bytes": need, "decode_mac_util": util(dec[:1]),
             "ttft_cycles": sum(s["cycles"] for s in pre), "prefill_steps": npre,
             "prefill_mac_util": util(pre)}
@@ -274,7 +278,9 @@ def main(argv: list[str] | None = None) -> int:
     story = story_prompt(qm, max(lengths) + args.decode_steps)
     print(f"[bench] {args.backend}, {config}, {args.placement} placement, context "
           f"{compiled.context}; peak {config.peak_macs_per_cycle} MACs/cycle, "
-          f"{config.sram_read_bytes_per_cycle} SRAM bytes/cycle", file=sys.stderr, flush=True)
+          f"{config.sram_read_bytes_per_cycle} SRAM bytes/cycle on the matrix units' ports "
+          f"({config.sram_peak_read_bytes_per_cycle} on all ports)", file=sys.stderr,
+          flush=True)
     rows = []
     for n in lengths:
         r = run_one(compiled, story[:n], args.decode_steps, args.backend, tokenizer)
@@ -298,7 +304,8 @@ def _pct(x) -> str:
 def _row(f: dict, mhz: float) -> str:
     return (f"[bench] prompt {f['prompt_tokens']}: decode at position {f['decode_pos']} "
             f"{f['decode_cycles']:,} cycles ({mhz * 1e6 / f['decode_cycles']:,.0f} tokens/s "
-            f"at an assumed {mhz:g} MHz), roofline {_pct(f['roofline'])}; "
+            f"at an assumed {mhz:g} MHz), roofline {_pct(f['roofline'])} "
+            f"({_pct(f['sram_share'])} of all SRAM ports); "
             f"TTFT {f['ttft_cycles']:,} cycles, prefill matrix units busy "
             f"{_pct(f['prefill_mac_util'])}; "
             f"{'bit-exact' if f['bit_exact'] else 'MISMATCH: ' + f['mismatch']}")
@@ -327,15 +334,20 @@ def _table(rows, args, config) -> str:
             "authority" if args.backend == "isasim" else "cycles measured on the RTL")
     head = (f"# chipotle benchmark: {args.backend} ({kind}), {config}, {args.placement} placement "
             f"({command_line(args)})\n"
-            "| prompt tokens | decode position | decode cycles/token | roofline | decode MAC "
-            "busy | TTFT cycles | prefill MAC busy | vs GoldenModel |\n"
-            "| --- | --- | --- | --- | --- | --- | --- | --- |")
+            "| prompt tokens | decode position | decode cycles/token | roofline | of all SRAM "
+            "ports | decode MAC busy | TTFT cycles | prefill MAC busy | vs GoldenModel |\n"
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     lines = [head]
     for f in rows:
         lines.append(f"| {f['prompt_tokens']} | {f['decode_pos']} | {f['decode_cycles']:,} | "
-                     f"{_pct(f['roofline'])} | {_pct(f['decode_mac_util'])} | "
+                     f"{_pct(f['roofline'])} | {_pct(f['sram_share'])} | "
+                     f"{_pct(f['decode_mac_util'])} | "
                      f"{f['ttft_cycles']:,} | {_pct(f['prefill_mac_util'])} | "
                      f"{'bit-exact' if f['bit_exact'] else 'MISMATCH'} |")
+    lines.append(f"roofline: the step's weight and KV bytes over the matrix units' read "
+                 f"ports ({config.sram_read_bytes_per_cycle} B/cycle), over its cycles; of all "
+                 f"SRAM ports: the same over every port's reads "
+                 f"({config.sram_peak_read_bytes_per_cycle} B/cycle).")
     lines.append(f"MAC busy: the share of tile-cycles a matrix unit streamed weights "
                  f"(MAC_CYCLES / tiles x cycles), not of the peak MACs: a busy cycle does the "
                  f"MACs of m of the M = {config.max_m} rows (decode m = 1: at most 1/{config.max_m}"

@@ -497,8 +497,12 @@ def _chip_summary(args, g: dict, compiled, config) -> str:
         need = sum(compiled.weight_bytes_per_token() + compiled.kv_bytes(s["pos"]) for s in dec)
         cyc = sum(s["cycles"] for s in dec)
         ideal = need / config.sram_read_bytes_per_cycle
+        whole = need / config.sram_peak_read_bytes_per_cycle
         lines.append(f"decode roofline efficiency: {100 * ideal / cyc:.1f}% (weight + KV bytes "
-                     f"over {config.sram_read_bytes_per_cycle} B/cycle, over measured cycles)")
+                     f"over {config.sram_read_bytes_per_cycle} B/cycle, the matrix units' "
+                     f"read ports, over measured cycles); {100 * whole / cyc:.1f}% of the "
+                     f"SRAM's whole read bandwidth ({config.sram_peak_read_bytes_per_cycle} "
+                     f"B/cycle with the {config.n_banks}-word reads of the read/write ports)")
         tps = args.clock_mhz * 1e6 / g["decode_cycles_per_token"]
         line = (f"decode: {tps:,.0f} tokens/s at an assumed {args.clock_mhz:g} MHz clock "
                 f"(--clock-mhz)")

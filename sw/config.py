@@ -288,6 +288,17 @@ class ChipConfig:
         return self.n_tiles * self.word_bytes
 
     @property
+    def sram_peak_read_bytes_per_cycle(self) -> int:
+        """Everything the mesh's SRAM can read per cycle, bytes: on every tile the matrix
+        unit's read port ``r`` (one word) and the shared read/write port ``rw``, whose wide
+        read returns `n_banks` words (``docs/tile.md``, "SRAM"): ``tiles x W x (1 +
+        n_banks)``, 384 on the 4 x 4 default.  The roofline figure divides by
+        `sram_read_bytes_per_cycle` (the matrix units' feed: the weights can reach the MACs
+        only through ``r``); the figures against this one say how much of the SRAM's whole
+        read bandwidth a step uses (``docs/performance.md``, "Definitions")."""
+        return self.n_tiles * self.word_bytes * (1 + self.n_banks)
+
+    @property
     def peak_macs_per_cycle(self) -> int:
         """Peak int8 MACs per cycle of the mesh: W x M per tile."""
         return self.n_tiles * self.word_bytes * self.max_m

@@ -39,6 +39,10 @@ def test_figures_from_a_run(placement):
     assert f["decode_bytes"] == need
     assert f["roofline"] == pytest.approx(need / SMALL.sram_read_bytes_per_cycle
                                           / dec[0]["cycles"])
+    # every port's reads: the matrix unit's word and the read/write port's n_banks words
+    ports = SMALL.n_tiles * SMALL.word_bytes * (1 + SMALL.n_banks)
+    assert f["sram_share"] == pytest.approx(need / ports / dec[0]["cycles"])
+    assert f["sram_share"] < f["roofline"]
     # the prompt covers positions 0..5 in batches of at most M tokens
     assert sum(len(s["tokens"]) for s in pre) == 6
     assert all(len(s["tokens"]) <= SMALL.max_m for s in pre)

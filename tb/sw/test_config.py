@@ -203,3 +203,16 @@ def test_sram_kib_sizes_are_the_sizes_the_configuration_takes(W, n_banks):
         gc.collect()
     with pytest.raises(TypeError, match="integers"):
         base.sram_kib_sizes(1.5)
+
+
+def test_sram_read_bandwidths():
+    """The roofline's bandwidth is the matrix units' read ports (a word per tile and cycle);
+    the SRAM's whole read bandwidth adds each tile's read/write port, whose wide read
+    returns n_banks words (docs/tile.md, "SRAM")."""
+    d = CONFIGS["default"]
+    assert (d.n_tiles, d.word_bytes, d.n_banks) == (16, 8, 2)
+    assert d.sram_read_bytes_per_cycle == 128 and d.sram_peak_read_bytes_per_cycle == 384
+    u = CONFIGS["ulx3s"]
+    assert u.sram_read_bytes_per_cycle == 8 and u.sram_peak_read_bytes_per_cycle == 16
+    w = ChipConfig.from_string("mesh=2x1,W=16,n_banks=4")
+    assert w.sram_peak_read_bytes_per_cycle == 2 * 16 * 5
