@@ -8,7 +8,9 @@ sim
 model_paths
     Paths of the stories260K checkpoint and tok512 tokenizer.  A missing file skips
     the test on a developer's machine but fails it under CI (``CI=true``); a
-    ``$CHIPOTLE_MODEL_DIR`` (make: ``MODEL_DIR=``) without them refuses the run.
+    ``$CHIPOTLE_MODEL_DIR`` (make: ``MODEL_DIR=``) without them refuses the run, and so
+    does a file there (or in the default folder) that is not the published one (its
+    sha256, ``chipotle.paths.check_published``).
 
 Tests marked ``slow`` (the default 4 x 4 chip, about 7 minutes from a cold build cache) are
 deselected unless the ``-m`` expression names ``slow`` (``make test-default`` runs ``-m
@@ -51,6 +53,17 @@ def pytest_configure(config):
             raise pytest.UsageError(f"$CHIPOTLE_MODEL_DIR (make: MODEL_DIR=) {d} lacks "
                                     f"{', '.join(missing)}; `make models MODEL_DIR={d}` "
                                     "fetches them")
+    # A damaged or replaced model file would fail every model test with a traceback (a
+    # truncated checkpoint) or a story other than the docs' (any float32 bytes load): refuse
+    # it once, as `make sim` does, with the fetch that repairs it.
+    from chipotle.paths import check_published, default_model_dir
+    for name in MODEL_FILES:
+        path = default_model_dir() / name
+        if path.is_file():
+            try:
+                check_published(path, None)
+            except ValueError as e:
+                raise pytest.UsageError(f"{e} (make test: MODEL_DIR=)") from None
 
 
 def pytest_collection_modifyitems(config, items):

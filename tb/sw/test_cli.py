@@ -543,6 +543,28 @@ def test_make_test_refuses_a_missing_test_path():
     assert r.returncode == 0 and "test_sampling.py::" in r.stdout, r.stdout + r.stderr
 
 
+def test_make_test_refuses_a_damaged_model_file_before_any_test(tmp_path):
+    """``make test MODEL_DIR=<a folder with a truncated stories260K.bin>`` is refused once,
+    before any test, naming the file and the fetch that repairs it (it ran every test, and
+    each model test failed with a traceback: session 30's fresh user)."""
+    from chipotle.paths import default_model_dir
+    src = default_model_dir()
+    if not (src / "stories260K.bin").is_file():
+        pytest.skip("the model files are not here")
+    (tmp_path / "stories260K.bin").write_bytes((src / "stories260K.bin").read_bytes()[:1000])
+    (tmp_path / "tok512.bin").write_bytes((src / "tok512.bin").read_bytes())
+    env = dict(os.environ, CHIPOTLE_MODEL_DIR=str(tmp_path))
+    env.pop("CI", None)
+    r = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:xdist", "-q",
+                        "tb/sw/test_sampling.py"], cwd=ROOT, env=env, capture_output=True,
+                       text=True, timeout=300)
+    out = r.stdout + r.stderr
+    assert r.returncode == 4 and "passed" not in out and "failed" not in out, out
+    assert (f"{tmp_path}/stories260K.bin: its sha256" in out
+            and f"`make models MODEL_DIR={tmp_path}` fetches it again" in out
+            and "(make test: MODEL_DIR=)" in out), out
+
+
 def test_make_test_refuses_a_model_dir_without_the_model(tmp_path):
     """``make test MODEL_DIR=<a folder without the model>`` is refused before any test
     instead of skipping every model test and passing."""
