@@ -114,14 +114,14 @@ def _tile_name(compiled, xy) -> str:
 
 def main(argv=None) -> None:
     """Print the memory map (and with ``--bench`` the cycle estimates) of a model."""
-    from ..cli import compile_for_module, module_config
+    from ..cli import ArgumentParser, compile_for_module, module_config
     from ..golden import quantize
     from ..model import load_checkpoint
     from ..paths import DEFAULT_CHECKPOINT, DEFAULT_TOKENIZER, check_published, default_model_dir
     from ..tokenizer import TokenizerError
 
-    ap = argparse.ArgumentParser(prog="python -m chipotle.compiler",
-                                 description=main.__doc__.splitlines()[0])
+    ap = ArgumentParser(prog="python -m chipotle.compiler",
+                        description=main.__doc__.splitlines()[0])
     ap.add_argument("--config", default="default",
                     help="chip configuration: a name of chipotle.config.CONFIGS and/or "
                          "key=value,... (default: %(default)s)")

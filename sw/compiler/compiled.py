@@ -644,29 +644,34 @@ SRAM_COMPILES = 6
 
 
 def _smallest_sram(config: ChipConfig, lo_kib: int, hi_kib: int, places,
-                   verified) -> tuple | None:
-    """The smallest SRAM from `lo_kib` to `hi_kib`, whole KiB, that compiles: ``(kib,
-    extra)`` with the instruction memory `verified` adds (``()`` if none), or None if none
-    does within `SRAM_COMPILES` compiles.
+                   verified) -> list:
+    """The smallest SRAMs from `lo_kib` to `hi_kib`, whole KiB, that compile: a list of
+    ``(kib, extra)``, `extra` the instruction memory `verified` adds (``()`` if none).  The
+    first is the smallest size that compiles; if it needs more instruction memory, the
+    second (if any within the compiles left) is the smallest that compiles with the
+    instruction memory as given.  Empty if none does within `SRAM_COMPILES` compiles.
 
     Every size the configuration takes (``ChipConfig.sram_kib_sizes``) in the bounds is
-    tried in ascending order, by placement first (`places`, a
-    few milliseconds) and then by compiling (`verified`), so the answer is the smallest
-    that compiles even where the need is not monotone in the size (a larger SRAM can keep
-    a scheme whose buffers then overflow another tile, so a size can fail between two that
-    fit)."""
-    compiles = 0
+    tried in ascending order, by placement first (`places`, a few milliseconds) and then by
+    compiling (`verified`), so the answer is the smallest that compiles even where the need
+    is not monotone in the size (a larger SRAM can keep a scheme whose buffers then
+    overflow another tile, so a size can fail between two that fit; with a small
+    instruction memory the compiler packs the gate without pairs, in shorter programs and
+    a larger layout)."""
+    found, compiles = [], 0
     for kib in config.sram_kib_sizes(lo_kib, hi_kib):
         cand = config.replace(sram_bytes=kib * 1024)
         if not places(cand):
             continue
         extra = verified(cand)
-        if extra is not None:
-            return kib, extra
         compiles += 1
+        if extra is not None and (not found or extra == ()):
+            found.append((kib, extra))
+            if extra == ():
+                break
         if compiles >= SRAM_COMPILES:
             break
-    return None
+    return found
 
 
 def _suggest_tensor(qm: QuantizedModel, config: ChipConfig, context: int, message: str,
@@ -696,11 +701,10 @@ def _suggest_tensor(qm: QuantizedModel, config: ChipConfig, context: int, messag
                                need_kib + SRAM_SLACK_KIB,
                                lambda cand: _tensor_places(qm, cand, context, kvapp),
                                lambda cand: _verified(qm, cand, context, "tensor", kvapp))
-        if found is not None:
-            kib, extra = found
+        for kib, extra in found:
             note, more = _schemes_note(qm, config, context, kib, kvapp)
             tips.append(Fit((("sram_kib", str(kib)), *extra), note=note))
-            if more:
+            if more and more not in tips:
                 tips.append(more)
     if not tips:                             # a bigger mesh: every tile holds a smaller share
         tip = _bigger_mesh(config, 9, lambda cand: _tensor_places(qm, cand, context, kvapp),
@@ -758,8 +762,7 @@ def _suggest(qm: QuantizedModel, config: ChipConfig, context: int,
         found = _smallest_sram(config, sizes[lo], sizes[-1],
                                lambda cand: _fits(qm, cand, context, kvapp),
                                lambda cand: _verified(qm, cand, context, "pipeline", kvapp))
-        if found is not None:
-            kib, extra = found
+        for kib, extra in found:
             tips.append(Fit((("sram_kib", str(kib)), *extra),
                             note=_stages_note(qm, config.replace(sram_bytes=kib * 1024),
                                               context, kvapp)))
@@ -768,6 +771,17 @@ def _suggest(qm: QuantizedModel, config: ChipConfig, context: int,
     if tip:
         tips.append(tip)
     return tips
+
+
+def _dominates(g: Fit, f: Fit) -> bool:
+    """Whether suggestion `g` changes a part of what `f` changes, to the same values, and
+    nothing else (so `f` gives up more for nothing): its configuration keys a subset of
+    `f`'s, its context the whole one or `f`'s, its placement `f`'s; not `f` itself."""
+    if g.placement != f.placement or (g.context is not None and g.context != f.context):
+        return False
+    if not set(g.config) <= set(f.config):
+        return False
+    return set(g.config) < set(f.config) or (g.context is None and f.context is not None)
 
 
 def compile_model(source, config: ChipConfig, context: int | None = None,
@@ -838,10 +852,10 @@ def compile_model(source, config: ChipConfig, context: int | None = None,
         else:
             tips = _suggest(qm, config, int(context), kvapp)
         fits = list(e.fits) + [f for f in tips if f not in e.fits]
-        # a shorter context is no suggestion where the same change fits the whole context
-        fits = [f for f in fits if f.context is None or not any(
-            g.context is None and (g.config, g.placement) == (f.config, f.placement)
-            for g in fits)]
+        # a suggestion that changes more than another one does, to the same values (a
+        # bigger mesh with the same imem_words; a shorter context beside the same change at
+        # the whole context), is no suggestion
+        fits = [f for f in fits if not any(g is not f and _dominates(g, f) for g in fits)]
         if not fits:
             wide = (f"; every row is padded to whole {config.word_bytes}-byte words "
                     f"(W={config.word_bytes}): a smaller W packs them tighter"

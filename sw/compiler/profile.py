@@ -499,13 +499,13 @@ def main(argv=None) -> None:
     one prefill batch)."""
     import argparse
 
-    from ..cli import compile_for_module, module_config
+    from ..cli import ArgumentParser, compile_for_module, module_config
     from ..golden import quantize
     from ..model import load_checkpoint
     from ..paths import DEFAULT_CHECKPOINT, check_published, default_model_dir
     from .run import load_isasim, run_step_isasim
-    ap = argparse.ArgumentParser(prog="python -m chipotle.compiler.profile",
-                                 description=main.__doc__)
+    ap = ArgumentParser(prog="python -m chipotle.compiler.profile",
+                        description=main.__doc__)
     ap.add_argument("--config", default="default",
                     help="chip configuration: a name of chipotle.config.CONFIGS and/or "
                          "key=value,... (default: %(default)s)")
@@ -532,7 +532,7 @@ def main(argv=None) -> None:
                     help="print the step's critical path across the tiles (per phase and "
                          "class, per layer, per tile, the instructions on it) instead of "
                          "the breakdown")
-    ap.add_argument("--top", type=int, default=12,
+    ap.add_argument("--top", type=int, default=None,
                     help="with --critical: the instructions listed (default 12)")
     ap.add_argument("--layer", type=int, default=None,
                     help="with --timeline: only the instructions of this layer")
@@ -549,6 +549,8 @@ def main(argv=None) -> None:
                      f"mesh")
     elif args.layer is not None:
         ap.error("--layer selects the lines of a --timeline; give --timeline X,Y too")
+    if args.top is not None and not args.critical:
+        ap.error("--top sets the instructions --critical lists; give --critical too")
     if not 1 <= args.rows <= cfg.max_m:
         ap.error(f"--rows must be in 1 .. {cfg.max_m} (M), not {args.rows}")
     if args.pos < 0:
@@ -586,7 +588,7 @@ def main(argv=None) -> None:
         res, segs, _ = critical_plan(sim, cm, cm.step(toks[args.pos:], args.pos))
         print(f"{what} at position {args.pos}, {args.placement} placement, {cfg}: "
               f"{res.cycles:,} cycles (estimate)")
-        print(format_critical(segs, args.top))
+        print(format_critical(segs, 12 if args.top is None else args.top))
         return
     if tile is not None:
         res, events = timeline_plan(sim, cm, cm.step(toks[args.pos:], args.pos), [tile])

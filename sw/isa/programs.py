@@ -398,16 +398,15 @@ def main(argv=None) -> None:
     layer 0, runs decode steps 0 .. N-1 in the ISA simulator against the golden model (bit
     exact or an error), and prints the memory map and the per-step cycle estimate.
     """
-    import argparse
-
+    from ..cli import ArgumentParser
     from ..golden import GoldenModel, quantize
     from ..isasim import IsaSim
     from ..model import load_checkpoint
     from ..paths import default_model_dir
     from .asm import assemble
 
-    ap = argparse.ArgumentParser(prog="python -m chipotle.isa.programs",
-                                 description=main.__doc__.splitlines()[0])
+    ap = ArgumentParser(prog="python -m chipotle.isa.programs",
+                        description=main.__doc__.splitlines()[0])
     ap.add_argument("--max-pos", type=int, default=64,
                     help="positions the tile's KV cache holds (LayerLayout.max_pos) (default: "
                          "%(default)s)")

@@ -15,6 +15,7 @@ import pytest
 
 from chipotle.compiler import (
     SMALL_MODEL_DIMS,
+    Fit,
     FitError,
     compile_model,
     load_isasim,
@@ -315,6 +316,9 @@ def test_tensor_sram_suggestion_is_the_smallest_that_compiles(stories_qm, given)
     sram = [f for f in e.value.fits if f.context is None and f.note != "every scheme"
             and "sram_kib" in dict(f.config)]
     assert len(sram) >= 1, msg
+    # the smallest SRAM with the instruction memory as given is offered too (102 KiB), not
+    # only a smaller one that raises imem_words without a word (session 30's fresh user)
+    assert [dict(f.config).get("imem_words") for f in sram][-1] is None, msg
     for fit in e.value.fits:
         assert fit.context is None or not any(
             g.context is None and g.config == fit.config for g in e.value.fits), msg
@@ -667,6 +671,58 @@ def test_module_commands_refuse_missing_model_files_in_one_error_line(capsys, mo
         profile.main(["--pos", "4"])
     assert str(e.value.code).startswith(f"error: {tmp_path / 'stories260K.bin'}: its sha256 ")
     assert "--model" not in str(e.value.code), e.value.code
+
+
+@pytest.mark.parametrize("module", ["chipotle.compiler", "chipotle.compiler.profile",
+                                    "chipotle.isa.programs"])
+def test_module_commands_refuse_bad_options_in_one_line(capsys, module):
+    """The module commands' usage errors are one line, as ``chipotle generate``'s
+    (``chipotle.cli.ArgumentParser``), with the choice meant for a misspelt one; they printed
+    argparse's usage block first (session 30's fresh user)."""
+    import importlib
+    main = importlib.import_module(module if module != "chipotle.compiler"
+                                   else "chipotle.compiler.__main__").main
+    for argv in (["--bogus"], ["--placement", "tensr"] if module != "chipotle.isa.programs"
+                 else ["--layer", "x"]):
+        with pytest.raises(SystemExit) as e:
+            main(argv)
+        err = capsys.readouterr().err
+        assert e.value.code == 2 and err.count("\n") == 1, err
+        assert err.startswith(f"python -m {module}: error: ") and "usage:" not in err, err
+        assert err.endswith(f"(python -m {module} --help lists the options)\n"), err
+        if "tensr" in argv:
+            assert "(did you mean --placement tensor?)" in err, err
+
+
+def test_profile_refuses_top_without_critical(capsys):
+    """``--top`` only sets how many instructions ``--critical`` lists: alone it is refused,
+    not ignored (as ``--layer`` without ``--timeline``), before any model is read."""
+    from chipotle.compiler import profile
+    for argv in (["--top", "5"], ["--top", "12"]):
+        with pytest.raises(SystemExit) as e:
+            profile.main(argv)
+        assert e.value.code == 2
+        assert "--top sets the instructions --critical lists; give --critical too" in \
+            capsys.readouterr().err
+
+
+def test_a_suggestion_that_changes_more_for_nothing_is_dropped():
+    """A suggestion whose changes include another's, to the same values, adds nothing (a
+    bigger mesh beside the same imem_words alone; a shorter context beside the same change
+    at the whole context) and is left out; different values or placements are kept."""
+    from chipotle.compiler.compiled import _dominates
+    imem = Fit((("imem_words", "1024"),))
+    mesh = Fit((("mesh", "3x2"), ("imem_words", "1024")))
+    assert _dominates(imem, mesh) and not _dominates(mesh, imem)
+    assert _dominates(imem, Fit((("imem_words", "1024"),), context=58))
+    assert not _dominates(Fit((("imem_words", "1024"),), context=58), imem)
+    assert not _dominates(imem, imem)
+    assert not _dominates(Fit((("imem_words", "2048"),)), mesh)       # another value
+    assert not _dominates(Fit((("sram_kib", "101"), ("imem_words", "1152"))),
+                          Fit((("sram_kib", "102"),)))
+    assert not _dominates(imem, Fit((("mesh", "3x2"), ("imem_words", "1024")),
+                                    placement="pipeline"))
+    assert not _dominates(Fit(context=10), Fit(context=12))
 
 
 @pytest.mark.model
