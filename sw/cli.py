@@ -282,7 +282,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"checkpoint (default: {DEFAULT_CHECKPOINT} in $CHIPOTLE_MODEL_DIR, "
                         "else ../shared/models/)")
     g.add_argument("--tokenizer", type=Path, metavar="PATH",
-                   help=f"tokenizer (default: {DEFAULT_TOKENIZER} beside the default model)")
+                   help=f"tokenizer (default: {DEFAULT_TOKENIZER} beside --model's "
+                        f"checkpoint, or beside the default model)")
     g.add_argument("--prompt", default="", metavar="TEXT",
                    help="text to continue (default: none, start from BOS)")
     g.add_argument("--steps", type=int, default=256, metavar="N",
@@ -379,6 +380,14 @@ def _resolve(args) -> tuple[Path, Path]:
                 raise UsageError(f"{option} {given} is not a regular file (a device or a "
                                  f"pipe); give the {kind} file itself")
             found.append(given)
+        elif kind == "tokenizer" and args.model is not None:
+            # beside the checkpoint given, as `python -m chipotle.compiler` and the bench
+            # look for it, taken as it is (the model's own files, not the published ones)
+            path = found[0].parent / default
+            if not path.is_file():
+                raise UsageError(f"tokenizer not found: {path} (looked for beside --model "
+                                 f"{found[0]}); give it with --tokenizer")
+            found.append(path)
         else:
             path = d / default
             if not path.is_file():

@@ -146,9 +146,32 @@ def test_damaged_default_files_under_make_in_makes_terms(capsys, tmp_path, monke
 
 def test_missing_default_tokenizer(capsys, tmp_path, monkeypatch, tiny):
     monkeypatch.setenv("CHIPOTLE_MODEL_DIR", str(tmp_path))
-    code, _, err = run(capsys, "--model", tiny[1])
-    assert code == 2 and f"tokenizer not found: {tmp_path / 'tok512.bin'}" in err
+    code, _, err = run(capsys)
+    assert code == 2 and f"checkpoint not found: {tmp_path / 'stories260K.bin'}" in err
     assert FETCH_HINT in err
+
+
+def test_the_tokenizer_is_looked_for_beside_the_model_given(capsys, tmp_path, monkeypatch,
+                                                            tiny):
+    """With --model and no --tokenizer, ``chipotle generate`` takes tok512.bin beside the
+    checkpoint, as ``python -m chipotle.compiler`` and the bench do (it looked in the
+    default model folder: session 30's fresh user), and refuses in one line, naming where
+    it looked, when there is none."""
+    other = tmp_path / "other"
+    other.mkdir()
+    monkeypatch.setenv("CHIPOTLE_MODEL_DIR", str(other))       # no model files there
+    code, _, err = run(capsys, "--model", tiny[1], "--backend", "golden", "--steps", "2")
+    assert code == 2 and err.count("\n") == 1, err
+    assert (f"tokenizer not found: {tmp_path / 'tok512.bin'} (looked for beside --model "
+            f"{tiny[1]}); give it with --tokenizer") in err, err
+    (tmp_path / "tok512.bin").write_bytes(Path(tiny[3]).read_bytes())
+    code, out, err = run(capsys, "--model", tiny[1], "--backend", "golden", "--steps", "2",
+                         "--temperature", "0")
+    assert code == 0 and out, err
+    # the same text as with the tokenizer given explicitly
+    code2, out2, err2 = run(capsys, *tiny, "--backend", "golden", "--steps", "2",
+                            "--temperature", "0")
+    assert (code2, out2) == (0, out), err2
 
 
 def test_missing_given_file(capsys, tmp_path):
