@@ -585,7 +585,7 @@ def shorter_context_note(shorter: int, config, seq_len: int, make_target: str) -
 
 
 def compile_fitting(model, config, given: str, context: int | None, need: int = 0,
-                    needs=None, need_of: str = "", **kw):
+                    needs=None, need_of: str = "", steps: int = 0, **kw):
     """Compile `model` for a command as `chipotle generate`, ``chipotle.sim.bench`` and
     ``python -m chipotle.compiler`` do.
 
@@ -608,6 +608,11 @@ def compile_fitting(model, config, given: str, context: int | None, need: int = 
     need_of : str
         Whose the `need` positions are, in the refusal's ``for <need_of> N positions, a
         configuration that fits: ...`` (e.g. ``"the prompt's "``).
+    steps : int
+        Tokens the run is to generate after the `need` positions: the configurations that
+        refusal names hold ``need + steps - 1`` positions (the last generated token is not
+        decoded), up to the model's ``seq_len``, so that the run they offer is not stopped
+        by the context; 0 (the default): `need` positions.
     **kw
         Passed to `chipotle.compiler.compile_model` (``placement``, ``kvapp``).
 
@@ -639,11 +644,16 @@ def compile_fitting(model, config, given: str, context: int | None, need: int = 
     if (context is None and _shorter_context(error, 0) is not None
             and need <= model.config.seq_len):
         # it holds a context shorter than `need`: the configurations that hold `need`
+        # positions and the steps after them
+        want = min(need + max(steps - 1, 0), model.config.seq_len)
         try:
-            compile_model(model, config, context=need, **kw)
+            compile_model(model, config, context=want, **kw)
         except (FitError, ValueError) as e:
-            if options := fit_options(e, given, need):
-                message += (f"; for {need_of}{need} positions, a configuration that fits: "
+            if options := fit_options(e, given, want):
+                what = (f"{need_of}{need} positions" if want == need else
+                        f"{want} positions ({need_of}{need} and {want - need} more for "
+                        f"--steps {steps})")
+                message += (f"; for {what}, a configuration that fits: "
                             f"{' or '.join(options)}")
     raise FitRefusal(message)
 
@@ -754,7 +764,7 @@ def _generate_chip(args, checkpoint, tokenizer, model_path, tok_path, out, err) 
     try:
         compiled, shorter = compile_fitting(checkpoint, config, args.config, args.context,
                                             len(ids), need_of="the prompt's ",
-                                            placement=args.placement)
+                                            steps=args.steps, placement=args.placement)
     except FitRefusal as e:
         raise UsageError(str(e)) from None
     if shorter is not None:   # no --context: the longest context this configuration holds

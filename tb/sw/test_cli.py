@@ -711,17 +711,19 @@ def test_no_context_takes_the_longest_the_configuration_holds(capsys, model_path
     # does not offer the context too short for the prompt (a fresh user's finding)
     prompt, n = _prompt_longer_than(tok, most)
     code, out, err = run(capsys, "--backend", "isasim", "--config", "ulx3s", "--prompt", prompt,
-                         *files)
+                         "--steps", "3", *files)
     assert code == 2 and out == "", err
     assert re.search(r"needs [\d,]+ bytes of SRAM at context 512, but a tile has 393,216; the "
                      rf"longest context it holds, {most}, is shorter than the prompt's {n} "
                      rf"tokens \(BOS included\): shorten the prompt to at most {most} tokens",
                      err), err
     assert f"--context {most}" not in err, err
-    assert re.search(rf"shorten the prompt to at most {most} tokens; for the prompt's {n} "
-                     r"positions, a configuration that fits: --config ulx3s,sram_kib=\d+$",
-                     err.rstrip()), err
-    _suggested_config_holds(err, n, ckpt)
+    # the configuration offered holds the prompt and the steps after it (the last token
+    # generated is not decoded: 2 more positions), so its run is not stopped by the context
+    assert re.search(rf"shorten the prompt to at most {most} tokens; for {n + 2} positions "
+                     rf"\(the prompt's {n} and 2 more for --steps 3\), a configuration that "
+                     r"fits: --config ulx3s,sram_kib=\d+$", err.rstrip()), err
+    _suggested_config_holds(err, n + 2, ckpt)
 
 
 @pytest.mark.model
