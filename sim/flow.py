@@ -209,7 +209,8 @@ def env_flag(name: str, default: bool) -> bool:
     Raises
     ------
     ValueError
-        For any other value (naming the variable), rather than guessing.
+        For any other value (naming the variable: ``$WAVES``, or ``WAVES=`` when make ran
+        the command, ``$MAKELEVEL`` set), rather than guessing.
     """
     value = os.environ.get(name, "").strip().lower()
     if value == "":
@@ -218,7 +219,9 @@ def env_flag(name: str, default: bool) -> bool:
         return True
     if value in ("0", "false", "no", "off"):
         return False
-    raise ValueError(f"${name} must be 1/true/yes/on or 0/false/no/off, not "
+    # under make (``make sim WAVES=maybe``) in make's notation, the variable given there
+    what = f"{name}=" if "MAKELEVEL" in os.environ else f"${name}"
+    raise ValueError(f"{what} must be 1/true/yes/on or 0/false/no/off, not "
                      f"{os.environ[name]!r}")
 
 

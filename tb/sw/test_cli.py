@@ -218,10 +218,15 @@ def test_prompt_longer_than_the_model_with_a_context(capsys, tiny):
 
 
 def test_bad_flow_switch_is_refused_before_the_compile(capsys, tiny, monkeypatch):
+    monkeypatch.delenv("MAKELEVEL", raising=False)
     monkeypatch.setenv("PGO", "maybe")
     code, out, err = run(capsys, *tiny, "--backend", "verilator")
     assert code == 2 and "compiling" not in err
     assert "$PGO must be 1/true/yes/on or 0/false/no/off, not 'maybe'" in err
+    # run by make (make sim PGO=maybe): in make's notation
+    monkeypatch.setenv("MAKELEVEL", "1")
+    code, out, err = run(capsys, *tiny, "--backend", "verilator")
+    assert code == 2 and "PGO= must be 1/true/yes/on or 0/false/no/off, not 'maybe'" in err
 
 
 def test_env_flag_values(monkeypatch):
