@@ -420,16 +420,18 @@ def format_critical(segs: list, top: int = 12) -> str:
     by_phase: dict = {}
     for s in segs:
         by_phase.setdefault(phase(s), defaultdict(int))[klass(s)] += s.cycles
-    lines = [f"critical path: {total:,} cycles, {len(segs)} segments", "",
-             f"{'phase (summed over the layers)':<58}" + "".join(f"{c:>8}" for c in cols)
-             + f"{'total':>8}"]
+    head = "phase (summed over the layers)"
+    w = max([len(head), *map(len, by_phase)]) + 1     # whole phase names, none cut
+    lines = [f"critical path: {total:,} cycles, {len(segs)} segments (to the last tile's "
+             f"halt, a cycle after the doorbell tile's `done`)", "",
+             f"{head:<{w}}" + "".join(f"{c:>8}" for c in cols) + f"{'total':>8}"]
     for ph, d in by_phase.items():
-        lines.append(f"{ph[:58]:<58}" + "".join(f"{d.get(c, 0):8,}" for c in cols)
+        lines.append(f"{ph:<{w}}" + "".join(f"{d.get(c, 0):8,}" for c in cols)
                      + f"{sum(d.values()):8,}")
     tot = defaultdict(int)
     for s in segs:
         tot[klass(s)] += s.cycles
-    lines.append(f"{'total':<58}" + "".join(f"{tot.get(c, 0):8,}" for c in cols)
+    lines.append(f"{'total':<{w}}" + "".join(f"{tot.get(c, 0):8,}" for c in cols)
                  + f"{total:8,}")
     layers: dict = {}
     seen = False                        # a layer's segment came already
@@ -587,7 +589,7 @@ def main(argv=None) -> None:
     if args.critical:
         res, segs, _ = critical_plan(sim, cm, cm.step(toks[args.pos:], args.pos))
         print(f"{what} at position {args.pos}, {args.placement} placement, {cfg}: "
-              f"{res.cycles:,} cycles (estimate)")
+              f"{res.cycles:,} cycles (estimate, from the start to the doorbell)")
         print(format_critical(segs, 12 if args.top is None else args.top))
         return
     if tile is not None:

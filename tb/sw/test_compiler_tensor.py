@@ -756,9 +756,14 @@ def test_profile_critical_command(capsys, model_paths, monkeypatch):
     profile.main(["--critical", "--pos", "3", "--top", "5"])
     out = capsys.readouterr().out
     import re
-    cycles = int(re.search(r": ([\d,]+) cycles \(estimate\)", out)[1].replace(",", ""))
-    path = int(re.search(r"critical path: ([\d,]+) cycles", out)[1].replace(",", ""))
+    cycles = int(re.search(r": ([\d,]+) cycles \(estimate, from the start to the "
+                           r"doorbell\)", out)[1].replace(",", ""))
+    path = int(re.search(r"critical path: ([\d,]+) cycles, \d+ segments \(to the last "
+                         r"tile's halt, a cycle after the doorbell tile's `done`\)",
+                         out)[1].replace(",", ""))
     assert path == cycles + 1, out
+    # whole phase names (they were cut at 58 characters)
+    assert "layer: partner: scores of its share of the keys for the attention tiles " in out
     layers = re.search(r"per layer: (.*)", out)[1]
     assert all(f"layer {i} " in layers for i in range(5)) and "after the layers" in layers
     parts = dict(re.fullmatch(r"(.*) ([\d,]+)", p).groups() for p in layers.split(", "))
