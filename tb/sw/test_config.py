@@ -3,14 +3,13 @@ configuration to the ISA simulator's estimate and the tile's ``VectorUnit``."""
 
 from __future__ import annotations
 
-import gc
 import re
-import warnings
 
 import pytest
 
 from chipotle.config import CONFIGS, MAX_VEC_SLOTS, ChipConfig
 from chipotle.isa.core import Dtype, Instr, Opcode, instr_cycles, vector_cycles
+from tbcommon.elab import never_built
 
 
 def test_named_configurations_slots():
@@ -70,19 +69,12 @@ def test_estimate_follows_the_slots():
 @pytest.mark.parametrize("name", ["default", "ulx3s"])
 def test_tile_builds_the_vector_unit_with_the_slots(name):
     """The tile's ``VectorUnit`` gets the configuration's slot count (as the estimate)."""
-    from amaranth.hdl import UnusedElaboratable
-
     from chipotle.hw.tile.tile import TileCore
     cfg = CONFIGS[name].tile_config()
-    with warnings.catch_warnings():
-        # elaborated one level by hand, not built: the core and its submodules are never
-        # used, and would each warn so when collected (in a later test, once any test has
-        # elaborated a design)
-        warnings.simplefilter("ignore", UnusedElaboratable)
+    with never_built():        # elaborated one level by hand: its submodules never built
         m = TileCore(cfg).elaborate(None)
         slots = m.submodules.vector.slots
         del m
-        gc.collect()
     assert slots == CONFIGS[name].vec_slots == cfg.isa_config().cost.vec_slots
 
 
@@ -119,17 +111,12 @@ def test_config_refuses_what_the_hardware_cannot_build(text, message):
 def test_config_widest_vector_unit_is_accepted():
     """``V = MAX_LANES`` is a configuration, and the vector unit takes it (its elaboration,
     about 2.5 minutes for a tile, is left out of the regression)."""
-    from amaranth.hdl import UnusedElaboratable
-
     from chipotle.hw.tile.vector import MAX_LANES, VectorUnit
     assert ChipConfig.from_string(f"default,V={MAX_LANES}").lanes == MAX_LANES == 128
-    with warnings.catch_warnings():
-        # constructed, not built: each would warn so when collected
-        warnings.simplefilter("ignore", UnusedElaboratable)
+    with never_built():                            # constructed, not built
         assert VectorUnit(lanes=MAX_LANES).lanes == MAX_LANES
         with pytest.raises(ValueError, match="lanes must be an even integer from 2 to 128"):
             VectorUnit(lanes=MAX_LANES + 2)
-        gc.collect()
 
 
 def test_config_largest_vec_slots_is_accepted():
@@ -170,8 +157,6 @@ def test_sram_kib_sizes_are_the_sizes_the_configuration_takes(W, n_banks):
     number of words in every bank, at most the word addresses' reach), every whole-KiB size
     it skips is refused; a size just off the granule is refused naming the sizes either
     side it takes."""
-    from amaranth.hdl import UnusedElaboratable
-
     from chipotle.hw.tile.sram import Sram
     base = ChipConfig(word_bytes=W, n_banks=n_banks)
     sizes = base.sram_kib_sizes()
@@ -194,13 +179,11 @@ def test_sram_kib_sizes_are_the_sizes_the_configuration_takes(W, n_banks):
         base.replace(sram_bytes=off)
     below, above = map(int, re.search(r"sram_kib=(\d+) or (\d+)$", str(e.value)).groups())
     assert below == sizes[2] and above == sizes[3]
-    with warnings.catch_warnings():                       # constructed, never elaborated
-        warnings.simplefilter("ignore", UnusedElaboratable)
+    with never_built():                                   # constructed, never elaborated
         for kib in (sizes[0], sizes[2], sizes[-1]):
             Sram(size_bytes=kib * 1024, word_bytes=W, n_banks=n_banks)
         with pytest.raises(ValueError, match="multiple of word_bytes"):
             Sram(size_bytes=off, word_bytes=W, n_banks=n_banks)
-        gc.collect()
     with pytest.raises(TypeError, match="integers"):
         base.sram_kib_sizes(1.5)
 
