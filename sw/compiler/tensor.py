@@ -545,11 +545,36 @@ def _requests(qm: QuantizedModel, isa: IsaConfig, roles: TensorRoles, xy, contex
         req += [("cls.eps", 8, "c"), ("cls.ms", 4 * cap, "c"), ("cls.g", 2 * dim, "act"),
                 ("cls.xq", rec(dim), "act"),
                 ("cls.logits", 4 * cap, "act"), ("cls.loc", W, "act"),
-                ("cls.slot", 2 * W, "act"), ("cls.w", cap * pad(dim), "w")]
+                ("cls.slot", W if _packed_argmax(qm, isa) else 2 * W, "act"),
+                ("cls.w", cap * pad(dim), "w")]
     if reduce:
-        req += [("red.slots", reduce * W, "red"), ("red.vals", reduce * W, "red"),
-                ("red.j", W, "red"), ("red.token", W, "red")]
+        req += [] if _packed_argmax(qm, isa) else [("red.slots", reduce * W, "red")]
+        req += [("red.vals", reduce * W, "red"), ("red.j", W, "red"), ("red.token", W, "red")]
     return req
+
+
+def _logit_bound(qm: QuantizedModel) -> int:
+    """An upper bound of ``|logit|`` over every input: ``|acc| <= 128 sum_k |w[r, k]|`` (int8
+    activations), the largest dynamic mantissa ``mu < 2^(B + 2)`` and exponent ``b <= 15``
+    (the classifier's input is the int16 final norm: ``max|x| <= 2^15``), through
+    `requant`'s formula with each row's ``(m, s)``."""
+    cl = qm.classifier
+    acc = 128 * np.abs(cl.w.astype(np.int64)).sum(axis=1)
+    mu = (1 << (nx.DQ_INDEX_BITS + 2)) - 1
+    sh = cl.s.astype(np.int64) - 15
+    if sh.size == 0 or sh.min() < 1:
+        return 1 << 31
+    return int(((acc * mu * cl.m.astype(np.int64) + (1 << (sh - 1))) >> sh).max())
+
+
+def _packed_argmax(qm: QuantizedModel, isa: IsaConfig) -> bool:
+    """Whether each classifier tile sends its local maximum and vocabulary row in one word
+    (`_classifier`, `_reduce_pairs`): the maximum in int32 0 (and 2, 3, ...), ``-2^31 +
+    row`` in int32 1.  The reducer's first maximum over the words is then an int32 0 as long
+    as every ``-2^31 + row`` is below every tile's maximum, which `_logit_bound` proves (no
+    logit reaches ``-2^31 + vocab_size``); needs two int32 per word."""
+    return (isa.word_bytes >= 8
+            and _logit_bound(qm) < (1 << 31) - qm.config.vocab_size)
 
 
 def _kv_layout(qm: QuantizedModel, isa: IsaConfig, nk: int, context: int, addr: int,
@@ -1669,15 +1694,24 @@ def _classifier(e, k):
       k.lay["cls.eps"], qm.final_norm.shift)
     e("matmul.i32", k.a("cls.logits"), k.a("cls.xq"), k.a("cls.w"), k.lay["cls.ms"],
       n, dim, 1)
+    packed = _packed_argmax(qm, isa)
+    if packed:                              # -2^31 + first (`_packed_argmax`), off the path
+        e("li", "r9", -(1 << 31) + first)
     e("argmax.i32.i32", k.a("cls.loc"), k.a("cls.logits"), n)
     e("ld", "r6", k.a("cls.loc"))
     e("mul", "r7", "r6", 4)
     e("ld", "r8", k.a("cls.logits", 7))
+    red = pl.tiles[pl.reducer]
+    rect = _rect((pl.reducer[0], pl.reducer[0], pl.reducer[1], pl.reducer[1]))
+    if packed:                              # the value, then -2^31 + the vocabulary row
+        e("add", "r9", "r9", "r6")
+        for b in range(0, W, 4):
+            e("st", k.a("cls.slot", 0, b), "r9" if b == 4 else "r8")
+        e("send", (red["red.vals"] + j * W,), k.a("cls.slot"), W, rect, k.isa.n_counters - 1)
+        return
     for b in range(0, W, 4):                # the value in every int32 of a word
         e("st", k.a("cls.slot", 0, b), "r8")
     e("st", k.a("cls.slot", 0, W), f"r6+{first}")       # then the vocabulary row
-    red = pl.tiles[pl.reducer]
-    rect = _rect((pl.reducer[0], pl.reducer[0], pl.reducer[1], pl.reducer[1]))
     e("send", (red["red.vals"] + j * W,), k.a("cls.slot"), W, rect, k.isa.n_counters - 1)
     e("send", (red["red.slots"] + j * W,), k.a("cls.slot", 0, W), W, rect,
       k.isa.n_counters - 1)
@@ -1691,12 +1725,19 @@ def _reduce_pairs(e, k, counter):
     lowest vocabulary row, as the golden model's) without gathering the values into a
     vector first; store its token, ring DONE."""
     lay, C, W = k.lay, k.lay.reduce, k.isa.word_bytes
+    packed = _packed_argmax(k.qm, k.isa)
     e.comment(f"argmax over the {C} local maxima (ties: the first, lowest vocabulary row)")
-    e("wait", counter, 2 * C)
+    if packed:                              # one word per tile: int32 1 is -2^31 + its row
+        e("li", "r9", -(1 << 31))
+    e("wait", counter, C if packed else 2 * C)
     e("argmax.i32.i32", (lay["red.j"],), (lay["red.vals"],), C * W // 4)
     e("ld", "r6", (lay["red.j"],))
     e("mul", "r7", "r6", 4)                 # element j W / 4: word j of red.slots
-    e("ld", "r8", (lay["red.slots"], 7))
+    if packed:
+        e("ld", "r8", (lay["red.vals"] + 4, 7))
+        e("sub", "r8", "r8", "r9")
+    else:
+        e("ld", "r8", (lay["red.slots"], 7))
     e("st", (lay["red.token"],), "r8")
     e("done", DONE_CODE)
 

@@ -920,3 +920,48 @@ def test_module_commands_stop_quietly_when_the_reader_goes_away(model_paths):
     err = run.stderr.decode()
     assert run.returncode == 1, err
     assert "Traceback" not in err and "BrokenPipeError" not in err, err
+
+
+@pytest.mark.parametrize("packed", [True, False], ids=["packed", "two-words"])
+def test_argmax_reduction_ties(small_qm, packed, monkeypatch):
+    """The argmax reduction with each tile's maximum and vocabulary row in one word
+    (`tensor._packed_argmax`: int32 1 is ``-2^31 + row``) and, forced off, in two: a
+    classifier whose rows from ``r0`` (the second row of the second classifier tile) on are
+    all the same row and whose rows before are zero, so that every step ties its largest
+    logit over three tiles (``r0`` when it is positive) or over the first two (0, the zero
+    rows); the token is the golden model's first maximum at every step, with the weights
+    and their negation."""
+    import dataclasses
+
+    from chipotle.compiler import tensor
+    cfg = CONFIGS["small"]
+    isa = cfg.isa_config()
+    assert tensor._packed_argmax(small_qm, isa)
+    if not packed:
+        monkeypatch.setattr(tensor, "_packed_argmax", lambda qm, isa: False)
+    base = compile_model(small_qm, cfg, placement="tensor")
+    pl = base.placement
+    assert len(pl.classifier) >= 3
+    r0 = pl.tiles[pl.classifier[1]].stages[-1].rows[0] + 1
+    seen = set()
+    for sign in (1, -1):
+        cl = small_qm.classifier
+        w = np.zeros_like(cl.w)
+        w[r0:] = sign * cl.w[r0]
+        qm = dataclasses.replace(small_qm, classifier=dataclasses.replace(
+            cl, w=w, m=np.full_like(cl.m, cl.m[r0]), s=np.full_like(cl.s, cl.s[r0])))
+        compiled = compile_model(qm, cfg, placement="tensor")
+        red = compiled.sources[pl.reducer]
+        assert (f"wait            {isa.n_counters - 1}, {len(pl.classifier)}" in red) == packed
+        golden = GoldenModel(qm)
+        sim = load_isasim(compiled)
+        tok = 1
+        for pos in range(8):
+            r = run_step_isasim(sim, compiled, [tok], pos)
+            logits = golden.forward(tok, pos)
+            np.testing.assert_array_equal(r.logits, logits)
+            assert r.token == int(np.argmax(logits)), (sign, pos)
+            assert np.abs(logits.astype(np.int64)).max() <= tensor._logit_bound(qm)
+            seen.add(r.token)
+            tok = r.token
+    assert seen == {0, r0}
