@@ -757,20 +757,31 @@ def _gather_slice(e, k, src, gbuf, off, nbytes, src_stride, cnt):
     e.loop("r2", body)
 
 
-def _rows_op(e, k, emit):
+def _rows_op(e, k, emit, first=None):
     """Emit `emit(mm)`, an operation on the batch's rows with a static row count `mm`: with
     ``mm = 1`` when the batch has one row, else with ``mm = M`` (the rows beyond the batch's
     are stale, computed and never used).  The choice is a pair of hardware loops whose counts
     are the flags ``m == 1`` and ``m > 1`` in the ``state`` words (``loop`` with a count of 0
-    skips its body): the ISA's way of a conditional without branches."""
+    skips its body): the ISA's way of a conditional without branches.  `first()` (a wait
+    for the operands) is emitted first in each of the two bodies when the flags are in
+    registers, so that the operation issues right after the wait returns instead of after
+    a ``loop`` (2 cycles on the chain), else before the choice."""
     M = k.isa.max_m
     if M == 1:
+        if first is not None:
+            first()
         emit(1)
         return
     if k.regflags:              # no `ld` (a sync point of the background units)
-        e.loop("r13", lambda: emit(1))
-        e.loop("r14", lambda: emit(M))
+        def body(mm):
+            if first is not None:
+                first()
+            emit(mm)
+        e.loop("r13", lambda: body(1))
+        e.loop("r14", lambda: body(M))
         return
+    if first is not None:
+        first()
     e("ld", "r9", k.a("state", 0, 4))
     e.loop("r9", lambda: emit(1))
     e("ld", "r9", k.a("state", 0, 8))
@@ -843,7 +854,8 @@ def _row_records(e, k, emit_row, src, sstride, dst, dstride, nrec, local=True, m
     if local:                               # the spread rows use static addresses
         e("add", "r6", k.a(src), 0)
         e("add", "r7", k.a(dst), 0)
-    if first is not None:
+    inside = k.dist and local and first is not None     # the wait in each of the two bodies
+    if first is not None and not inside:
         first()
 
     def rows():
@@ -856,10 +868,16 @@ def _row_records(e, k, emit_row, src, sstride, dst, dstride, nrec, local=True, m
         if local:
             rows()
         return
-    if local:
-        e.loop("r13", rows)                 # m == 1: r2 = 1
+    if local:                               # m == 1: the one row, right after the wait
+        def one():
+            if inside:
+                first()
+            emit_row("r6", "r7")
+        e.loop("r13", one)
 
     def spread():
+        if inside:
+            first()
         j = k.index
         if mine:
             e("ld", "r12", k.a("state", 0, 12))     # 1 if j < m
@@ -1504,8 +1522,9 @@ def _layer(e, k, li, first=None):
     elif first is not None:
         first()
     e.comment(f"layer {li} output projection rows {o0} .. {o1 - 1} and residual")
+    wait_y = None
     if k.roles.aslot:
-        _att_slices(e, k)
+        wait_y = _att_slices(e, k)
         xrec = "arec"
     else:
         _row_records(e, k, lambda s_, d_: e("dynq.i8.i32", d_, s_, dim), "g.y", pad(4 * dim),
@@ -1514,7 +1533,9 @@ def _layer(e, k, li, first=None):
         xrec = "rec"
     if No:
         _rows_op(e, k, lambda mm: e("matmul.i16", k.a("yo"), k.a(xrec), k.a(p + "wo"),
-                                    k.lay[p + "wo_ms"], No, dim, mm))
+                                    k.lay[p + "wo_ms"], No, dim, mm), first=wait_y)
+    elif wait_y is not None:
+        wait_y()
     _residual(e, k, "yo", "g.x", C_XA)
     e.comment(f"layer {li} feed-forward hidden rows {h0} .. {h1 - 1}")
 
@@ -1529,7 +1550,7 @@ def _layer(e, k, li, first=None):
                                         k.lay[p + "w1_ms"], Nh, dim, mm))
             _rows_op(e, k, lambda mm: e("matmul.i16", k.a("h3"), k.a("rec"), k.a(p + "w3"),
                                         k.lay[p + "w3_ms"], Nh, dim, mm))
-        _gate_slices(e, k, li)
+        wait_g = _gate_slices(e, k, li)
     elif Nh:
         hz = pad(2 * Nh)
         _rows_op(e, k, lambda mm: e("matmul.i16", k.a("h1"), k.a("rec"), k.a(p + "w1"),
@@ -1546,13 +1567,16 @@ def _layer(e, k, li, first=None):
         _gather_slice(e, k, None, "g.y", 0, 0, 0, C_GATE)
     if not k.roles.gslot:
         _wait_all(e, k, C_GATE, k.T)
+        wait_g = None
     e.comment(f"layer {li} down projection rows {o0} .. {o1 - 1} and residual")
     if not k.roles.gslot:
         _row_records(e, k, lambda s_, d_: e("dynq.i8.i32", d_, s_, hid), "g.y", pad(4 * hid),
                      "grec", rec(hid), rec(hid))
     if No:
         _rows_op(e, k, lambda mm: e("matmul.i16", k.a("yo"), k.a("grec"), k.a(p + "w2"),
-                                    k.lay[p + "w2_ms"], No, k.k2, mm))
+                                    k.lay[p + "w2_ms"], No, k.k2, mm), first=wait_g)
+    elif wait_g is not None:
+        wait_g()
     _residual(e, k, "yo", "g.xa", C_X)
     return lambda: _wait_all(e, k, C_X, k.T)
 
@@ -1576,7 +1600,9 @@ def _att_slices(e, k):
     _quantise_slices(e, k, ("aq", "aqr", "arec"),
                      (ag["aq"], ag["aqr"], isa.record_bytes(k.c.dim)), cnt + NQ, send,
                      first=lambda: _wait_all(e, k, C_AMAX, A))
-    _wait_all(e, k, C_ACC, A, again=True)   # r3 = r2 * A (`_quantise_slices` uses r6 .. r8)
+    # the wait for the int8, returned: the caller emits it right before `wo`
+    # (r3 = r2 * A: `_quantise_slices` uses r6 .. r8)
+    return lambda: _wait_all(e, k, C_ACC, A, again=True)
 
 
 def _quantise_slices(e, k, regions, strides, n, send, first=None):
@@ -1677,7 +1703,7 @@ def _gate_slices(e, k, li):
             e("wait", C_TAIL, "r2")
     _quantise_slices(e, k, ("gq", "gqr", "grec"), (gg["gq"], gg["gqr"], isa.record_bytes(k.k2)),
                      cnt + tb + Nh, send, first=wait)
-    _wait_all(e, k, C_GATE, k.T)
+    return lambda: _wait_all(e, k, C_GATE, k.T)     # emitted by the caller, before `w2`
 
 
 def _classifier(e, k):
