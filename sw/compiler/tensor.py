@@ -1597,22 +1597,31 @@ def _att_slices(e, k):
     def send():
         if att:
             e("send", f"r8+{W + q0 * hs}", f"r7+{W + cnt}", NQ, k.all, C_ACC)
+    def counts():                           # r3 = r2 * A for the C_ACC wait too
+        e("mul", "r3", "r2", A)
+        e("add", "r4", "r3", 0)
     _quantise_slices(e, k, ("aq", "aqr", "arec"),
                      (ag["aq"], ag["aqr"], isa.record_bytes(k.c.dim)), cnt + NQ, send,
-                     first=lambda: _wait_all(e, k, C_AMAX, A))
+                     first=counts, inner=[(C_AMAX, "r4")])
     # the wait for the int8, returned: the caller emits it right before `wo`
     # (r3 = r2 * A: `_quantise_slices` uses r6 .. r8)
     return lambda: _wait_all(e, k, C_ACC, A, again=True)
 
 
-def _quantise_slices(e, k, regions, strides, n, send, first=None):
+def _quantise_slices(e, k, regions, strides, n, send, first=None, inner=()):
     """Per row of the batch (``loop r2``): ``dynq`` of the ``n`` int32 (the gathered maxima
     and this tile's rows) at ``r6`` into the record at ``r7``, then ``send()`` (the tile's
     int8 into the row's record at ``r8`` on every tile), then the header copied to that
     record (under the send: the copy's 5 cycles are off the gather);
     ``r6``, ``r7``, ``r8`` start at `regions` and step by `strides` (bytes) per row.  Shared
     by `_att_slices` and `_gate_slices`.  `first()` (the wait for the maxima) is emitted
-    after the registers' setup, so that the rows start as soon as it returns."""
+    after the registers' setup, so that the rows start as soon as it returns.  `inner`:
+    waits ``(counter, register)`` at the top of the row loop instead (`first()` sets the
+    registers to the batch's bump counts), each register zeroed under the row's ``dynq``
+    (a count that is a number is waited for in every row): the first row waits for every
+    row's bumps, the later ones for none, and the first
+    ``dynq`` issues right after the wait instead of after the ``loop`` (2 cycles on the
+    chain)."""
     W = k.isa.word_bytes
     for reg, region in zip(("r6", "r7", "r8"), regions, strict=True):
         e("add", reg, k.a(region), 0)
@@ -1620,7 +1629,12 @@ def _quantise_slices(e, k, regions, strides, n, send, first=None):
         first()
 
     def rows():
+        for cnt, reg in inner:
+            e("wait", cnt, reg)
         e("dynq.i8.i32", "r7", "r6", n)
+        for _, reg in inner:
+            if isinstance(reg, str):
+                e("add", reg, 0, 0)
         send()                  # the int8 leave first; the header's copy runs under them
         e("copy", "r8", "r7", W)
         for reg, stride in zip(("r6", "r7", "r8"), strides, strict=True):
@@ -1697,12 +1711,15 @@ def _gate_slices(e, k, li):
         else:
             e("send", "r8", "r8", 0, k.all, C_GATE)
 
-    def wait():
-        _wait_all(e, k, C_GMAX, k.T)
-        if first is not None:
-            e("wait", C_TAIL, "r2")
+    def counts():                           # the batch's bumps, waited for in the row loop
+        if k.regflags:
+            e("add", "r4", "r15", 0)
+        else:
+            e("mul", "r4", "r2", k.T)
+    # the first's tails: one per row (they arrive in order, `docs/noc.md`)
+    inner = [(C_GMAX, "r4")] + ([(C_TAIL, 1)] if first is not None else [])
     _quantise_slices(e, k, ("gq", "gqr", "grec"), (gg["gq"], gg["gqr"], isa.record_bytes(k.k2)),
-                     cnt + tb + Nh, send, first=wait)
+                     cnt + tb + Nh, send, first=counts, inner=inner)
     return lambda: _wait_all(e, k, C_GATE, k.T)     # emitted by the caller, before `w2`
 
 
