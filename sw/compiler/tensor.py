@@ -1811,14 +1811,15 @@ def tensor_program(qm: QuantizedModel, isa: IsaConfig, pl: Placement, roles: Ten
         e("ld", "r2", _sb(k, "m"))
         _embedding(e, k)                    # first: the flags' setup runs under its gather
         e("mul", "r3", "r2", 16)            # the flags m == 1, m > 1 into state+4, state+8
-        e("ld", "r4", k.a("mtab", 3))
-        e("st", k.a("state", 0, 4), "r4")
-        e("ld", "r4", k.a("mtab", 3, 4))
-        e("st", k.a("state", 0, 8), "r4")
-        if k.regflags:
+        if k.regflags:                      # ... or r13, r14 (`_rows_op`)
             e("ld", "r13", k.a("mtab", 3))
             e("ld", "r14", k.a("mtab", 3, 4))
             e("mul", "r15", "r2", k.T)      # the whole mesh's SENDs of the batch (_wait_all)
+        else:
+            e("ld", "r4", k.a("mtab", 3))
+            e("st", k.a("state", 0, 4), "r4")
+            e("ld", "r4", k.a("mtab", 3, 4))
+            e("st", k.a("state", 0, 8), "r4")
         if k.dist:
             e("ld", "r4", k.a("mtab", 3, 12))
             e("st", k.a("state", 0, 12), "r4")
