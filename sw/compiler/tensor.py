@@ -237,8 +237,9 @@ class TensorRoles:
         below it), which quantises them with its own rows and sends their int8 behind ``A``'s
         words, so that the pair's slot is ``W floor(rA / W) + pad(tp + rB)`` bytes instead
         of ``2 gslot`` (``tp``: ``tA`` rounded up to whole words of int32, `gtail`).  Only
-        where that is shorter, never on the reducer (``tiles[0]``, whose instruction memory
-        is full) and with a thirteenth counter (`C_TAIL`); needs `gslot`.
+        where that is shorter and with a thirteenth counter (`C_TAIL`); needs `gslot`.  The
+        reducer (``tiles[0]``) pairs too since its instruction memory has room again
+        (session 30: on 4 x 4 tiles 8 pairs, ``gk2`` 192 instead of 200).
     gfirst : dict of (x, y) to (x, y)
         The inverse of `gpair`: each second tile's first.
     gtail : dict of (x, y) to int
@@ -351,9 +352,9 @@ class TensorRoles:
         self.gpair, self.gfirst, self.gtail, self.goff = {}, {}, {}, {}
         rows = {xy: b - a for xy, (a, b) in self.h.items()}
         if S and on and isa.n_counters > C_TAIL + 1:
-            for xy in tiles[1:]:
+            for xy in tiles:
                 b = (xy[0], xy[1] + 1)
-                if xy in self.gfirst or b not in rows or b in self.gfirst or b == tiles[0]:
+                if xy in self.gfirst or b not in rows or b in self.gfirst:
                     continue
                 ra, rb = rows[xy], rows[b]
                 ta = ra % W

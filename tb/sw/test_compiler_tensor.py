@@ -661,8 +661,9 @@ def test_gate_pairs_geometry(small_qm, mesh, W):
     its own position in the down projection's inner dimension (`gk2`), the int8 each tile
     multicasts start word-aligned and cover its rows' positions (a first tile's whole words,
     its second's the first's tail, zeros, and its own rows), the senders' spans do not
-    overlap, the reducer is never paired, and the pairs shorten `gk2` below ``T * gslot``
-    (the layout without them, ``gate_pairs=False``)."""
+    overlap, and the pairs shorten `gk2` below ``T * gslot`` (the layout without them,
+    ``gate_pairs=False``).  (The reducer was never paired before session 30, which freed its
+    instruction words: on 4 x 4 it is the first of a pair now.)"""
     from chipotle.compiler.tensor import TensorRoles
     cfg = CONFIGS["small"].replace(mesh_width=mesh[0], mesh_height=mesh[1], word_bytes=W)
     isa = cfg.isa_config()
@@ -674,7 +675,9 @@ def test_gate_pairs_geometry(small_qm, mesh, W):
     assert S and not off.gpair and off.gk2 == T * S
     assert off.gate_columns(tiles[1]) == list(range(S, S + off.h[tiles[1]][1] - off.h[tiles[1]][0]))
     assert (roles.gk2 < T * S) is bool(roles.gpair)
-    assert tiles[0] not in roles.gpair and tiles[0] not in roles.gfirst
+    assert tiles[0] not in roles.gfirst
+    if mesh == (4, 4) and W == 8:
+        assert roles.gpair[tiles[0]] == (0, 1)
     assert {b: a for a, b in roles.gpair.items()} == roles.gfirst
     cols = [c for xy in tiles for c in roles.gate_columns(xy)]
     assert len(cols) == len(set(cols)) == small_qm.config.hidden_dim
@@ -722,7 +725,7 @@ def test_gate_pairs_bit_exact(small_qm, mesh):
         tails = [line for line in compiled.sources[a].splitlines()
                  if line.split()[:1] == ["send"] and line.rstrip().endswith(f", {C_TAIL}")]
         assert len(tails) == small_qm.config.n_layers, (a, tails)
-    xy = next(iter(roles.gpair))
+    xy = next(a for a in roles.gpair if "l0.w2" in pl.tiles[a].regions)
     assert pl.tiles[xy].regions["l0.w2"].size == (
         (roles.o[xy][1] - roles.o[xy][0]) * cfg.isa_config().pad(roles.gk2))
     _assert_prefill_and_decode_bit_exact(compiled, small_qm)
