@@ -238,8 +238,8 @@ class TensorRoles:
         words, so that the pair's slot is ``W floor(rA / W) + pad(tp + rB)`` bytes instead
         of ``2 gslot`` (``tp``: ``tA`` rounded up to whole words of int32, `gtail`).  Only
         where that is shorter and with a thirteenth counter (`C_TAIL`); needs `gslot`.  The
-        reducer (``tiles[0]``) pairs too since its instruction memory has room again
-        (session 30: on 4 x 4 tiles 8 pairs, ``gk2`` 192 instead of 200).
+        reducer (``tiles[0]``) pairs too since the waits in the batch-size branches freed
+        its instruction words (on 4 x 4 tiles 8 pairs, ``gk2`` 192 instead of 200).
     gfirst : dict of (x, y) to (x, y)
         The inverse of `gpair`: each second tile's first.
     gtail : dict of (x, y) to int

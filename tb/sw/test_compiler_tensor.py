@@ -662,8 +662,8 @@ def test_gate_pairs_geometry(small_qm, mesh, W):
     multicasts start word-aligned and cover its rows' positions (a first tile's whole words,
     its second's the first's tail, zeros, and its own rows), the senders' spans do not
     overlap, and the pairs shorten `gk2` below ``T * gslot`` (the layout without them,
-    ``gate_pairs=False``).  (The reducer was never paired before session 30, which freed its
-    instruction words: on 4 x 4 it is the first of a pair now.)"""
+    ``gate_pairs=False``).  (The reducer was left out while its instruction memory was
+    full; on 4 x 4 it is the first of a pair now.)"""
     from chipotle.compiler.tensor import TensorRoles
     cfg = CONFIGS["small"].replace(mesh_width=mesh[0], mesh_height=mesh[1], word_bytes=W)
     isa = cfg.isa_config()
