@@ -926,7 +926,8 @@ def _embedding(e, k):
         _gather_slice(e, k, None, "g.x", 0, 0, 0, C_X)
         return
     xs, ys = pad(2 * c.dim), pad(2 * No)
-    e("ld", "r6", k.a("state"))             # the batch's first token id's address
+    # r6: the batch's first token id's address (the step's first in the prologue, the next
+    # batch's loaded from `state` at the end of a batch: not on the first batch's chain)
     e("add", "r7", k.a("xo"), 0)
     e("add", "r11", k.a("g.x", 0, 2 * o0), 0)
 
@@ -1803,9 +1804,8 @@ def tensor_program(qm: QuantizedModel, isa: IsaConfig, pl: Placement, roles: Ten
         e("table", t.name.lower(), (lay[f"tab.{t.name.lower()}"],))
     for m in range(1, M + 1):
         e.put_label(f"m{m}")
+    e("add", "r6", _sb(k, "tokens"), 0)    # the first batch's tokens (`_embedding`)
     e("ld", "r1", _sb(k, "pos"))
-    e("add", "r6", _sb(k, "tokens"), 0)
-    e("st", k.a("state"), "r6")
     e("ld", "r5", _sb(k, "nb"))
 
     def batch():
@@ -1830,6 +1830,7 @@ def tensor_program(qm: QuantizedModel, isa: IsaConfig, pl: Placement, roles: Ten
             wait_x = _layer(e, k, li, wait_x)
         wait_x()
         e("add", "r1", "r1", "r2")
+        e("ld", "r6", k.a("state"))         # the next batch's tokens (`_embedding`)
     e.loop("r5", batch)
     if lay.stages:
         _classifier(e, k)
