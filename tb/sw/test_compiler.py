@@ -297,22 +297,21 @@ def _compiles(qm, cfg, context, placement) -> bool:
 @pytest.mark.model
 @pytest.mark.parametrize("given", [100, 101])
 def test_tensor_sram_suggestion_is_the_smallest_that_compiles(stories_qm, given):
-    """stories260K on ``small,imem_words=1016`` at context 64: the SRAM the refusal suggests
+    """stories260K on ``small,imem_words=1024`` at context 64: the SRAM the refusal suggests
     compiles, and no size between the given one and it does, neither as given nor with the
     suggestion's instruction memory.  The need is not monotone in the size here (at 101 KiB
-    the programs with the gate in pairs are 6 instructions too long and the placement
+    the programs with the gate in pairs are too long, 1,047 instructions, and the placement
     without the pairs overflows another tile, while 102 KiB fits), so the search steps
     through the sizes; it used to try the named need and 4 KiB more only, and offered 105
     for 100 and 103 for 101.  A shorter context is not offered beside the same change at
-    the whole context.  (The instruction memory was 1024 words until the waits moved into
-    the batch-size branches shortened the programs by 8 words: 1022 at 101 KiB.)"""
-    base = CONFIGS["small"].replace(imem_words=1016, sram_bytes=given * 1024)
+    the whole context."""
+    base = CONFIGS["small"].replace(imem_words=1024, sram_bytes=given * 1024)
     with pytest.raises(FitError) as e:
         compile_model(stories_qm, base, 64, placement="tensor")
     msg = str(e.value)
     if given == 101:
         assert re.search(r"longest program needs \d+ instructions, but the instruction "
-                         r"memory holds 1016; without the gate packed in pairs, which "
+                         r"memory holds 1024; without the gate packed in pairs, which "
                          r"shortens it, tile \(\d, \d\) .* needs [\d,]+ bytes of SRAM", msg), msg
     sram = [f for f in e.value.fits if f.context is None and f.note != "every scheme"
             and "sram_kib" in dict(f.config)]
