@@ -225,7 +225,13 @@ $(foreach v,$(MAKE_PASSED),$(eval sim bench: export CHIPOTLE_MAKE_$v = $$(call g
 ifneq ($(filter sim bench,$(MAKECMDGOALS)),)
 ifeq ($(origin BACKEND),file)
 ifneq ($(filter-out verilator icarus,$(value SIM)),)
-$(error SIM=$(value SIM): make sim and make bench take SIM=verilator or SIM=icarus (or BACKEND=isasim, golden, reference))
+# (the simulator meant: Icarus for its program's name, iverilog, else by difflib, as for the
+# variables' names: SIM=verilater)
+sim_hint := $(shell $(PYTHON) -c 'import difflib, sys; v = sys.argv[1].lower(); \
+    m = ["icarus"] if v == "iverilog" else \
+        difflib.get_close_matches(v, ["verilator", "icarus"], 1, 0.6); \
+    print(f" (did you mean SIM={m[0]}?)" if m else "")' '$(subst ',,$(value SIM))' 2>/dev/null)
+$(error SIM=$(value SIM)$(sim_hint): make sim and make bench take SIM=verilator or SIM=icarus (or BACKEND=isasim, golden, reference))
 endif
 endif
 # the simulator's own variables, given on the command line to a backend that runs no RTL

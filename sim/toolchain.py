@@ -192,6 +192,12 @@ def simulators_from_env(default: str = "verilator,icarus") -> list[str]:
     """Return the simulators selected by ``$SIM`` (comma-separated; default both).
 
     ``SIM=both`` or ``SIM=all`` selects both simulators.
+
+    Raises
+    ------
+    ValueError
+        For another name, with the simulator meant when one is close (``SIM=verilater``:
+        ``(did you mean SIM=verilator?)``).
     """
     value = os.environ.get("SIM", "").strip() or default
     if value in ("both", "all"):
@@ -199,5 +205,8 @@ def simulators_from_env(default: str = "verilator,icarus") -> list[str]:
     sims = [s.strip() for s in value.split(",") if s.strip()]
     for s in sims:
         if s not in ("verilator", "icarus"):
-            raise ValueError(f"SIM must be 'verilator', 'icarus' or both, not {s!r}")
+            from chipotle.config import _did_you_mean
+            hint = (" (did you mean SIM=icarus?)" if s.lower() == "iverilog" else    # its program
+                    _did_you_mean(s, ("verilator", "icarus"), lambda n: f"SIM={n}"))
+            raise ValueError(f"SIM must be 'verilator', 'icarus' or both, not {s!r}{hint}")
     return sims

@@ -309,7 +309,7 @@ def test_registry():
 
 
 @pytest.mark.model
-def test_make_sim_passes_prompt_and_config_verbatim(model_paths):
+def test_make_sim_passes_prompt_and_config_verbatim(model_paths, monkeypatch):
     """``make sim`` hands PROMPT and CONFIG to the CLI through the environment: a newline,
     quotes, ``$`` and backquotes reach the model as typed, and a CONFIG holding shell syntax
     is refused as a configuration name instead of running."""
@@ -338,8 +338,20 @@ def test_make_sim_passes_prompt_and_config_verbatim(model_paths):
         cwd=ROOT, capture_output=True, text=True).stderr
     r = subprocess.run(["make", "-s", "sim", "SIM=iverilog", models], cwd=ROOT,
                        capture_output=True, text=True)
-    assert r.returncode != 0 and "SIM=iverilog: make sim and make bench take SIM=verilator" \
-        in r.stderr, r.stderr
+    assert r.returncode != 0 and ("SIM=iverilog (did you mean SIM=icarus?): make sim and make "
+                                  "bench take SIM=verilator") in r.stderr, r.stderr
+    # a misspelt simulator names the one meant (session 30's fresh user), by make for make
+    # sim and by the regression's configuration for make test
+    r = subprocess.run(["make", "-s", "sim", "SIM=verilater", models], cwd=ROOT,
+                       capture_output=True, text=True)
+    assert r.returncode != 0 and ("SIM=verilater (did you mean SIM=verilator?): make sim and "
+                                  "make bench take SIM=verilator") in r.stderr, r.stderr
+    from chipotle.sim import simulators_from_env
+    for given, meant in (("icarsu", "icarus"), ("iverilog", "icarus"),
+                         ("verilatr", "verilator")):
+        monkeypatch.setenv("SIM", given)
+        with pytest.raises(ValueError, match=rf"not '{given}' \(did you mean SIM={meant}\?\)"):
+            simulators_from_env()
     # the RTL simulators' variables with a backend that runs none: refused by make, naming
     # the variable; in the environment (as `make test` passes SIM to its tests) they are not
     for var in ("SIM=icarus", "WAVES=1", "PGO=1", "HIERARCHICAL=0"):
