@@ -3,10 +3,10 @@
 from pathlib import Path
 
 import pytest
-from amaranth.sim import Simulator
 
 from chipotle.hw.stream_util import SkidBuffer
 from chipotle.sim import generate_verilog, run_cocotb
+from tbcommon.pysim import run_testbench
 
 TB = Path(__file__).parent
 
@@ -114,7 +114,4 @@ def test_skid_buffer_output_is_registered_and_a_waiting_sink_is_served_pysim():
             ctx.set(dut.o.ready, o_valid and not o_ready)
         assert got == words
 
-    sim = Simulator(dut)
-    sim.add_clock(1e-8)
-    sim.add_testbench(bench)
-    sim.run()
+    run_testbench(dut, bench)

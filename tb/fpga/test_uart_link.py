@@ -19,6 +19,7 @@ from chipotle.driver.uart import (
 )
 from chipotle.hw.noc.packet import HOST, Head, Packet, PacketType
 from chipotle.hw.tile.netif import Reg
+from tbcommon.pysim import run_testbench
 
 CONFIG = CONFIGS["small"]
 NOC = CONFIG.noc
@@ -176,7 +177,6 @@ def test_bridge_overflow_framing_error_and_glitch():
     stop bit is dropped and counted (``framing_errors``) and costs only its flit; a low
     pulse shorter than half a bit is no start bit.  (No test provoked these before: a
     coverage audit's finding.)"""
-    from amaranth.sim import Simulator
 
     from chipotle.hw.fpga.uart import UartBridge
 
@@ -226,10 +226,7 @@ def test_bridge_overflow_framing_error_and_glitch():
         counts["overflows_after"] = ctx.get(dut.overflows)
         assert n == 3
 
-    sim = Simulator(dut)
-    sim.add_clock(1e-8)
-    sim.add_testbench(bench)
-    sim.run()
+    run_testbench(dut, bench)
     assert counts["overflows"] == 2 and counts["framing"] == 0, counts
     assert seen[:depth] == flits[:depth], [hex(f) for f in seen]
     # the broken flit is lost, the next one and the one after the glitch arrive whole

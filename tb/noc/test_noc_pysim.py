@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections import defaultdict
 
 import pytest
-from amaranth.sim import Simulator
 
 from chipotle.hw.noc import (
     HOST,
@@ -25,6 +24,7 @@ from chipotle.hw.noc import (
     next_hops,
     unpack_flit,
 )
+from tbcommon.pysim import run_testbench
 
 CFG = NocConfig()
 
@@ -72,10 +72,7 @@ def simulate(dut, inputs, outputs, *, cycles=400, stalled=(), rooms=(), after=No
         if after is not None:
             result["after"] = await after(ctx)
 
-    sim = Simulator(dut)
-    sim.add_clock(1e-8)
-    sim.add_testbench(testbench)
-    sim.run()
+    run_testbench(dut, testbench)
     return received, result.get("after")
 
 
@@ -202,10 +199,7 @@ def test_router_room_threshold(cfg):
         else:
             raise AssertionError(f"not drained: {level}")
 
-    sim = Simulator(r)
-    sim.add_clock(1e-8)
-    sim.add_testbench(testbench)
-    sim.run()
+    run_testbench(r, testbench)
     for d, (_, o) in _THROUGH.items():
         assert seen[d] == set(range(depth + 1)), d
         assert got[o] == pkts[d].flits(cfg), o
@@ -252,10 +246,7 @@ def test_router_multicast_held_until_room():
                     got[o].append((cycle, ctx.get(port.payload.as_value())))
             await ctx.tick()
 
-    sim = Simulator(r)
-    sim.add_clock(1e-8)
-    sim.add_testbench(testbench)
-    sim.run()
+    run_testbench(r, testbench)
     mc_out = [(release + i, f) for i, f in enumerate(mc.flits())]
     assert got[Dir.E] == [(1 + i, f) for i, f in enumerate(uni.flits())] + mc_out
     assert got[Dir.W] == mc_out and got[Dir.LOCAL] == mc_out
@@ -403,10 +394,7 @@ def test_mesh_multicast_waits_for_neighbour_room(cfg):
                     got[i].append((cycle, ctx.get(out.payload.as_value())))
             await ctx.tick()
 
-    sim = Simulator(mesh)
-    sim.add_clock(1e-8)
-    sim.add_testbench(testbench)
-    sim.run()
+    run_testbench(mesh, testbench)
     assert got[0] == [(take + 1 + i, f) for i, f in enumerate(mc.flits(cfg))]
     assert [f for _, f in got[1]] == uni.flits(cfg) + mc.flits(cfg)
     assert got[1][0][0] == take and all(t >= resume for t, _ in got[1][1:])

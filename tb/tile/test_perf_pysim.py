@@ -19,7 +19,6 @@ import pytest
 from amaranth.hdl import Module
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out, connect, flipped
-from amaranth.sim import Simulator
 from tilemodel import (
     KvModel,
     Shadow,
@@ -35,14 +34,7 @@ from chipotle.hw.tile.kvstore import KvCommand, KvParams, KvStore
 from chipotle.hw.tile.tile import TileCore
 from chipotle.isa import assemble
 from chipotle.isa.core import ErrorCode, copy_steps
-
-
-def _run(dut, bench):
-    """Simulate until ``bench`` returns (every wait in it is bounded)."""
-    sim = Simulator(dut)
-    sim.add_clock(1e-8)
-    sim.add_testbench(bench)
-    sim.run()
+from tbcommon.pysim import run_testbench
 
 
 def _words(addr, nbytes, W):
@@ -186,7 +178,7 @@ def test_perf_counters_pysim(n_banks, latency):
         await ctx.tick().repeat(3)      # halted: nothing counts any more
         assert {k: ctx.get(dut.perf[k]) for k in PerfIndex} == perf
 
-    _run(dut, bench)
+    run_testbench(dut, bench)
 
 
 # ---- the KV layout's settle interlock ------------------------------------------------------
@@ -327,4 +319,4 @@ def test_kv_layout_settles_pysim(changes):
             word = await access(a)
             assert word == shadow.read(a), f"word {a}: {word:#x} != {shadow.read(a):#x}"
 
-    _run(dut, bench)
+    run_testbench(dut, bench)

@@ -16,11 +16,11 @@ import pytest
 from amaranth.hdl import Module
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, connect, flipped
-from amaranth.sim import Simulator
 
 from chipotle.hw.tile import Sram, SramArbiter, SramReadSignature, SramSignature
 from chipotle.hw.tile.sram import check_latency, connect_narrow
 from tbcommon.elab import never_built
+from tbcommon.pysim import run_testbench
 
 DEPTH = 96              # words
 MASK = 2 ** 64 - 1
@@ -140,10 +140,7 @@ def test_sram_random_traffic_pysim(latency, read_words):
             await ctx.tick()
         assert min(grants) > cycles // 4 and checked > cycles // 2, (grants, checked)
 
-    sim = Simulator(dut)
-    sim.add_clock(1e-8)
-    sim.add_testbench(bench)
-    sim.run()
+    run_testbench(dut, bench)
 
 
 def test_latency_mismatch_is_refused():

@@ -15,7 +15,6 @@ import pytest
 from amaranth.hdl import Module
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out, connect, flipped
-from amaranth.sim import Simulator
 from tilemodel import (
     KvModel,
     Shadow,
@@ -47,17 +46,10 @@ from chipotle.hw.tile.tile import TileCore
 from chipotle.isa import assemble
 from chipotle.isa.core import ErrorCode
 from chipotle.isasim import IsaSim
+from tbcommon.pysim import run_testbench
 
 CFG = TileConfig(sram_bytes=4096, word_bytes=8, n_banks=2, max_m=4, k_max=176,
                  kv=KvLayout(n_layers=2, n_kv_heads=2, head_size=12, max_pos=10, base=300))
-
-
-def _run(dut, bench):
-    """Simulate until ``bench`` returns (every wait in it is bounded)."""
-    sim = Simulator(dut)
-    sim.add_clock(1e-8)
-    sim.add_testbench(bench)
-    sim.run()
 
 
 class Host:
@@ -167,7 +159,7 @@ def test_matrix_pysim(m, n, k, latency):
             assert acc[m:] == [0] * (CFG.max_m - m)
         assert not ctx.get(dut.mx_error)
 
-    _run(dut, bench)
+    run_testbench(dut, bench)
 
 
 def test_matrix_rejects_large_k():
@@ -182,7 +174,7 @@ def test_matrix_rejects_large_k():
         assert ctx.get(dut.mx_error_code) == MatrixError.K_TOO_LARGE
         assert not ctx.get(dut.o_res.valid)
 
-    _run(dut, bench)
+    run_testbench(dut, bench)
 
 
 def test_kv_append_and_stream_pysim():
@@ -239,7 +231,7 @@ def test_kv_append_and_stream_pysim():
                     assert np.array_equal(np.frombuffer(raw[:L.head_size], np.int8),
                                           kvm.v[layer, head, pos])
 
-    _run(dut, bench)
+    run_testbench(dut, bench)
 
 
 def test_kv_refuses_an_unknown_op_pysim():
@@ -267,7 +259,7 @@ def test_kv_refuses_an_unknown_op_pysim():
         assert ctx.get(dut.kv_error) and ctx.get(dut.kv_error_code) == KvError.BAD_OP
         await h.check_sram(shadow)
 
-    _run(dut, bench)
+    run_testbench(dut, bench)
 
 
 def test_sram_out_of_range_pysim():
@@ -292,7 +284,7 @@ def test_sram_out_of_range_pysim():
         assert await access(5, 0) == (0x1234, 0)
         assert await access(97, 0) == (0, 1)
 
-    _run(dut, bench)
+    run_testbench(dut, bench)
 
 
 class _WideTop(wiring.Component):
@@ -357,7 +349,7 @@ def test_sram_wide_read_pysim(n_banks, read_words, depth):
         assert await access(dut.wide, 5) == (expect(5), 0)
         assert await access(dut.wide, 6) == (expect(6), 0)
 
-    _run(dut, bench)
+    run_testbench(dut, bench)
 
 
 def test_wide_read_bad_parameters():
@@ -388,7 +380,7 @@ def test_kv_append_cycles_pysim():
         assert 1 + busy == expected, (busy, expected)    # + the command cycle
         assert not ctx.get(dut.kv_error)
 
-    _run(dut, bench)
+    run_testbench(dut, bench)
 
 
 class _MuxTop(wiring.Component):
@@ -450,7 +442,7 @@ def test_matrix_command_mux_holds_its_choice_pysim():
         ctx.set(dut.kv.valid, 0)
         assert seen() == (1, 0x3333, 0, 1)
 
-    _run(dut, bench)
+    run_testbench(dut, bench)
 
 
 def _run_core_program(cfg, program, read_bytes, kv=None):
@@ -489,7 +481,7 @@ def _run_core_program(cfg, program, read_bytes, kv=None):
             raw += ctx.get(p.rdata).to_bytes(W * p.signature.read_words, "little")[:W]
         out["bytes"] = raw
 
-    _run(dut, bench)
+    run_testbench(dut, bench)
     return out["error"], out["bytes"]
 
 

@@ -11,7 +11,6 @@ import gc
 import warnings
 
 import pytest
-from amaranth.sim import Simulator
 from cocotb_vector_env import (
     Case,
     Stimulus,
@@ -25,6 +24,7 @@ from cocotb_vector_env import (
 
 from chipotle.hw.tile.vector import MIN_RESULT_SLOTS, RESULT_SLOTS, VectorCommand, VectorUnit
 from chipotle.isa.core import Dtype, ErrorCode, Opcode, TableId
+from tbcommon.pysim import run_testbench
 
 #: The default chip's unit: V = 8, W = 8, 2-word reads, 4 result slots.
 CFG = VectorBenchConfig(lanes=8, word_bytes=8, sram_bytes=2048, slots=4)
@@ -97,10 +97,7 @@ def _run(cases, cfg=CFG, check_all=True):
                                  f"{[hex(exp[k]) for k in bad[:3]]}")
             out.append((case.name, error, cycles))
 
-    sim = Simulator(dut)
-    sim.add_clock(1e-8)
-    sim.add_testbench(testbench)
-    sim.run()
+    run_testbench(dut, testbench)
     return out
 
 
