@@ -414,6 +414,10 @@ def test_matrix_command_mux_holds_its_choice_pysim():
             return (ctx.get(dut.sink.valid), ctx.get(dut.sink.payload),
                     ctx.get(dut.kv.ready), ctx.get(dut.other.ready))
 
+        async def taken(src):                  # the sink takes `src`'s word; it withdraws
+            await ctx.tick()
+            ctx.set(src.valid, 0)
+
         # `other` offers while the sink stalls; then the KV store offers too
         offer(dut.other, 0x1111)
         assert seen() == (1, 0x1111, 0, 0)
@@ -424,11 +428,9 @@ def test_matrix_command_mux_holds_its_choice_pysim():
             await ctx.tick()
         ctx.set(dut.sink.ready, 1)
         assert seen() == (1, 0x1111, 0, 1)
-        await ctx.tick()                       # 0x1111 taken
-        ctx.set(dut.other.valid, 0)
+        await taken(dut.other)                 # 0x1111
         assert seen() == (1, 0x2222, 1, 0)
-        await ctx.tick()                       # 0x2222 taken
-        ctx.set(dut.kv.valid, 0)
+        await taken(dut.kv)                    # 0x2222
         assert seen()[0] == 0
         # both offered at once: the KV store's first
         ctx.set(dut.sink.ready, 0)
@@ -438,11 +440,15 @@ def test_matrix_command_mux_holds_its_choice_pysim():
         await ctx.tick()
         ctx.set(dut.sink.ready, 1)
         assert seen() == (1, 0x4444, 1, 0)
-        await ctx.tick()                       # 0x4444 taken
-        ctx.set(dut.kv.valid, 0)
+        await taken(dut.kv)                    # 0x4444
         assert seen() == (1, 0x3333, 0, 1)
 
     run_testbench(dut, bench)
+
+
+#: The tile of the single-instruction edge cases run on `TileCore` and the ISA simulator.
+_CORE = TileConfig(sram_bytes=4096, word_bytes=8, n_banks=2, max_m=2, k_max=64, kv=None,
+                   imem_words=64, n_counters=4, lanes=8)
 
 
 def _run_core_program(cfg, program, read_bytes, kv=None):
@@ -493,8 +499,7 @@ def test_matqk_product_bound_pysim(last_k):
     (acc = -128 * 511).  The cocotb ``errors`` case is far past the bound, so a write-back
     that took -2**46 as fitting (its sign bits alone) passed every bench (mutation audit).
     Expected: the ISA simulator's error and Y."""
-    cfg = TileConfig(sram_bytes=4096, word_bytes=8, n_banks=2, max_m=2, k_max=64, kv=None,
-                     imem_words=64, n_counters=4, lanes=8)
+    cfg = _CORE
     program = f"""
         li  r1, 0x8000
         st  0x100, r1
@@ -524,8 +529,7 @@ def test_matmul_shift_bound_pysim(b):
     1 + 2 + 3 + 4 = 10, written).  The benches' case has shift -31, so a write-back that
     refused only shifts below -1 (-1 taken as 63, which writes 0) passed them (mutation
     audit).  Expected: the ISA simulator's error and Y."""
-    cfg = TileConfig(sram_bytes=4096, word_bytes=8, n_banks=2, max_m=2, k_max=64, kv=None,
-                     imem_words=64, n_counters=4, lanes=8)
+    cfg = _CORE
     program = f"""
         li  r1, {b << 16 | 1}
         st  0x100, r1
@@ -566,8 +570,7 @@ def test_kvqk_length_past_16_bits_pysim(n):
     or 2, inside the capacity) and the tile scored those rows instead (mutation audit: the
     cocotb bench's SRAMs are 8 and 16 KiB, where SRAM_RANGE comes first).  n = 2 is the
     accepted neighbour.  Expected: the ISA simulator's error and Y."""
-    cfg = TileConfig(sram_bytes=128 * 1024, word_bytes=8, n_banks=2, max_m=2, k_max=64,
-                     kv=None, imem_words=64, n_counters=4, lanes=8)
+    cfg = replace(_CORE, sram_bytes=128 * 1024)
     lay = KvLayout(n_layers=1, n_kv_heads=1, head_size=8, max_pos=4, base=512,
                    k_header=True, word_bytes=8)
     program = f"""
