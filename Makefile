@@ -225,12 +225,11 @@ $(foreach v,$(MAKE_PASSED),$(eval sim bench: export CHIPOTLE_MAKE_$v = $$(call g
 ifneq ($(filter sim bench,$(MAKECMDGOALS)),)
 ifeq ($(origin BACKEND),file)
 ifneq ($(filter-out verilator icarus,$(value SIM)),)
-# (the simulator meant: Icarus for its program's name, iverilog, else by difflib, as for the
-# variables' names: SIM=verilater)
-sim_hint := $(shell $(PYTHON) -c 'import difflib, sys; v = sys.argv[1].lower(); \
-    m = ["icarus"] if v == "iverilog" else \
-        difflib.get_close_matches(v, ["verilator", "icarus"], 1, 0.6); \
-    print(f" (did you mean SIM={m[0]}?)" if m else "")' '$(subst ',,$(value SIM))' 2>/dev/null)
+# (the simulator meant, as `make test`'s refusal names it: chipotle.sim.toolchain's
+# simulator_hint, from the set-up's Python, so none before `make venv`)
+sim_hint := $(if $(wildcard $(PY)),$(shell $(PY) -c 'import sys; \
+    from chipotle.sim.toolchain import simulator_hint; print(simulator_hint(sys.argv[1]))' \
+    '$(subst ',,$(value SIM))' 2>/dev/null))
 $(error SIM=$(value SIM)$(sim_hint): make sim and make bench take SIM=verilator or SIM=icarus (or BACKEND=isasim, golden, reference))
 endif
 endif

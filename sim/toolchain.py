@@ -188,6 +188,22 @@ def check_simulator(sim: str) -> None:
         raise ValueError(f"sim must be 'verilator' or 'icarus', not {sim!r}")
 
 
+#: The simulators by the names users also give them: Icarus Verilog's program.
+_SIMULATOR_ALIASES = {"iverilog": "icarus"}
+
+
+def simulator_hint(name: str) -> str:
+    """`` (did you mean SIM=x?)`` for a `name` that is not a simulator but close to one
+    (``verilater``: verilator; ``iverilog``, Icarus Verilog's program: icarus), else ``""``.
+    The refusals of ``$SIM`` (`simulators_from_env`, ``make test``) and of make sim's
+    ``SIM=`` (the Makefile) share it."""
+    from chipotle.config import _did_you_mean
+    meant = _SIMULATOR_ALIASES.get(name.strip().lower())
+    if meant is not None:
+        return f" (did you mean SIM={meant}?)"
+    return _did_you_mean(name, ("verilator", "icarus"), lambda n: f"SIM={n}")
+
+
 def simulators_from_env(default: str = "verilator,icarus") -> list[str]:
     """Return the simulators selected by ``$SIM`` (comma-separated; default both).
 
@@ -205,8 +221,6 @@ def simulators_from_env(default: str = "verilator,icarus") -> list[str]:
     sims = [s.strip() for s in value.split(",") if s.strip()]
     for s in sims:
         if s not in ("verilator", "icarus"):
-            from chipotle.config import _did_you_mean
-            hint = (" (did you mean SIM=icarus?)" if s.lower() == "iverilog" else    # its program
-                    _did_you_mean(s, ("verilator", "icarus"), lambda n: f"SIM={n}"))
-            raise ValueError(f"SIM must be 'verilator', 'icarus' or both, not {s!r}{hint}")
+            raise ValueError(f"SIM must be 'verilator', 'icarus' or both, not "
+                             f"{s!r}{simulator_hint(s)}")
     return sims
