@@ -925,7 +925,7 @@ def format_report(r: dict) -> str:
 
 
 def main(argv=None):
-    from chipotle.config import ChipConfig, _did_you_mean
+    from chipotle.config import ChipConfig, did_you_mean
     from chipotle.hw.fpga.boards import BOARDS
 
     parser = argparse.ArgumentParser(prog="python -m chipotle.sim.bitstream",
@@ -980,7 +980,7 @@ def main(argv=None):
 
     if args.board not in BOARDS:          # (did you mean BOARD=ulx3s-85f?) for BOARD=ulx3s
         given = "BOARD=" if under_make else "--board "
-        hint = _did_you_mean(args.board, sorted(BOARDS), lambda b: f"{given}{b}")
+        hint = did_you_mean(args.board, sorted(BOARDS), lambda b: f"{given}{b}")
         refuse(f"{given}{args.board}: not a board of this flow{hint}; the boards: "
                f"{', '.join(sorted(BOARDS))}")
     board = BOARDS[args.board]

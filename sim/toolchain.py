@@ -197,11 +197,11 @@ def simulator_hint(name: str) -> str:
     (``verilater``: verilator; ``iverilog``, Icarus Verilog's program: icarus), else ``""``.
     The refusals of ``$SIM`` (`simulators_from_env`, ``make test``) and of make sim's
     ``SIM=`` (the Makefile) share it."""
-    from chipotle.config import _did_you_mean
+    from chipotle.config import did_you_mean
     meant = _SIMULATOR_ALIASES.get(name.strip().lower())
     if meant is not None:
         return f" (did you mean SIM={meant}?)"
-    return _did_you_mean(name, ("verilator", "icarus"), lambda n: f"SIM={n}")
+    return did_you_mean(name, ("verilator", "icarus"), lambda n: f"SIM={n}")
 
 
 def simulators_from_env(default: str = "verilator,icarus") -> list[str]:

@@ -233,14 +233,14 @@ class ArgumentParser(argparse.ArgumentParser):
         close to one (``--backend isa``: ``(did you mean --backend isasim?)``, under ``make
         sim`` / ``make bench`` ``(did you mean BACKEND=isasim?)``; a subcommand's: ``(did
         you mean generate?)``)."""
-        from .config import _did_you_mean
+        from .config import did_you_mean
         try:
             super()._check_value(action, value)
         except argparse.ArgumentError as e:
             option = f"{action.option_strings[-1]} " if action.option_strings else ""
             if option and "CHIPOTLE_MAKE_CONFIG" in os.environ:       # as `under_make`
                 option = f"{MAKE_VARIABLES.get(option.strip(), option.strip())}="
-            hint = _did_you_mean(str(value), [str(c) for c in action.choices],
+            hint = did_you_mean(str(value), [str(c) for c in action.choices],
                                  lambda c: f"{option}{c}")
             if not hint:
                 raise

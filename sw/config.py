@@ -22,7 +22,7 @@ import difflib
 import math
 from dataclasses import asdict, dataclass, fields, replace
 
-__all__ = ["ChipConfig", "CONFIGS", "MAX_VEC_SLOTS", "SRAM_ADDR_BITS"]
+__all__ = ["ChipConfig", "CONFIGS", "MAX_VEC_SLOTS", "SRAM_ADDR_BITS", "did_you_mean"]
 
 #: Bits of a tile's SRAM word address (``chipotle.hw.tile.sram.ADDR_WIDTH``): a tile's SRAM
 #: holds at most ``2**16`` words, 512 KiB with 8-byte words (``ChipConfig.max_sram_bytes``).
@@ -33,11 +33,12 @@ SRAM_ADDR_BITS = 16
 MAX_VEC_SLOTS = 8
 
 
-def _did_you_mean(word: str, known, spell=repr) -> str:
+def did_you_mean(word: str, known, spell=repr) -> str:
     """`` (did you mean 'x'?)`` for the closest of `known` to a misspelt `word`, else ``""``
     (`difflib.get_close_matches`, case-insensitive); `spell` writes the name meant (e.g.
     ``lambda b: f"BOARD={b}"``: ``(did you mean BOARD=ulx3s-85f?)``; default: `repr`).
-    Also used by the commands' refusals of a board or an option's choice."""
+    The one suggestion of every refusal of a misspelt name: configuration keys and names,
+    boards, option choices, simulators."""
     lower = {k.lower(): k for k in known}
     close = difflib.get_close_matches(word.lower(), list(lower), n=1, cutoff=0.6)
     return f" (did you mean {spell(lower[close[0]])}?)" if close else ""
@@ -358,7 +359,7 @@ class ChipConfig:
                         part, f"{part}=<integer>")
                     raise ValueError(f"{part!r} needs a value, e.g. {example}")
                 if part not in CONFIGS:
-                    raise ValueError(f"unknown configuration {part!r}{_did_you_mean(part, CONFIGS)}"
+                    raise ValueError(f"unknown configuration {part!r}{did_you_mean(part, CONFIGS)}"
                                      f"; known: {', '.join(CONFIGS)}")
                 cfg = CONFIGS[part]
                 continue
@@ -382,7 +383,7 @@ class ChipConfig:
                 else:
                     names = ["mesh", "sram_kib", *(f.name for f in fields(cls))]
                     raise ValueError(f"unknown configuration key {key!r}"
-                                     f"{_did_you_mean(key, [*names, *letters])}; known: "
+                                     f"{did_you_mean(key, [*names, *letters])}; known: "
                                      f"{', '.join(names)} (W, M, V for word_bytes, max_m, "
                                      f"lanes)")
             except ValueError as e:
