@@ -672,6 +672,29 @@ def module_config(ap, args):
     return cfg
 
 
+def module_model(path: Path, option: str | None, given: bool = False):
+    """The quantised model of a ``python -m`` module's `main` (``chipotle.compiler`` and its
+    ``profile``), read from the checkpoint at `path`, or the command's end in one ``error:``
+    line (`SystemExit`): a missing default file says where it was looked for (`_where`,
+    `option` the command's file option, None if it has none), a default file that is not
+    the published one says so (`chipotle.paths.check_published`), an unreadable or
+    malformed checkpoint and one the quantiser refuses name the problem.  A file `given`
+    with `option` is taken as it is."""
+    from .golden import quantize
+    if not given and not path.is_file():
+        raise SystemExit(f"error: {_where('checkpoint', path, option)}")
+    try:
+        if not given:
+            check_published(path, option)
+        ckpt = load_checkpoint(path)
+    except (OSError, ValueError) as e:      # CheckpointError is a ValueError
+        raise SystemExit(f"error: {e}") from None
+    try:
+        return quantize(ckpt)
+    except ValueError as e:                 # a checkpoint the quantiser cannot take
+        raise SystemExit(f"error: {path}: {e}") from None
+
+
 def compile_for_module(model, config, given: str, context: int | None, **kw):
     """`compile_fitting` for a ``python -m`` module's `main` (``chipotle.compiler`` and its
     ``profile``): a refusal ends the command with its one-line message (`SystemExit`), and

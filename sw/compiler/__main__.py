@@ -114,10 +114,8 @@ def _tile_name(compiled, xy) -> str:
 
 def main(argv=None) -> None:
     """Print the memory map (and with ``--bench`` the cycle estimates) of a model."""
-    from ..cli import ArgumentParser, compile_for_module, module_config
-    from ..golden import quantize
-    from ..model import load_checkpoint
-    from ..paths import DEFAULT_CHECKPOINT, DEFAULT_TOKENIZER, check_published, default_model_dir
+    from ..cli import ArgumentParser, compile_for_module, module_config, module_model
+    from ..paths import DEFAULT_CHECKPOINT, DEFAULT_TOKENIZER, default_model_dir
     from ..tokenizer import TokenizerError
 
     ap = ArgumentParser(prog="python -m chipotle.compiler",
@@ -154,19 +152,7 @@ def main(argv=None) -> None:
         from .run import small_model
         qm = small_model()
     else:
-        if not args.model and not path.is_file():   # where it looked, and the fetch hint
-            from ..cli import _where
-            raise SystemExit(f"error: {_where('checkpoint', path, '--model')}")
-        try:
-            if not args.model:
-                check_published(path, "--model")
-            ckpt = load_checkpoint(path)
-        except (OSError, ValueError) as e:      # CheckpointError is a ValueError
-            raise SystemExit(f"error: {e}") from None
-        try:
-            qm = quantize(ckpt)
-        except ValueError as e:    # a checkpoint the quantiser cannot take
-            raise SystemExit(f"error: {path}: {e}") from None
+        qm = module_model(path, "--model", given=bool(args.model))
     tokens = None
     if args.bench and args.model != "small":
         # the tokenizer before the compile, so that a missing one is refused at once

@@ -501,10 +501,8 @@ def main(argv=None) -> None:
     one prefill batch)."""
     import argparse
 
-    from ..cli import ArgumentParser, compile_for_module, module_config
-    from ..golden import quantize
-    from ..model import load_checkpoint
-    from ..paths import DEFAULT_CHECKPOINT, check_published, default_model_dir
+    from ..cli import ArgumentParser, compile_for_module, module_config, module_model
+    from ..paths import DEFAULT_CHECKPOINT, default_model_dir
     from .run import load_isasim, run_step_isasim
     ap = ArgumentParser(prog="python -m chipotle.compiler.profile",
                         description=main.__doc__)
@@ -557,15 +555,8 @@ def main(argv=None) -> None:
         ap.error(f"--rows must be in 1 .. {cfg.max_m} (M), not {args.rows}")
     if args.pos < 0:
         ap.error(f"--pos must be a position (0 or more), not {args.pos}")
-    path = default_model_dir() / DEFAULT_CHECKPOINT
-    if not path.is_file():          # as `python -m chipotle.compiler`: one `error:` line
-        from ..cli import _where
-        raise SystemExit(f"error: {_where('checkpoint', path, None)}")
-    try:
-        check_published(path, None)
-        qm = quantize(load_checkpoint(path))
-    except (OSError, ValueError) as e:      # CheckpointError is a ValueError
-        raise SystemExit(f"error: {e}") from None
+    # as `python -m chipotle.compiler`: one `error:` line (no --model here)
+    qm = module_model(default_model_dir() / DEFAULT_CHECKPOINT, None)
     if args.layer is not None and not 0 <= args.layer < qm.config.n_layers:
         ap.error(f"--layer {args.layer}: the model has layers 0 .. {qm.config.n_layers - 1}")
     # as `python -m chipotle.compiler`: a refusal is one message naming the configurations
