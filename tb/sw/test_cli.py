@@ -583,16 +583,14 @@ def test_make_test_refuses_a_missing_test_path():
     assert r.returncode == 0 and "test_sampling.py::" in r.stdout, r.stdout + r.stderr
 
 
-def test_make_test_refuses_a_damaged_model_file_before_any_test(tmp_path):
+@pytest.mark.model
+def test_make_test_refuses_a_damaged_model_file_before_any_test(tmp_path, model_paths):
     """``make test MODEL_DIR=<a folder with a truncated stories260K.bin>`` is refused once,
     before any test, naming the file and the fetch that repairs it (it ran every test, and
     each model test failed with a traceback: session 30's fresh user)."""
-    from chipotle.paths import default_model_dir
-    src = default_model_dir()
-    if not (src / "stories260K.bin").is_file():
-        pytest.skip("the model files are not here")
-    (tmp_path / "stories260K.bin").write_bytes((src / "stories260K.bin").read_bytes()[:1000])
-    (tmp_path / "tok512.bin").write_bytes((src / "tok512.bin").read_bytes())
+    ckpt, tok = model_paths
+    (tmp_path / "stories260K.bin").write_bytes(ckpt.read_bytes()[:1000])
+    (tmp_path / "tok512.bin").write_bytes(tok.read_bytes())
     env = dict(os.environ, CHIPOTLE_MODEL_DIR=str(tmp_path))
     env.pop("CI", None)
     r = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:xdist", "-q",
