@@ -855,7 +855,7 @@ def compile_model(source, config: ChipConfig, context: int | None = None,
         # a suggestion that changes more than another one does, to the same values (a
         # bigger mesh with the same imem_words; a shorter context beside the same change at
         # the whole context), is no suggestion
-        fits = [f for f in fits if not any(g is not f and _dominates(g, f) for g in fits)]
+        fits = [f for f in fits if not any(_dominates(g, f) for g in fits)]
         if not fits:
             wide = (f"; every row is padded to whole {config.word_bytes}-byte words "
                     f"(W={config.word_bytes}): a smaller W packs them tighter"

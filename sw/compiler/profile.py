@@ -404,7 +404,11 @@ def _opname(text: str) -> str:
     return text.split()[0] if text else "?"
 
 
-def format_critical(segs: list, top: int = 12) -> str:
+#: The instructions `format_critical` lists by default (``--top``).
+CRITICAL_TOP = 12
+
+
+def format_critical(segs: list, top: int = CRITICAL_TOP) -> str:
     """Return a critical path as text: its cycles per phase (the layer number removed, as
     `phase_of_pc`) and class (``net``: in the network between a ``send`` and its ``wait``),
     per layer, per tile, and the instructions that take most of it (summed over the
@@ -533,7 +537,7 @@ def main(argv=None) -> None:
                          "class, per layer, per tile, the instructions on it) instead of "
                          "the breakdown")
     ap.add_argument("--top", type=int, default=None,
-                    help="with --critical: the instructions listed (default 12)")
+                    help=f"with --critical: the instructions listed (default {CRITICAL_TOP})")
     ap.add_argument("--layer", type=int, default=None,
                     help="with --timeline: only the instructions of this layer")
     args = ap.parse_args(argv)
@@ -581,7 +585,7 @@ def main(argv=None) -> None:
         res, segs, _ = critical_plan(sim, cm, cm.step(toks[args.pos:], args.pos))
         print(f"{what} at position {args.pos}, {args.placement} placement, {cfg}: "
               f"{res.cycles:,} cycles (estimate, from the start to the doorbell)")
-        print(format_critical(segs, 12 if args.top is None else args.top))
+        print(format_critical(segs, CRITICAL_TOP if args.top is None else args.top))
         return
     if tile is not None:
         res, events = timeline_plan(sim, cm, cm.step(toks[args.pos:], args.pos), [tile])
