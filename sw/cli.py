@@ -114,9 +114,19 @@ MAKE_VARIABLES = {"--config": "CONFIG", "--context": "CONTEXT", "--steps": "STEP
                   "--model": "MODEL_DIR", "--tokenizer": "MODEL_DIR"}
 
 
+def option_text(option: str, value) -> str:
+    """``--option value`` as the user gives it: ``VAR=value`` (`MAKE_VARIABLES`) when run by
+    ``make sim`` / ``make bench`` ($CHIPOTLE_MAKE_CONFIG set), so that a suggested
+    configuration can be typed back on make's command line as it is printed."""
+    if "CHIPOTLE_MAKE_CONFIG" in os.environ and option in MAKE_VARIABLES:
+        return f"{MAKE_VARIABLES[option]}={value}"
+    return f"{option} {value}"
+
+
 def fit_options(error, given: str, prompt_tokens: int = 0) -> list[str]:
     """The suggestions of a `chipotle.compiler.FitError` as whole options (`config_tips`),
-    those with a context shorter than `prompt_tokens` left out; [] for any other error."""
+    those with a context shorter than `prompt_tokens` left out; [] for any other error.
+    Under make each option is make's variable (`option_text`: ``CONFIG=...``)."""
     from .config import ChipConfig
 
     def fields_of(key: str) -> set:
@@ -125,7 +135,7 @@ def fit_options(error, given: str, prompt_tokens: int = 0) -> list[str]:
     def whole(fit) -> str:
         parts = []
         if fit.context is not None:
-            parts.append(f"--context {fit.context}")
+            parts.append(option_text("--context", fit.context))
         if fit.config:
             # a changed key takes the place of the part of `given` it replaces (the first
             # one: `mesh=` replaces `mesh_width=` and `mesh_height=`), a new key goes last,
@@ -144,9 +154,9 @@ def fit_options(error, given: str, prompt_tokens: int = 0) -> list[str]:
                         out.append(new[key])
                         placed.add(key)
             out += [text for key, text in new.items() if key not in placed]
-            parts.append(f"--config {','.join(out)}")
+            parts.append(option_text("--config", ",".join(out)))
         if fit.placement is not None:
-            parts.append(f"--placement {fit.placement}")
+            parts.append(option_text("--placement", fit.placement))
         return " ".join(parts) + (f" ({fit.note})" if fit.note else "")
 
     return [whole(f) for f in getattr(error, "fits", ())
@@ -652,7 +662,7 @@ def compile_fitting(model, config, given: str, context: int | None, need: int = 
             if options := fit_options(e, given, want):
                 what = (f"{need_of}{need} positions" if want == need else
                         f"{want} positions ({need_of}{need} and {want - need} more for "
-                        f"--steps {steps})")
+                        f"{option_text('--steps', steps)})")
                 message += (f"; for {what}, a configuration that fits: "
                             f"{' or '.join(options)}")
     raise FitRefusal(message)

@@ -569,6 +569,26 @@ def test_fit_tips_are_whole_config_options():
     assert config_tips(ValueError("bad"), "default") == "bad"
 
 
+def test_fit_tips_under_make_are_make_variables(monkeypatch):
+    """Run by ``make sim`` / ``make bench`` ($CHIPOTLE_MAKE_CONFIG set), the configurations a
+    fit refusal offers are written as make's variables, to type back as printed, and the
+    refusal does not add ``(make: --config is CONFIG=)`` for options it no longer names."""
+    from chipotle.cli import config_tips, under_make
+    from chipotle.compiler import Fit, FitError
+    e = FitError("tile (0, 0) needs 9 bytes", [
+        Fit(context=4), Fit((("sram_kib", "115"),), note="note"),
+        Fit((("imem_words", "1024"),), context=7), Fit(placement="pipeline")])
+    monkeypatch.setenv("CHIPOTLE_MAKE_CONFIG", "small")
+    text = config_tips(e, "small,lanes=4")
+    assert text == (
+        "tile (0, 0) needs 9 bytes; a configuration that fits: CONTEXT=4 or "
+        "CONFIG=small,lanes=4,sram_kib=115 (note) or CONTEXT=7 CONFIG=small,lanes=4,"
+        "imem_words=1024 or PLACEMENT=pipeline")
+    assert under_make(text) == text
+    monkeypatch.delenv("CHIPOTLE_MAKE_CONFIG")
+    assert "--context 7 --config small,lanes=4,imem_words=1024 or" in config_tips(e, "small,lanes=4")
+
+
 def test_make_test_refuses_a_missing_test_path():
     """``make test PYTEST_ARGS=tb/typo.py`` names the missing path (under pytest-xdist the
     workers alone only say "no tests ran"); an existing node id still runs."""
