@@ -54,6 +54,7 @@ def test_forward_is_integer_only(small):
     ckpt, qm = small
     model = GoldenModel(qm)
     offenders = set()
+    traced = set()
 
     def local(frame, event, arg):
         for name, v in frame.f_locals.items():
@@ -65,6 +66,7 @@ def test_forward_is_integer_only(small):
 
     def tracer(frame, event, arg):
         if frame.f_code.co_filename.startswith(GOLDEN_DIR):
+            traced.add(frame.f_code.co_name)
             return local
         return None
 
@@ -75,6 +77,10 @@ def test_forward_is_integer_only(small):
         model.forward_batch([1, 2, 3, 4], 2)
     finally:
         sys.settrace(None)
+    # the tracer looked inside the golden model's frames (a GOLDEN_DIR that matched no
+    # frame's file name, a path spelt another way, would leave nothing to check and pass)
+    assert {"forward", "forward_batch", "matmul", "rmsnorm", "softmax", "rope",
+            "silu"} <= traced, sorted(traced)
     assert not offenders, sorted(offenders)
 
 
