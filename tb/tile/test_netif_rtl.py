@@ -3,22 +3,19 @@
 The design under test is ``netif_dut.NetifMesh``: a :class:`~chipotle.hw.noc.Mesh` with a
 :class:`~chipotle.hw.tile.netif.NetworkInterface` and a 4 KiB SRAM on every tile, the host link
 at the west edge of tile (0, 0).  Icarus runs the same tests with less random traffic
-(``NETIF_SCALE``).  The generated Verilog is cached like the NoC benches' (``tb/noc``).
+(``NETIF_SCALE``).  The generated Verilog is cached (`_verilog`).
 """
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 from pathlib import Path
 
-import amaranth
 import pytest
 from netif_dut import NetifMesh
 
-from chipotle.hw import noc, tile
-from chipotle.sim import generate_verilog, run_cocotb
-from chipotle.sim.flow import build_root
+from chipotle.sim import run_cocotb
+from chipotle.sim.flow import generate_verilog_cached
 
 pytestmark = pytest.mark.rtl
 
@@ -30,27 +27,20 @@ TESTS = ["host_sram", "counters_and_control", "send_and_wait", "refusals",
 
 
 def _verilog() -> tuple[str, str]:
-    """Return ``(verilog, toplevel)`` of the mesh, generated once per source change."""
+    """Return ``(verilog, toplevel)`` of the mesh, generated once per source change.
+
+    Cached by ``chipotle.sim.flow.generate_verilog_cached``, whose digest covers every
+    source the design is elaborated from (``hw/`` and ``sw/isa/``: the network interface
+    takes ``ErrorCode`` and ``INSTR_BITS`` from ``chipotle.isa.core``); the key adds the
+    parameters and ``netif_dut.py``, which lives here.  (A key of ``hw/noc`` and ``hw/tile``
+    alone handed a stale mesh to the bench after an edit of ``sw/isa``.)"""
     top = "netif_mesh"
-    h = hashlib.sha256()
-    sources = [*sorted(Path(noc.__file__).parent.glob("*.py")),
-               *sorted(Path(tile.__file__).parent.glob("*.py")), TB / "netif_dut.py"]
-    for path in sources:
-        h.update(path.name.encode() + b"\0" + path.read_bytes())
-    h.update(repr((amaranth.__version__, sorted(MESH.items()))).encode())
-    folder = build_root() / "netif-verilog"
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{top}-{h.hexdigest()[:16]}.v"
-    with open(folder / f"{top}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not path.exists():
-            dut = NetifMesh(MESH["MESH_W"], MESH["MESH_H"], sram_bytes=MESH["SRAM_BYTES"],
-                            imem_words=MESH["IMEM_WORDS"], n_counters=MESH["N_COUNTERS"],
-                            counter_width=MESH["COUNTER_WIDTH"], n_perf=MESH["N_PERF"])
-            tmp = path.with_suffix(".tmp")
-            tmp.write_text(generate_verilog(dut, top))
-            tmp.rename(path)
-    return path.read_text(), top
+    dut_source = hashlib.sha256((TB / "netif_dut.py").read_bytes()).hexdigest()
+    return generate_verilog_cached(
+        lambda: NetifMesh(MESH["MESH_W"], MESH["MESH_H"], sram_bytes=MESH["SRAM_BYTES"],
+                          imem_words=MESH["IMEM_WORDS"], n_counters=MESH["N_COUNTERS"],
+                          counter_width=MESH["COUNTER_WIDTH"], n_perf=MESH["N_PERF"]),
+        top, f"{sorted(MESH.items())} netif_dut {dut_source}"), top
 
 
 def test_netif_mesh(sim):
