@@ -586,7 +586,8 @@ def test_fit_tips_under_make_are_make_variables(monkeypatch):
         "imem_words=1024 or PLACEMENT=pipeline")
     assert under_make(text) == text
     monkeypatch.delenv("CHIPOTLE_MAKE_CONFIG")
-    assert "--context 7 --config small,lanes=4,imem_words=1024 or" in config_tips(e, "small,lanes=4")
+    assert "--context 7 --config small,lanes=4,imem_words=1024 or" in config_tips(
+        e, "small,lanes=4")
 
 
 def test_make_test_refuses_a_missing_test_path():
