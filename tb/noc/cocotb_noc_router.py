@@ -76,6 +76,14 @@ def legal_pairs() -> set:
     return pairs
 
 
+def stop(tb: NocTestbench, dut) -> None:
+    """End a test whose traffic has drained: the router's drop counter must equal the packets
+    the reference model drops (none for well-formed traffic), then the bench stops."""
+    assert int(dut.errors.value) == tb.n_dropped, \
+        f"errors = {int(dut.errors.value)}, the reference model drops {tb.n_dropped}"
+    tb.stop()
+
+
 @cocotb.test()
 async def every_direction(dut):
     """Packets from every input reach every output they may use: N, E, S, W and local.
@@ -100,7 +108,7 @@ async def every_direction(dut):
     assert int(dut.errors.value) == 0
     for o in Dir:
         assert tb.scoreboard.order[o], f"nothing left by output {o.name}"
-    tb.stop()
+    stop(tb, dut)
 
 
 @cocotb.test()
@@ -137,7 +145,7 @@ async def multicast(dut):
     assert Dir.E in uc.arrived, f"a unicast was held by the room signal: {uc.describe(CFG)}"
     dut.o_e__room.value = 1
     await tb.drain()
-    tb.stop()
+    stop(tb, dut)
 
 
 @cocotb.test()
@@ -169,7 +177,7 @@ async def back_to_back(dut):
         else:           # the single flit went first: the long packet follows at once
             assert l0 == max(s1 + 1, long.t_head + 1), \
                 f"offset {offset}: single flit at {s1}, long head in at {long.t_head}, out {l0}"
-    tb.stop()
+    stop(tb, dut)
 
 
 @cocotb.test()
@@ -191,7 +199,7 @@ async def round_robin(dut):
         assert len(set(window[i:i + 5])) == 5, (
             f"not round-robin at packet {i}: {[key_name(s) for s in window[i:i + 5]]} "
             f"(sequence {''.join(key_name(s)[0] for s in srcs)})")
-    tb.stop()
+    stop(tb, dut)
 
 
 @cocotb.test()
@@ -208,7 +216,7 @@ async def wormhole(dut):
         for src in (Dir.W, Dir.E, Dir.N, Dir.LOCAL):
             tb.send(src, dst=(1, 2), length=rng.randrange(7, 12))
     await tb.drain()
-    tb.stop()
+    stop(tb, dut)
 
 
 @cocotb.test()
@@ -256,7 +264,7 @@ async def drop_and_count(dut):
     assert tb.n_dropped == n(3) * len(bad)
     assert int(dut.errors.value) == tb.n_dropped, \
         f"errors = {int(dut.errors.value)}, expected {tb.n_dropped}"
-    tb.stop()
+    stop(tb, dut)
 
 
 @cocotb.test()
@@ -271,7 +279,7 @@ async def zero_load_latency(dut):
         t0, t1 = sent.arrived[out]
         assert t0 - sent.t_head == 1, f"{key_name(src)}->{key_name(out)}: {t0 - sent.t_head}"
         assert t1 - t0 == 3
-    tb.stop()
+    stop(tb, dut)
 
 
 @cocotb.test()
@@ -304,4 +312,4 @@ async def input_ready_back_pressure(dut):
         {key_name(src): n for src, n in accepted.items()}
     tb.sinks.stall_prob = 0.3
     await tb.drain()
-    tb.stop()
+    stop(tb, dut)
