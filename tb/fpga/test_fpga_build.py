@@ -23,7 +23,7 @@ def test_pll_params():
         assert f_in * p["CLKFB_DIV"] == f_out * p["CLKI_DIV"]
         assert 400e6 <= f_out * p["CLKOP_DIV"] <= 800e6
         assert 3.125e6 <= f_in / p["CLKI_DIV"] <= 400e6
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="cannot make exactly 1000003 Hz"):
         ecp5_pll_params(25_000_000, 1_000_003)
     # 26 MHz needs CLKI_DIV 25: a 1 MHz phase-detector input, below the PLL's 3.125 MHz
     with pytest.raises(ValueError, match="cannot make exactly 26000000 Hz"):

@@ -27,7 +27,7 @@ NOC = CONFIG.noc
 
 def test_flit_bytes():
     assert flit_bytes(65) == 10 and flit_bytes(7) == 1 and flit_bytes(8) == 2
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="flit width must be positive, not 0"):
         flit_bytes(0)
 
 
@@ -44,7 +44,7 @@ def test_roundtrip_and_sync_marks():
     for i in range(0, len(line), 7):          # arbitrary chunking
         got += dec.feed(line[i:i + 7])
     assert got == flits and dec.dropped == 0
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=f"does not fit {w} bits"):
         encode_flits([1 << w], w)
 
 
@@ -141,11 +141,11 @@ def test_backend_over_fake_serial():
 
 def test_backend_bad_input():
     be = UartBackend(SerialTransport(FakeChip(CONFIG), clock_hz=50e6), CONFIG)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"tile \(5, 5\) is not in the 2 x 2 mesh"):
         asyncio.run(be.write_sram((5, 5), 0, b"x"))
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="SRAM read of 8 bytes at 0x7ffc leaves the SRAM"):
         asyncio.run(be.read_sram((0, 0), CONFIG.sram_bytes - 4, 8))
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="clock_hz and baud must be positive, not 0"):
         SerialTransport(FakeChip(CONFIG), clock_hz=0)
 
 

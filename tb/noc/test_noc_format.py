@@ -79,7 +79,7 @@ def test_build_packet_rejects():
         build_packet(PacketType.SRAM_WRITE, src=(0, 0), dst=(16, 0))
     with pytest.raises(ValueError, match="at most 255 payload flits"):
         build_packet(PacketType.SRAM_WRITE, src=(0, 0), dst=(1, 0), payload=[0] * 256)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="0 is not a valid PacketType"):
         encode_head(Head(0, 0, 0))          # reserved type, strict
     assert encode_head(Head(0, 0, 0), strict=False) == 0
 
