@@ -108,12 +108,13 @@ class _Lane(enum.Enum, shape=unsigned(4)):
     MUL = 2     # x * y
     REQ = 3     # x * mult >> shamt
     PASS = 4    # x
-    SQ = 5      # x * x
+    SQ = 5      # x * x (and the small product x * y: RMSNORMQ's pass 1, x * gain)
     NORM = 6    # (x * y) * mult >> shamt
     EXP = 7     # EXP2[f] >> n, from d = max - x
     ROPE = 8    # x[2j] c -+ x[2j+1] s ... >> shamt
     SILU = 9    # x * SIGMOID[j] >> 15
     WSUM = 10   # x * y[0]
+    ENDS = 11   # lane 0 max(x * gain), lane 1 min(x * gain), * mult >> shamt (RMSNORMQ)
 
 
 class _Red(enum.Enum, shape=unsigned(2)):
@@ -476,16 +477,20 @@ class VectorUnit(wiring.Component):
                 with m.Case(o):
                     m.d.comb += [lmode.eq(lm), red.eq(rd)]
             with m.Case(Opcode.RMSNORM, Opcode.RMSNORMQ):
-                # RMSNORMQ: pass 1 as RMSNorm's; pass 2 RMSNorm's lanes into a max-abs
-                # reduction of their int16 results (no write); pass 3 the same lanes, then the
-                # extra stages requantise each int16 result to int8 (`ext`), written at D + W
+                # RMSNORMQ: pass 1 as RMSNorm's, but reading the gain too: the lanes' small
+                # product x * gain goes to the running max and min beside the sum of squares
+                # (`pg_max`, `pg_min`); pass 2 reads nothing: the two ends fire through lanes
+                # 0 and 1 (ENDS, RMSNorm's requantisation and int16 saturation) into a
+                # max-abs reduction (no write); pass 3 RMSNorm's lanes, then the extra stages
+                # requantise each int16 result to int8 (`ext`), written at D + W
                 m.d.comb += [xk.eq(1), xs.eq(1), yk.eq(1), ys.eq(1)]
                 with m.If(ps == _PRO):
                     m.d.comb += xk.eq(3)
                 with m.Elif(ps == _P1):
-                    m.d.comb += [lmode.eq(_Lane.SQ), red.eq(_Red.SUM)]
+                    m.d.comb += [use_y.eq(op == Opcode.RMSNORMQ), lmode.eq(_Lane.SQ),
+                                 red.eq(_Red.SUM)]
                 with m.Elif((op == Opcode.RMSNORMQ) & (ps == _P2)):
-                    m.d.comb += [use_y.eq(1), lmode.eq(_Lane.NORM), red.eq(_Red.MAXABS)]
+                    m.d.comb += [lmode.eq(_Lane.ENDS), red.eq(_Red.MAXABS)]
                 with m.Else():
                     m.d.comb += [use_y.eq(1), lmode.eq(_Lane.NORM)]
             with m.Case(Opcode.DYNQ):
@@ -760,6 +765,10 @@ class VectorUnit(wiring.Component):
         s4_q, s4_r, s6_r = [], [], []
         mult2 = Signal(16)          # RMSNORMQ: the dynq multiplier of stage 5 ...
         shamt2 = Signal(5)          # ... and its shift 9 + b (b <= 15: |int16| <= 2**15)
+        # RMSNORMQ: the largest and the smallest x * gain of its pass 1 (|x * gain| <= 2**30)
+        pg_max = Signal(signed(32))
+        pg_min = Signal(signed(32))
+        m2s = []                    # each lane's small product (stage 2)
         for lane in range(V):
             x = xe[lane]
             partner = xe[lane ^ 1]
@@ -785,7 +794,13 @@ class VectorUnit(wiring.Component):
                 with m.Case(_Lane.REQ):
                     m.d.sync += s1_my.eq(mult)
                 with m.Case(_Lane.SQ):
-                    m.d.sync += s1_my.eq(x)
+                    # (the small product x * y is RMSNORMQ's x * gain; unused otherwise)
+                    m.d.sync += [s1_my.eq(x), s1_a2.eq(x), s1_b2.eq(yl)]
+                with m.Case(_Lane.ENDS):
+                    # lanes 0 and 1 requantise the ends of x * gain as NORM lanes do x * gain
+                    if lane < 2:
+                        m.d.sync += [s1_mx.eq(pg_max if lane == 0 else pg_min),
+                                     s1_my.eq(mult)]
                 with m.Case(_Lane.NORM):
                     m.d.sync += [s1_a2.eq(x), s1_b2.eq(yl), s1_my.eq(mult)]
                 with m.Case(_Lane.EXP):
@@ -818,6 +833,7 @@ class VectorUnit(wiring.Component):
             # stage 2: the small product; table read in flight
             m2 = Signal(signed(34), name=f"m2_{lane}")
             m.d.comb += m2.eq(s1_a2 * s1_b2)
+            m2s.append(m2)
             s2_mx = Signal(signed(34), name=f"s2_mx_{lane}", reset_less=True)
             s2_my = Signal(signed(34), name=f"s2_my_{lane}", reset_less=True)
             s2_add = Signal(signed(36), name=f"s2_add_{lane}", reset_less=True)
@@ -881,6 +897,62 @@ class VectorUnit(wiring.Component):
                                    Mux(r6[-1], Const(0x80, 8), Const(0x7F, 8))))
             s6_r.append(s6r)
 
+        # -- RMSNORMQ: the ends of x * gain (pass 1) ------------------------------------------
+        # The dynq scale needs a = max_i |y_i| of RMSNorm's int16 values
+        # y_i = Y(x_i g_i), Y(v) = sat16((v r + 2**(s-1)) >> s) (golden `numerics.rmsnorm`:
+        # `requant(x * gain, r, 15 + k + gain_shift, 16)`; `numerics.requant`: the product
+        # exact, the half added, an arithmetic (floor) shift, then saturation; s = 0 adds
+        # nothing).  With r >= 0 (an RSQRT entry, or 0) Y is non-decreasing: v <= w gives
+        # v r <= w r, so v r + h <= w r + h, so floor((v r + h) / 2**s) <= floor((w r + h)
+        # / 2**s), and clipping to [-32768, 32767] keeps the order.  So with P = max_i x_i g_i
+        # and Q = min_i x_i g_i, Y(Q) <= y_i <= Y(P) for every i, both bounds attained, and
+        # a = max_i max(y_i, -y_i) = max(Y(P), -Y(Q)) (|-32768| = 32768, as the golden's int64
+        # abs).  Pass 1 keeps P and Q beside the sum of squares; pass 2 only computes Y(P) and
+        # Y(Q) (ENDS lanes) and their max-abs.  Registered stage by stage beside the lanes
+        # (nothing chained after their paths): S2 each lane's x * g (the small product), S3 a
+        # compare per lane pair gives its larger and smaller product (lane 2k + 1 counts when
+        # it is in the chunk), S4 a tree of compares over the pairs (a pair counts when its
+        # first lane is in the chunk: a prefix, lane 0 always), folded into P and Q at v4 (the
+        # pass's first chunk replaces them).
+        s2_pg = [Signal(signed(32), name=f"s2_pg_{lane}", reset_less=True) for lane in range(V)]
+        m.d.sync += [r.eq(p[:32].as_signed()) for r, p in zip(s2_pg, m2s, strict=True)]
+        m2_cnt = mpipe[1][0]
+        pairs = []
+        for k in range(V // 2):
+            pa, pb = s2_pg[2 * k], s2_pg[2 * k + 1]
+            both = m2_cnt > 2 * k + 1
+            gt = Signal(name=f"pg_gt{k}")
+            m.d.comb += gt.eq(pb > pa)
+            hi = Signal(signed(32), name=f"s3_pg_hi{k}", reset_less=True)
+            lo = Signal(signed(32), name=f"s3_pg_lo{k}", reset_less=True)
+            ok = Signal(name=f"s3_pg_ok{k}", reset_less=True)
+            m.d.sync += [hi.eq(Mux(gt & both, pb, pa)), lo.eq(Mux(gt | ~both, pa, pb)),
+                         ok.eq(m2_cnt > 2 * k)]
+            pairs.append((ok, hi, lo))
+
+        def pg_tree(items, larger):
+            """The best of the valid ``(ok, value)`` items (a prefix is valid, the first item
+            always): a right group wins when it is valid and strictly better."""
+            level = items
+            while len(level) > 1:
+                nxt = []
+                for g in range(0, len(level) - 1, 2):
+                    (lok, lv), (rok, rv) = level[g], level[g + 1]
+                    better = (rv > lv) if larger else (rv < lv)
+                    nxt.append((lok, Mux(rok & better, rv, lv)))
+                if len(level) % 2:
+                    nxt.append(level[-1])
+                level = nxt
+            return level[0][1]
+
+        s4_pg_max = Signal(signed(32), reset_less=True)
+        s4_pg_min = Signal(signed(32), reset_less=True)
+        m.d.sync += [s4_pg_max.eq(pg_tree([(ok, hi) for ok, hi, _ in pairs], True)),
+                     s4_pg_min.eq(pg_tree([(ok, lo) for ok, _, lo in pairs], False))]
+        with m.If(v4 & is_q & (ps == _P1)):
+            m.d.sync += [pg_max.eq(Mux(first | (s4_pg_max > pg_max), s4_pg_max, pg_max)),
+                         pg_min.eq(Mux(first | (s4_pg_min < pg_min), s4_pg_min, pg_min))]
+
         # scalar-step table reads: RSQRT / RECIP on their memory's port, DYNQ on lane 0's
         rsq_addr = Signal(10)
         rcp_addr = Signal(8)
@@ -898,7 +970,8 @@ class VectorUnit(wiring.Component):
         # The pass's reduction kind, registered (an FPGA timing cut: no path from the command's
         # opcode and the pass through their decode into the compare tree and `acc`): a pass
         # changes only once the lanes are drained (`drained`), and its first chunk leaves
-        # them at least `_VEC_LAG` cycles later, so at v4 `red_q` is always `red`.
+        # them at least 4 cycles later (RMSNORMQ's pass 2, fired in its first cycle; others
+        # `_VEC_LAG`), so at v4 `red_q` is always `red`.
         red_q = Signal(_Red)
         m.d.sync += red_q.eq(red)
         rvals = []
@@ -1191,6 +1264,7 @@ class VectorUnit(wiring.Component):
         # A pass starts (start_pass) in several states, a WSUM column chunk in one: they
         # raise a strobe, and the registers they set are assigned once, after the FSM.
         sp_go = Signal()            # start pass sp_p this cycle
+        ends_go = Signal()          # ... RMSNORMQ's pass 2: fire the ends, read nothing
         sp_p = Signal(2)
         col_go = Signal()           # WSUM: start the next column chunk this cycle
 
@@ -1369,6 +1443,7 @@ class VectorUnit(wiring.Component):
                     m.d.sync += [mult.eq(Mux(acc == 0, 0, rsq_data)),
                                  shamt.eq(Mux(stot > _SH_MAX, _SH_MAX, stot))]
                     start_pass(_P2)
+                    m.d.comb += ends_go.eq(is_q)
                     m.next = "Stream"
 
             with m.State("Dynq-Index"):
@@ -1432,6 +1507,10 @@ class VectorUnit(wiring.Component):
         with m.If(sp_go | col_go):
             m.d.sync += [t.eq(0), rd_done.eq(0), pc_valid.eq(0)]
             m.d.sync += [w.eq(0) for w in wacc]
+        with m.If(ends_go):
+            # RMSNORMQ's pass 2 is one chunk of two elements, P and Q (`pg_max`, `pg_min`),
+            # which fires into the lanes in the pass's first cycle without a read
+            m.d.sync += [rd_done.eq(1), fire.eq(1), fm[3].eq(2)]
 
         # -- the sink: a chunk leaves the lanes ---------------------------------------------
         with m.If(v4):

@@ -1053,6 +1053,10 @@ _VEC_LAG = 6
 #: The same for ``RMSNORMQ``'s last pass: two more lane stages (the int16 value times the
 #: dynq multiplier, then its rounding and saturation to int8).
 _VEC_LAG_Q = _VEC_LAG + 2
+#: ``RMSNORMQ``'s pass 2, which reads nothing: the largest and the smallest ``x * gain`` of
+#: pass 1 fire into the lanes in its first cycle, leave them (into the max-abs) in its fifth,
+#: and the pass ends in the sixth.
+_VEC_ENDS = 6
 
 
 def _span(addr: int, nbytes: int, W: int) -> int:
@@ -1210,11 +1214,12 @@ def vector_cycles(op: Opcode, td: Dtype, ts: Dtype, n: int, imm: int = 0, c: int
     elif op == Opcode.DYNQ:
         total += stream(elems(n, sk)) + 3 + stream(elems(n, sk, ds=dk, d0=d + W), True)
     elif op == Opcode.RMSNORMQ:
-        # prologue (epsilon), pass 1 sum of squares, the RMSNorm scalar step (3), pass 2
-        # max |int16 normalised| (x and gain read, nothing written), the dynq scalar step
-        # and header write (3), pass 3 recompute and quantise into the record's data
-        total += stream([(rd(c, 8), 0)]) + stream(elems(n, 2))
-        total += 3 + stream(elems(n, 2, 2))
+        # prologue (epsilon), pass 1 sum of squares and the ends of x * gain (x and gain
+        # read), the RMSNorm scalar step (3), pass 2 max |int16 normalised| of the two ends
+        # (no read, no write), the dynq scalar step and header write (3), pass 3 recompute
+        # and quantise into the record's data
+        total += stream([(rd(c, 8), 0)]) + stream(elems(n, 2, 2))
+        total += 3 + _VEC_ENDS
         total += 3 + stream(elems(n, 2, 2, 1, d0=d + W), True, lag=_VEC_LAG_Q)
     elif op == Opcode.SOFTMAX:
         total += stream(elems(n, 4)) + stream(elems(n, 4, ds=dk), True)
