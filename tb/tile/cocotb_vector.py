@@ -354,8 +354,11 @@ async def rmsnormq(dut):
     """rmsnormq (RMSNorm + dynq into a record): random rows at every length, all-zero (eps 0
     and > 0), extremes, int16 saturation of both signs (full-scale rows and gains, negative
     shifts), an outlier, tiny gains (small max-abs: left-shifted dynq index), shifts that sweep
-    the leading-one position of the int16 max-abs; each record equals the reference's, which
-    is the golden dynquant(rmsnorm); cycles equal vector_cycles."""
+    the leading-one position of the int16 max-abs, and rows aimed at the max-abs from the ends
+    of x * gain (`Stimulus.rmsnormq_ends`: at the negative or the positive end, mixed gains,
+    all products of one sign, P = -Q, saturation at either end or both, extreme products past
+    the row); each record equals the reference's, which is the golden dynquant(rmsnorm);
+    cycles equal vector_cycles."""
     tb = VectorBench(dut, seed=SEED + 10)
     await tb.start()
     await tb.load_tables()
@@ -371,6 +374,12 @@ async def rmsnormq(dut):
               s.rmsnormq(64, eps=(1 << 62)), s.rmsnormq(172, shift=2)]
     for k in range(0, 16):   # the int16 max-abs from a few units to saturation: its
         cases.append(s.rmsnormq(V + 3, shift=14 - k))   # leading-one positions ~2 .. 15
+    for kind, shift in (("neg", 0), ("pos", 0), ("mixed", 0), ("allneg", 0), ("allpos", 0),
+                        ("tie", 0), ("satpos", -2), ("satneg", -2), ("satboth", -2)):
+        cases += [s.rmsnormq_ends(n, kind, shift=shift, aligned=al)
+                  for n, al in ((V + 3, True), (2 * V + 5, False), (172, False))]
+    cases += [s.rmsnormq_ends(1, "neg"), s.rmsnormq_ends(V - 1, "satneg", shift=-9,
+                                                         at=V - 2, aligned=True)]
     await tb.run_all(_sample(cases, keep=range(0, len(cases), 2)))
     await tb.stop()
 

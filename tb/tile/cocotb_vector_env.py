@@ -414,6 +414,72 @@ class Stimulus:
                      "b": b, "n": n, "c": c, "imm": shift & 0xFFFF},
                     [(a, x.tobytes()), (b, g.tobytes()), (c, np.array([eps], "<i8").tobytes())])
 
+    def rmsnormq_ends(self, n, kind, shift=0, eps=671, at=None, aligned=False):
+        """``rmsnormq.i8.i16`` rows aimed at the unit's ends of ``x * gain``.
+
+        The unit finds ``max |y|`` of the normalised int16 values ``y = Y(x * gain)`` as
+        ``max(Y(P), -Y(Q))`` with ``P`` / ``Q`` the largest / smallest ``x * gain`` kept in
+        pass 1 (``docs/tile.md``, "Vector unit"), so each kind puts ``max |y|`` at one end or
+        the other.  Kinds: ``neg`` (at a large negative product among small values);
+        ``pos`` (at a large positive product while another element has a larger ``|x|``
+        with gain 1, a product near 0); ``mixed`` (x > 0, gains of both signs); ``allneg``
+        (every product below 0, so ``P < 0`` too); ``allpos`` (every product above 0, so
+        ``Q > 0``); ``tie`` (``P = -Q`` on an exact half, the other x 0: the rounding half
+        up makes ``Y(P) = 1 - Y(Q)``, though both give the same record); with a negative
+        ``shift``, ``satpos`` (``Y(P)`` saturates at 32767, ``max |y|`` 32767), ``satneg``
+        (``Y(Q)`` at -32768, ``max |y|`` 32768) and ``satboth`` (both, 32768).  The big
+        element is element ``at`` (default: a random one).  After the row, x and gain hold
+        extreme values (products ``+-2**30``), which the lanes past the last chunk's count
+        see (with ``aligned`` x and gain at word boundaries: the first of them for certain):
+        they must not count."""
+        cfg = self.cfg
+        W = cfg.word_bytes
+        a = cfg.A + (0 if aligned else self.off(2))
+        b = cfg.B + (0 if aligned else self.off(2))
+        d = cfg.D + W * self.prng.randrange(3)
+        c = cfg.P + 8 * self.prng.randrange(4)
+        rng = self.rng
+        i = int(rng.integers(0, n)) if at is None else at
+        j = (i + 1 + int(rng.integers(0, n - 1))) % n if n > 1 else i   # another element
+        x = rng.integers(-300, 300, n, endpoint=True)
+        g = rng.integers(-3000, 3000, n, endpoint=True)
+        if kind == "neg":
+            x[i], g[i] = -int(rng.integers(20000, 32768)), int(rng.integers(20000, 32768))
+        elif kind == "pos":
+            x[i], g[i] = int(rng.integers(2000, 4000)), int(rng.integers(25000, 32768))
+            x[j], g[j] = -32768, 1
+        elif kind == "mixed":
+            x = rng.integers(1, 32767, n, endpoint=True)
+            g = rng.integers(-32768, 32767, n, endpoint=True)
+        elif kind == "allneg":
+            x = rng.integers(1, 32767, n, endpoint=True)
+            g = rng.integers(-32768, -1, n, endpoint=True)
+        elif kind == "allpos":
+            x = rng.integers(-32768, -1, n, endpoint=True)
+            g = rng.integers(-32768, -1, n, endpoint=True)
+        elif kind == "tie":     # (with shift 0: 2**28 x r lands on an exact half)
+            x[:] = 0
+            x[i], g[i] = 16384, 16384
+            if n > 1:
+                x[j], g[j] = -16384, 16384
+        elif kind == "satpos":
+            x[i], g[i] = 32767, 32767
+        elif kind == "satneg":
+            x[i], g[i] = -32768, 32767
+        elif kind == "satboth":
+            x[i], g[i] = 32767, 32767
+            if n > 1:
+                x[j], g[j] = -32768, 32767
+        else:
+            raise ValueError(f"unknown kind {kind!r}")
+        pad = 2 * cfg.lanes
+        xp = np.concatenate([x, np.full(pad, -32768)]).astype(np.int16)
+        gp = np.concatenate([g, np.tile([32767, -32768], pad // 2)]).astype(np.int16)
+        return Case(f"rmsnormq n={n} ends {kind} at={i} shift={shift} eps={eps}",
+                    {"op": Opcode.RMSNORMQ, "td": Dtype.I8, "ts": Dtype.I16, "d": d, "a": a,
+                     "b": b, "n": n, "c": c, "imm": shift & 0xFFFF},
+                    [(a, xp.tobytes()), (b, gp.tobytes()), (c, np.array([eps], "<i8").tobytes())])
+
     def dynq(self, n, ts, kind="random", outlier=False):
         cfg = self.cfg
         W = cfg.word_bytes

@@ -185,6 +185,34 @@ def test_rmsnormq_pysim():
                                           ErrorCode.SRAM_RANGE]
 
 
+def test_rmsnormq_ends_pysim():
+    """rmsnormq's max-abs from the ends of x * gain (pass 1 keeps the largest and the
+    smallest product, pass 2 requantises only those two): the largest |y| on a negative
+    product (in a later chunk, in an odd and an even lane, alone), on a positive product
+    while another element has a larger |x|, gains of mixed sign, every product negative /
+    positive, P = -Q, int16 saturation at either end and at both, and lanes past the last
+    chunk's count holding products of +-2**30 (aligned rows: the pair stage's odd lane and
+    whole pairs past the count).  Each record against the ISA simulator's."""
+    s = _stim(12)
+    V = CFG.lanes
+    cases = [s.table_case(TableId.RSQRT, 0), s.table_case(TableId.DYNQ, 0)]
+    cases += [s.rmsnormq_ends(V + 3, "neg", at=V + 2, aligned=True),
+              s.rmsnormq_ends(2 * V + 5, "neg", at=V, aligned=True),
+              s.rmsnormq_ends(2 * V + 5, "neg", at=2 * V + 3),
+              s.rmsnormq_ends(1, "neg"),
+              s.rmsnormq_ends(2 * V + 3, "pos", at=2 * V + 1, aligned=True),
+              s.rmsnormq_ends(V + 1, "pos", at=V),
+              s.rmsnormq_ends(V + 3, "mixed"), s.rmsnormq_ends(3 * V, "mixed", aligned=True),
+              s.rmsnormq_ends(V + 1, "allneg", aligned=True), s.rmsnormq_ends(1, "allneg"),
+              s.rmsnormq_ends(V + 2, "allpos"),
+              s.rmsnormq_ends(V + 4, "tie", at=1),
+              s.rmsnormq_ends(V + 5, "satpos", shift=-2, at=V + 3),
+              s.rmsnormq_ends(V + 5, "satneg", shift=-2, at=V + 4, aligned=True),
+              s.rmsnormq_ends(2 * V + 5, "satboth", shift=-2),
+              s.rmsnormq_ends(V - 1, "satneg", shift=-9, at=V - 2, aligned=True)]
+    _run_ok(cases)
+
+
 def test_errors_pysim():
     end = CFG.sram_bytes
     cases = [
@@ -224,7 +252,8 @@ def test_other_geometries_pysim(lanes, word_bytes, n_banks, slots):
               s.reduction(Opcode.ARGMAX, 13, Dtype.I16, Dtype.I8, "ties"),
               s.reduction(Opcode.RSUMSQ, 7, Dtype.I64, Dtype.I16, "min"),
               s.rmsnorm(9), s.dynq(10, Dtype.I32), s.softmax(9), s.rope(3, 6),
-              s.silu(7), s.wsum(4, 2 * lanes + 1), s.rmsnormq(11), s.rmsnormq(6, "sat", shift=-5)]
+              s.silu(7), s.wsum(4, 2 * lanes + 1), s.rmsnormq(11), s.rmsnormq(6, "sat", shift=-5),
+              s.rmsnormq_ends(2 * lanes + 3, "neg", at=lanes + 2, aligned=True)]
     _run_ok(cases, cfg)
 
 
