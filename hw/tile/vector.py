@@ -782,7 +782,9 @@ class VectorUnit(wiring.Component):
             s1_add = Signal(signed(35), name=f"s1_add_{lane}", reset_less=True)
             s1_tidx = Signal(10, name=f"s1_tidx_{lane}", reset_less=True)
             s1_nsh = Signal(5, name=f"s1_nsh_{lane}", reset_less=True)
-            m.d.sync += [s1_a2.eq(0), s1_b2.eq(0), s1_add.eq(0),
+            # (the small product's operands are x and y but in ROPE lanes: NORM's x * gain,
+            # and SQ's, RMSNORMQ's pass 1 x * gain; unused by the other modes)
+            m.d.sync += [s1_a2.eq(x), s1_b2.eq(yl), s1_add.eq(0),
                          s1_mx.eq(x), s1_my.eq(1), s1_tidx.eq(0), s1_nsh.eq(0)]
             with m.Switch(lmode):
                 with m.Case(_Lane.ADD):
@@ -794,15 +796,14 @@ class VectorUnit(wiring.Component):
                 with m.Case(_Lane.REQ):
                     m.d.sync += s1_my.eq(mult)
                 with m.Case(_Lane.SQ):
-                    # (the small product x * y is RMSNORMQ's x * gain; unused otherwise)
-                    m.d.sync += [s1_my.eq(x), s1_a2.eq(x), s1_b2.eq(yl)]
+                    m.d.sync += s1_my.eq(x)
                 with m.Case(_Lane.ENDS):
                     # lanes 0 and 1 requantise the ends of x * gain as NORM lanes do x * gain
                     if lane < 2:
                         m.d.sync += [s1_mx.eq(pg_max if lane == 0 else pg_min),
                                      s1_my.eq(mult)]
                 with m.Case(_Lane.NORM):
-                    m.d.sync += [s1_a2.eq(x), s1_b2.eq(yl), s1_my.eq(mult)]
+                    m.d.sync += s1_my.eq(mult)
                 with m.Case(_Lane.EXP):
                     d = Signal(signed(35), name=f"sm_d_{lane}")
                     m.d.comb += d.eq(smax - x)
