@@ -10,6 +10,7 @@ from __future__ import annotations
 import gc
 import warnings
 
+import numpy as np
 import pytest
 from cocotb_vector_env import (
     Case,
@@ -387,4 +388,15 @@ def test_rmsnormq_int8_saturation_pysim():
     cases = [s.table_case(TableId.RSQRT, 0), big,
              s.rmsnormq(13), s.rmsnormq(9, "sat", shift=-3), s.rmsnormq(11, "outlier"),
              s.dynq(13, Dtype.I16), s.dynq(9, Dtype.I32, outlier=True)]
+    # the stimulus must saturate both ways, or a unit with the bounds swapped would pass: the
+    # rmsnormq records' int8 values (after the W-byte header) by the reference
+    ref, seen = VectorRef(CFG), set()
+    for case in cases:
+        for addr, data in case.writes:
+            ref.write(addr, data)
+        assert ref.execute(case.cmd) == ErrorCode.NONE, case.name
+        if case.cmd["op"] == Opcode.RMSNORMQ:
+            d, n = case.cmd["d"] + CFG.word_bytes, case.cmd["n"]
+            seen |= {int(v) for v in ref.sram[d:d + n].view(np.int8)} & {127, -128}
+    assert seen == {127, -128}, f"the records saturate only to {sorted(seen)}"
     _run_ok(cases)
