@@ -486,8 +486,9 @@ def _compile_tensor(qm: QuantizedModel, config: ChipConfig, context: int,
                 raise
             raise FitError(f"the tensor placement's longest program needs {first} "
                            f"instructions, but the instruction memory holds "
-                           f"{config.imem_words}; without the gate packed in pairs, which "
-                           f"shortens it, {e}", _imem_fit(first, config)) from None
+                           f"{config.imem_words}; the programs without the gate packed in "
+                           f"pairs are shorter, but with them {e}", _imem_fit(first, config)
+                           ) from None
         programs, entries, sources = {}, {}, {}
         for xy, lay in pl.tiles.items():
             text = tensor_program(qm, isa, pl, roles, lay, context, pipelined)
@@ -712,7 +713,8 @@ def _suggest_tensor(qm: QuantizedModel, config: ChipConfig, context: int, messag
         if tip:
             tips.append(tip)
     if _fits(qm, config, context) and _verified(qm, config, context) == ():
-        tips.append(Fit(placement="pipeline"))
+        # the pipeline gives each stage its tile: in decode one tile works at a time
+        tips.append(Fit(placement="pipeline", note="slower: one tile at a time"))
     return tips
 
 

@@ -311,8 +311,9 @@ def test_tensor_sram_suggestion_is_the_smallest_that_compiles(stories_qm, given)
     msg = str(e.value)
     if given == 101:
         assert re.search(r"longest program needs \d+ instructions, but the instruction "
-                         r"memory holds 1024; without the gate packed in pairs, which "
-                         r"shortens it, tile \(\d, \d\) .* needs [\d,]+ bytes of SRAM", msg), msg
+                         r"memory holds 1024; the programs without the gate packed in "
+                         r"pairs are shorter, but with them tile \(\d, \d\) .* needs "
+                         r"[\d,]+ bytes of SRAM", msg), msg
     sram = [f for f in e.value.fits if f.context is None and f.note != "every scheme"
             and "sram_kib" in dict(f.config)]
     assert len(sram) >= 1, msg
@@ -351,6 +352,20 @@ def test_pipeline_sram_suggestion_says_how_many_stages_share_a_tile(stories_qm):
         == int(m.group(1)) > 1
     assert not _compiles(stories_qm, cfg.replace(sram_bytes=cfg.sram_bytes - 1024), None,
                          "pipeline")
+
+
+@pytest.mark.model
+def test_pipeline_suggestion_says_it_is_slower(stories_qm):
+    """The tensor placement refused where the pipeline fits (64 KiB tiles at context 252):
+    the pipeline is offered with what it costs (one tile at a time: its decode was about 7
+    times the tensor placement's at 74 KiB, a fresh user's measurement), and it compiles."""
+    base = ChipConfig.from_string("default,sram_kib=64")
+    with pytest.raises(FitError) as e:
+        compile_model(stories_qm, base, 252, placement="tensor")
+    pipe = [f for f in e.value.fits if f.placement == "pipeline"]
+    assert [f.note for f in pipe] == ["slower: one tile at a time"], str(e.value)
+    assert "--placement pipeline (slower: one tile at a time)" in str(e.value)
+    compile_model(stories_qm, base, 252, placement="pipeline")
 
 
 @pytest.mark.model
