@@ -697,13 +697,17 @@ def _suggest_tensor(qm: QuantizedModel, config: ChipConfig, context: int, messag
             tips.append(Fit(extra, context=lo))
     m = re.search(r"needs ([\d,]+) bytes of SRAM", message)
     if m:
-        need_kib = -(-int(m.group(1).replace(",", "")) // 1024)
+        need = int(m.group(1).replace(",", ""))
+        need_kib = -(-need // 1024)
         found = _smallest_sram(config, config.sram_bytes // 1024 + 1,
                                need_kib + SRAM_SLACK_KIB,
                                lambda cand: _tensor_places(qm, cand, context, kvapp),
                                lambda cand: _verified(qm, cand, context, "tensor", kvapp))
         for kib, extra in found:
             note, more = _schemes_note(qm, config, context, kib, kvapp)
+            if kib * 1024 < need:    # the need named is the refused size's layout's
+                note = "; ".join(filter(None, (note, "below the need named: a smaller "
+                                                      "layout fits at this size")))
             tips.append(Fit((("sram_kib", str(kib)), *extra), note=note))
             if more and more not in tips:
                 tips.append(more)

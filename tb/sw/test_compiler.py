@@ -355,6 +355,22 @@ def test_pipeline_sram_suggestion_says_how_many_stages_share_a_tile(stories_qm):
 
 
 @pytest.mark.model
+def test_suggestion_below_the_need_named_says_why(stories_qm):
+    """The `small` chip's refusal names the need of the layout it tried (174,112 bytes) and
+    suggests 170 KiB (174,080) with more instruction memory, where the gate in pairs makes
+    a smaller layout: the suggestion says it is below the need named, and it compiles."""
+    with pytest.raises(FitError) as e:
+        compile_model(stories_qm, CONFIGS["small"], placement="tensor")
+    need = int(re.search(r"needs ([\d,]+) bytes", e.value.what).group(1).replace(",", ""))
+    below = [f for f in e.value.fits if "sram_kib" in dict(f.config)
+             and int(dict(f.config)["sram_kib"]) * 1024 < need]
+    assert below, str(e.value)
+    for fit in below:
+        assert fit.note.endswith("below the need named: a smaller layout fits at this size")
+        compile_model(stories_qm, fit.apply(CONFIGS["small"])[0], placement="tensor")
+
+
+@pytest.mark.model
 def test_pipeline_suggestion_says_it_is_slower(stories_qm):
     """The tensor placement refused where the pipeline fits (64 KiB tiles at context 252):
     the pipeline is offered with what it costs (one tile at a time: its decode was about 7
