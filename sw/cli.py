@@ -114,11 +114,17 @@ MAKE_VARIABLES = {"--config": "CONFIG", "--context": "CONTEXT", "--steps": "STEP
                   "--model": "MODEL_DIR", "--tokenizer": "MODEL_DIR"}
 
 
+def run_by_make() -> bool:
+    """Whether ``make sim`` / ``make bench`` runs the command (they set
+    ``$CHIPOTLE_MAKE_CONFIG``): its messages then name make's variables."""
+    return "CHIPOTLE_MAKE_CONFIG" in os.environ
+
+
 def option_text(option: str, value) -> str:
     """``--option value`` as the user gives it: ``VAR=value`` (`MAKE_VARIABLES`) when run by
     ``make sim`` / ``make bench`` ($CHIPOTLE_MAKE_CONFIG set), so that a suggested
     configuration can be typed back on make's command line as it is printed."""
-    if "CHIPOTLE_MAKE_CONFIG" in os.environ and option in MAKE_VARIABLES:
+    if run_by_make() and option in MAKE_VARIABLES:
         return f"{MAKE_VARIABLES[option]}={value}"
     return f"{option} {value}"
 
@@ -215,7 +221,7 @@ def under_make(message: str) -> str:
     """
     import re
 
-    if "CHIPOTLE_MAKE_CONFIG" not in os.environ:
+    if not run_by_make():
         return message
     names = {}                                   # make variable -> the first option naming it
     for option, var in MAKE_VARIABLES.items():
@@ -248,7 +254,7 @@ class ArgumentParser(argparse.ArgumentParser):
             super()._check_value(action, value)
         except argparse.ArgumentError as e:
             option = f"{action.option_strings[-1]} " if action.option_strings else ""
-            if option and "CHIPOTLE_MAKE_CONFIG" in os.environ:       # as `under_make`
+            if option and run_by_make():
                 option = f"{MAKE_VARIABLES.get(option.strip(), option.strip())}="
             hint = did_you_mean(str(value), [str(c) for c in action.choices],
                                  lambda c: f"{option}{c}")
@@ -355,7 +361,7 @@ def _where(kind: str, path: Path, option: str | None) -> str:
     ``python -m chipotle.compiler.profile``)."""
     import shlex
     env = os.environ.get("CHIPOTLE_MODEL_DIR")
-    under_make = "CHIPOTLE_MAKE_CONFIG" in os.environ
+    under_make = run_by_make()
     if env is not None and path.parent.is_file():
         return (f"{'MODEL_DIR' if under_make else '$CHIPOTLE_MODEL_DIR'}={path.parent} is a "
                 f"file; give the folder that holds the model files ({path.parent.parent})")
