@@ -129,44 +129,67 @@ def option_text(option: str, value) -> str:
     return f"{option} {value}"
 
 
-def fit_options(error, given: str, prompt_tokens: int = 0) -> list[str]:
-    """The suggestions of a `chipotle.compiler.FitError` as whole options (`config_tips`),
-    those with a context shorter than `prompt_tokens` left out; [] for any other error.
+def fit_option(fit, given: str, note: bool = True) -> str:
+    """A `chipotle.compiler.Fit` as the whole options to give (`config_tips`), its note in
+    parentheses after them (with `note`): a configuration change ``sram_kib=175`` as
+    ``--config <given>,sram_kib=175`` (the parts of `given` the change replaces, and
+    ``default``, dropped), a context as ``--context N``, a placement as ``--placement P``.
     Under make each option is make's variable (`option_text`: ``CONFIG=...``)."""
     from .config import ChipConfig
 
     def fields_of(key: str) -> set:
         return set(ChipConfig.key_fields(key))
 
-    def whole(fit) -> str:
-        parts = []
-        if fit.context is not None:
-            parts.append(option_text("--context", fit.context))
-        if fit.config:
-            # a changed key takes the place of the part of `given` it replaces (the first
-            # one: `mesh=` replaces `mesh_width=` and `mesh_height=`), a new key goes last,
-            # so the suggestions keep the order the user wrote
-            out, placed = [], set()
-            new = {key: f"{key}={value}" for key, value in fit.config}
-            for part in (p.strip() for p in given.split(",")):
-                if not part or part == "default":
-                    continue
-                hit = [key for key in new
-                       if fields_of(part.split("=", 1)[0].strip()) & fields_of(key)]
-                if not hit:
-                    out.append(part)
-                for key in hit:
-                    if key not in placed:
-                        out.append(new[key])
-                        placed.add(key)
-            out += [text for key, text in new.items() if key not in placed]
-            parts.append(option_text("--config", ",".join(out)))
-        if fit.placement is not None:
-            parts.append(option_text("--placement", fit.placement))
-        return " ".join(parts) + (f" ({fit.note})" if fit.note else "")
+    parts = []
+    if fit.context is not None:
+        parts.append(option_text("--context", fit.context))
+    if fit.config:
+        # a changed key takes the place of the part of `given` it replaces (the first one:
+        # `mesh=` replaces `mesh_width=` and `mesh_height=`), a new key goes last, so the
+        # suggestions keep the order the user wrote
+        out, placed = [], set()
+        new = {key: f"{key}={value}" for key, value in fit.config}
+        for part in (p.strip() for p in given.split(",")):
+            if not part or part == "default":
+                continue
+            hit = [key for key in new
+                   if fields_of(part.split("=", 1)[0].strip()) & fields_of(key)]
+            if not hit:
+                out.append(part)
+            for key in hit:
+                if key not in placed:
+                    out.append(new[key])
+                    placed.add(key)
+        out += [text for key, text in new.items() if key not in placed]
+        parts.append(option_text("--config", ",".join(out)))
+    if fit.placement is not None:
+        parts.append(option_text("--placement", fit.placement))
+    return " ".join(parts) + (f" ({fit.note})" if note and fit.note else "")
 
-    return [whole(f) for f in getattr(error, "fits", ())
+
+def fit_options(error, given: str, prompt_tokens: int = 0) -> list[str]:
+    """The suggestions of a `chipotle.compiler.FitError` as whole options (`fit_option`),
+    those with a context shorter than `prompt_tokens` left out; [] for any other error."""
+    return [fit_option(f, given) for f in getattr(error, "fits", ())
             if f.context is None or f.context >= prompt_tokens]
+
+
+def slower_notes(compiled, given: str, seq_len: int | None = None) -> list[str]:
+    """Return a line per thing the compile left out for want of room, with the options that
+    keep it (`chipotle.compiler.CompiledModel.slower_fits`): ``"without the V partner's
+    scores: slower decode (a tile's SRAM is too small for them); --config
+    small,sram_kib=19 keeps them"``.  Empty when nothing was left out.  `seq_len`: the
+    model's, when the compile took a shorter context because the configuration holds no
+    more; the options then keep everything at `seq_len` positions, and say so."""
+    lines = []
+    for room, fit in compiled.slower_fits(seq_len):
+        if fit.config:
+            keep = f"{fit_option(fit, given, note=False)} keeps them" + (
+                f" and the model's seq_len, {seq_len} positions" if seq_len else "")
+        else:
+            keep = "no size this configuration takes keeps them"
+        lines.append(f"{fit.note} (a tile's {room} is too small for them); {keep}")
+    return lines
 
 
 def run_main(main, argv=None) -> None:
@@ -714,7 +737,8 @@ def module_model(path: Path, option: str | None, given: bool = False):
 def compile_for_module(model, config, given: str, context: int | None, **kw):
     """`compile_fitting` for a ``python -m`` module's `main` (``chipotle.compiler`` and its
     ``profile``): a refusal ends the command with its one-line message (`SystemExit`), and
-    a context shorter than the model's ``seq_len`` chosen instead is said on stderr.
+    a context shorter than the model's ``seq_len`` chosen instead is said on stderr, and so
+    is what the compile left out for want of room (`slower_notes`).
     Returns `compile_fitting`'s ``(CompiledModel, shorter context or None)``."""
     try:
         compiled, shorter = compile_fitting(model, config, given, context, **kw)
@@ -724,6 +748,9 @@ def compile_for_module(model, config, given: str, context: int | None, **kw):
         print(f"context {shorter}: the longest this configuration holds the model for; its "
               f"seq_len, {model.config.seq_len}, does not fit (--context sets the context)",
               file=sys.stderr)
+    for line in slower_notes(compiled, given,
+                             None if shorter is None else model.config.seq_len):
+        print(line, file=sys.stderr)
     return compiled, shorter
 
 
@@ -810,6 +837,9 @@ def _generate_chip(args, checkpoint, tokenizer, model_path, tok_path, out, err) 
         err.write(f"[{args.backend}] {shorter_context_note(shorter, config, seq_len, 'sim')}\n")
         err.flush()
         args.context = shorter
+    for line in slower_notes(compiled, args.config, None if shorter is None else seq_len):
+        err.write(f"[{args.backend}] {line}\n")
+        err.flush()
     try:
         check_prompt_length(len(ids), compiled.context, what=f"compiled for {config}",
                             fix="shorten the prompt, or give a configuration with more SRAM "

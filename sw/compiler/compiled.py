@@ -90,6 +90,12 @@ class CompiledModel:
     entries: dict
     placement: Placement
     sources: dict
+    #: the tensor placement's program variants left out because the instruction memory was
+    #: too small for them (`_IMEM_VARIANTS` names), fastest first; empty when none was
+    imem_dropped: tuple = ()
+    #: the instructions the longest program needs with every variant (0 when none was
+    #: left out)
+    imem_needed: int = 0
 
     # -- the host's view ----------------------------------------------------------------------
 
@@ -213,6 +219,54 @@ class CompiledModel:
             logits_at=[(xy, pl.tiles[xy]["cls.logits"], pl.tiles[xy].stages[-1].rows[0],
                         pl.tiles[xy].stages[-1].rows[1]) for xy in pl.classifier],
             tokens=tuple(toks), pos=int(pos))
+
+    def slower_fits(self, context: int | None = None) -> list:
+        """Return what this compile left out for want of room, and what would keep it.
+
+        The tensor placement drops its optional schemes (`_SCHEMES`, in that order) when a
+        tile's SRAM is too small for their buffers, and its longer program variants
+        (`_IMEM_VARIANTS`) when the instruction memory is too small for them; either way the
+        programs stay bit-exact and only get slower (``docs/architecture.md``).  This says
+        so, since nothing else does when the model fits.
+
+        Parameters
+        ----------
+        context : int, optional
+            The context the suggested sizes must keep everything at (default: this
+            compile's): the checkpoint's ``seq_len`` when the compile took a shorter one
+            because the configuration holds no more, so that the size suggested holds both.
+
+        Returns
+        -------
+        list of (str, Fit)
+            One per cause, ``"SRAM"`` or ``"instruction memory"``, with a `Fit` whose
+            ``note`` names what was left out and the phase it slows (``"without the V
+            partner's scores: slower decode"``) and whose ``config`` is the smallest
+            ``sram_kib=`` (with any ``imem_words=`` it needs) or ``imem_words=`` that keeps
+            it, compiled, not estimated; ``config`` is empty when no size this configuration
+            takes keeps it.  Empty for the pipeline placement and when nothing was left out.
+
+        Compiles the model again (seconds for stories260K) when schemes were left out for
+        SRAM.
+        """
+        if self.placement.kind != "tensor":
+            return []
+        out = []
+        kib = self.config.sram_bytes // 1024
+        if self.config.sram_bytes % 1024 == 0:
+            note, fit = _schemes_note(self.qm, self.config, self.context, kib,
+                                      bool(self.placement.kv_layouts), context)
+            if note:
+                out.append(("SRAM", Fit(fit.config if fit is not None else (), note=note)))
+        if self.imem_dropped:
+            phases = set().union(*(ph for name, ph in _IMEM_VARIANTS
+                                   if name in self.imem_dropped))
+            slower = " and ".join(p for p in ("prefill", "decode") if p in phases)
+            keep = _imem_fit(self.imem_needed, self.config)
+            out.append(("instruction memory", Fit(
+                keep[0].config if keep else (),
+                note=f"without {', '.join(self.imem_dropped)}: slower {slower}")))
+        return out
 
     def weight_bytes_per_token(self) -> int:
         """Return the int8 weight bytes a decode step must read: every layer matrix and the
@@ -498,6 +552,8 @@ def _compile_tensor(qm: QuantizedModel, config: ChipConfig, context: int,
             entries[xy] = {k: v for k, v in sym.items()
                            if k.startswith("m") and k[1:2].isdigit()}
         longest = max(len(w) for w in programs.values())
+        if first is None:
+            best = roles         # the roles of the first programs, for what the others lack
         if longest <= config.imem_words:
             break
         if first is None:
@@ -508,7 +564,11 @@ def _compile_tensor(qm: QuantizedModel, config: ChipConfig, context: int,
                        _imem_fit(longest, config))
     data = tensor_images(qm, isa, pl, roles, context)
     images = {xy: _chunks(lay, data[xy], isa) for xy, lay in pl.tiles.items()}
-    return CompiledModel(config, qm, c, context, images, programs, entries, pl, sources)
+    left = [name for (name, _), lost in zip(_IMEM_VARIANTS, (
+        bool(best.gpair) and not roles.gpair, bool(best.prow) and not roles.prow,
+        not pipelined and _scores_pipeline(roles, isa)), strict=True) if lost]
+    return CompiledModel(config, qm, c, context, images, programs, entries, pl, sources,
+                         tuple(left), first if left else 0)
 
 
 def _fits(qm, config, context, kvapp=False) -> bool:
@@ -575,6 +635,24 @@ _SCHEMES = (("prow", "a prefill batch's last rows on the helpers", "prefill"),
             ("gslot", "the gate's slices", "prefill and decode"))
 
 
+#: The tensor placement's longer program variants, by name, in the order `_compile_tensor`
+#: leaves them out when the instruction memory is short, each with the phases it speeds up.
+_IMEM_VARIANTS = (("the gate packed in pairs", {"prefill", "decode"}),
+                  ("a prefill batch's last rows on the helpers", {"prefill"}),
+                  ("the software-pipelined scores", {"prefill"}))
+
+
+def _scores_pipeline(roles, isa) -> bool:
+    """Whether an attention tile's scores are software-pipelined when the programs may
+    (`chipotle.compiler.tensor._scores`: one KV head, its query heads in one ``matqk``)."""
+    for xy, (g0, g1) in roles.kv.items():
+        q0, q1 = roles.q[xy]
+        g = (q1 - q0) // (g1 - g0)
+        if g1 - g0 == 1 and g <= isa.max_m:
+            return True
+    return False
+
+
 def _tensor_schemes(qm: QuantizedModel, config: ChipConfig, context: int,
                     kvapp: bool) -> tuple | None:
     """The names of the optional schemes the tensor placement keeps (None: it does not fit)."""
@@ -589,11 +667,12 @@ def _tensor_schemes(qm: QuantizedModel, config: ChipConfig, context: int,
 
 
 def _schemes_note(qm: QuantizedModel, config: ChipConfig, context: int, kib: int,
-                  kvapp: bool) -> tuple[str, Fit | None]:
+                  kvapp: bool, keep_context: int | None = None) -> tuple[str, Fit | None]:
     """For a suggested ``sram_kib=kib`` (a size `config` takes): a note naming the schemes
     it drops that more SRAM (up to the 128 KiB the 17-bit offsets reach) would keep, and the
     smallest such SRAM as a second `Fit` (verified by compiling); ``("", None)`` when it
-    drops none.  Only sizes `config` takes (``ChipConfig.sram_kib_sizes``) are tried."""
+    drops none.  Only sizes `config` takes (``ChipConfig.sram_kib_sizes``) are tried.  The
+    second `Fit` keeps every scheme at `keep_context` positions (default `context`)."""
     sizes = config.sram_kib_sizes(kib, max(kib, (1 << OFF_BITS) // 1024))
     have = _tensor_schemes(qm, config.replace(sram_bytes=kib * 1024), context, kvapp)
     full = _tensor_schemes(qm, config.replace(sram_bytes=sizes[-1] * 1024), context, kvapp)
@@ -604,6 +683,12 @@ def _schemes_note(qm: QuantizedModel, config: ChipConfig, context: int, kib: int
     slower = "prefill" if phases == {"prefill"} else "decode" if phases == {"decode"} \
         else "prefill and decode"
     note = f"without {', '.join(lost)}: slower {slower}"
+    if keep_context is not None and keep_context != context:
+        context = keep_context
+        full = _tensor_schemes(qm, config.replace(sram_bytes=sizes[-1] * 1024), context,
+                               kvapp)
+        if full is None:
+            return note, None
     lo, hi = 1, len(sizes) - 1                # smallest SRAM keeping every scheme (monotone)
     while lo < hi:
         mid = (lo + hi) // 2

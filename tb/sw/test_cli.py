@@ -1200,3 +1200,29 @@ def test_every_command_line_option_has_help(monkeypatch):
             importlib.import_module(name).main([])
         walk(e.value.args[0])
     assert not missing, f"options without help: {', '.join(missing)}"
+
+
+@pytest.mark.model
+def test_a_chip_run_says_what_the_configuration_leaves_out(capsys, model_paths):
+    """stories260K on 4 x 4 tiles of 110 KiB: the tensor placement fits, at a shorter context,
+    without some of its schemes; the run says which, and the SRAM that keeps them at the
+    model's seq_len (`slower_notes`), and that SRAM's run says nothing of the kind (a fresh
+    user's path: the size named at the shorter context used to drop schemes again at 512)."""
+    import re
+    ckpt, tok = model_paths
+    files = ("--model", str(ckpt), "--tokenizer", str(tok))
+    code, out, err = run(capsys, "--backend", "isasim", "--config", "sram_kib=110", "--steps",
+                         "1", "--temperature", "0", *files)
+    assert code == 0, err
+    # 110 KiB holds 498 positions, not the seq_len of 512: the size named keeps every
+    # scheme at 512, which that size's run then takes
+    assert "[isasim] context 498: the longest" in err, err
+    m = re.search(r"\[isasim\] without ([^:\n]+): slower (?:prefill|decode|prefill and "
+                  r"decode) \(a tile's SRAM is too small for them\); --config sram_kib=(\d+) "
+                  r"keeps them and the model's seq_len, 512 positions\n", err)
+    assert m, err
+    code, out, err = run(capsys, "--backend", "isasim", "--config",
+                         f"sram_kib={m.group(2)}", "--steps", "1", "--temperature", "0",
+                         *files)
+    assert code == 0, err
+    assert "too small for them" not in err and "the longest" not in err, err

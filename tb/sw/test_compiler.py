@@ -615,6 +615,96 @@ def test_tensor_fit_error_names_the_schemes_a_smaller_sram_drops(small_qm):
     assert not all(getattr(less, a) for a in names)
 
 
+_SCHEME_NAMES = {"prow": "a prefill batch's last rows on the helpers",
+                 "wsplit": "the weighted sums split with the partners",
+                 "vsplit": "the V partner's scores"}
+
+
+def _laid_out_roles(qm, cfg, compiled):
+    """The `TensorRoles` `compiled` was laid out with."""
+    from chipotle.compiler.tensor import place_tensor
+    _, r = place_tensor(qm, cfg.isa_config(), cfg.mesh_width, cfg.mesh_height,
+                        compiled.context, compiled.placement.batches,
+                        kvapp=bool(compiled.placement.kv_layouts))
+    return r
+
+
+@pytest.mark.parametrize("kib", [17, 18])
+def test_a_fit_that_drops_schemes_for_sram_says_so(small_qm, capsys, kib):
+    """3 x 2 tiles at an SRAM that holds the tensor placement without some of its schemes
+    (the refusal above offers 17 KiB): the compiled model names them (`slower_fits`), the
+    ones its layout lacks and the full size's has, with the SRAM that keeps them; that SRAM
+    compiles with every scheme and names nothing; `python -m chipotle.compiler` says it."""
+    from chipotle.compiler.__main__ import main
+    given = f"small,mesh=3x2,imem_words=1024,sram_kib={kib}"
+    cfg = ChipConfig.from_string(given)
+    compiled = compile_model(small_qm, cfg, placement="tensor")
+    fits = compiled.slower_fits()
+    assert [room for room, _ in fits] == ["SRAM"], fits
+    fit = fits[0][1]
+    m = re.fullmatch(r"without ([^:]+): slower (prefill|decode|prefill and decode)", fit.note)
+    assert m, fit.note
+    keep, _ = fit.apply(cfg)
+    assert keep.sram_bytes > cfg.sram_bytes and keep.mesh_width == 3
+    full_model = compile_model(small_qm, keep, placement="tensor")
+    assert full_model.slower_fits() == []
+    have, full = (_laid_out_roles(small_qm, c, cm)
+                  for c, cm in ((cfg, compiled), (keep, full_model)))
+    lost = [n for a, n in _SCHEME_NAMES.items() if getattr(full, a) and not getattr(have, a)]
+    assert lost and m.group(1).split(", ") == lost, (fit.note, lost)
+    main(["--model", "small", "--config", given, "--placement", "tensor"])
+    err = capsys.readouterr().err
+    assert (f"{fit.note} (a tile's SRAM is too small for them); --config "
+            f"small,mesh=3x2,imem_words=1024,sram_kib={keep.sram_bytes // 1024} keeps them"
+            ) in err, err
+
+
+def test_a_fit_that_drops_program_variants_for_imem_says_so(small_qm, capsys, monkeypatch):
+    """3 x 2 tiles with every scheme's SRAM but an instruction memory too small for the
+    fastest programs: the compiled model names the variants its programs lack (the gate's
+    pairs and the helpers' prefill rows, which its layout lacks and the full programs'
+    has) and the instruction memory that keeps them, which compiles with them; under make
+    the options are make's variables."""
+    from chipotle.compiler.__main__ import main
+    given = "small,mesh=3x2,sram_kib=19,imem_words=512"
+    cfg = ChipConfig.from_string(given)
+    compiled = compile_model(small_qm, cfg, placement="tensor")
+    assert max(len(p) for p in compiled.programs.values()) <= 512
+    fits = compiled.slower_fits()
+    assert [room for room, _ in fits] == ["instruction memory"], fits
+    fit = fits[0][1]
+    assert [k for k, _ in fit.config] == ["imem_words"]
+    keep, _ = fit.apply(cfg)
+    full_model = compile_model(small_qm, keep, placement="tensor")
+    assert full_model.slower_fits() == []
+    assert max(len(p) for p in full_model.programs.values()) > 512
+    # laid out as without the gate's pairs and the helpers' rows, which the full layout has
+    from chipotle.compiler.tensor import place_tensor
+    isa, ctx, nb = cfg.isa_config(), compiled.context, compiled.placement.batches
+    kvapp = bool(compiled.placement.kv_layouts)
+    (pl_full, full), (pl_less, less) = (
+        place_tensor(small_qm, isa, 3, 2, ctx, nb, kvapp, prows=on, gpairs=on)
+        for on in (True, False))
+    assert full.gpair and full.prow and not less.gpair and not less.prow
+    sizes = {xy: lay.size for xy, lay in compiled.placement.tiles.items()}
+    assert sizes == {xy: lay.size for xy, lay in pl_less.tiles.items()}
+    assert sizes != {xy: lay.size for xy, lay in pl_full.tiles.items()}
+    assert fit.note == ("without the gate packed in pairs, a prefill batch's last rows on the "
+                        "helpers: slower prefill and decode"), fit.note
+    monkeypatch.setenv("CHIPOTLE_MAKE_CONFIG", "small")
+    main(["--model", "small", "--config", given, "--placement", "tensor"])
+    err = capsys.readouterr().err
+    assert (f"{fit.note} (a tile's instruction memory is too small for them); CONFIG="
+            f"small,mesh=3x2,sram_kib=19,imem_words={keep.imem_words} keeps them") in err, err
+
+
+@pytest.mark.model
+def test_the_default_chip_drops_nothing(stories_qm):
+    """stories260K on the default chip keeps every scheme and program variant: no note."""
+    compiled = compile_model(stories_qm, CONFIGS["default"], placement="tensor")
+    assert compiled.slower_fits() == [] and compiled.imem_dropped == ()
+
+
 @pytest.mark.model
 def test_tensor_fit_error_on_one_tile_suggests_a_mesh(stories_qm):
     """stories260K on one tile: no SRAM within the KV store's and the `c` immediate's reach
