@@ -259,13 +259,9 @@ class CompiledModel:
             if note:
                 out.append(("SRAM", Fit(fit.config if fit is not None else (), note=note)))
         if self.imem_dropped:
-            phases = set().union(*(ph for name, ph in _IMEM_VARIANTS
-                                   if name in self.imem_dropped))
-            slower = " and ".join(p for p in ("prefill", "decode") if p in phases)
             keep = _imem_fit(self.imem_needed, self.config)
-            out.append(("instruction memory", Fit(
-                keep[0].config if keep else (),
-                note=f"without {', '.join(self.imem_dropped)}: slower {slower}")))
+            out.append(("instruction memory", Fit(keep[0].config if keep else (),
+                                                  note=_variants_note(self.imem_dropped))))
         return out
 
     def weight_bytes_per_token(self) -> int:
@@ -321,12 +317,13 @@ class CompiledModel:
         """Return the mesh as a grid of boxes: each tile's stages, SRAM used, and arrows of
         the snake path (``>``, ``<``, ``v``) between consecutive pipeline tiles."""
         cfg, pl = self.config, self.placement
-        cw = 14
         labels = {}
         for xy, lay in pl.tiles.items():
             names = _stage_names(pl, lay)
             size = f"{lay.size / 1024:.1f}"
             labels[xy] = ("+".join(names), size + (" KiB" if not lay.reduce else "K +argmax"))
+        # boxes as wide as the longest label (``att+ffn+cls[128:160]``), never cut
+        cw = max([14, *(len(t) + 2 for pair in labels.values() for t in pair)])
         order = [xy for _, xy in pl.pipeline]
         nxt = {a: b for a, b in zip(order, order[1:], strict=False) if a != b}
         lines = []
@@ -595,11 +592,16 @@ def _imem_fit(words: int, config: ChipConfig) -> list:
     return [Fit((("imem_words", str(n)),))]
 
 
-def _verified(qm, config, context, placement="pipeline", kvapp=False) -> tuple | None:
+def _verified(qm, config, context, placement="pipeline", kvapp=False,
+              dropped: dict | None = None) -> tuple | None:
     """Compile for real; return ``()`` if it fits, the extra ``(("imem_words", N),)`` it
-    needs (the instruction memory the refusal suggests), or None."""
+    needs (the instruction memory the refusal suggests), or None.  With `dropped`, a fit
+    as given stores in ``dropped[config.sram_bytes]`` the program variants it left out for
+    the instruction memory (`CompiledModel.imem_dropped`)."""
     try:
-        _compile(qm, config, context, None, placement, kvapp)
+        cm = _compile(qm, config, context, None, placement, kvapp)
+        if dropped is not None:
+            dropped[config.sram_bytes] = cm.imem_dropped
         return ()
     except FitError as e:
         more = [f for f in e.fits if [k for k, _ in f.config] == ["imem_words"]]
@@ -640,6 +642,13 @@ _SCHEMES = (("prow", "a prefill batch's last rows on the helpers", "prefill"),
 _IMEM_VARIANTS = (("the gate packed in pairs", {"prefill", "decode"}),
                   ("a prefill batch's last rows on the helpers", {"prefill"}),
                   ("the software-pipelined scores", {"prefill"}))
+
+
+def _variants_note(names) -> str:
+    """``"without <names>: slower <phases>"`` for program variants (`_IMEM_VARIANTS`)."""
+    phases = set().union(*(ph for name, ph in _IMEM_VARIANTS if name in names))
+    slower = " and ".join(p for p in ("prefill", "decode") if p in phases)
+    return f"without {', '.join(names)}: slower {slower}"
 
 
 def _scores_pipeline(roles, isa) -> bool:
@@ -784,12 +793,17 @@ def _suggest_tensor(qm: QuantizedModel, config: ChipConfig, context: int, messag
     if m:
         need = int(m.group(1).replace(",", ""))
         need_kib = -(-need // 1024)
+        dropped: dict = {}
         found = _smallest_sram(config, config.sram_bytes // 1024 + 1,
                                need_kib + SRAM_SLACK_KIB,
                                lambda cand: _tensor_places(qm, cand, context, kvapp),
-                               lambda cand: _verified(qm, cand, context, "tensor", kvapp))
+                               lambda cand: _verified(qm, cand, context, "tensor", kvapp,
+                                                      dropped))
         for kib, extra in found:
             note, more = _schemes_note(qm, config, context, kib, kvapp)
+            left = dropped.get(kib * 1024, ()) if extra == () else ()
+            if left:                 # fits with the instruction memory as given, slower
+                note = "; ".join(filter(None, (note, _variants_note(left))))
             if kib * 1024 < need:    # the need named is the refused size's layout's
                 note = "; ".join(filter(None, (note, "below the need named: a smaller "
                                                       "layout fits at this size")))

@@ -226,6 +226,21 @@ def test_memory_map_default_stories260k(stories_qm):
     assert rect == set(compiled.placement.classifier)
 
 
+@pytest.mark.model
+def test_mesh_diagram_shows_every_label_whole(stories_qm):
+    """The tensor placement's diagram of the default chip: every tile's box holds its whole
+    label (``att+ffn+cls[128:160]``; they were cut at 14 characters, a fresh user's
+    finding), one box per tile in each row."""
+    from chipotle.compiler.compiled import _stage_names
+    compiled = compile_model(stories_qm, CONFIGS["default"], placement="tensor")
+    rows = compiled.mesh_diagram().splitlines()
+    pl = compiled.placement
+    for (x, y), lay in pl.tiles.items():
+        label = "+".join(_stage_names(pl, lay))
+        cells = [c.strip() for c in rows[4 * y + 1].split("|")[1::2]]
+        assert len(cells) == compiled.config.mesh_width and cells[x] == label, (label, cells)
+
+
 def test_step_rejects_bad_input(small_compiled):
     M, V = small_compiled.config.max_m, small_compiled.model.vocab_size
     ctx = small_compiled.context
@@ -696,6 +711,28 @@ def test_a_fit_that_drops_program_variants_for_imem_says_so(small_qm, capsys, mo
     err = capsys.readouterr().err
     assert (f"{fit.note} (a tile's instruction memory is too small for them); CONFIG="
             f"small,mesh=3x2,sram_kib=19,imem_words={keep.imem_words} keeps them") in err, err
+
+
+@pytest.mark.model
+def test_a_suggested_sram_that_drops_program_variants_says_so(stories_qm):
+    """stories260K on 2 x 2 tiles: the refusal offers the smallest SRAM with the instruction
+    memory as given, whose programs leave out variants for it; the suggestion says so, and
+    what it names is what the compile leaves out (a fresh user's finding: it said nothing)."""
+    base = CONFIGS["default"].replace(mesh_width=2, mesh_height=2)
+    with pytest.raises(FitError) as e:
+        compile_model(stories_qm, base, placement="tensor")
+    tips = [f for f in e.value.fits if [k for k, _ in f.config] == ["sram_kib"]]
+    assert tips, str(e.value)
+    left = []
+    for fit in tips:
+        compiled = compile_model(stories_qm, fit.apply(base)[0], placement="tensor")
+        if compiled.imem_dropped:
+            left.append(fit)
+            assert (f"without {', '.join(compiled.imem_dropped)}: slower prefill and decode"
+                    in fit.note), (fit.note, compiled.imem_dropped)
+        else:
+            assert "without the gate" not in fit.note, fit.note
+    assert left, str(e.value)
 
 
 @pytest.mark.model
