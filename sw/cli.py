@@ -29,6 +29,7 @@ from .paths import (
     check_published,
     default_model_dir,
 )
+from .reference import FloatOverflowError
 from .sampling import Sampler
 from .tokenizer import TokenizerError, load_tokenizer
 
@@ -491,6 +492,8 @@ def _generate(args, out, err) -> int:
         raise UsageError(str(e)) from None
     except TokenizerError as e:
         raise UsageError(f"--prompt: {e}") from None
+    except FloatOverflowError as e:
+        raise RunFailure(f"{model_path}: {e}") from None
     out.write(done.text + "\n")
     out.flush()
     stop = done.reason.value

@@ -82,6 +82,12 @@ def _rope(vec, cos, sin):
     return out
 
 
+class FloatOverflowError(ValueError):
+    """`Transformer.forward` left float32's range: an RMSNorm's sum of squares or a logit is
+    infinite or NaN, so the output means nothing (run.c would go on and print it).  A
+    degenerate or corrupt checkpoint (huge weights); a sane model never gets near it."""
+
+
 class Transformer:
     """Float32 llama2 transformer with a KV cache: run.c's ``forward``.
 
@@ -136,6 +142,8 @@ class Transformer:
         ------
         ValueError
             If `token` or `pos` is out of range, or `pos` skips positions not yet run.
+        FloatOverflowError
+            (a ValueError) If an RMSNorm's sum of squares or a logit is infinite or NaN.
         """
         c, w = self.config, self.weights
         if not 0 <= token < c.vocab_size:
@@ -151,9 +159,18 @@ class Transformer:
         cos, sin = rope_cos_sin(pos, hs)
 
         x = np.array(w.token_embedding[token], np.float32)
-        with np.errstate(over="ignore"):
+
+        def norm(x, gain, where):
+            # |x| beyond about 1.8e19 overflows the sum of squares: the norm is then 0 * x
+            if not np.isfinite(np.dot(x, x)):
+                raise FloatOverflowError(
+                    f"the float reference leaves float32's range at position {pos}, {where} "
+                    f"(the activations' sum of squares is not finite): a degenerate or "
+                    f"corrupt checkpoint, huge or non-finite weights")
+            return rmsnorm(x, gain)
+        with np.errstate(over="ignore", invalid="ignore"):
             for layer in range(c.n_layers):
-                xb = rmsnorm(x, w.rms_att[layer])
+                xb = norm(x, w.rms_att[layer], f"the attention RMSNorm of layer {layer}")
                 q = _rope((w.wq[layer] @ xb).reshape(n_heads, hs), cos, sin)
                 k = _rope((w.wk[layer] @ xb).reshape(n_kv, hs), cos, sin)
                 v = w.wv[layer] @ xb
@@ -169,12 +186,17 @@ class Transformer:
                 out = np.einsum("ht,thd->hd", att, values).reshape(-1)
                 x = x + w.wo[layer] @ out
 
-                xb = rmsnorm(x, w.rms_ffn[layer])
+                xb = norm(x, w.rms_ffn[layer], f"the feed-forward RMSNorm of layer {layer}")
                 h1 = w.w1[layer] @ xb
                 h3 = w.w3[layer] @ xb
                 hb = h1 * (np.float32(1.0) / (np.float32(1.0) + np.exp(-h1))) * h3
                 x = x + w.w2[layer] @ hb
 
+            x = norm(x, w.rms_final, "the final RMSNorm")
+            logits = (w.wcls @ x).astype(np.float32, copy=False)
         self._filled = pos + 1
-        x = rmsnorm(x, w.rms_final)
-        return (w.wcls @ x).astype(np.float32, copy=False)
+        if not np.isfinite(logits).all():
+            raise FloatOverflowError(
+                f"the float reference's logits at position {pos} are not finite: a "
+                f"degenerate or corrupt checkpoint, huge or non-finite weights")
+        return logits

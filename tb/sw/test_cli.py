@@ -1226,3 +1226,19 @@ def test_a_chip_run_says_what_the_configuration_leaves_out(capsys, model_paths):
                          *files)
     assert code == 0, err
     assert "too small for them" not in err and "the longest" not in err, err
+
+
+@pytest.mark.parametrize("backend", ["reference", "golden"])
+def test_a_checkpoint_that_overflows_float32_is_refused(capsys, tiny, backend):
+    """A checkpoint with weights of about 1e30 (a fresh user's finding: the reference printed
+    numpy warnings and a story of nonsense): both host backends end with one line that
+    names the file and the problem, no traceback; nothing of a story is printed."""
+    from chipotle.model import load_checkpoint, synthetic_checkpoint, write_checkpoint
+    path = tiny[1]
+    c = load_checkpoint(path).config
+    write_checkpoint(path, synthetic_checkpoint(c, seed=4, scale=1e30), format="v1")
+    code, out, err = run(capsys, *tiny, "--backend", backend, "--steps", "3")
+    assert code in (1, 2) and out == "", (code, out, err)
+    assert err.strip().count("\n") == 0 and "Traceback" not in err and "Warning" not in err
+    assert (f"error: {path}: the float reference leaves float32's range at position 0, the "
+            "attention RMSNorm of layer 0") in err, err

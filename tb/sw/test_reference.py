@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from chipotle.model import ModelConfig, load_checkpoint, synthetic_checkpoint, write_checkpoint
-from chipotle.reference import Transformer
+from chipotle.reference import FloatOverflowError, Transformer
 from chipotle.tokenizer import BOS, load_tokenizer
 
 STORY = ("Once upon a time, there was a little girl named Lily. She loved to play outside in the "
@@ -133,6 +133,20 @@ def test_forward_rejects_out_of_range():
         model.forward(1, 6)
     with pytest.raises(ValueError, match="`pos` 1 skips positions: none is in the KV cache"):
         model.forward(1, 1)
+
+
+def test_forward_refuses_a_checkpoint_that_overflows_float32():
+    """Weights of about 1e30 (finite, but no trained model's): the first RMSNorm's sum of
+    squares overflows and would normalise to zeros, a meaningless output (run.c's too);
+    the forward pass says where instead.  The same shapes at a sane scale never trip it."""
+    c = small().config
+    model = Transformer(synthetic_checkpoint(c, seed=3, scale=1e30))
+    with pytest.raises(FloatOverflowError, match=r"position 0, the attention RMSNorm of "
+                                                 r"layer 0 .* degenerate or corrupt checkpoint"):
+        model.forward(1, 0)
+    sane = Transformer(small())
+    for p, t in enumerate([1, 5, 7, 9, 3, 2]):
+        assert np.isfinite(sane.forward(t, p)).all()
 
 
 def test_runs_every_format(tmp_path):
