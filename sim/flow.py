@@ -536,6 +536,9 @@ def run_cocotb(
             _environ(WAVES=build_waves):
         cached = stamp.exists()
         if not cached:
+            print(f"chipotle.sim.flow: {sim} build of {toplevel}: not in the cache (a new "
+                  f"design, configuration or build option): building it, minutes for a "
+                  f"large chip (README, 'first make sim')", file=sys.stderr, flush=True)
             if flat_because:
                 print(f"chipotle.sim.flow: flat Verilator build of {toplevel}: {flat_because} "
                       f"(a flat 4 x 4 chip takes about 30 minutes on 2 cores: README)",

@@ -94,6 +94,9 @@ class RunFailure(Exception):
     line without a traceback, exit code 1)."""
 
 
+#: The most tiles a chip may have before an Icarus run warns that it will be very slow.
+ICARUS_TILES = 4
+
 #: The clock (MHz) of the tokens/s figure and the UART line rate (baud) when not given.
 DEFAULT_CLOCK_MHZ, DEFAULT_BAUD = 100.0, 1_000_000
 
@@ -910,6 +913,10 @@ def _generate_chip(args, checkpoint, tokenizer, model_path, tok_path, out, err) 
         def progress(msg):
             err.write(f"[{args.backend}] {msg}\n")
             err.flush()
+        if args.backend == "icarus" and config.n_tiles > ICARUS_TILES:
+            progress(f"note: Icarus simulates a chip of {config.n_tiles} tiles very slowly (the "
+                     f"4 x 4 chip gave no token in 15 minutes, README); Verilator (`make sim`'s "
+                     f"default) runs it at thousands of cycles per second")
         job = Job(config=config.as_dict(), model=compiled, tokenizer=str(tok_path),
                   prompt_tokens=ids, steps=steps, temperature=args.temperature, topp=args.topp,
                   seed=args.seed, stream=True, backdoor=args.backdoor_load,

@@ -1242,3 +1242,21 @@ def test_a_checkpoint_that_overflows_float32_is_refused(capsys, tiny, backend):
     assert err.strip().count("\n") == 0 and "Traceback" not in err and "Warning" not in err
     assert (f"error: {path}: the float reference leaves float32's range at position 0, the "
             "attention RMSNorm of layer 0") in err, err
+
+
+@pytest.mark.parametrize("mesh, noted", [("3x2", True), ("2x2", False)])
+def test_icarus_on_a_large_chip_says_it_is_slow(capsys, tiny, monkeypatch, mesh, noted):
+    """`--backend icarus` (make sim SIM=icarus) on a chip of more than `cli.ICARUS_TILES`
+    tiles says first that Icarus runs it very slowly (a fresh user's finding: the 4 x 4
+    chip started silently, the README says no token came in 15 minutes); on a small chip it
+    says nothing.  The simulation itself is replaced by a stop right after the note."""
+    import chipotle.sim.chiprun as chiprun
+
+    def stop(*args, **kwargs):
+        raise cli.RunFailure("stopped before the simulation")
+    monkeypatch.setattr(chiprun, "run_rtl", stop)
+    code, out, err = run(capsys, *tiny, "--backend", "icarus", "--config",
+                         f"small,mesh={mesh}", "--steps", "1")
+    assert code == 1 and "stopped before the simulation" in err, err
+    note = "[icarus] note: Icarus simulates a chip of 6 tiles very slowly"
+    assert (note in err) == noted, err
