@@ -343,6 +343,12 @@ class VectorUnit(wiring.Component):
         # keep every operand inside the SRAM, so they are at most SRAM (and n at most SRAM
         # elements); a refused command never streams.
         AW = max(SRAM.bit_length(), wb + 1)
+        # WSUM with a wide read (R > 1): two adjacent V rows per read (rows t and t + 1 when
+        # the stride is one word and the chunk's row bytes are in one word), summed by each
+        # lane's two products, and p read as a window of up to PW words; with R = 1 none of
+        # this is built (the unit is the one-row-per-chunk unit it was)
+        WP = R > 1
+        PW = min(R, NW)
 
         cmd = Signal(VectorCommand)
         op = cmd.op
@@ -533,6 +539,9 @@ class VectorUnit(wiring.Component):
         # -- chunk geometry ----------------------------------------------------------------
         cnt = Signal(range(V + 1))
         rem = Signal(AW + 1)
+        if WP:
+            wpair_ok = Signal()     # WSUM with a stride of one word (registered with the command)
+            pair = Signal()         # WSUM: this chunk is rows t and t + 1 (one wide read)
         m.d.comb += rem.eq(nn - i)
         cnt_gen = Mux(rem < V, rem, V)
         with m.If(ps == _PRO):
@@ -549,7 +558,7 @@ class VectorUnit(wiring.Component):
         with m.If(op == Opcode.ROPE):
             m.d.comb += ycnt.eq(cnt >> 1)
         with m.Elif(op == Opcode.WSUM):
-            m.d.comb += ycnt.eq(1)
+            m.d.comb += ycnt.eq(1 + pair if WP else 1)
         with m.Else():
             m.d.comb += ycnt.eq(cnt)
 
@@ -562,13 +571,35 @@ class VectorUnit(wiring.Component):
         fx, ox, nx = span(ax, Mux(use_x, cnt << xk, 0))
         fy, oy, ny = span(ay, Mux(use_y, ycnt << yk, 0))
         fz, oz, nz = span(az, Mux(use_z, (cnt >> 1) << 1, 0))
-        # WSUM reads a word of p once per W / 2 positions: the word last read stays in
-        # bufs[1][0] (nothing else writes that buffer during WSUM).
         pc_valid = Signal()
         pc_addr = Signal(len(fy))
-        p_cached = (op == Opcode.WSUM) & pc_valid & (pc_addr == fy)
         nwx, nwy, nwz = (Signal(range(NW + 1), name=nm) for nm in ("nwx", "nwy", "nwz"))
-        m.d.comb += [nwx.eq(nx), nwy.eq(Mux(p_cached, 0, ny)), nwz.eq(nz)]
+        if not WP:
+            # WSUM reads a word of p once per W / 2 positions: the word last read stays in
+            # bufs[1][0] (nothing else writes that buffer during WSUM).
+            p_cached = (op == Opcode.WSUM) & pc_valid & (pc_addr == fy)
+            m.d.comb += [nwx.eq(nx), nwy.eq(Mux(p_cached, 0, ny)), nwz.eq(nz)]
+        else:
+            # Rows t and t + 1 are the words fx and fx + 1 at the same offset when the stride
+            # is W and row t's bytes of the chunk are in one word: one read of 2 words.
+            m.d.comb += pair.eq(wpair_ok & (nx == 1) & (t + 1 != nn))
+            # WSUM reads p as a window of up to PW words from the first word it needs (not
+            # past p's last word, `plast`), kept in bufs[1][0 .. pc_n - 1] (nothing else
+            # writes that buffer during WSUM): a chunk whose p values (p[t], and p[t + 1]
+            # when paired) lie in the window reads no p.  Within a column chunk p only moves
+            # forward, so fy >= pc_addr while pc_valid.
+            pc_n = Signal(range(PW + 1))
+            plast = Signal(len(fy))
+            dpc = Signal(len(fy) + 1)
+            m.d.comb += dpc.eq(fy - pc_addr)
+            p_cached = ((op == Opcode.WSUM) & pc_valid & (dpc < PW)
+                        & (dpc[:max(1, (PW - 1).bit_length())] + ny <= pc_n))
+            pleft = Signal(len(fy))
+            m.d.comb += pleft.eq(plast - fy)
+            pwords = Mux(pleft < PW, pleft + 1, PW)
+            m.d.comb += [nwx.eq(nx + pair),
+                         nwy.eq(Mux(p_cached, 0, Mux(op == Opcode.WSUM, pwords, ny))),
+                         nwz.eq(nz)]
 
         # -- stream engine: read side ----------------------------------------------------------
         # The geometry registers (i, ih, t, j0, ax, ay, az, ad) describe the chunk being read.
@@ -624,9 +655,14 @@ class VectorUnit(wiring.Component):
                 read_from(2, rq - nwx - nwy, fz + rq - nwx - nwy, r_total, 1)
 
         def meta(prefix):
-            return (Signal(wb, name=f"{prefix}_ox"), Signal(wb, name=f"{prefix}_oy"),
+            base = (Signal(wb, name=f"{prefix}_ox"), Signal(wb, name=f"{prefix}_oy"),
                     Signal(wb, name=f"{prefix}_oz"), Signal(range(V + 1), name=f"{prefix}_cnt"),
                     Signal(AW, name=f"{prefix}_i"), Signal(AW, name=f"{prefix}_ad"))
+            if not WP:
+                return base
+            # WSUM: the chunk is a pair of rows; byte offset of p[t] in the p window
+            return base + (Signal(name=f"{prefix}_pair"),
+                           Signal(range(PW * W), name=f"{prefix}_po"))
         pm = meta("pm")
         fm = meta("fm")
         fire = Signal()
@@ -655,7 +691,7 @@ class VectorUnit(wiring.Component):
             in_flight = in_flight | d_pend
         m.d.sync += [pend.eq(0), fire.eq(l_pend & l_last), vpipe[0].eq(fire)]
         m.d.sync += [vpipe[k].eq(vpipe[k - 1]) for k in range(1, 4)]
-        m.d.sync += [a.eq(b) for a, b in zip(mpipe[0], fm[3:], strict=True)]
+        m.d.sync += [a.eq(b) for a, b in zip(mpipe[0], fm[3:6], strict=True)]
         for k in range(1, 4):
             m.d.sync += [a.eq(b) for a, b in zip(mpipe[k], mpipe[k - 1], strict=True)]
         with m.If(l_pend):
@@ -718,7 +754,16 @@ class VectorUnit(wiring.Component):
                 out.append(e)
             return sh, out
 
-        sh_x, xe = extract(bufs[0], fm[0], xk, xs, V, "xe", max(32 * V, 64))
+        sh_x, xe = extract(bufs[0], fm[0], xk, xs, V, "xe",
+                           max(32 * V, 64, 8 * (W + V) if WP else 0))
+        if WP:
+            # WSUM's second row (t + 1: the next word, at the same offset) and p[t], p[t + 1]
+            # from the p window at byte offset fm_po
+            x2e = [sh_x.word_select(W + lane, 8).as_signed() for lane in range(V)]
+            pwin = Cat(*bufs[1][:PW], Const(0, 16))
+            ph = fm[7][1:]
+            wp0, wp1 = Signal(16), Signal(16)
+            m.d.comb += [wp0.eq(pwin.word_select(ph, 16)), wp1.eq(pwin.word_select(ph + 1, 16))]
         _, ye = extract(bufs[1], fm[1], yk, ys, V, "ye", 32 * V)
         _, ze = extract(bufs[2], fm[2], Const(1, 2), Const(1), V // 2, "ze", 32 * (V // 2))
 
@@ -829,7 +874,11 @@ class VectorUnit(wiring.Component):
                              Mux(jr[-1], Const(-512, signed(18)), Const(511, signed(18))))
                     m.d.sync += s1_tidx.eq(jc + 512)
                 with m.Case(_Lane.WSUM):
-                    m.d.sync += s1_my.eq(ye[0])
+                    if WP:      # p[t] V[t][j] (big product) + p[t + 1] V[t + 1][j] (small)
+                        m.d.sync += [s1_my.eq(wp0), s1_a2.eq(x2e[lane]),
+                                     s1_b2.eq(Mux(fm[6], wp1, 0))]
+                    else:
+                        m.d.sync += s1_my.eq(ye[0])
 
             # stage 2: the small product; table read in flight
             m2 = Signal(signed(34), name=f"m2_{lane}")
@@ -842,7 +891,8 @@ class VectorUnit(wiring.Component):
             m.d.sync += [
                 s2_mx.eq(Mux(lmode == _Lane.NORM, m2, s1_mx)),
                 s2_my.eq(s1_my),
-                s2_add.eq(s1_add + Mux(lmode == _Lane.ROPE, m2, 0)),
+                s2_add.eq(s1_add + Mux((lmode == _Lane.ROPE) | (lmode == _Lane.WSUM)
+                                       if WP else lmode == _Lane.ROPE, m2, 0)),
                 s2_nsh.eq(s1_nsh),
             ]
             lane_tidx.append(s1_tidx)
@@ -1104,10 +1154,17 @@ class VectorUnit(wiring.Component):
             with m.If(ps == _PRO):
                 m.d.sync += rd_done.eq(1)
             with m.Elif(op == Opcode.WSUM):
-                with m.If(t + 1 == nn):
-                    m.d.sync += rd_done.eq(1)
-                with m.Else():
-                    m.d.sync += [t.eq(t + 1), ax.eq(ax + cmd.c), ay.eq(ay + 2)]
+                if WP:
+                    with m.If(t + 1 + pair == nn):
+                        m.d.sync += rd_done.eq(1)
+                    with m.Else():
+                        m.d.sync += [t.eq(t + 1 + pair), ax.eq(ax + (cmd.c << pair)),
+                                     ay.eq(ay + Mux(pair, 4, 2))]
+                else:
+                    with m.If(t + 1 == nn):
+                        m.d.sync += rd_done.eq(1)
+                    with m.Else():
+                        m.d.sync += [t.eq(t + 1), ax.eq(ax + cmd.c), ay.eq(ay + 2)]
             with m.Elif(i + cnt >= nn):
                 m.d.sync += rd_done.eq(1)
             with m.Else():
@@ -1150,9 +1207,16 @@ class VectorUnit(wiring.Component):
                 m.d.comb += credit_in.eq((rq == 0) & wrtw_q)
                 with m.If(r_sel == 1):
                     m.d.sync += [pc_valid.eq(1), pc_addr.eq(fy)]
+                    if WP:
+                        m.d.sync += pc_n.eq(r_k)
                 with m.If(r_last):
                     m.d.sync += [rq.eq(0), pm[0].eq(ox), pm[1].eq(oy), pm[2].eq(oz),
                                  pm[3].eq(cnt), pm[4].eq(i), pm[5].eq(ad)]
+                    if WP:
+                        # p[t] at oy in the window's word fy - pc_addr (0 when p is read now)
+                        pb = max(1, (PW - 1).bit_length())
+                        m.d.sync += [pm[6].eq(pair),
+                                     pm[7].eq(Mux(p_cached, Cat(oy, dpc[:pb]), oy))]
                     advance_r()
 
         # -- checks --------------------------------------------------------------------------
@@ -1350,6 +1414,8 @@ class VectorUnit(wiring.Component):
                 pl = self.i_cmd.payload
                 pq = pl.op == Opcode.RMSNORMQ
                 m.d.sync += [cmd.eq(pl), is_q.eq(pq), ltd.eq(Mux(pq, Dtype.I16, pl.td))]
+                if WP:
+                    m.d.sync += wpair_ok.eq((pl.op == Opcode.WSUM) & (pl.c == W))
                 with m.If(self.i_cmd.valid):
                     m.d.sync += [cyc.eq(1), busflag.eq(0), err.eq(ErrorCode.NONE)]
                     m.next = "Check-Product"
@@ -1489,6 +1555,8 @@ class VectorUnit(wiring.Component):
             m.d.sync += wrtw_q.eq(pass_writes(sp_p) | tw)   # (tw: the op's, any pass)
             m.d.sync += [ps.eq(sp_p), i.eq(0), ih.eq(0), j0.eq(0), acc.eq(0), accidx.eq(0),
                          first.eq(1), ay.eq(cmd.b), az.eq(cmd.b + cmd.imm), ad.eq(cmd.d)]
+            if WP:      # WSUM: p's last word
+                m.d.sync += plast.eq((cmd.a[:AW + 1] + (cmd.n[:AW] << 1) - 1) >> wb)
             with m.Switch(sp_p):
                 with m.Case(_PRO):
                     m.d.sync += ax.eq(Mux(op == Opcode.REQM, cmd.b, cmd.c))

@@ -1236,15 +1236,28 @@ def vector_cycles(op: Opcode, td: Dtype, ts: Dtype, n: int, imm: int = 0, c: int
     elif op == Opcode.SILU:
         total += stream(elems(n, 2, ds=dk), True)
     elif op == Opcode.WSUM:
+        # R > 1: a chunk is rows t and t + 1 in one wide read when the stride is one word
+        # and row t's bytes of the column chunk are in one word (not for the last row), and p
+        # is read as a window of up to PW words from the first word needed (not past p's
+        # last word) that later chunks reuse.  R = 1: one row per chunk, p's last word kept.
+        PW = min(R, -(-(W - 1 + 4 * V) // W))       # the unit's p window: R, at most a buffer
+        plast = (a + 2 * n - 1) // W
         for j in range(0, imm, V):
             cnt = min(V, imm - j)
-            rows, cached = [], None
-            for t in range(n):
-                r = rd(b + t * c + j, cnt)
-                if (a + 2 * t) // W != cached:
-                    cached = (a + 2 * t) // W
-                    r += 1
+            rows, win = [], None                    # win: (first word, words) of p kept
+            t = 0
+            while t < n:
+                xw = _span(b + t * c + j, cnt, W)
+                pair = R > 1 and c == W and xw == 1 and t + 1 < n
+                r = -(-(xw + pair) // R)
+                fy, ny = (a + 2 * t) // W, _span(a + 2 * t, 2 + 2 * pair, W)
+                if R == 1:
+                    if win is None or fy != win[0]:
+                        win, r = (fy, 1), r + 1
+                elif win is None or not (0 <= fy - win[0] and fy - win[0] + ny <= win[1]):
+                    win, r = (fy, min(PW, plast - fy + 1)), r + 1
                 rows.append((r, 0))
+                t += 1 + pair
             total += stream(rows, wait_slots=False)
             wd = _span(d + 4 * j, 4 * cnt, W)
             if j + V >= imm:

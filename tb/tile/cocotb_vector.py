@@ -447,7 +447,8 @@ async def rope_silu(dut):
 
 @cocotb.test(timeout_time=TIMEOUT_US, timeout_unit="us")
 async def wsum(dut):
-    """wsum: positions x widths (1, V-1, V, V+1, head sizes), strides, extremes."""
+    """wsum: positions x widths (1, V-1, V, V+1, head sizes), strides, extremes; then the
+    row pairs and p windows of the wide read (`Stimulus.wsum_pairs`), every one kept."""
     tb = VectorBench(dut, seed=SEED + 7)
     await tb.start()
     s = tb.stim
@@ -455,7 +456,10 @@ async def wsum(dut):
              s.wsum(20, 8, kind="softmax"), s.wsum(64, 8, stride=8, kind="softmax"),
              s.wsum(3, 2 * V + 3), s.wsum(6, 13, kind="min"), s.wsum(6, 13, kind="max"),
              s.wsum(4, 16, kind="minmax"), s.wsum(12, 4, stride=0), s.wsum(30, 24, stride=40)]
-    await tb.run_all(_sample(cases, keep=range(0, len(cases), 2)))
+    pairs = s.wsum_pairs()
+    cases += pairs
+    await tb.run_all(_sample(cases, keep=[*range(0, len(cases) - len(pairs), 2),
+                                          *range(len(cases) - len(pairs), len(cases))]))
     await tb.stop()
 
 

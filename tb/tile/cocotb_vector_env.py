@@ -537,18 +537,52 @@ class Stimulus:
                     {"op": Opcode.SILU, "td": Dtype.I16, "ts": Dtype.I16, "d": d, "a": a,
                      "n": n, "imm": frac_bits}, [(a, x.tobytes())])
 
-    def wsum(self, n, width, stride=None, kind="random"):
+    def wsum(self, n, width, stride=None, kind="random", a=None, b=None):
+        """``wsum.i32.u16``: ``n`` positions of ``width`` int8 V columns, rows ``stride``
+        bytes apart (default ``width`` + 0 .. 3), p at ``a`` and V at ``b`` (default: P and
+        A plus a random offset).  Kinds as `values`, ``softmax`` (p summing to about
+        2**15, random V)."""
         cfg = self.cfg
         stride = width + self.prng.randrange(4) if stride is None else stride
-        a = cfg.P + self.off(2)
-        b = cfg.A + (0 if self.aligned else self.prng.randrange(8))
+        a = cfg.P + self.off(2) if a is None else a
+        b = cfg.A + (0 if self.aligned else self.prng.randrange(8)) if b is None else b
         d = cfg.D + self.off(4)
         p = self.values(Dtype.U16, n, kind if kind != "random" else "random")
         if kind == "softmax":
             p = self.rng.integers(0, 2**15 // max(n, 1) * 2 + 1, n).astype("<u2")
         span = (n - 1) * stride + width
         raw = self.values(Dtype.I8, span, "random" if kind == "softmax" else kind)
-        return Case(f"wsum n={n} width={width} stride={stride} {kind}",
+        return Case(f"wsum n={n} width={width} stride={stride} a={a} b={b} {kind}",
                     {"op": Opcode.WSUM, "td": Dtype.I32, "ts": Dtype.U16, "d": d, "a": a,
                      "b": b, "n": n, "imm": width, "c": stride},
                     [(a, p.astype("<u2").tobytes()), (b, raw.tobytes())])
+
+    def wsum_pairs(self):
+        """``wsum`` cases aimed at the unit's row pairs (with a wide read, rows ``t`` and
+        ``t + 1`` in one read when the stride is one word W and row ``t``'s bytes of the
+        column chunk are in one word) and its window of p words (``docs/tile.md``,
+        "Vector unit"): n = 1, 2, 3 and odd / even n (a last row alone), stride W against
+        0, W - 1, W + 1 and 2W, widths 1, below V, V and above V (overlapping rows), V rows
+        ending at a word's last byte and one byte later (then no pair), p at offsets 0, 2
+        and W - 2 in its word (pairs of probabilities across two words), p ending at the
+        SRAM's last byte, and extreme p and V (-128, 127, 65535)."""
+        cfg = self.cfg
+        V, W = cfg.lanes, cfg.word_bytes
+        A, P = cfg.A, cfg.P
+        cases = []
+        for n in (1, 2, 3, 4, 5, 9, 17):
+            cases.append(self.wsum(n, min(V, W), stride=W, a=P, b=A))
+        for width in sorted({1, max(1, V - 1), V, V + 1, 2 * V + 3}):
+            for boff in sorted({0, max(0, W - min(width, V)), (W - min(width, V) + 1) % W}):
+                cases.append(self.wsum(7, width, stride=W, a=P + 2 * (width % 3), b=A + boff))
+        for aoff in (2, W - 2):
+            cases.append(self.wsum(6, V, stride=W, a=P + aoff, b=A))
+            cases.append(self.wsum(11, V, stride=W, a=P + aoff, b=A + W - 1, kind="minmax"))
+        for stride in (0, W - 1, W + 1, 2 * W):
+            cases.append(self.wsum(8, min(V, W), stride=stride, a=P + 2, b=A + 1))
+        for kind in ("min", "max", "minmax"):
+            cases.append(self.wsum(13, V, stride=W, a=P + W - 2, b=A, kind=kind))
+        end = cfg.sram_bytes
+        cases.append(self.wsum(5, V, stride=W, a=end - 10, b=A))     # p's last byte at the end
+        cases.append(self.wsum(4, V, stride=W, a=end - 8, b=A, kind="max"))
+        return cases

@@ -400,3 +400,30 @@ def test_rmsnormq_int8_saturation_pysim():
             seen |= {int(v) for v in ref.sram[d:d + n].view(np.int8)} & {127, -128}
     assert seen == {127, -128}, f"the records saturate only to {sorted(seen)}"
     _run_ok(cases)
+
+
+@pytest.mark.parametrize(("lanes", "word_bytes", "n_banks", "slots"),
+                         [(8, 8, 2, 4), (2, 8, 2, 4), (4, 8, 1, 3), (8, 8, 4, 5), (4, 16, 4, 3)])
+def test_wsum_pairs_pysim(lanes, word_bytes, n_banks, slots):
+    """``wsum`` with the wide read: two V rows per read when the stride is one word, p read
+    as a window of words (`Stimulus.wsum_pairs`: odd and even n from 1, strides W and not W,
+    widths below, at and above V, misaligned p and V, extremes) in the default chip's unit,
+    the small chip's (V = 2), the ulx3s tile's (one word per read: no pairs, as before),
+    four-word reads, and four-word reads with a buffer of two 16-byte words (a window of 2).
+    Results bit for bit and cycles equal to `vector_cycles` (`_run`).  And the pairs do
+    fire: at n = 64 the default chip's unit takes at least n / 2 cycles fewer than the
+    one-word-read unit's model (one read fewer per pair of rows)."""
+    cfg = VectorBenchConfig(lanes=lanes, word_bytes=word_bytes, sram_bytes=2048,
+                            n_banks=n_banks, slots=slots)
+    s = Stimulus(cfg, 12)
+    cases = s.wsum_pairs()
+    if (lanes, word_bytes, n_banks) == (8, 8, 2):
+        cases.append(s.wsum(64, 8, stride=8, a=cfg.P, b=cfg.A, kind="softmax"))
+    res = _run(cases, cfg)
+    bad = [(name, e) for name, e, _ in res if e != ErrorCode.NONE]
+    assert len(res) == len(cases) and not bad, bad
+    if (lanes, word_bytes, n_banks) == (8, 8, 2):
+        one = model_cycles(cases[-1].cmd, VectorBenchConfig(lanes=8, word_bytes=8,
+                                                            sram_bytes=2048, n_banks=1,
+                                                            slots=slots))
+        assert res[-1][2] <= one - 64 // 2, (res[-1], one)
