@@ -113,7 +113,7 @@ class _Lane(enum.Enum, shape=unsigned(4)):
     EXP = 7     # EXP2[f] >> n, from d = max - x
     ROPE = 8    # x[2j] c -+ x[2j+1] s ... >> shamt
     SILU = 9    # x * SIGMOID[j] >> 15
-    WSUM = 10   # x * y[0]
+    WSUM = 10   # x * y[0] (R > 1: x * p[t] + x2 * p[t + 1], a pair of rows)
     ENDS = 11   # lane 0 max(x * gain), lane 1 min(x * gain), * mult >> shamt (RMSNORMQ)
 
 
@@ -208,7 +208,8 @@ class VectorUnit(wiring.Component):
     argmax.
 
     Lane datapath (per lane): a 17 x 17 signed multiplier (RMSNorm ``x * gain``, the second
-    RoPE product), a 34 x 34 signed multiplier (``vmul`` is 32 x 32 into 64 bits; every
+    RoPE product, and with ``read_words`` > 1 ``WSUM``'s second row ``p[t+1] * V[t+1][j]``:
+    rows ``t`` and ``t + 1`` come in one wide read when the stride is one word), a 34 x 34 signed multiplier (``vmul`` is 32 x 32 into 64 bits; every
     requantisation is at most 32 x 16), an adder, a 50-bit arithmetic shifter (shifts clamped
     to 50, exact: a shifting lane's sum is below ``2**48``) with rounding, and a saturator
     to ``td``.  Commands must obey the ISA's type rules (the controller's legality check):
