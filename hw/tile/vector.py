@@ -209,8 +209,9 @@ class VectorUnit(wiring.Component):
 
     Lane datapath (per lane): a 17 x 17 signed multiplier (RMSNorm ``x * gain``, the second
     RoPE product, and with ``read_words`` > 1 ``WSUM``'s second row ``p[t+1] * V[t+1][j]``:
-    rows ``t`` and ``t + 1`` come in one wide read when the stride is one word), a 34 x 34 signed multiplier (``vmul`` is 32 x 32 into 64 bits; every
-    requantisation is at most 32 x 16), an adder, a 50-bit arithmetic shifter (shifts clamped
+    rows ``t`` and ``t + 1`` come in one wide read when the stride is one word), a 34 x 34
+    signed multiplier (``vmul`` is 32 x 32 into 64 bits; every requantisation is at most
+    32 x 16), an adder, a 50-bit arithmetic shifter (shifts clamped
     to 50, exact: a shifting lane's sum is below ``2**48``) with rounding, and a saturator
     to ``td``.  Commands must obey the ISA's type rules (the controller's legality check):
     the result slots are sized for destinations aligned to their element size, which the
