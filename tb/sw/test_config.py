@@ -199,3 +199,24 @@ def test_sram_read_bandwidths():
     assert u.sram_read_bytes_per_cycle == 8 and u.sram_peak_read_bytes_per_cycle == 16
     w = ChipConfig.from_string("mesh=2x1,W=16,n_banks=4")
     assert w.sram_peak_read_bytes_per_cycle == 2 * 16 * 5
+
+
+def test_wsum_estimate_pairs_rows_with_the_wide_read():
+    """``wsum`` width V = W = 8, word-aligned operands (``docs/tile.md``, "Timing", session
+    32): with one-word reads a row per chunk and a p word per W / 2 positions, ``n +
+    ceil(2n / W) + 15``; with two-word reads (the ``default`` chip) and the row stride W (the
+    decode attention's V rows) two rows per read and p two words at a time, ``ceil(n / 2) +
+    ceil(n / W) + 15``; with another stride only the p windows; and the ISA simulator's
+    estimate of the instruction on the ``default`` chip is the paired one."""
+    W = 8
+    for n in range(1, 200):
+        one = vector_cycles(Opcode.WSUM, Dtype.I32, Dtype.U16, n, 8, W, read_words=1, slots=4)
+        two = vector_cycles(Opcode.WSUM, Dtype.I32, Dtype.U16, n, 8, W, read_words=2, slots=4)
+        off = vector_cycles(Opcode.WSUM, Dtype.I32, Dtype.U16, n, 8, W + 1, read_words=2,
+                            slots=4)
+        assert one == n + -(-2 * n // W) + 15, n
+        assert two == -(-n // 2) + -(-n // W) + 15, n
+        assert two <= off <= one and (off < one or n <= W // 2), n   # one p word below
+    ins = Instr(Opcode.WSUM, td=Dtype.I32, ts=Dtype.U16.value, imm=8, c=W)
+    assert instr_cycles(ins, ChipConfig().isa_config(), 65) == 2 + vector_cycles(
+        Opcode.WSUM, Dtype.I32, Dtype.U16, 65, 8, W, read_words=2, slots=4)
