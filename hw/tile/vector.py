@@ -622,6 +622,7 @@ class VectorUnit(wiring.Component):
         pend_j = Signal(range(NW))
         pend_k = Signal(range(R + 1)) if R > 1 else None  # words of the landing read
         pend_last = Signal()
+        pend_pro = Signal()         # the landing read is the prologue's parameter word
         r_sel = Signal(2)
         r_j = Signal(range(3 * NW + 1))
         r_addr = Signal(ADDR_WIDTH + 1)
@@ -677,21 +678,29 @@ class VectorUnit(wiring.Component):
         # landing on runs as at L = 1, only later
         lat = self.bus.signature.latency
         l_pend, l_sel, l_j, l_k, l_last, l_pm = pend, pend_sel, pend_j, pend_k, pend_last, pm
+        l_pro = pend_pro
         in_flight = pend
         for k in range(2, lat + 1):
             d_pend, d_last = Signal(name=f"pend{k}"), Signal(name=f"pend{k}_last")
+            d_pro = Signal(name=f"pend{k}_pro")
             d_sel = Signal(2, name=f"pend{k}_sel")
             d_j = Signal(range(NW), name=f"pend{k}_j")
             d_pm = meta(f"pm{k}")
-            m.d.sync += [d_pend.eq(l_pend), d_last.eq(l_last), d_sel.eq(l_sel), d_j.eq(l_j)]
+            m.d.sync += [d_pend.eq(l_pend), d_last.eq(l_last), d_sel.eq(l_sel), d_j.eq(l_j),
+                         d_pro.eq(l_pro)]
             m.d.sync += [a.eq(b) for a, b in zip(d_pm, l_pm, strict=True)]
             if R > 1:
                 d_k = Signal(range(R + 1), name=f"pend{k}_k")
                 m.d.sync += d_k.eq(l_k)
                 l_k = d_k
-            l_pend, l_sel, l_j, l_last, l_pm = d_pend, d_sel, d_j, d_last, d_pm
+            l_pend, l_sel, l_j, l_last, l_pm, l_pro = d_pend, d_sel, d_j, d_last, d_pm, d_pro
             in_flight = in_flight | d_pend
-        m.d.sync += [pend.eq(0), fire.eq(l_pend & l_last), vpipe[0].eq(fire)]
+        # The prologue's word (REQM's multiplier and shift, RMSNorm's epsilon) is the first
+        # chunk of pass 1's stream: it does not fire into the lanes; in the cycle it would
+        # (`pro_fire`) its parameter is taken from the x shifter (below, after the lanes)
+        pro_fire = Signal()
+        m.d.sync += [pend.eq(0), fire.eq(l_pend & l_last & ~l_pro),
+                     pro_fire.eq(l_pend & l_last & l_pro), vpipe[0].eq(fire)]
         m.d.sync += [vpipe[k].eq(vpipe[k - 1]) for k in range(1, 4)]
         m.d.sync += [a.eq(b) for a, b in zip(mpipe[0], fm[3:6], strict=True)]
         for k in range(1, 4):
@@ -1151,10 +1160,24 @@ class VectorUnit(wiring.Component):
                 m.d.sync += wq.eq(0)
                 m.d.comb += pop.eq(1)
 
+        # -- pass starts ------------------------------------------------------------------------
+        # A pass starts (start_pass) in several states, a WSUM column chunk in one: they
+        # raise a strobe, and the registers they set are assigned once, after the FSM.
+        sp_go = Signal()            # start pass sp_p this cycle
+        ends_go = Signal()          # ... RMSNORMQ's pass 2: fire the ends, read nothing
+        sp_p = Signal(2)
+        col_go = Signal()           # WSUM: start the next column chunk this cycle
+
+        def start_pass(p):
+            """Start pass ``p``: set up its addresses and accumulators (after the FSM)."""
+            m.d.comb += [sp_go.eq(1), sp_p.eq(p)]
+
         def advance_r():
             """Step the read side to the next chunk of the pass, or mark the pass read."""
             with m.If(ps == _PRO):
-                m.d.sync += rd_done.eq(1)
+                # pass 1's reads follow the parameter word's at once (its chunks are tagged
+                # `pend_pro`, so the lanes, the credits and the reduction never see it)
+                start_pass(_P1)
             with m.Elif(op == Opcode.WSUM):
                 if WP:
                     with m.If(t + 1 + pair == nn):
@@ -1203,7 +1226,7 @@ class VectorUnit(wiring.Component):
             m.d.comb += [self.bus.en.eq(1), self.bus.addr.eq(r_addr), self.bus_words.eq(r_k)]
             with m.If(self.bus.ready):
                 m.d.sync += [rq.eq(rq + r_k), pend.eq(1), pend_sel.eq(r_sel), pend_j.eq(r_j),
-                             pend_last.eq(r_last)]
+                             pend_last.eq(r_last), pend_pro.eq(ps == _PRO)]
                 if R > 1:
                     m.d.sync += pend_k.eq(r_k)
                 m.d.comb += credit_in.eq((rq == 0) & wrtw_q)
@@ -1328,17 +1351,6 @@ class VectorUnit(wiring.Component):
                 m.d.comb += chk.eq(ErrorCode.ILLEGAL)
 
         # -- sequencing ----------------------------------------------------------------------
-        # A pass starts (start_pass) in several states, a WSUM column chunk in one: they
-        # raise a strobe, and the registers they set are assigned once, after the FSM.
-        sp_go = Signal()            # start pass sp_p this cycle
-        ends_go = Signal()          # ... RMSNORMQ's pass 2: fire the ends, read nothing
-        sp_p = Signal(2)
-        col_go = Signal()           # WSUM: start the next column chunk this cycle
-
-        def start_pass(p):
-            """Start pass ``p``: set up its addresses and accumulators (after the FSM)."""
-            m.d.comb += [sp_go.eq(1), sp_p.eq(p)]
-
         def finish(code=None):
             if code is not None:
                 m.d.sync += err.eq(code)
@@ -1463,15 +1475,7 @@ class VectorUnit(wiring.Component):
                 m.d.comb += in_stream.eq(1)
                 drained = rd_done & ~in_flight & ~fire & ~Cat(*vpipe, v5, v6).any()
                 with m.If(drained):
-                    with m.If(ps == _PRO):
-                        with m.If(op == Opcode.REQM):
-                            s_raw = sh_x[16:32]
-                            m.d.sync += [mult.eq(sh_x[:16]),
-                                         shamt.eq(Mux(s_raw > _SH_MAX, _SH_MAX, s_raw))]
-                        with m.Else():
-                            m.d.sync += eps.eq(sh_x[:64])
-                        start_pass(_P1)
-                    with m.Elif(op == Opcode.WSUM):
+                    with m.If(op == Opcode.WSUM):
                         # a column chunk is summed: queue its write, start the next one
                         with m.If(s_count < NS):
                             m.d.comb += push.eq(1)
@@ -1572,6 +1576,15 @@ class VectorUnit(wiring.Component):
                         m.d.sync += ay.eq(cmd.a)
                     with m.If(op == Opcode.DYNQ):
                         m.d.sync += ad.eq(cmd.d + W)
+        with m.If(pro_fire):
+            # the prologue's parameter word: REQM's multiplier and shift (used from pass 1's
+            # first chunk's stage 1, which fires a cycle later at the earliest), or RMSNorm's
+            # epsilon (used after pass 1, in Rsqrt-Sum)
+            with m.If(op == Opcode.REQM):
+                s_raw = sh_x[16:32]
+                m.d.sync += [mult.eq(sh_x[:16]), shamt.eq(Mux(s_raw > _SH_MAX, _SH_MAX, s_raw))]
+            with m.Else():
+                m.d.sync += eps.eq(sh_x[:64])
         with m.If(col_go):
             m.d.sync += [j0.eq(j0 + V), ax.eq(cmd.b + j0 + V), ay.eq(cmd.a),
                          ad.eq(ad + (V << 2))]

@@ -1068,7 +1068,9 @@ def _vec_stream(chunks, slots: int, credited: bool, table: bool, state: dict,
                 wait_slots: bool = True, lag: int = _VEC_LAG) -> int:
     """Return the cycles of one pass of the vector unit's stream engine.
 
-    ``chunks`` is a list of ``(read words, result words)`` in order; ``state["slots"]`` holds
+    ``chunks`` is a list of ``(read words, result words)`` in order (result words ``None``:
+    a parameter word read ahead of the pass's chunks, which takes no credit and yields no
+    result: the prologue of ``REQM`` and RMSNorm); ``state["slots"]`` holds
     the words of results still waiting to be written (carried between ``WSUM``'s column
     chunks).  ``credited``: a writing pass (its chunks' results go to slots); ``table``:
     the results go to the table RAM, not through the SRAM port.  ``lag``: cycles from the
@@ -1093,10 +1095,10 @@ def _vec_stream(chunks, slots: int, credited: bool, table: bool, state: dict,
             pop = q[0] == 0
         credit_in = False
         if not port and k < len(chunks) and (rq or not credited or cred < slots):
-            credit_in = credited and rq == 0
+            credit_in = credited and rq == 0 and chunks[k][1] is not None
             rq += 1
             if rq == chunks[k][0]:
-                if credited:
+                if credited and chunks[k][1] is not None:
                     pushes[cyc + lag] = chunks[k][1]
                 rq = 0
                 k += 1
@@ -1197,28 +1199,30 @@ def vector_cycles(op: Opcode, td: Dtype, ts: Dtype, n: int, imm: int = 0, c: int
         return out
 
     def stream(chunks, credited=False, table=False, wait_slots=True, lag=_VEC_LAG):
-        return (_vec_stream(chunks, slots, credited, table, state, wait_slots, lag)
-                + sram_latency - 1)
+        return _vec_stream(chunks, slots, credited, table, state, wait_slots,
+                           lag + sram_latency - 1)
 
     if op in (Opcode.VADD, Opcode.VSUB, Opcode.VMUL):
         total += stream(elems(n, sk, sk, dk), True)
     elif op == Opcode.REQI:
         total += stream(elems(n, sk, ds=dk), True)
     elif op == Opcode.REQM:
-        total += stream([(rd(b, 4), 0)]) + stream(elems(n, sk, ds=dk), True)
+        # the (m, s) word, then at once pass 1's chunks (its parameters are latched as the
+        # word leaves the shifter, a cycle before the first chunk's stage 1 at the earliest)
+        total += stream([(rd(b, 4), None)] + elems(n, sk, ds=dk), True)
     elif op in (Opcode.RSUM, Opcode.RSUMSQ, Opcode.RMAX, Opcode.RMAXABS, Opcode.ARGMAX):
         total += stream(elems(n, sk)) + _vec_flush(state, _span(d, dk, W))
     elif op == Opcode.RMSNORM:
-        total += stream([(rd(c, 8), 0)]) + stream(elems(n, 2))
+        total += stream([(rd(c, 8), None)] + elems(n, 2))       # eps, then pass 1
         total += 3 + stream(elems(n, 2, 2, dk), True)
     elif op == Opcode.DYNQ:
         total += stream(elems(n, sk)) + 3 + stream(elems(n, sk, ds=dk, d0=d + W), True)
     elif op == Opcode.RMSNORMQ:
-        # prologue (epsilon), pass 1 sum of squares and the ends of x * gain (x and gain
-        # read), the RMSNorm scalar step (3), pass 2 max |int16 normalised| of the two ends
-        # (no read, no write), the dynq scalar step and header write (3), pass 3 recompute
-        # and quantise into the record's data
-        total += stream([(rd(c, 8), 0)]) + stream(elems(n, 2, 2))
+        # the epsilon word read at the head of pass 1's stream, pass 1 sum of squares and the
+        # ends of x * gain (x and gain read), the RMSNorm scalar step (3), pass 2 max |int16
+        # normalised| of the two ends (no read, no write), the dynq scalar step and header
+        # write (3), pass 3 recompute and quantise into the record's data
+        total += stream([(rd(c, 8), None)] + elems(n, 2, 2))
         total += 3 + _VEC_ENDS
         total += 3 + stream(elems(n, 2, 2, 1, d0=d + W), True, lag=_VEC_LAG_Q)
     elif op == Opcode.SOFTMAX:

@@ -80,6 +80,9 @@ class VectorBenchConfig:
     slots
         The unit's result slots (``VectorUnit(slots=)``; 3 is the ``ulx3s`` tile's, 4 the
         ``default`` chip's).
+    sram_latency
+        L of the SRAM's read/write port (``VectorUnit(sram_latency=)``, the tile's
+        ``sram_latency``: 2 on the ``ulx3s`` chip); the host port has it too.
     """
 
     lanes: int = 8
@@ -87,6 +90,7 @@ class VectorBenchConfig:
     sram_bytes: int = 8192
     n_banks: int = 2
     slots: int = RESULT_SLOTS
+    sram_latency: int = 1
 
     @property
     def words(self) -> int:
@@ -116,7 +120,7 @@ class VectorBenchConfig:
     def isa(self) -> IsaConfig:
         return IsaConfig(sram_bytes=self.sram_bytes, word_bytes=self.word_bytes,
                          lanes=self.lanes, read_words=self.n_banks,
-                         cost=CostModel(vec_slots=self.slots))
+                         cost=CostModel(vec_slots=self.slots, sram_latency=self.sram_latency))
 
 
 CONFIGS = {
@@ -144,7 +148,7 @@ class VectorTop(wiring.Component):
     def __init__(self, cfg: VectorBenchConfig):
         self._cfg = cfg
         super().__init__({
-            "host": In(SramSignature(word_bytes=cfg.word_bytes)),
+            "host": In(SramSignature(word_bytes=cfg.word_bytes, latency=cfg.sram_latency)),
             "i_cmd": In(stream.Signature(VectorCommand)),
             "o_done": Out(stream.Signature(VectorDone)),
             "busy": Out(1),
@@ -153,13 +157,14 @@ class VectorTop(wiring.Component):
     def elaborate(self, platform):
         cfg = self._cfg
         m = Module()
-        R = cfg.n_banks
+        R, L = cfg.n_banks, cfg.sram_latency
         m.submodules.vu = vu = VectorUnit(lanes=cfg.lanes, word_bytes=cfg.word_bytes,
                                           sram_bytes=cfg.sram_bytes, read_words=R,
-                                          slots=cfg.slots)
+                                          slots=cfg.slots, sram_latency=L)
         m.submodules.sram = sram = Sram(size_bytes=cfg.sram_bytes, word_bytes=cfg.word_bytes,
-                                        n_banks=R, read_words=R)
-        m.submodules.arb = arb = SramArbiter(2, word_bytes=cfg.word_bytes, read_words=R)
+                                        n_banks=R, read_words=R, rw_latency=L)
+        m.submodules.arb = arb = SramArbiter(2, word_bytes=cfg.word_bytes, read_words=R,
+                                             latency=L)
         connect_narrow(m, flipped(self.host), arb.i[0])
         connect(m, vu.bus, arb.i[1])
         connect(m, arb.o, sram.rw)
@@ -210,7 +215,7 @@ def model_cycles(cmd: dict, cfg: VectorBenchConfig) -> int:
                          cmd.get("n", 0), cmd.get("imm", 0), cmd.get("c", 0), cmd.get("a", 0),
                          cmd.get("b", 0), cmd.get("d", 0), lanes=cfg.lanes,
                          word_bytes=cfg.word_bytes, slots=cfg.slots,
-                         read_words=cfg.n_banks)
+                         read_words=cfg.n_banks, sram_latency=cfg.sram_latency)
 
 
 class VectorRef:
@@ -556,6 +561,62 @@ class Stimulus:
                     {"op": Opcode.WSUM, "td": Dtype.I32, "ts": Dtype.U16, "d": d, "a": a,
                      "b": b, "n": n, "imm": width, "c": stride},
                     [(a, p.astype("<u2").tobytes()), (b, raw.tobytes())])
+
+    def prologue(self):
+        """``reqm``, ``rmsnorm`` and ``rmsnormq`` around their parameter word (``reqm``'s
+        ``(m, s)`` at B, RMSNorm's epsilon at C), which the unit reads at the head of pass
+        1's stream (session 32 (2): pass 1 no longer waits for it to drain): n = 1 (pass
+        1's one chunk fires a cycle after the word at the earliest, and ``reqm``'s lanes
+        need its multiplier then), the word at every aligned offset in its SRAM word, the
+        word inside the source vector, and the word inside the destination (pass 1 or 2
+        writes over it after it is read).  ``reqm``'s ``imm`` is 0, so a multiplier taken
+        late gives zeros."""
+        cfg = self.cfg
+        W = cfg.word_bytes
+        cases = []
+        for n, td, ts, m, sh in ((1, Dtype.I8, Dtype.I8, 3, 1), (1, Dtype.I32, Dtype.I16, 65535, 0),
+                                 (cfg.lanes - 1, Dtype.I16, Dtype.I32, 23456, 17),
+                                 (2 * cfg.lanes + 1, Dtype.I8, Dtype.I16, 777, 9)):
+            for off in range(0, W, 4):
+                case = self.reqi(n, td, ts, m, sh, op=Opcode.REQM)
+                b = cfg.P + W + off
+                case.cmd["b"] = b
+                case.writes[-1] = (b, case.writes[-1][1])
+                case.name += f" b%W={off}"
+                cases.append(case)
+        # (m, s) inside x, and in the destination, which pass 1 overwrites
+        case = self.reqi(2 * cfg.lanes + 3, Dtype.I16, Dtype.I16, 1000, 3, op=Opcode.REQM)
+        a, d = case.cmd["a"], case.cmd["d"]
+        b = (a + 8) & ~3
+        case.cmd["b"], case.writes[-1] = b, (b, case.writes[-1][1])
+        case.name += " b in A"
+        cases.append(case)
+        case = self.reqi(2 * cfg.lanes + 3, Dtype.I8, Dtype.I16, 1000, 3, op=Opcode.REQM)
+        b = (case.cmd["d"] + 4) & ~3
+        case.cmd["b"], case.writes[-1] = b, (b, case.writes[-1][1])
+        case.name += " b in D"
+        cases.append(case)
+
+        def with_c(case, c, tag):
+            eps = case.writes[-1][1]
+            case.cmd["c"], case.writes[-1] = c, (c, eps)
+            case.name += f" {tag}"
+            return case
+
+        for n in (1, 2, cfg.lanes + 1):
+            for off in range(0, W, 8):
+                cases.append(with_c(self.rmsnorm(n), cfg.P + W + off, f"c%W={off}"))
+                cases.append(with_c(self.rmsnormq(n), cfg.P + W + off, f"c%W={off}"))
+        # epsilon inside x (its write replaces x's first 8 bytes), inside the gain, inside
+        # the destination (pass 2 / 3 writes over it)
+        for make in (self.rmsnorm, self.rmsnormq):
+            case = make(2 * cfg.lanes + 5)
+            cases.append(with_c(case, (case.cmd["a"] + 8) & ~7, "c in A"))
+            case = make(2 * cfg.lanes + 5)
+            cases.append(with_c(case, (case.cmd["b"] + 8) & ~7, "c in B"))
+            case = make(2 * cfg.lanes + 5)
+            cases.append(with_c(case, (case.cmd["d"] + 8) & ~7, "c in D"))
+        return cases
 
     def wsum_pairs(self):
         """``wsum`` cases aimed at the unit's row pairs (with a wide read, rows ``t`` and

@@ -51,10 +51,14 @@ def _run(cases, cfg=CFG, check_all=True):
 
     async def host_read(ctx, addr, count):
         got = []
+        L = cfg.sram_latency
         for k in range(count):
             ctx.set(dut.host.en, 1)
             ctx.set(dut.host.addr, addr + k)
             await ctx.tick()
+            if L > 1:       # the word is on rdata L cycles after the grant
+                ctx.set(dut.host.en, 0)
+                await ctx.tick().repeat(L - 1)
             got.append(ctx.get(dut.host.rdata))
         ctx.set(dut.host.en, 0)
         return got
@@ -256,6 +260,47 @@ def test_other_geometries_pysim(lanes, word_bytes, n_banks, slots):
               s.silu(7), s.wsum(4, 2 * lanes + 1), s.rmsnormq(11), s.rmsnormq(6, "sat", shift=-5),
               s.rmsnormq_ends(2 * lanes + 3, "neg", at=lanes + 2, aligned=True)]
     _run_ok(cases, cfg)
+
+
+@pytest.mark.parametrize(("lanes", "word_bytes", "n_banks", "slots", "latency"),
+                         [(4, 8, 1, 3, 2), (8, 8, 2, 4, 3)])
+def test_sram_latency_pysim(lanes, word_bytes, n_banks, slots, latency):
+    """The unit behind an SRAM port of latency 2 (the ulx3s tile's unit) and 3: every op
+    family, writing passes long enough to be bound by the result slots, results bit for bit
+    and cycles equal to `vector_cycles(..., sram_latency=L)` (each chunk's result enters
+    its slot L - 1 cycles later, so the writes and the credits move with it; the model
+    added L - 1 per pass before and was off by up to 14 cycles, `silu` at n = 172)."""
+    cfg = VectorBenchConfig(lanes=lanes, word_bytes=word_bytes, sram_bytes=2048,
+                            n_banks=n_banks, slots=slots, sram_latency=latency)
+    s = Stimulus(cfg, 6)
+    cases = [s.table_case(tid, 0) for tid in TableId]
+    cases += [s.elementwise(Opcode.VMUL, 11, Dtype.I32, Dtype.I16),
+              s.elementwise(Opcode.VSUB, 5, Dtype.I8, Dtype.U8, "minmax"),
+              s.elementwise(Opcode.VADD, 67, Dtype.I16, Dtype.I16),
+              s.reqi(9, Dtype.I16, Dtype.I32, 1, 1), s.reqi(64, Dtype.I8, Dtype.I32, 23456, 17),
+              s.reqi(40, Dtype.I16, Dtype.I8, 999, 5, op=Opcode.REQM),
+              s.reduction(Opcode.ARGMAX, 13, Dtype.I16, Dtype.I8, "ties"),
+              s.reduction(Opcode.RSUMSQ, 7, Dtype.I64, Dtype.I16, "min"),
+              s.rmsnorm(9), s.rmsnorm(40), s.dynq(10, Dtype.I32), s.dynq(64, Dtype.I16),
+              s.softmax(9), s.softmax(70), s.rope(3, 6), s.silu(7), s.silu(172),
+              s.wsum(4, 2 * lanes + 1), s.wsum(20, 8, stride=8), s.rmsnormq(11),
+              s.rmsnormq(64), s.rmsnormq(6, "sat", shift=-5)]
+    _run_ok(cases, cfg)
+
+
+@pytest.mark.parametrize(("lanes", "word_bytes", "n_banks", "slots", "latency"),
+                         [(8, 8, 2, 4, 1), (4, 8, 1, 3, 2), (2, 16, 2, 3, 1), (8, 8, 2, 1, 3)])
+def test_prologue_pysim(lanes, word_bytes, n_banks, slots, latency):
+    """``reqm``, ``rmsnorm`` and ``rmsnormq`` read their parameter word at the head of pass
+    1's stream (`Stimulus.prologue`: n = 1, the word at each aligned offset of its SRAM word,
+    inside the source, inside the destination) in the default chip's unit, the ulx3s
+    tile's (one-word reads, SRAM latency 2), a 16-byte word (epsilon at offset 8) and one
+    slot at latency 3: results bit for bit, cycles equal to `vector_cycles`."""
+    cfg = VectorBenchConfig(lanes=lanes, word_bytes=word_bytes, sram_bytes=2048,
+                            n_banks=n_banks, slots=slots, sram_latency=latency)
+    s = Stimulus(cfg, 32)
+    cases = [s.table_case(TableId.RSQRT, 0), s.table_case(TableId.DYNQ, 0)]
+    _run_ok(cases + s.prologue(), cfg)
 
 
 @pytest.mark.parametrize(("kwargs", "message"),
