@@ -586,7 +586,7 @@ class Stimulus:
                 cases.append(case)
         # (m, s) inside x, and in the destination, which pass 1 overwrites
         case = self.reqi(2 * cfg.lanes + 3, Dtype.I16, Dtype.I16, 1000, 3, op=Opcode.REQM)
-        a, d = case.cmd["a"], case.cmd["d"]
+        a = case.cmd["a"]
         b = (a + 8) & ~3
         case.cmd["b"], case.writes[-1] = b, (b, case.writes[-1][1])
         case.name += " b in A"
