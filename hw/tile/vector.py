@@ -1160,24 +1160,14 @@ class VectorUnit(wiring.Component):
                 m.d.sync += wq.eq(0)
                 m.d.comb += pop.eq(1)
 
-        # -- pass starts ------------------------------------------------------------------------
-        # A pass starts (start_pass) in several states, a WSUM column chunk in one: they
-        # raise a strobe, and the registers they set are assigned once, after the FSM.
-        sp_go = Signal()            # start pass sp_p this cycle
-        ends_go = Signal()          # ... RMSNORMQ's pass 2: fire the ends, read nothing
-        sp_p = Signal(2)
-        col_go = Signal()           # WSUM: start the next column chunk this cycle
-
-        def start_pass(p):
-            """Start pass ``p``: set up its addresses and accumulators (after the FSM)."""
-            m.d.comb += [sp_go.eq(1), sp_p.eq(p)]
-
         def advance_r():
             """Step the read side to the next chunk of the pass, or mark the pass read."""
             with m.If(ps == _PRO):
-                # pass 1's reads follow the parameter word's at once (its chunks are tagged
-                # `pend_pro`, so the lanes, the credits and the reduction never see it)
-                start_pass(_P1)
+                # pass 1's reads follow the parameter word's at once (its read is tagged
+                # `pend_pro`, so the lanes, the credits and the reduction never see it): the
+                # prologue's start (sp_go) set up pass 1's registers but x's address and the
+                # write flag (wrtw_q, REQM's pass 1 writes), so only those and the pass change
+                m.d.sync += [ps.eq(_P1), ax.eq(cmd.a), wrtw_q.eq(op == Opcode.REQM)]
             with m.Elif(op == Opcode.WSUM):
                 if WP:
                     with m.If(t + 1 + pair == nn):
@@ -1351,6 +1341,17 @@ class VectorUnit(wiring.Component):
                 m.d.comb += chk.eq(ErrorCode.ILLEGAL)
 
         # -- sequencing ----------------------------------------------------------------------
+        # A pass starts (start_pass) in several states, a WSUM column chunk in one: they
+        # raise a strobe, and the registers they set are assigned once, after the FSM.
+        sp_go = Signal()            # start pass sp_p this cycle
+        ends_go = Signal()          # ... RMSNORMQ's pass 2: fire the ends, read nothing
+        sp_p = Signal(2)
+        col_go = Signal()           # WSUM: start the next column chunk this cycle
+
+        def start_pass(p):
+            """Start pass ``p``: set up its addresses and accumulators (after the FSM)."""
+            m.d.comb += [sp_go.eq(1), sp_p.eq(p)]
+
         def finish(code=None):
             if code is not None:
                 m.d.sync += err.eq(code)

@@ -326,7 +326,8 @@ async def reductions(dut):
 
 @cocotb.test(timeout_time=TIMEOUT_US, timeout_unit="us")
 async def rmsnorm(dut):
-    """rmsnorm: random rows, all-zero (eps 0 and > 0), extremes, outlier, shifts, types."""
+    """rmsnorm: random rows, all-zero (eps 0 and > 0), extremes, outlier, shifts, types; the
+    parameter words of reqm / rmsnorm / rmsnormq (`Stimulus.prologue`)."""
     tb = VectorBench(dut, seed=SEED + 3)
     await tb.start()
     await tb.load_tables()
@@ -345,7 +346,10 @@ async def rmsnorm(dut):
         x[:] = x // 64
         x[17] = -32768
     cases.append(_edit_source(s.rmsnorm(64), np.int16, outlier, " outlier"))
-    await tb.run_all(_sample(cases, keep=range(0, len(cases), 2)))
+    # reqm / rmsnorm / rmsnormq around their parameter word, read at the head of pass 1's
+    # stream (`Stimulus.prologue`, session 32 (2)), every one kept
+    pro = s.prologue()
+    await tb.run_all(_sample(cases, keep=range(0, len(cases), 2)) + pro)
     await tb.stop()
 
 
