@@ -141,25 +141,35 @@ def _split3(n: int, word_bytes: int, vsplit: bool) -> tuple:
 
 #: Keys from which a decode step's weighted sum of V is split with the attention tile's helper
 #: (`_wsum_split`; below, the tile sums every key): the tail costs the tile the ``vadd`` of
-#: the partial sums and the network's round trip besides its keys, which the ISA simulator's
-#: estimate puts at a crossover near 52 keys and the RTL near 72 (session 13, stories260K on
-#: the default chip, every second position from 40 to 100 with and without tails: without
-#: them 14 to 69 cycles shorter at positions 40 .. 64, 10 longer at 66, about even at 68
-#: and 70, 16 to 64 longer from 72 on).  0: every tail the split allows (the small model's
-#: tests, whose 32 positions end before it, run the tails that way).
-WSUM_SPLIT_FROM = 72
+#: the partial sums and the network's round trip besides its keys.  Measured on the RTL
+#: (session 32, stories260K on the default chip, `wsum` reading two V rows per wide read: a
+#: decode step at every position to 511 with and without tails, `run_rtl` with a
+#: ``"steps"`` job): tails cost 122 cycles a step on average at positions 32 .. 47, 90 at
+#: 64 .. 79, 42 at 128 .. 143, 15 at 192 .. 223, about nothing at 224 .. 255 (-4 on
+#: average), and save 13 at 256 .. 287, 93 at 320 .. 351, 252 at 480 .. 511.  (Session 13
+#: put the crossover at 72 keys, when a `wsum` cost twice as many cycles per key.)  0: every
+#: tail the split allows (the small model's tests, whose 32 positions end before it, run the
+#: tails that way).
+WSUM_SPLIT_FROM = 240
+#: The attention tile's share of the keys in a split, ``c ~ WSUM_SPLIT_SHARE n +
+#: WSUM_SPLIT_OFFSET`` (`_wsum_split`).
+WSUM_SPLIT_SHARE, WSUM_SPLIT_OFFSET = 0.583, 12
 
 
 def _wsum_split(n: int, word_bytes: int) -> int:
     """Keys ``0 .. c - 1`` of a decode step's ``n`` whose weighted sum of V an attention tile
     computes itself with `TensorRoles.wsplit`; its partner sums ``c .. n - 1`` (none when
-    ``c = n``).  The tile's ``wsum`` takes about ``18 + 1.25 c`` cycles; the partner's path,
-    the probabilities' send (``(n - c) / 4`` flits), its ``wsum`` and the partial sums' way
-    back, about ``36 + 1.5 (n - c)``: ``c ~ 0.545 n + 6.5``, a multiple of ``W / 2`` (the
-    tail of the uint16 probabilities starts word-aligned), at least that; no tail below
-    `WSUM_SPLIT_FROM` keys (there it costs more than it saves)."""
+    ``c = n``).  On the default chip the tile's ``wsum`` takes about ``17 + 0.625 c`` cycles
+    (two V rows per wide read, ``docs/tile.md`` "Session 32"); the partner's path, the
+    probabilities' send (``(n - c) / 4`` flits), its ``wsum`` and the partial sums' way back,
+    about ``35 + 0.875 (n - c)``: ``c ~ 0.583 n + 12`` (`WSUM_SPLIT_SHARE`,
+    `WSUM_SPLIT_OFFSET`), a multiple of ``W / 2`` (the tail of
+    the uint16 probabilities starts word-aligned), at least that; no tail below
+    `WSUM_SPLIT_FROM` keys (there it costs more than it saves).  On the RTL at position 256
+    this split is 95 cycles shorter than session 13's ``c ~ 0.545 n + 6.5`` (10,350 against
+    10,445 decode cycles, before session 32's prologue change)."""
     q = max(1, word_bytes // 2)
-    c = max(q, int(round((6.5 + 0.545 * n) / q)) * q)
+    c = max(q, int(round((WSUM_SPLIT_OFFSET + WSUM_SPLIT_SHARE * n) / q)) * q)
     return n if c >= n or n < WSUM_SPLIT_FROM else c
 
 

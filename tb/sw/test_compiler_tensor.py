@@ -37,11 +37,15 @@ def small_qm():
 
 @pytest.fixture
 def all_tails(monkeypatch):
-    """Send every weighted-sum tail the split allows (`tensor.WSUM_SPLIT_FROM` 0), so that
-    the small model's short contexts (32 positions) run the partners' tails, which the
-    compiler keeps for 72 keys and more."""
+    """Send every weighted-sum tail the split allows (`tensor.WSUM_SPLIT_FROM` 0), with
+    session 13's share of the keys (``c ~ 0.545 n + 6.5``, which leaves a tail from 13 keys
+    on, where today's ``0.583 n + 12`` leaves none below 34), so that the small model's short
+    contexts (32 positions) run the partners' tails, which the compiler keeps for 240 keys
+    and more."""
     from chipotle.compiler import tensor
     monkeypatch.setattr(tensor, "WSUM_SPLIT_FROM", 0)
+    monkeypatch.setattr(tensor, "WSUM_SPLIT_SHARE", 0.545)
+    monkeypatch.setattr(tensor, "WSUM_SPLIT_OFFSET", 6.5)
 
 
 @pytest.fixture(scope="module")
@@ -502,10 +506,11 @@ def test_wsum_split():
         for n in range(1, 600):
             c = _wsum_split(n, W)
             assert 1 <= c <= n and (c == n or c % max(1, W // 2) == 0), (W, n, c)
-            assert c == n or n >= 72, (W, n, c)     # WSUM_SPLIT_FROM
-    assert min(n for n in range(1, 600) if _wsum_split(n, 8) < n) == 72
-    assert abs(_wsum_split(512, 8) / 512 - 0.557) < 0.01
-    assert _wsum_split(65, 8) == 65 and _wsum_split(257, 8) == 148  # positions 64 and 256
+            assert c == n or n >= 240, (W, n, c)    # WSUM_SPLIT_FROM
+    assert min(n for n in range(1, 600) if _wsum_split(n, 8) < n) == 240
+    # c ~ 0.583 n + 12 (session 32's wsum): 0.583 * 512 + 12 = 310.5, to a multiple of 4
+    assert _wsum_split(512, 8) == 312
+    assert _wsum_split(65, 8) == 65 and _wsum_split(257, 8) == 160  # positions 64 and 256
 
 
 def test_wsum_tails_without_the_threshold(all_tails):
