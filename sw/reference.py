@@ -32,6 +32,12 @@ RMS_EPS = np.float32(1e-5)
 ROPE_THETA = np.float32(10000.0)
 
 
+class FloatOverflowError(ValueError):
+    """`Transformer.forward` left float32's range: an RMSNorm's sum of squares or a logit is
+    infinite or NaN, so the output means nothing (run.c would go on and print it).  A
+    degenerate or corrupt checkpoint (huge weights); a sane model never gets near it."""
+
+
 def rmsnorm(x: np.ndarray, weight: np.ndarray) -> np.ndarray:
     """Return ``weight * (x / sqrt(mean(x**2) + 1e-5))`` in float32, as run.c's ``rmsnorm``.
 
@@ -39,8 +45,17 @@ def rmsnorm(x: np.ndarray, weight: np.ndarray) -> np.ndarray:
     ----------
     x, weight : numpy.ndarray
         float32, shape ``(n,)``.
+
+    Raises
+    ------
+    FloatOverflowError
+        If the sum of squares is not finite (``|x|`` beyond about 1.8e19, or a non-finite
+        ``x``): the norm would be ``0 * x``, meaningless (run.c goes on with it).
     """
-    ss = np.dot(x, x) / np.float32(x.shape[0]) + RMS_EPS
+    ss = np.dot(x, x)
+    if not np.isfinite(ss):
+        raise FloatOverflowError("the activations' sum of squares is not finite")
+    ss = ss / np.float32(x.shape[0]) + RMS_EPS
     return weight * (np.float32(1.0) / np.sqrt(np.float32(ss)) * x)
 
 
@@ -80,12 +95,6 @@ def _rope(vec, cos, sin):
     out[:, 0::2] = v0 * cos - v1 * sin
     out[:, 1::2] = v0 * sin + v1 * cos
     return out
-
-
-class FloatOverflowError(ValueError):
-    """`Transformer.forward` left float32's range: an RMSNorm's sum of squares or a logit is
-    infinite or NaN, so the output means nothing (run.c would go on and print it).  A
-    degenerate or corrupt checkpoint (huge weights); a sane model never gets near it."""
 
 
 class Transformer:
@@ -159,41 +168,43 @@ class Transformer:
         cos, sin = rope_cos_sin(pos, hs)
 
         x = np.array(w.token_embedding[token], np.float32)
+        layer, stage = 0, "attention"  # the norm running, for an overflow's error
+        try:
+            with np.errstate(over="ignore", invalid="ignore"):
+                for layer in range(c.n_layers):
+                    stage = "attention"
+                    xb = rmsnorm(x, w.rms_att[layer])
+                    q = _rope((w.wq[layer] @ xb).reshape(n_heads, hs), cos, sin)
+                    k = _rope((w.wk[layer] @ xb).reshape(n_kv, hs), cos, sin)
+                    v = w.wv[layer] @ xb
+                    self.key_cache[layer, pos] = k.reshape(-1)
+                    self.value_cache[layer, pos] = v
 
-        def norm(x, gain, where):
-            # |x| beyond about 1.8e19 overflows the sum of squares: the norm is then 0 * x
-            if not np.isfinite(np.dot(x, x)):
-                raise FloatOverflowError(
-                    f"the float reference leaves float32's range at position {pos}, {where} "
-                    f"(the activations' sum of squares is not finite): a degenerate or "
-                    f"corrupt checkpoint, huge or non-finite weights")
-            return rmsnorm(x, gain)
-        with np.errstate(over="ignore", invalid="ignore"):
-            for layer in range(c.n_layers):
-                xb = norm(x, w.rms_att[layer], f"the attention RMSNorm of layer {layer}")
-                q = _rope((w.wq[layer] @ xb).reshape(n_heads, hs), cos, sin)
-                k = _rope((w.wk[layer] @ xb).reshape(n_kv, hs), cos, sin)
-                v = w.wv[layer] @ xb
-                self.key_cache[layer, pos] = k.reshape(-1)
-                self.value_cache[layer, pos] = v
+                    keys = self.key_cache[layer, : pos + 1].reshape(pos + 1, n_kv, hs)
+                    values = self.value_cache[layer, : pos + 1].reshape(pos + 1, n_kv, hs)
+                    keys = keys[:, self._kv_head]          # (T, n_heads, hs)
+                    values = values[:, self._kv_head]
+                    scores = np.einsum("hd,thd->ht", q, keys) * inv_sqrt_hs
+                    att = softmax(scores)                  # (n_heads, T)
+                    out = np.einsum("ht,thd->hd", att, values).reshape(-1)
+                    x = x + w.wo[layer] @ out
 
-                keys = self.key_cache[layer, : pos + 1].reshape(pos + 1, n_kv, hs)
-                values = self.value_cache[layer, : pos + 1].reshape(pos + 1, n_kv, hs)
-                keys = keys[:, self._kv_head]          # (T, n_heads, hs)
-                values = values[:, self._kv_head]
-                scores = np.einsum("hd,thd->ht", q, keys) * inv_sqrt_hs
-                att = softmax(scores)                  # (n_heads, T)
-                out = np.einsum("ht,thd->hd", att, values).reshape(-1)
-                x = x + w.wo[layer] @ out
+                    stage = "feed-forward"
+                    xb = rmsnorm(x, w.rms_ffn[layer])
+                    h1 = w.w1[layer] @ xb
+                    h3 = w.w3[layer] @ xb
+                    hb = h1 * (np.float32(1.0) / (np.float32(1.0) + np.exp(-h1))) * h3
+                    x = x + w.w2[layer] @ hb
 
-                xb = norm(x, w.rms_ffn[layer], f"the feed-forward RMSNorm of layer {layer}")
-                h1 = w.w1[layer] @ xb
-                h3 = w.w3[layer] @ xb
-                hb = h1 * (np.float32(1.0) / (np.float32(1.0) + np.exp(-h1))) * h3
-                x = x + w.w2[layer] @ hb
-
-            x = norm(x, w.rms_final, "the final RMSNorm")
-            logits = (w.wcls @ x).astype(np.float32, copy=False)
+                stage = "final"
+                x = rmsnorm(x, w.rms_final)
+                logits = (w.wcls @ x).astype(np.float32, copy=False)
+        except FloatOverflowError as e:
+            where = ("the final RMSNorm" if stage == "final"
+                     else f"the {stage} RMSNorm of layer {layer}")
+            raise FloatOverflowError(
+                f"the float reference leaves float32's range at position {pos}, {where} ({e}): "
+                f"a degenerate or corrupt checkpoint, huge or non-finite weights") from None
         self._filled = pos + 1
         if not np.isfinite(logits).all():
             raise FloatOverflowError(

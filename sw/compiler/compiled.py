@@ -260,8 +260,8 @@ class CompiledModel:
                 out.append(("SRAM", Fit(fit.config if fit is not None else (), note=note)))
         if self.imem_dropped:
             keep = _imem_fit(self.imem_needed, self.config)
-            out.append(("instruction memory", Fit(keep[0].config if keep else (),
-                                                  note=_variants_note(self.imem_dropped))))
+            note = _without(self.imem_dropped, _IMEM_VARIANTS)
+            out.append(("instruction memory", Fit(keep[0].config if keep else (), note=note)))
         return out
 
     def weight_bytes_per_token(self) -> int:
@@ -514,7 +514,7 @@ def _compile_tensor(qm: QuantizedModel, config: ChipConfig, context: int,
                     batches: int | None, kvapp: bool = False) -> CompiledModel:
     """`_compile` for ``placement="tensor"`` (`chipotle.compiler.tensor`), after the checks
     `_compile` makes for both placements."""
-    from .tensor import place_tensor, tensor_images, tensor_program
+    from .tensor import place_tensor, scores_pipelined, tensor_images, tensor_program
     isa = config.isa_config()
     c = qm.config
     if config.n_counters < 5:
@@ -563,7 +563,8 @@ def _compile_tensor(qm: QuantizedModel, config: ChipConfig, context: int,
     images = {xy: _chunks(lay, data[xy], isa) for xy, lay in pl.tiles.items()}
     left = [name for (name, _), lost in zip(_IMEM_VARIANTS, (
         bool(best.gpair) and not roles.gpair, bool(best.prow) and not roles.prow,
-        not pipelined and _scores_pipeline(roles, isa)), strict=True) if lost]
+        not pipelined and any(scores_pipelined(roles, xy, isa) for xy in roles.kv)),
+        strict=True) if lost]
     return CompiledModel(config, qm, c, context, images, programs, entries, pl, sources,
                          tuple(left), first if left else 0)
 
@@ -639,27 +640,17 @@ _SCHEMES = (("prow", "a prefill batch's last rows on the helpers", "prefill"),
 
 #: The tensor placement's longer program variants, by name, in the order `_compile_tensor`
 #: leaves them out when the instruction memory is short, each with the phases it speeds up.
-_IMEM_VARIANTS = (("the gate packed in pairs", {"prefill", "decode"}),
-                  ("a prefill batch's last rows on the helpers", {"prefill"}),
-                  ("the software-pipelined scores", {"prefill"}))
+_IMEM_VARIANTS = (("the gate packed in pairs", "prefill and decode"),
+                  ("a prefill batch's last rows on the helpers", "prefill"),
+                  ("the software-pipelined scores", "prefill"))
 
 
-def _variants_note(names) -> str:
-    """``"without <names>: slower <phases>"`` for program variants (`_IMEM_VARIANTS`)."""
-    phases = set().union(*(ph for name, ph in _IMEM_VARIANTS if name in names))
-    slower = " and ".join(p for p in ("prefill", "decode") if p in phases)
-    return f"without {', '.join(names)}: slower {slower}"
-
-
-def _scores_pipeline(roles, isa) -> bool:
-    """Whether an attention tile's scores are software-pipelined when the programs may
-    (`chipotle.compiler.tensor._scores`: one KV head, its query heads in one ``matqk``)."""
-    for xy, (g0, g1) in roles.kv.items():
-        q0, q1 = roles.q[xy]
-        g = (q1 - q0) // (g1 - g0)
-        if g1 - g0 == 1 and g <= isa.max_m:
-            return True
-    return False
+def _without(names, table) -> str:
+    """``"without <names>: slower <phases>"`` for names of `_SCHEMES` or `_IMEM_VARIANTS`
+    (rows ending in the name and the phases it speeds up)."""
+    phases = {p for *_, name, ph in table if name in names for p in ph.split(" and ")}
+    return (f"without {', '.join(names)}: slower "
+            f"{' and '.join(p for p in ('prefill', 'decode') if p in phases)}")
 
 
 def _tensor_schemes(qm: QuantizedModel, config: ChipConfig, context: int,
@@ -687,11 +678,7 @@ def _schemes_note(qm: QuantizedModel, config: ChipConfig, context: int, kib: int
     full = _tensor_schemes(qm, config.replace(sram_bytes=sizes[-1] * 1024), context, kvapp)
     if have is None or full is None or len(have) >= len(full):
         return "", None
-    lost = [name for name in full if name not in have]
-    phases = {phase for _, name, phase in _SCHEMES if name in lost}
-    slower = "prefill" if phases == {"prefill"} else "decode" if phases == {"decode"} \
-        else "prefill and decode"
-    note = f"without {', '.join(lost)}: slower {slower}"
+    note = _without([name for name in full if name not in have], _SCHEMES)
     if keep_context is not None and keep_context != context:
         context = keep_context
         full = _tensor_schemes(qm, config.replace(sram_bytes=sizes[-1] * 1024), context,
@@ -803,7 +790,7 @@ def _suggest_tensor(qm: QuantizedModel, config: ChipConfig, context: int, messag
             note, more = _schemes_note(qm, config, context, kib, kvapp)
             left = dropped.get(kib * 1024, ()) if extra == () else ()
             if left:                 # fits with the instruction memory as given, slower
-                note = "; ".join(filter(None, (note, _variants_note(left))))
+                note = "; ".join(filter(None, (note, _without(left, _IMEM_VARIANTS))))
             if kib * 1024 < need:    # the need named is the refused size's layout's
                 note = "; ".join(filter(None, (note, "below the need named: a smaller "
                                                       "layout fits at this size")))

@@ -143,10 +143,11 @@ def _split3(n: int, word_bytes: int, vsplit: bool) -> tuple:
 #: (`_wsum_split`; below, the tile sums every key): the tail costs the tile the ``vadd`` of
 #: the partial sums and the network's round trip besides its keys.  Measured on the RTL
 #: (session 32, stories260K on the default chip, `wsum` reading two V rows per wide read: a
-#: decode step at every position to 511 with and without tails, `run_rtl` with a
-#: ``"steps"`` job): tails cost 122 cycles a step on average at positions 32 .. 47, 90 at
-#: 64 .. 79, 42 at 128 .. 143, 15 at 192 .. 223, about nothing at 224 .. 255 (-4 on
-#: average), and save 13 at 256 .. 287, 93 at 320 .. 351, 252 at 480 .. 511.  (Session 13
+#: decode step at every position to 511 with and without tails, ``python -m
+#: chipotle.sim.decode_sweep --to 511 --split-from 0,100000``): tails cost 122 cycles a
+#: step on average at positions 32 .. 47, 90 at 64 .. 79, 42 at 128 .. 143, 15 at 192 ..
+#: 223, about nothing at 224 .. 255 (-4 on average), and save 13 at 256 .. 287, 93 at
+#: 320 .. 351, 252 at 480 .. 511.  (Session 13
 #: put the crossover at 72 keys, when a `wsum` cost twice as many cycles per key.)  0: every
 #: tail the split allows (the small model's tests, whose 32 positions end before it, run the
 #: tails that way).
@@ -1154,6 +1155,14 @@ def _query_sends(k, h) -> list:
     return [(_rect((x, x, y, y)), k.pl.tiles[(x, y)][f"pq{h}"]) for x, y in tiles]
 
 
+def scores_pipelined(roles: TensorRoles, xy, isa: IsaConfig) -> bool:
+    """Whether attention tile `xy`'s scores can be software-pipelined (`_scores_pipelined`):
+    one KV head, all its query heads on the tile in one ``matqk`` (at most M of them)."""
+    (g0, g1), (q0, q1) = roles.kv[xy], roles.q[xy]
+    g = (q1 - q0) // (g1 - g0)
+    return g1 - g0 == 1 and g <= isa.max_m
+
+
 def _scores(e, k, att_ms, kbase, kstep, vbase, vstep, vstride, row_skip, kvs, rows=0):
     """Scores, softmax and weighted sums of V of the batch's rows on an attention tile, all
     keys on the tile (software-pipelined when one ``matqk`` serves a row): the first `rows`
@@ -1165,7 +1174,7 @@ def _scores(e, k, att_ms, kbase, kstep, vbase, vstep, vstride, row_skip, kvs, ro
     nk, nq = g1 - g0, q1 - q0
     g = nq // nk                            # query heads per KV head on this tile
     gc = max(d for d in range(1, min(g, isa.max_m) + 1) if g % d == 0)
-    if nk == 1 and g == gc and k.pipe_att:
+    if scores_pipelined(k.roles, k.xy, isa) and k.pipe_att:       # then gc == g
         _scores_pipelined(e, k, att_ms, kbase, vbase, vstride, gc, row_skip, kvs, rows)
     else:
         def arow():

@@ -226,3 +226,26 @@ def test_bench_does_not_ask_for_a_context_the_chip_cannot_hold(capsys, model_pat
         bench.main([*argv, "--prompts", str(most - 1)])
     err = capsys.readouterr().err
     assert f"give --context {most} or more" in err, err
+
+
+def test_decode_sweep_compares_the_weighted_sum_split(monkeypatch):
+    """`chipotle.sim.decode_sweep.sweep` on the ISA simulator, the small model on 3 x 2
+    tiles (whose partners take weighted-sum tails) with session 13's share of the keys (the
+    one that leaves the small context tails): a step at every position; with every tail
+    (`WSUM_SPLIT_FROM` 0) the steps differ from those without (a value past the context)
+    exactly where the split hands a tail over, and the compiler's setting is restored."""
+    from chipotle.compiler import tensor
+    from chipotle.sim.decode_sweep import sweep
+    monkeypatch.setattr(tensor, "WSUM_SPLIT_SHARE", 0.545)
+    monkeypatch.setattr(tensor, "WSUM_SPLIT_OFFSET", 6.5)
+    qm, cfg, last = small_model(), SMALL.replace(mesh_width=3, mesh_height=2,
+                                                 imem_words=1024), 20
+    saved = tensor.WSUM_SPLIT_FROM
+    tails, none = (sweep(qm, cfg, v, last, "isasim") for v in (0, 10_000))
+    assert tensor.WSUM_SPLIT_FROM == saved
+    assert len(tails) == len(none) == last + 1 and min(none) > 0
+    W = cfg.word_bytes
+    monkeypatch.setattr(tensor, "WSUM_SPLIT_FROM", 0)     # the positions with a tail then
+    split = [p for p in range(last + 1) if tensor._wsum_split(p + 1, W) < p + 1]
+    assert split, "no position with a tail: the test shows nothing"
+    assert [p for p in range(last + 1) if tails[p] != none[p]] == split, (tails, none)
