@@ -314,14 +314,22 @@ class CompiledModel:
         return "\n".join(out)
 
     def mesh_diagram(self) -> str:
-        """Return the mesh as a grid of boxes: each tile's stages, SRAM used, and arrows of
-        the snake path (``>``, ``<``, ``v``) between consecutive pipeline tiles."""
+        """Return the mesh as a grid of boxes, four lines per mesh row.
+
+        Each box holds a tile's stages and the SRAM it uses (``124.2 KiB``; the argmax
+        tile's ``123.6 KiB +argmax``); every box has the width of the longest label plus 2.
+        The pipeline placement's snake path is drawn between consecutive tiles: ``>`` or
+        ``<`` between the boxes of a row, ``vv`` in the bottom border of a tile whose next
+        tile is the one below it (and of the last stage's tile above the classifier rows,
+        its multicast).  A border without an arrow is drawn whole (the tensor placement's
+        every border).
+        """
         cfg, pl = self.config, self.placement
         labels = {}
         for xy, lay in pl.tiles.items():
             names = _stage_names(pl, lay)
-            size = f"{lay.size / 1024:.1f}"
-            labels[xy] = ("+".join(names), size + (" KiB" if not lay.reduce else "K +argmax"))
+            size = f"{lay.size / 1024:.1f} KiB"
+            labels[xy] = ("+".join(names), size + (" +argmax" if lay.reduce else ""))
         # boxes as wide as the longest label (``att+ffn+cls[128:160]``), never cut
         cw = max([14, *(len(t) + 2 for pair in labels.values() for t in pair)])
         order = [xy for _, xy in pl.pipeline]
@@ -339,7 +347,7 @@ class CompiledModel:
                 top.append("+" + "-" * cw + "+ ")
                 mid.append("|" + a[:cw].center(cw) + "|" + arrow)
                 low.append("|" + b[:cw].center(cw) + "| ")
-                down = "v" if nxt.get((x, y)) == (x, y + 1) else " "
+                down = "v" if nxt.get((x, y)) == (x, y + 1) else "-"
                 if order and (x, y) == order[-1] and pl.rect[2] > y:
                     down = "v"                  # the multicast to the classifier rows
                 bot.append("+" + "-" * (cw // 2 - 1) + down * 2 + "-" * (cw - cw // 2 - 1) + "+ ")

@@ -241,6 +241,43 @@ def test_mesh_diagram_shows_every_label_whole(stories_qm):
         assert len(cells) == compiled.config.mesh_width and cells[x] == label, (label, cells)
 
 
+def test_mesh_diagram_borders_and_units(small_compiled):
+    """Both placements' diagrams of the small chip: every box of the same width, in columns
+    that line up from row to row; a bottom border without an arrow drawn whole (it had a
+    2-space gap where the ``vv`` of a link goes, a fresh user's finding), the pipeline's
+    links ``vv``; and the argmax tile's size in KiB like the others' (it read ``17.7K
+    +argmax``)."""
+    compiled = small_compiled
+    cfg, pl = compiled.config, compiled.placement
+    rows = compiled.mesh_diagram().splitlines()
+    assert len(rows) == 4 * cfg.mesh_height
+    widths = {len(box) for r in rows[0::4] for box in r.split()}
+    assert len(widths) == 1, rows
+    (cw,) = widths
+    for r in rows:
+        # a box edge ("+" or "|") at the same columns in every line
+        for x in range(cfg.mesh_width):
+            assert r[x * (cw + 1)] in "+|" and r[x * (cw + 1) + cw - 1] in "+|", (x, rows)
+    order = [xy for _, xy in pl.pipeline]
+    links = {(a, b) for a, b in zip(order, order[1:], strict=False) if a != b}
+    for y in range(cfg.mesh_height):
+        bottoms = rows[4 * y + 3].split()
+        for x, box in enumerate(bottoms):
+            down = ((x, y), (x, y + 1)) in links or (
+                bool(order) and (x, y) == order[-1] and pl.rect[2] > y)
+            assert ("vv" in box) == down, (x, y, rows)
+            assert box.replace("vv", "--") == "+" + "-" * (cw - 2) + "+", (x, y, rows)
+    rx, ry = pl.reducer
+    sizes = [c.strip() for c in rows[4 * ry + 2].split("|")[1::2]]
+    assert re.fullmatch(r"\d+\.\d KiB \+argmax", sizes[rx]), sizes
+    for (x, y) in pl.tiles:
+        if (x, y) != (rx, ry):
+            cell = [c.strip() for c in rows[4 * y + 2].split("|")[1::2]][x]
+            assert re.fullmatch(r"\d+\.\d KiB", cell), cell
+    if pl.kind == "pipeline":
+        assert any("vv" in r for r in rows[3::4]), rows
+
+
 def test_step_rejects_bad_input(small_compiled):
     M, V = small_compiled.config.max_m, small_compiled.model.vocab_size
     ctx = small_compiled.context
