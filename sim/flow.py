@@ -306,13 +306,94 @@ def _parse_results(sim: str, path: Path) -> CocotbRun:
     return run
 
 
+#: The C++ compilers whose commands `compiled_cxx_files` counts in a build log.
+_CXX_NAMES = ("c++", "g++", "clang++")
+
+
+def compiled_cxx_files(log_text: str) -> int:
+    """Return how many C++ files a Verilator build's make output `log_text` has compiled.
+
+    Counts the compiler commands that make an object (``c++ ... -c ...``, also through
+    ``ccache`` and with a path or a target prefix, ``/usr/bin/x86_64-linux-gnu-g++``); the
+    precompiled headers' preprocessing (``-E``, no ``-c``) and the link are not files
+    compiled.
+    """
+    n = 0
+    for line in log_text.splitlines():
+        words = line.split()
+        if words and words[0] == "ccache":
+            words = words[1:]
+        if words and words[0].rsplit("/", 1)[-1].endswith(_CXX_NAMES) and "-c" in words:
+            n += 1
+    return n
+
+
+def _make_list(mk: str, names: tuple) -> set:
+    """Return the words of the make variables `names` in the makefile text `mk`, as
+    Verilator writes its lists (``VM_USER_CLASSES = \\`` and one word a line)."""
+    words, var = set(), None
+    for line in mk.splitlines():
+        if var is None:
+            m = re.match(r"(\w+)\s*\+?=(.*)$", line)
+            if not m or m.group(1) not in names:
+                continue
+            var, line = m.group(1), m.group(2)
+        cont = line.rstrip().endswith("\\")
+        words.update(w for w in line.rstrip().rstrip("\\").split())
+        if not cont:
+            var = None
+    return words
+
+
+def verilated_cxx_files(build_dir: Path) -> int | None:
+    """Return how many C++ files the make step of a Verilator build in `build_dir` compiles.
+
+    Counts the objects of Verilator's makefiles as ``verilated.mk`` builds them, in
+    `build_dir` (the top) and in each folder of it that holds a hierarchy block: the
+    generated classes (``VM_CLASSES_*``, ``VM_SUPPORT_*``) one file each, or a single
+    ``<prefix>__ALL.cpp`` when ``VM_PARALLEL_BUILDS`` is not 1 (Verilator's choice for a
+    small design); the Verilator runtime (``VM_GLOBAL_*``); the user's files
+    (``VM_USER_CLASSES``: cocotb's ``verilator.cpp``, ``sim/verilator_finish.cpp``); and the
+    objects a rule names (a hierarchy block's library wrapper, ``chipotle_tile.o``).  The
+    makefiles are complete once Verilator has finished, which it has when make compiles
+    the first file.
+
+    Returns
+    -------
+    int or None
+        The number of files, None if `build_dir` holds no ``<prefix>_classes.mk`` yet
+        (Verilator still running, or not a Verilator build).
+    """
+    classes = ("VM_CLASSES_FAST", "VM_CLASSES_SLOW", "VM_SUPPORT_FAST", "VM_SUPPORT_SLOW")
+    others = ("VM_GLOBAL_FAST", "VM_GLOBAL_SLOW", "VM_USER_CLASSES")
+    total, seen = 0, False
+    for d in [build_dir, *sorted(p for p in build_dir.iterdir() if p.is_dir())]:
+        if not any(d.glob("*_classes.mk")):
+            continue
+        seen = True
+        text = "\n".join(mk.read_text(errors="replace") for mk in sorted(d.glob("*.mk")))
+        parallel = _make_list(text, ("VM_PARALLEL_BUILDS",)) == {"1"}
+        names = _make_list(text, others)
+        gen = _make_list(text, classes)
+        names |= gen if parallel else {"__ALL"} if gen else set()
+        for line in text.splitlines():
+            rule = re.match(r"[^\s#=]+:(?!=)(.*)$", line)
+            if rule:
+                names |= {w[:-2] for w in rule.group(1).split() if re.fullmatch(r"\w+\.o", w)}
+        total += len(names)
+    return total if seen else None
+
+
 @contextlib.contextmanager
 def _build_progress(log: Path, what: str, every: float = 30.0):
     """Send a simulator build's output to `log` and report progress on stderr instead.
 
-    Prints one line when the build starts, one every `every` seconds (elapsed time and the
-    C++ files compiled so far, counted in `log`), and one at the end; if the build fails,
-    the last 40 lines of `log` and its path, then the error propagates.
+    Prints one line when the build starts, one every `every` seconds (elapsed time and,
+    once make compiles, the C++ files compiled so far, counted in `log`, of the total
+    `verilated_cxx_files` finds in the build folder, ``log.parent``: ``12 of 37 C++ files
+    compiled``), and one at the end; if the build fails, the last 40 lines of `log` and its
+    path, then the error propagates.  The total counts every file of the build: a rebuild
+    whose make finds objects of an interrupted build up to date compiles fewer.
     """
     import threading
 
@@ -323,11 +404,14 @@ def _build_progress(log: Path, what: str, every: float = 30.0):
     def beat():
         while not stop.wait(every):
             try:
-                n = sum(1 for line in log.read_text(errors="replace").splitlines()
-                        if line.startswith(("c++ ", "g++ ", "clang++ ")))
+                n = compiled_cxx_files(log.read_text(errors="replace"))
+                total = verilated_cxx_files(log.parent) if n else None
             except OSError:
-                n = 0
-            done = f", {n} C++ file(s) compiled so far" if n else ""
+                n, total = 0, None
+            if n and total and total >= n:
+                done = f", {n} of {total} C++ files compiled"
+            else:
+                done = f", {n} C++ file(s) compiled so far" if n else ""
             print(f"chipotle.sim.flow: {what}: {time.perf_counter() - t0:.0f} s{done}",
                   file=sys.stderr, flush=True)
 

@@ -1,4 +1,5 @@
-"""The cached Verilog generation of ``chipotle.sim.flow``."""
+"""The cached Verilog generation of ``chipotle.sim.flow``, its make variables and its build
+progress."""
 
 import os
 import subprocess
@@ -108,3 +109,112 @@ def test_make_assignments_reach_make_as_given(tmp_path, value):
     env = dict(os.environ, MAKEFLAGS=toolchain.make_assignments({"A": value, "B": "-O1"}))
     out = _make_output(tmp_path, "$(info A=[$(value A)])\n$(info B=[$(value B)])\nall: ;\n", env)
     assert out.splitlines()[:2] == [f"A=[{value}]", "B=[-O1]"]
+
+
+_TOP_CLASSES_MK = """\
+VM_PARALLEL_BUILDS = 1
+VM_CLASSES_FAST += \\
+  Vtop \\
+  Vtop___024root__0 \\
+
+VM_CLASSES_SLOW += \\
+  Vtop___024root__Slow \\
+
+VM_SUPPORT_FAST += \\
+  Vtop__Dpi \\
+
+VM_SUPPORT_SLOW += \\
+  Vtop__Syms__Slow \\
+
+VM_GLOBAL_FAST += \\
+  verilated \\
+  verilated_vpi \\
+
+VM_GLOBAL_SLOW += \\
+
+"""
+_TOP_MK = """\
+VM_USER_CLASSES = \\
+  verilator \\
+  verilator_finish \\
+
+include Vtop_classes.mk
+include Vtop_hier.mk
+verilator.o: /venv/cocotb/share/lib/verilator/verilator.cpp
+\t$(OBJCACHE) $(CXX) $(CXXFLAGS) $(CPPFLAGS) $(OPT_FAST)  -c -o $@ $<
+chip: $(VK_USER_OBJS) $(VK_GLOBAL_OBJS) $(VM_PREFIX)__ALL.a
+\t$(LINK) $(LDFLAGS) $^ -o $@
+"""
+_HIER_MK = "Vblk/libblk.a: Vblk/Vblk.mk\nVtop.mk: chip.v Vtop__hierMkArgs.f Vblk/blk.sv\n"
+_BLOCK_CLASSES_MK = """\
+VM_PARALLEL_BUILDS = 0
+VM_CLASSES_FAST += \\
+  Vblk \\
+  Vblk_blk__0 \\
+
+VM_CLASSES_SLOW += \\
+  Vblk_blk__Slow \\
+
+VM_GLOBAL_FAST += \\
+
+"""
+_BLOCK_MK = """\
+VM_USER_CLASSES = \\
+
+include Vblk_classes.mk
+libblk.a: $(VK_OBJS) $(VK_USER_OBJS) $(VK_GLOBAL_OBJS) blk.o $(VM_HIER_LIBS)
+"""
+
+
+def _verilated_build_dir(root):
+    """Write the makefiles of a hierarchical Verilator build into `root`: a top of 5 classes
+    built one by one, 2 runtime and 2 user files; a block of 3 classes built as one
+    ``__ALL.cpp`` (``VM_PARALLEL_BUILDS = 0``) and its library wrapper ``blk.o``: 11 files."""
+    (root / "Vblk").mkdir(parents=True)
+    for path, text in [("Vtop_classes.mk", _TOP_CLASSES_MK), ("Vtop.mk", _TOP_MK),
+                       ("Vtop_hier.mk", _HIER_MK), ("Vblk/Vblk_classes.mk", _BLOCK_CLASSES_MK),
+                       ("Vblk/Vblk.mk", _BLOCK_MK)]:
+        (root / path).write_text(text)
+    return 11
+
+
+_COMPILES = [
+    "make[1]: Entering directory '/build/verilator/top-0'",
+    "c++  -I.  -MMD -DVL_USER_FINISH -std=c++20 -O3  -c -o verilator.o /venv/verilator.cpp",
+    "c++ -O3  -I.  -MMD -std=c++20 -E Vtop__pch.h -o Vtop__pch.h.fast.gch",
+    "ccache /usr/bin/x86_64-linux-gnu-g++ -O3 -I. -MMD -std=c++20  -c Vtop.cpp",
+    "%Warning-WIDTH: chip.v:1:1: c++ -c is not a command here",
+    "c++    verilator.o Vtop__ALL.a  -o chip",
+]
+
+
+def test_verilator_build_counts_its_files(tmp_path):
+    """`compiled_cxx_files` counts the compiles to an object only (not the precompiled
+    headers' ``-E``, the link or a warning's text), through ``ccache`` and a compiler's
+    path; `verilated_cxx_files` counts the files make will compile: each generated class, or
+    one ``__ALL.cpp`` for a design Verilator builds in one piece, the runtime, the user's
+    files and a hierarchy block's wrapper; None before Verilator has written its lists."""
+    assert flow.compiled_cxx_files("\n".join(_COMPILES)) == 2
+    assert flow.verilated_cxx_files(tmp_path) is None
+    assert _verilated_build_dir(tmp_path) == flow.verilated_cxx_files(tmp_path) == 11
+
+
+def test_build_progress_gives_the_total(tmp_path, capsys):
+    """A Verilator build's progress lines say how many of its C++ files are compiled (``2 of
+    11``: they gave the files compiled so far without a total, a fresh user's finding); none
+    before make compiles, when the total is not known yet."""
+    import time
+    log = tmp_path / "build.log"
+    log.write_text("")
+    with flow._build_progress(log, "verilator build of top", every=0.02):
+        time.sleep(0.1)
+        early = capsys.readouterr().err
+        _verilated_build_dir(tmp_path)
+        log.write_text("\n".join(_COMPILES) + "\n")
+        for _ in range(200):
+            time.sleep(0.02)
+            err = capsys.readouterr().err
+            if "C++ files" in err:
+                break
+    assert "verilator build of top:" in early and "C++" not in early, early
+    assert "2 of 11 C++ files compiled" in err, err
