@@ -170,6 +170,7 @@ def main(argv: list[str] | None = None) -> int:
         FitRefusal,
         clock_mhz,
         compile_fitting,
+        search_note,
         shorter_context_note,
     )
     from chipotle.config import ChipConfig
@@ -247,17 +248,24 @@ def main(argv: list[str] | None = None) -> int:
 
     steps = f"{args.decode_steps} decode step{'s' * (args.decode_steps != 1)}"
     seq_len = checkpoint.config.seq_len
+    said = []
+
+    def searching():    # before the first search for configurations that fit, silent itself
+        if not said:
+            said.append(True)
+            print(search_note(model_path.name), file=sys.stderr, flush=True)
     if args.context is not None and args.context < need <= seq_len:
         try:    # would the longer context the refusal below asks for fit the configuration?
             compile_fitting(checkpoint, config, args.config, need, need, needs,
-                            placement=args.placement)
+                            placement=args.placement, on_search=searching)
         except FitRefusal as e:
             ap.refuse(f"a {max(lengths)}-token prompt and {steps} need {need} positions, more "
                       f"than --context {args.context}, and a context of {need} does not fit "
                       f"this configuration either: {e}")
     try:
         compiled, shorter = compile_fitting(checkpoint, config, args.config, args.context,
-                                            need, needs, placement=args.placement)
+                                            need, needs, placement=args.placement,
+                                            on_search=searching)
     except FitRefusal as e:
         ap.refuse(str(e))
     if shorter is not None:   # no --context: the longest context this configuration holds

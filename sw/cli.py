@@ -629,8 +629,28 @@ def shorter_context_note(shorter: int, config, seq_len: int, make_target: str) -
             f"`make {make_target}`: CONTEXT=)")
 
 
+def _once(fn):
+    """`fn` (no arguments) as a function that calls it the first time only."""
+    called = []
+
+    def once():
+        if not called:
+            called.append(True)
+            fn()
+    return once
+
+
+def search_note(name: str) -> str:
+    """The line a command prints before the compiler searches for the configurations that
+    fit the model `name` (a file name, ``stories260K.bin``; `compile_fitting`'s
+    `on_search`): the search compiles the sizes it tries, a minute or more for stories260K
+    on a loaded machine, and prints nothing itself."""
+    return (f"checking which configurations fit {name} (it does not fit as given; this can "
+            f"take a minute) ...")
+
+
 def compile_fitting(model, config, given: str, context: int | None, need: int = 0,
-                    needs=None, need_of: str = "", steps: int = 0, **kw):
+                    needs=None, need_of: str = "", steps: int = 0, on_search=None, **kw):
     """Compile `model` for a command as `chipotle generate`, ``chipotle.sim.bench`` and
     ``python -m chipotle.compiler`` do.
 
@@ -658,6 +678,10 @@ def compile_fitting(model, config, given: str, context: int | None, need: int = 
         refusal names hold ``need + steps - 1`` positions (the last generated token is not
         decoded), up to the model's ``seq_len``, so that the run they offer is not stopped
         by the context; 0 (the default): `need` positions.
+    on_search : callable, optional
+        Called with no arguments before the first search for configurations that fit
+        (`chipotle.compiler.compile_model`'s `on_search`), at most once however many
+        compiles the refusal takes; not at all when the model fits as asked.
     **kw
         Passed to `chipotle.compiler.compile_model` (``placement``, ``kvapp``).
 
@@ -675,6 +699,8 @@ def compile_fitting(model, config, given: str, context: int | None, need: int = 
         also the configurations that hold `need` positions.
     """
     from .compiler import FitError, compile_model
+    if on_search is not None:
+        kw["on_search"] = _once(on_search)
     try:
         return compile_model(model, config, context=context, **kw), None
     except (FitError, ValueError) as e:
@@ -740,14 +766,19 @@ def module_model(path: Path, option: str | None, given: bool = False):
         raise SystemExit(f"error: {path}: {e}") from None
 
 
-def compile_for_module(model, config, given: str, context: int | None, **kw):
+def compile_for_module(model, config, given: str, context: int | None,
+                       name: str = "the model", **kw):
     """`compile_fitting` for a ``python -m`` module's `main` (``chipotle.compiler`` and its
     ``profile``): a refusal ends the command with its one-line message (`SystemExit`), and
     a context shorter than the model's ``seq_len`` chosen instead is said on stderr, and so
-    is what the compile left out for want of room (`slower_notes`).
+    is what the compile left out for want of room (`slower_notes`); before a search for the
+    configurations that fit, `search_note` of `name` (the model file's name) is too.
     Returns `compile_fitting`'s ``(CompiledModel, shorter context or None)``."""
+    def searching():
+        print(search_note(name), file=sys.stderr, flush=True)
     try:
-        compiled, shorter = compile_fitting(model, config, given, context, **kw)
+        compiled, shorter = compile_fitting(model, config, given, context,
+                                            on_search=searching, **kw)
     except FitRefusal as e:
         raise SystemExit(f"error: {e}") from None
     if shorter is not None:
@@ -833,10 +864,14 @@ def _generate_chip(args, checkpoint, tokenizer, model_path, tok_path, out, err) 
     err.write(f"[{args.backend}] compiling {model_path.name} for {config}, "
               f"{args.placement} placement\n")
     err.flush()
+    def searching():
+        err.write(f"[{args.backend}] {search_note(model_path.name)}\n")
+        err.flush()
     try:
         compiled, shorter = compile_fitting(checkpoint, config, args.config, args.context,
                                             len(ids), need_of="the prompt's ",
-                                            steps=args.steps, placement=args.placement)
+                                            steps=args.steps, placement=args.placement,
+                                            on_search=searching)
     except FitRefusal as e:
         raise UsageError(str(e)) from None
     if shorter is not None:   # no --context: the longest context this configuration holds

@@ -169,6 +169,8 @@ def main(argv=None) -> None:
             tokens += tok.encode(_TEXT, bos=False)
         tokens = tokens[:260]
     compiled, shorter = compile_for_module(qm, cfg, args.config, args.context,
+                                           "the small model" if args.model == "small"
+                                           else path.name,
                                            placement=args.placement, kvapp=args.kvapp)
     context = args.context if shorter is None else shorter
     print(compiled.memory_map())

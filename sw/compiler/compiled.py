@@ -886,7 +886,7 @@ def _dominates(g: Fit, f: Fit) -> bool:
 
 def compile_model(source, config: ChipConfig, context: int | None = None,
                   prefill_batches: int | None = None, placement: str = "pipeline",
-                  kvapp: bool | None = None) -> CompiledModel:
+                  kvapp: bool | None = None, on_search=None) -> CompiledModel:
     """Place a llama2 model on the mesh and emit its tile programs.
 
     Parameters
@@ -912,6 +912,12 @@ def compile_model(source, config: ChipConfig, context: int | None = None,
         does).  False: the programs store K and V themselves.  Default: True for the tensor
         placement, False for the pipeline placement (whose programs grow with ``kvapp``:
         the compiler's small model on ``CONFIGS["small"]`` would need ``imem_words=640``).
+    on_search : callable, optional
+        Called with no arguments when the model does not fit as asked, just before the
+        search for the configurations that would (the `FitError`'s suggestions: up to a
+        minute or more for stories260K, which compiles each size it tries), so that a
+        command can say why it is quiet.  Not called when the model fits, nor for a refusal
+        that needs no search (`context` past ``seq_len``, not a positive integer).
 
     Returns
     -------
@@ -947,6 +953,8 @@ def compile_model(source, config: ChipConfig, context: int | None = None,
                            f"{prefill_batches!r}")
         return _compile(qm, config, int(context), prefill_batches, placement, bool(kvapp))
     except FitError as e:
+        if on_search is not None:
+            on_search()
         if placement == "tensor":
             tips = _suggest_tensor(qm, config, int(context), e.what, kvapp)
         else:

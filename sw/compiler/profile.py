@@ -566,7 +566,7 @@ def main(argv=None) -> None:
     # as `python -m chipotle.compiler`: a refusal is one message naming the configurations
     # that fit (the --config text's own keys kept), and without --context a chip too small
     # for the model's seq_len is compiled for the longest context it holds
-    cm, _ = compile_for_module(qm, cfg, args.config, args.context,
+    cm, _ = compile_for_module(qm, cfg, args.config, args.context, DEFAULT_CHECKPOINT,
                                need=args.pos + args.rows,
                                needs=lambda n: (f"the {args.pos + args.rows} positions of "
                                                 f"--pos {args.pos} with --rows {args.rows}: "

@@ -126,14 +126,18 @@ def test_missing_model_dir_says_where_it_looked(capsys, monkeypatch, tmp_path):
 @pytest.mark.model
 def test_tensor_fit_error_is_one_usage_line(capsys, model_paths):
     """A mesh too small for stories260K's tensor placement: the fit error and a mesh that
-    fits, as a usage error (the search for a fit used to end in a traceback)."""
+    fits, as a usage error (the search for a fit used to end in a traceback), after the line
+    that says the search runs."""
     import re
     with pytest.raises(SystemExit) as e:
         bench.main(["--backend", "isasim", "--model", str(model_paths[0]), "--prompts", "1",
                     "--config", "mesh=1x3"])
     assert e.value.code == 2
     err = capsys.readouterr().err
-    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    lines = err.strip().splitlines()
+    assert "Traceback" not in err and len(lines) == 2, err
+    assert lines[0] == ("checking which configurations fit stories260K.bin (it does not fit as "
+                        "given; this can take a minute) ..."), err
     assert re.search(r"needs [\d,]+ bytes of SRAM .* a configuration that fits: "
                      r"--config mesh=\d+x\d+", err), err
 

@@ -540,6 +540,31 @@ def test_options_of_other_backends_are_refused(capsys, tiny, tmp_path):
     assert code == 2 and f"--model {tmp_path} is a directory; give the checkpoint file" in err
 
 
+def test_a_search_for_configurations_that_fit_is_said_first(capsys, tiny, monkeypatch):
+    """A configuration the model does not fit: one line on stderr says that the compiler
+    checks which configurations fit, before its search (over a minute for stories260K with
+    ``--config small``, in which the command printed nothing: a fresh user's finding); the
+    refusal after it is the one the command gives without that line; a configuration that
+    fits runs no search and prints no such line."""
+    args = ("--backend", "isasim", "--config", "small,sram_kib=4", "--steps", "1", *tiny)
+    code, out, err = run(capsys, *args)
+    lines = err.splitlines()
+    assert code == 2 and out == "" and len(lines) == 3, err
+    assert lines[1] == ("[isasim] checking which configurations fit tiny.bin (it does not fit "
+                        "as given; this can take a minute) ..."), err
+    assert lines[2].startswith("chipotle generate: error: tile (0, 0) of the tensor "
+                               "placement"), err
+    fitting = cli.compile_fitting
+    monkeypatch.setattr(cli, "compile_fitting",
+                        lambda *a, on_search=None, **kw: fitting(*a, **kw))
+    code, out, quiet = run(capsys, *args)
+    assert code == 2 and quiet.splitlines() == [lines[0], lines[2]], quiet
+    monkeypatch.undo()
+    code, out, err = run(capsys, "--backend", "isasim", "--config", "small", "--steps", "1",
+                         *tiny)
+    assert code == 0 and "checking which" not in err, err
+
+
 def test_fit_tips_are_whole_config_options():
     """A fit refusal's configuration changes become the whole ``--config`` to give: the
     given configuration's other parts kept in the order given, each part a change replaces

@@ -278,6 +278,28 @@ def test_mesh_diagram_borders_and_units(small_compiled):
         assert any("vv" in r for r in rows[3::4]), rows
 
 
+def test_compile_model_says_when_it_searches(small_qm):
+    """`compile_model`'s `on_search` is called once, before the search for configurations
+    that fit, when the model does not fit as asked; not when it fits, nor for a refusal
+    that needs no search (a context past ``seq_len``)."""
+    calls = []
+    compile_model(small_qm, CONFIGS["small"], placement="tensor",
+                  on_search=lambda: calls.append("search"))
+    assert calls == []
+    with pytest.raises(FitError, match="exceeds the model's seq_len"):
+        compile_model(small_qm, CONFIGS["small"], context=small_qm.config.seq_len + 1,
+                      on_search=lambda: calls.append("search"))
+    assert calls == []
+    tight = CONFIGS["small"].replace(sram_bytes=8 * 1024)
+    with pytest.raises(FitError) as refused:
+        compile_model(small_qm, tight, placement="tensor",
+                      on_search=lambda: calls.append("search"))
+    assert calls == ["search"] and refused.value.fits
+    with pytest.raises(FitError) as quiet:
+        compile_model(small_qm, tight, placement="tensor")
+    assert str(quiet.value) == str(refused.value)
+
+
 def test_step_rejects_bad_input(small_compiled):
     M, V = small_compiled.config.max_m, small_compiled.model.vocab_size
     ctx = small_compiled.context
