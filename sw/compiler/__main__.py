@@ -1,4 +1,4 @@
-"""``python -m chipotle.compiler``: print the memory map of stories260K (and cycle estimates).
+"""``python -m chipotle.compiler``: print the memory map of stories260K (``--bench``: cycles).
 
 Options: ``--config NAME[,key=value...]`` (``chipotle.config.ChipConfig.from_string``),
 ``--context N`` (default: the model's ``seq_len``, or the longest context the configuration
