@@ -636,10 +636,13 @@ def _tensor_places(qm: QuantizedModel, config: ChipConfig, context: int, kvapp: 
 
 
 #: The tensor placement's optional schemes (`TensorRoles` attributes), by name, in the order
-#: the placement drops them when SRAM is short (docs/architecture.md).
-#: Each with the phase it speeds up.
+#: the placement drops them when SRAM is short (docs/architecture.md), each with the phases
+#: it speeds up: ``prow`` prefill batches of more than one row; ``wsplit`` only the decode
+#: steps whose weighted sums have a tail (``"long decode"``: from
+#: `chipotle.compiler.tensor.WSUM_SPLIT_FROM` keys on, `_wsum_split`); ``vsplit`` the decode
+#: steps' scores; ``kvp``, ``aslot`` and ``gslot`` every step.
 _SCHEMES = (("prow", "a prefill batch's last rows on the helpers", "prefill"),
-            ("wsplit", "the weighted sums split with the partners", "decode"),
+            ("wsplit", "the weighted sums split with the partners", "long decode"),
             ("vsplit", "the V partner's scores", "decode"),
             ("kvp", "the K / V partners", "prefill and decode"),
             ("aslot", "the attention output's slices", "prefill and decode"),
@@ -647,18 +650,29 @@ _SCHEMES = (("prow", "a prefill batch's last rows on the helpers", "prefill"),
 
 
 #: The tensor placement's longer program variants, by name, in the order `_compile_tensor`
-#: leaves them out when the instruction memory is short, each with the phases it speeds up.
+#: leaves them out when the instruction memory is short, each with the phases it speeds up
+#: (the software-pipelined scores overlap a batch's rows: one row in decode).
 _IMEM_VARIANTS = (("the gate packed in pairs", "prefill and decode"),
                   ("a prefill batch's last rows on the helpers", "prefill"),
                   ("the software-pipelined scores", "prefill"))
 
 
-def _without(names, table) -> str:
+def _without(names, table, context: int | None = None) -> str:
     """``"without <names>: slower <phases>"`` for names of `_SCHEMES` or `_IMEM_VARIANTS`
-    (rows ending in the name and the phases it speeds up)."""
+    (rows ending in the name and the phases it speeds up).  A ``"long decode"`` phase
+    without a ``"decode"`` one reads ``decode from position P on``, ``P = WSUM_SPLIT_FROM -
+    1`` (a decode step at position ``P`` has ``WSUM_SPLIT_FROM`` keys: ``"slower prefill,
+    and decode from position 239 on"``); with a `context` of at most ``P`` positions, which
+    no decode step reaches there, it adds ``", past this context of N positions"``."""
+    from .tensor import WSUM_SPLIT_FROM
     phases = {p for *_, name, ph in table if name in names for p in ph.split(" and ")}
-    return (f"without {', '.join(names)}: slower "
-            f"{' and '.join(p for p in ('prefill', 'decode') if p in phases)}")
+    words = " and ".join(p for p in ("prefill", "decode") if p in phases)
+    if "long decode" in phases and "decode" not in phases:
+        first = WSUM_SPLIT_FROM - 1
+        past = (f", past this context of {context} positions"
+                if context is not None and context <= first else "")
+        words += f"{', and ' if words else ''}decode from position {first} on{past}"
+    return f"without {', '.join(names)}: slower {words}"
 
 
 def _tensor_schemes(qm: QuantizedModel, config: ChipConfig, context: int,
@@ -686,7 +700,7 @@ def _schemes_note(qm: QuantizedModel, config: ChipConfig, context: int, kib: int
     full = _tensor_schemes(qm, config.replace(sram_bytes=sizes[-1] * 1024), context, kvapp)
     if have is None or full is None or len(have) >= len(full):
         return "", None
-    note = _without([name for name in full if name not in have], _SCHEMES)
+    note = _without([name for name in full if name not in have], _SCHEMES, context)
     if keep_context is not None and keep_context != context:
         context = keep_context
         full = _tensor_schemes(qm, config.replace(sram_bytes=sizes[-1] * 1024), context,

@@ -1242,12 +1242,19 @@ def test_a_chip_run_says_what_the_configuration_leaves_out(capsys, model_paths):
     # 110 KiB holds 498 positions, not the seq_len of 512: the size named keeps every
     # scheme at 512, which that size's run then takes
     assert "[isasim] context 498: the longest" in err, err
-    m = re.search(r"\[isasim\] without ([^:\n]+): slower (?:prefill|decode|prefill and "
-                  r"decode) \(a tile's SRAM is too small for them\); --config sram_kib=(\d+) "
-                  r"keeps them and the model's seq_len, 512 positions\n", err)
+    m = re.search(r"\[isasim\] without ([^:\n]+): slower (prefill|decode|prefill and decode|"
+                  r"(?:prefill, and )?decode from position \d+ on) \(a tile's SRAM is too "
+                  r"small for them\); --config sram_kib=(\d+) keeps them and the model's "
+                  r"seq_len, 512 positions\n", err)
     assert m, err
+    # the weighted sums' split without a scheme of every decode step: slower decode from
+    # its first position with a tail only (it said "slower prefill and decode")
+    from chipotle.compiler.tensor import WSUM_SPLIT_FROM
+    if m.group(1).split(", ") == ["a prefill batch's last rows on the helpers",
+                                  "the weighted sums split with the partners"]:
+        assert m.group(2) == f"prefill, and decode from position {WSUM_SPLIT_FROM - 1} on", err
     code, out, err = run(capsys, "--backend", "isasim", "--config",
-                         f"sram_kib={m.group(2)}", "--steps", "1", "--temperature", "0",
+                         f"sram_kib={m.group(3)}", "--steps", "1", "--temperature", "0",
                          *files)
     assert code == 0, err
     assert "too small for them" not in err and "the longest" not in err, err

@@ -664,8 +664,8 @@ def test_tensor_fit_error_names_the_schemes_a_smaller_sram_drops(small_qm):
         compile_model(small_qm, base, placement="tensor")
     msg = str(e.value)
     m = re.search(r"sram_kib=(\d+) \(without ([^:]+): slower (?:prefill|decode|prefill and "
-                  r"decode)\) or "
-                  r"sram_kib=(\d+) \(every scheme\)", msg)
+                  r"decode|(?:prefill, and )?decode from position \d+ on(?:, past this "
+                  r"context of \d+ positions)?)\) or sram_kib=(\d+) \(every scheme\)", msg)
     assert m, msg
     small_kib, lost, full_kib = int(m.group(1)), m.group(2).split(", "), int(m.group(3))
     names = {"prow": "a prefill batch's last rows on the helpers",
@@ -687,6 +687,37 @@ def test_tensor_fit_error_names_the_schemes_a_smaller_sram_drops(small_qm):
     # the full tip is the smallest: one KiB less keeps fewer schemes
     less = roles(full_kib - 1)
     assert not all(getattr(less, a) for a in names)
+
+
+def test_dropped_schemes_name_the_phases_they_speed_up(monkeypatch):
+    """The note of what a fit leaves out names the phases each part speeds up: the helpers'
+    prefill rows and the software-pipelined scores (a batch's rows overlapped) prefill only;
+    the weighted sums' split decode only from `WSUM_SPLIT_FROM` keys on, position
+    ``WSUM_SPLIT_FROM - 1`` (it said "slower prefill and decode", a fresh user's finding),
+    which a shorter context never reaches; the V partner's scores every decode step; the
+    partners and the slices every step."""
+    from chipotle.compiler import tensor
+    from chipotle.compiler.compiled import _IMEM_VARIANTS, _SCHEMES, _without
+    name = {attr: text for attr, text, _ in _SCHEMES}
+    prow, wsplit, vsplit = name["prow"], name["wsplit"], name["vsplit"]
+    last = tensor.WSUM_SPLIT_FROM - 1
+    assert _without([wsplit], _SCHEMES) == f"without {wsplit}: slower decode from position " \
+                                           f"{last} on"
+    assert _without([prow, wsplit], _SCHEMES, 512) == (
+        f"without {prow}, {wsplit}: slower prefill, and decode from position {last} on")
+    assert _without([prow, wsplit], _SCHEMES, last).endswith(
+        f"slower prefill, and decode from position {last} on, past this context of {last} "
+        f"positions")
+    assert _without([wsplit, vsplit], _SCHEMES, 8) == f"without {wsplit}, {vsplit}: slower decode"
+    assert _without([prow], _SCHEMES).endswith(": slower prefill")
+    for attr in ("kvp", "aslot", "gslot"):
+        assert _without([name[attr]], _SCHEMES).endswith(": slower prefill and decode")
+    assert _without(["the software-pipelined scores"], _IMEM_VARIANTS).endswith(
+        ": slower prefill")
+    assert _without(["the gate packed in pairs"], _IMEM_VARIANTS).endswith(
+        ": slower prefill and decode")
+    monkeypatch.setattr(tensor, "WSUM_SPLIT_FROM", 100)     # the constant, not a copy of it
+    assert _without([wsplit], _SCHEMES).endswith("slower decode from position 99 on")
 
 
 _SCHEME_NAMES = {"prow": "a prefill batch's last rows on the helpers",
@@ -716,7 +747,9 @@ def test_a_fit_that_drops_schemes_for_sram_says_so(small_qm, capsys, kib):
     fits = compiled.slower_fits()
     assert [room for room, _ in fits] == ["SRAM"], fits
     fit = fits[0][1]
-    m = re.fullmatch(r"without ([^:]+): slower (prefill|decode|prefill and decode)", fit.note)
+    m = re.fullmatch(r"without ([^:]+): slower (prefill|decode|prefill and decode|(?:prefill, "
+                     r"and )?decode from position \d+ on(?:, past this context of \d+ "
+                     r"positions)?)", fit.note)
     assert m, fit.note
     keep, _ = fit.apply(cfg)
     assert keep.sram_bytes > cfg.sram_bytes and keep.mesh_width == 3
