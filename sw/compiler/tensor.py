@@ -1744,16 +1744,23 @@ def _gate_slices(e, k, li):
     return lambda: _wait_all(e, k, C_GATE, k.T)     # emitted by the caller, before `w2`
 
 
-def _classifier(e, k):
+def _classifier_row(e, k):
+    """``r3``: the offset of the step's last row (``m - 1``) in ``g.x``, for `_classifier`."""
+    e("sub", "r3", "r2", 1)
+    e("mul", "r3", "r3", k.isa.pad(2 * k.c.dim))
+
+
+def _classifier(e, k, row=True):
+    """The final norm of the step's last row, the classifier rows and the local argmax, sent
+    to the reducer; `row`: ``r3`` (`_classifier_row`) computed here, else the caller's."""
     c, isa, qm, pl = k.c, k.isa, k.qm, k.pl
     W, dim = isa.word_bytes, c.dim
     first, n, _ = k.lay.stages[-1].rows
     j = pl.classifier.index(k.xy)
     e.comment(f"final norm of the step's last row, classifier rows {first} .. "
               f"{first + n - 1}, local argmax")
-    xs = isa.pad(2 * dim)
-    e("sub", "r3", "r2", 1)                 # the step's last row: m - 1
-    e("mul", "r3", "r3", xs)
+    if row:
+        _classifier_row(e, k)
     e("rmsnormq.i8.i16", k.a("cls.xq"), k.a("g.x", 3), k.a("cls.g"), dim,
       k.lay["cls.eps"], qm.final_norm.shift)
     e("matmul.i32", k.a("cls.logits"), k.a("cls.xq"), k.a("cls.w"), k.lay["cls.ms"],
@@ -1817,6 +1824,9 @@ def tensor_program(qm: QuantizedModel, isa: IsaConfig, pl: Placement, roles: Ten
     k = _K(qm, isa, pl, roles, lay, context, pipelined)
     e = Emitter()
     M = isa.max_m
+    # the classifier's row in r3 inside the batch loop when the last x gather's wait leaves
+    # r3 alone (`_wait_all` with the count in r15)
+    cls_row = bool(lay.stages) and k.regflags
     for m in range(1, M + 1):
         e.put_label(f"m{m}_tab")
     for t in lay.tables:
@@ -1847,12 +1857,16 @@ def tensor_program(qm: QuantizedModel, isa: IsaConfig, pl: Placement, roles: Ten
         wait_x = lambda: _wait_all(e, k, C_X, k.T)  # noqa: E731
         for li in range(k.c.n_layers):      # each x gather's wait after the next norm's setup
             wait_x = _layer(e, k, li, wait_x)
-        wait_x()
+        # before the last x gather's wait (the rows' next position, the next batch's tokens
+        # for `_embedding`, the classifier's row), not after it on the chain
         e("add", "r1", "r1", "r2")
-        e("ld", "r6", k.a("state"))         # the next batch's tokens (`_embedding`)
+        e("ld", "r6", k.a("state"))
+        if cls_row:
+            _classifier_row(e, k)
+        wait_x()
     e.loop("r5", batch)
     if lay.stages:
-        _classifier(e, k)
+        _classifier(e, k, row=not cls_row)
     if lay.reduce:
         _reduce_pairs(e, k, k.isa.n_counters - 1)
     e("halt")
