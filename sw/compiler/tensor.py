@@ -1059,10 +1059,13 @@ def _attention(e, k, li, first=None):
                 rb = 32
                 for reg, off in ((5, 8), (7, 12), (11, 16), (6, 24), (10, 20)):
                     e("ld", f"r{reg}", k.a("atab", 10, rb + off))
-        e.loop("r13", first_keys)
-    if k.roles.kvp:
-        e.comment(f"layer {li} wait for the K records and V rows of the partners")
-        e("wait", C_KV, 2)                  # one SEND of the batch's rows each
+
+    def wait_kv():
+        if k.roles.kvp:
+            e.comment(f"layer {li} wait for the K records and V rows of the partners")
+            e("wait", C_KV, 2)              # one SEND of the batch's rows each
+    if not k.roles.split:
+        wait_kv()
     aoff = 4 * q0 * hs
     if k.roles.aslot:                       # the heads' output into the tile's aq row
         ag = _att_geometry(k.roles, isa, hs)
@@ -1077,6 +1080,8 @@ def _attention(e, k, li, first=None):
     prow = k.roles.prow
 
     def scores():
+        if k.roles.split:                   # in each branch: no `loop` after the wait
+            wait_kv()
         if prow:                            # rows prow .. M - 1's query records to the helper
             e.comment(f"layer {li} the batch's last rows' query records to the helper")
             hxy = k.roles.helper[k.xy]
@@ -1095,6 +1100,8 @@ def _attention(e, k, li, first=None):
             e("wait", C_WS, M - prow)
 
     def split():                            # decode, keys a .. n - 1 from the K partner
+        first_keys()
+        wait_kv()                           # no `loop` between it and the softmax
         e.comment(f"layer {li} softmax and weighted sum of V (decode), K and V appended")
         e("wait", C_SC, len(k.roles.scorers[g0]))
         e("softmax.u16.i32", k.a("p"), k.a("t"), "r1+1")
