@@ -1497,6 +1497,15 @@ def _scoring_jobs(k) -> list:
     return [(j, kind, h) for j, (kind, h) in enumerate(k.jobs) if kind in kinds]
 
 
+def _scores_reversed(k, j) -> bool:
+    """Whether job `j`'s scores go to its KV head's attention tiles last row first
+    (`_partner_scores`): the K partner's when the V partner scores keys too
+    (`TensorRoles.vsplit`), so that each attention tile receives one partner's scores
+    first and the other's second, instead of the last tile both partners' second packets
+    together in its port."""
+    return k.roles.vsplit and k.jobs[j][0] == "k"
+
+
 def _partner_scores(e, k, li):
     """Decode: the scores of this partner's share of the keys, ``lo .. hi - 1`` (`_split3`:
     the K partner's the last ones, the V partner's the middle ones), of every query head of
@@ -1511,8 +1520,17 @@ def _partner_scores(e, k, li):
         e.loop("r11", lambda j=j, h=h: e("matqk.i32", k.a("pt"), k.a(f"pq{h}"),
                                     k.a(p + f"pkc{j}", 10), k.lay[p + "att_ms"], "r5",
                                     c.head_size, c.kv_mul))
+        tiles = k.roles.kv_tiles[h]         # the query heads' rows, in order
+        if _scores_reversed(k, j):          # the last row first (`_scores_reversed`)
+            e("mul", "r9", "r6", len(tiles) - 1)
+            e("add", "r9", k.a("pt", 9), 0)
+            for xy in reversed(tiles):
+                e("send", (k.pl.tiles[xy]["t"], 12), "r9", "r6",
+                  _rect((xy[0], xy[0], xy[1], xy[1])), C_SC)
+                e("sub", "r9", "r9", "r6")
+            continue
         e("add", "r9", k.a("pt"), 0)
-        for xy in k.roles.kv_tiles[h]:      # the query heads' rows, in order
+        for xy in tiles:
             e("send", (k.pl.tiles[xy]["t"], 12), "r9", "r6",
               _rect((xy[0], xy[0], xy[1], xy[1])), C_SC)
             e("add", "r9", "r9", "r6")
