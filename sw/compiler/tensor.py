@@ -990,6 +990,8 @@ def _attention(e, k, li, first=None):
             e("mul", "r10", "r1", rb)       # the row's offset, kept for `first_keys`
             e("ld", "r12", k.a("atab", 10, rb))
             e("ld", "r4", k.a("atab", 10, rb + 4))
+            if k.roles.wsplit:              # a == 0 (`first_keys`)
+                e("ld", "r11", k.a("atab", 10, rb + 28))
     else:
         e.comment(f"layer {li} q k v projections, RoPE, quantisation of q and k")
         # the matrix unit runs wk, wq, wv back to back in the background while the vector unit
@@ -1048,10 +1050,20 @@ def _attention(e, k, li, first=None):
         def first_keys():
             e.comment(f"layer {li} scores of the first keys (decode; the rest from the "
                       f"partners)")
-            for rect, addr in _query_sends(k, g0):
-                e("send", (addr + r * krec,), k.a("qrec"), krec, rect, C_Q)
-            e.loop("r4", lambda: emit_scores(e, k.a("t"), k.a("qrec"), (kbase,), att_ms, "r12",
-                                             hs, 1, kvs))
+
+            def sends():
+                for rect, addr in _query_sends(k, g0):
+                    e("send", (addr + r * krec,), k.a("qrec"), krec, rect, C_Q)
+
+            def keys():
+                emit_scores(e, k.a("t"), k.a("qrec"), (kbase,), att_ms, "r12", hs, 1, kvs)
+            if k.roles.wsplit:              # the choice a > 0 before the sends (under the
+                # dynq of q), so that the scores issue right after them; a == 0 in r11
+                e.loop("r4", lambda: (sends(), keys()))
+                e.loop("r11", sends)
+            else:
+                sends()
+                e.loop("r4", keys)
             if k.roles.wsplit:              # under the scores: the weighted sum's split
                 e.comment(f"layer {li} the weighted sum's split with the partner (decode)")
                 # atab row n (its offset in r10 since wq): c, the tail's address and bytes,
@@ -1936,7 +1948,7 @@ def tensor_images(qm: QuantizedModel, isa: IsaConfig, pl: Placement, roles: Tens
                     else lay["g.y"] + 4 * roles.q[xy][0] * hs
                 rows.append((a, int(a > 0), cw, lay["p"] + 2 * cw if n > cw else lay["p"],
                              isa.pad(2 * (n - cw)), lay["wloc"] if n > cw else wdst,
-                             int(n > cw), 0))
+                             int(n > cw), int(a == 0)))
             d["atab"] = np.array(rows, "<u4")
         elif roles.split and att:           # keys 0 .. a - 1 of n on the tile
             d["atab"] = np.array([(a, int(a > 0)) for a, _ in split], "<u4")

@@ -474,10 +474,36 @@ def test_vpartner_scores(small_qm, mesh, vsplit):
     assert all(len(t) == 1 + vsplit for t in roles.scorers.values())
     sends = [line for line in compiled.sources[roles.att_tiles[0]].splitlines()
              if line.split()[:1] == ["send"] and line.rstrip().endswith(", 7")]
-    # per layer: the decode query record to each scoring partner, the prefill rows' records
-    # to the helper (`TensorRoles.prow`)
-    assert len(sends) == small_qm.config.n_layers * (1 + vsplit + bool(roles.prow)), sends
+    # per layer: the decode query record to each scoring partner (with `wsplit` twice in
+    # the text: in the branches a > 0 and a == 0 of `first_keys`), the prefill rows'
+    # records to the helper (`TensorRoles.prow`)
+    per = (1 + vsplit) * (1 + roles.wsplit) + bool(roles.prow)
+    assert len(sends) == small_qm.config.n_layers * per, sends
     _assert_prefill_and_decode_bit_exact(compiled, small_qm)
+
+
+@pytest.mark.parametrize("mesh", [(3, 2), (5, 2)], ids=["3x2", "5x2"])
+def test_decode_from_position_0(small_qm, mesh):
+    """Decode steps from position 0 on (a 1-token prompt, then greedy), where the attention
+    tile scores no key itself (``a == 0``: `first_keys` sends the query record in its
+    second branch) and the V partner's share is empty (`_partner_scores` waits for the
+    query records in its second branch), then where both have keys: logits bit-exact."""
+    from chipotle.compiler.tensor import TensorRoles, _split3
+    cfg = CONFIGS["small"].replace(mesh_width=mesh[0], mesh_height=mesh[1], imem_words=1024)
+    compiled = compile_model(small_qm, cfg, placement="tensor")
+    roles = TensorRoles(small_qm, cfg.isa_config(),
+                        sorted(compiled.placement.tiles, key=lambda t: t[::-1]))
+    assert roles.split and roles.vsplit and roles.wsplit
+    splits = [_split3(n, cfg.word_bytes, True) for n in range(1, 13)]
+    assert any(a == 0 for a, _ in splits) and any(a > 0 for a, _ in splits)
+    assert any(a == b for a, b in splits) and any(a < b for a, b in splits)
+    golden = GoldenModel(small_qm)
+    sim = load_isasim(compiled)
+    tok = 1
+    for pos in range(12):
+        r = run_step_isasim(sim, compiled, [tok], pos)
+        np.testing.assert_array_equal(r.logits, golden.forward(tok, pos), err_msg=f"{pos}")
+        tok = r.token
 
 
 def test_split3():
