@@ -61,14 +61,15 @@ def bench(compiled, prompt_tokens, out=None) -> dict:
             r = run_plan_isasim(sim, compiled, plan)
             cyc += r.cycles
             macs += r.perf["macs"]
-            mat += r.perf["matrix_cycles"]
+            mat += r.perf["mac_cycles"]
         if not np.array_equal(r.logits, golden.forward_batch(pre, 0)[-1]):
             raise SystemExit("prefill: the logits differ from the golden model")
         util = macs / (cyc * cfg.peak_macs_per_cycle)
         busy = mat / (cyc * cfg.n_tiles)
         print(f"prefill of {len(pre)} tokens, {how}: {cyc:,} cycles ({cyc / len(pre):,.0f} "
               f"per token); {len(plans)} step(s); MACs / mesh peak {100 * util:.1f}%; "
-              f"matrix units busy {100 * busy:.1f}% of tile-cycles", file=out)
+              f"matrix units busy {100 * busy:.1f}% of tile-cycles (MAC_CYCLES, as make "
+              f"sim and the bench count it)", file=out)
         figures["prefill"].append(dict(how=how, tokens=len(pre), cycles=cyc, macs=macs,
                                        utilisation=util, busy=busy))
     print("decode (MACs / mesh peak; weight and KV bytes / (mesh SRAM bandwidth x cycles)):",

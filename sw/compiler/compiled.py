@@ -474,7 +474,8 @@ def _compile(qm: QuantizedModel, config: ChipConfig, context: int,
     # checks both placements need (their programs share the loop nest and the matrix unit)
     if config.loop_depth < 4:
         raise FitError(f"the programs nest 4 hardware loops (batches, rows, KV heads, query "
-                       f"heads), but loop_depth is {config.loop_depth}: use loop_depth=4")
+                       f"heads), but loop_depth is {config.loop_depth}",
+                       [Fit((("loop_depth", "4"),))])
     over = [(name, k) for name, k in (("dim", c.dim), ("hidden_dim", c.hidden_dim))
             if k > isa.k_max]
     if over:
@@ -482,7 +483,7 @@ def _compile(qm: QuantizedModel, config: ChipConfig, context: int,
         need = max(c.dim, c.hidden_dim)
         what = " and ".join(f"{name} {k}" for name, k in over)
         raise FitError(f"the model's {what} exceed{'s' * (len(over) == 1)} the matrix unit's "
-                       f"k_max {isa.k_max}: use k_max={need}")
+                       f"k_max {isa.k_max}", [Fit((("k_max", str(need)),))])
     if placement == "tensor":
         return _compile_tensor(qm, config, context, batches, kvapp)
     pl = _place(qm, isa, config, context, batches, kvapp)
@@ -898,6 +899,12 @@ def _dominates(g: Fit, f: Fit) -> bool:
     return set(g.config) < set(f.config) or (g.context is None and f.context is not None)
 
 
+#: `ChipConfig` keys whose refusal names the one value the programs need (`_compile`,
+#: `_compile_tensor`): `compile_model` compiles the configuration with that value instead of
+#: searching sizes, and suggests it with whatever that compile still needs.
+_PARAMETER_FIXES = frozenset({"k_max", "loop_depth", "n_counters"})
+
+
 def compile_model(source, config: ChipConfig, context: int | None = None,
                   prefill_batches: int | None = None, placement: str = "pipeline",
                   kvapp: bool | None = None, on_search=None) -> CompiledModel:
@@ -967,6 +974,23 @@ def compile_model(source, config: ChipConfig, context: int | None = None,
                            f"{prefill_batches!r}")
         return _compile(qm, config, int(context), prefill_batches, placement, bool(kvapp))
     except FitError as e:
+        if len(e.fits) == 1 and e.fits[0].config and e.fits[0].context is None \
+                and e.fits[0].placement is None \
+                and {k for k, _ in e.fits[0].config} <= _PARAMETER_FIXES:
+            # a unit parameter below what the programs need (k_max, loop_depth, n_counters):
+            # no size the search tries changes it, so the configuration with it fixed is
+            # compiled instead, and what that still lacks is added to the suggestion
+            fix = e.fits[0]
+            try:
+                compile_model(qm, fix.apply(config)[0], context, prefill_batches, placement,
+                              kvapp, on_search)
+            except FitError as e2:
+                if not e2.fits:
+                    raise FitError(f"{e.what}; with {fix.config_text()}, {e2.what}") from None
+                raise FitError(f"{e.what}; with {fix.config_text()}, {e2.what}",
+                               [Fit(fix.config + f.config, f.context, f.placement, f.note)
+                                for f in e2.fits]) from None
+            raise FitError(e.what, e.fits) from None
         if on_search is not None:
             on_search()
         if placement == "tensor":

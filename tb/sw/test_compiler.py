@@ -1093,12 +1093,61 @@ def test_k_max_refusal_names_the_largest_reduction():
     ckpt = synthetic_checkpoint(ModelConfig(dim=48, hidden_dim=80, n_layers=1, n_heads=4,
                                             n_kv_heads=2, vocab_size=32, seq_len=8), seed=2)
     qm = quantize(ckpt, calibration_sequences(ckpt, n=1, length=4))
+    searched = []
     for k_max, what in [(40, "dim 48 and hidden_dim 80 exceed"), (64, "hidden_dim 80 exceeds")]:
         cfg = CONFIGS["small"].replace(k_max=k_max)
-        with pytest.raises(FitError, match=rf"the model's {what} the matrix unit's k_max "
-                                           rf"{k_max}: use k_max=80"):
-            compile_model(qm, cfg, placement="tensor")
+        for placement in ("tensor", "pipeline"):
+            with pytest.raises(FitError, match=rf"the model's {what} the matrix unit's k_max "
+                                               rf"{k_max}; a configuration that fits: "
+                                               rf"k_max=80$") as e:
+                compile_model(qm, cfg, placement=placement,
+                              on_search=lambda: searched.append(1))
+            assert e.value.fits == (Fit((("k_max", "80"),)),)
+        assert not searched         # the fix is known: no search of sizes, no search note
     compile_model(qm, CONFIGS["small"].replace(k_max=80), placement="tensor")
+
+
+def test_loop_depth_refusal_suggests_the_depth_without_a_search():
+    """A loop nest too shallow for the programs is refused with the loop_depth they need as
+    the suggestion (it said 'use loop_depth=4; no configuration that fits found nearby',
+    a fix and then none; a fresh user's finding)."""
+    from chipotle.golden.quantize import calibration_sequences
+    from chipotle.model import ModelConfig, synthetic_checkpoint
+
+    ckpt = synthetic_checkpoint(ModelConfig(dim=48, hidden_dim=80, n_layers=1, n_heads=4,
+                                            n_kv_heads=2, vocab_size=32, seq_len=8), seed=2)
+    qm = quantize(ckpt, calibration_sequences(ckpt, n=1, length=4))
+    searched = []
+    with pytest.raises(FitError, match=r"but loop_depth is 3; a configuration that fits: "
+                                       r"loop_depth=4$") as e:
+        compile_model(qm, CONFIGS["small"].replace(loop_depth=3), placement="tensor",
+                      on_search=lambda: searched.append(1))
+    assert e.value.fits == (Fit((("loop_depth", "4"),)),) and not searched
+    compile_model(qm, CONFIGS["small"].replace(loop_depth=4), placement="tensor")
+
+
+def test_parameter_fix_carries_what_the_fixed_configuration_still_needs():
+    """A loop_depth too small on a chip that is also too small: the suggestion is the
+    fixed loop_depth with the sizes the fixed configuration's own refusal names (it offered
+    loop_depth=4 as 'a configuration that fits', which was then refused for SRAM)."""
+    from chipotle.golden.quantize import calibration_sequences
+    from chipotle.model import ModelConfig, synthetic_checkpoint
+
+    ckpt = synthetic_checkpoint(ModelConfig(dim=48, hidden_dim=80, n_layers=1, n_heads=4,
+                                            n_kv_heads=2, vocab_size=32, seq_len=8), seed=2)
+    qm = quantize(ckpt, calibration_sequences(ckpt, n=1, length=4))
+    tiny = CONFIGS["small"].replace(sram_bytes=4096)
+    with pytest.raises(FitError) as fixed:
+        compile_model(qm, tiny, placement="tensor")
+    assert fixed.value.fits
+    with pytest.raises(FitError, match=r"but loop_depth is 3; with loop_depth=4, .*; a "
+                                       r"configuration that fits: ") as e:
+        compile_model(qm, tiny.replace(loop_depth=3), placement="tensor")
+    assert e.value.fits == tuple(Fit((("loop_depth", "4"),) + f.config, f.context,
+                                     f.placement, f.note) for f in fixed.value.fits)
+    for f in e.value.fits:                  # every suggestion compiles
+        config, context = f.apply(tiny.replace(loop_depth=3))
+        compile_model(qm, config, context, placement=f.placement or "tensor")
 
 
 @pytest.mark.model
