@@ -39,6 +39,7 @@ prompt is about 1.5 million cycles of prefill).  ``--json FILE`` writes the figu
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import sys
@@ -248,12 +249,9 @@ def main(argv: list[str] | None = None) -> int:
 
     steps = f"{args.decode_steps} decode step{'s' * (args.decode_steps != 1)}"
     seq_len = checkpoint.config.seq_len
-    said = []
-
-    def searching():    # before the first search for configurations that fit, silent itself
-        if not said:
-            said.append(True)
-            print(search_note(model_path.name), file=sys.stderr, flush=True)
+    @functools.cache    # once: before the first search for configurations that fit
+    def searching():
+        print(search_note(model_path.name), file=sys.stderr, flush=True)
     if args.context is not None and args.context < need <= seq_len:
         try:    # would the longer context the refusal below asks for fit the configuration?
             compile_fitting(checkpoint, config, args.config, need, need, needs,

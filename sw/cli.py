@@ -14,6 +14,7 @@ longer than the context, an unavailable backend), 1 for anything else.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
 from pathlib import Path
@@ -629,17 +630,6 @@ def shorter_context_note(shorter: int, config, seq_len: int, make_target: str) -
             f"`make {make_target}`: CONTEXT=)")
 
 
-def _once(fn):
-    """`fn` (no arguments) as a function that calls it the first time only."""
-    called = []
-
-    def once():
-        if not called:
-            called.append(True)
-            fn()
-    return once
-
-
 def search_note(name: str) -> str:
     """The line a command prints before the compiler searches for the configurations that
     fit the model `name` (a file name, ``stories260K.bin``; `compile_fitting`'s
@@ -700,7 +690,7 @@ def compile_fitting(model, config, given: str, context: int | None, need: int = 
     """
     from .compiler import FitError, compile_model
     if on_search is not None:
-        kw["on_search"] = _once(on_search)
+        kw["on_search"] = functools.cache(on_search)      # once: its first call only
     try:
         return compile_model(model, config, context=context, **kw), None
     except (FitError, ValueError) as e:

@@ -985,8 +985,6 @@ def compile_model(source, config: ChipConfig, context: int | None = None,
                 compile_model(qm, fix.apply(config)[0], context, prefill_batches, placement,
                               kvapp, on_search)
             except FitError as e2:
-                if not e2.fits:
-                    raise FitError(f"{e.what}; with {fix.config_text()}, {e2.what}") from None
                 raise FitError(f"{e.what}; with {fix.config_text()}, {e2.what}",
                                [Fit(fix.config + f.config, f.context, f.placement, f.note)
                                 for f in e2.fits]) from None
