@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     for lo in range(0, args.to + 1, args.bin):
         hi = min(lo + args.bin, args.to + 1)
         means = [sum(r[lo:hi]) / (hi - lo) for r in runs]
-        print(f"{lo:>5} .. {hi - 1:<5}" + "".join(f"{m:>12,.1f}" for m in means)
+        print(f"{lo:>5} .. {hi - 1:<6}" + "".join(f"{m:>12,.1f}" for m in means)
               + "".join(f"{m - means[0]:>16,.1f}" for m in means[1:]))
     return 0
 
