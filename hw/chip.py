@@ -31,10 +31,22 @@ from .noc import Mesh
 from .tile.controller import Status
 from .tile.tile import Tile
 
-__all__ = ["Chip", "RESET_LATENCY", "TILE_MODULE", "chip_verilog"]
+__all__ = ["BACKDOOR_SIGNALS", "Chip", "RESET_LATENCY", "TILE_MODULE", "TRACE_SIGNALS",
+           "chip_verilog"]
 
 #: Verilog module name of the tile in `chip_verilog`.
 TILE_MODULE = "chipotle_tile"
+
+#: ``(module, variable)`` pairs of `chip_verilog` that a simulation back door reaches
+#: through VPI (`chipotle.sim.flow.run_cocotb`'s ``public``): every tile's SRAM bank arrays
+#: (``bank0`` .. ``bank{n_banks - 1}`` of ``hw/tile/sram.py``), which
+#: `chipotle.driver.rtl.RtlBackend.backdoor_write_sram` writes.
+BACKDOOR_SIGNALS = ((f"{TILE_MODULE}.core.sram", "bank*"),)
+
+#: `BACKDOOR_SIGNALS` and the controller's ``retired`` port and ``pc`` register, which
+#: `chipotle.sim.cocotb_trace` samples every cycle.
+TRACE_SIGNALS = BACKDOOR_SIGNALS + ((f"{TILE_MODULE}.core.controller", "retired"),
+                                    (f"{TILE_MODULE}.core.controller", "pc"))
 
 
 #: Rising clock edges after ``rst`` falls (sampled low) until the mesh and the tiles leave

@@ -174,9 +174,11 @@ def run_rtl(job: Job, *, sim: str = "verilator", cxx_opt: str = toolchain.FAST_C
         fastest).
     waves : bool, optional
         Dump waveforms; default ``$WAVES``.
-    public : bool, optional
-        Verilator: expose every internal signal to cocotb (see `run_cocotb`; about 10 times
-        slower).  Default: only when ``job.backdoor`` needs the SRAM arrays.
+    public : bool or sequence of (str, str), optional
+        Verilator: the internal signals exposed to cocotb (`run_cocotb`'s ``public``: True
+        for every one, about 10 times slower; pairs for some, a flat build).  Default:
+        `chipotle.hw.chip.BACKDOOR_SIGNALS` (the SRAM arrays) when ``job.backdoor`` needs
+        them, else none.
     threads : int
         Verilator: threads of the model (`run_cocotb`'s ``threads``; default 1).
     verilog : str, optional
@@ -209,6 +211,7 @@ def run_rtl(job: Job, *, sim: str = "verilator", cxx_opt: str = toolchain.FAST_C
         If the cocotb run failed (with its message).
     """
     from chipotle.config import ChipConfig
+    from chipotle.hw.chip import BACKDOOR_SIGNALS
 
     if sim not in SIMULATORS:
         raise ValueError(f"`sim` must be one of {', '.join(SIMULATORS)}, not {sim!r}")
@@ -233,7 +236,8 @@ def run_rtl(job: Job, *, sim: str = "verilator", cxx_opt: str = toolchain.FAST_C
         run = run_cocotb(sim=sim, verilog=verilog, toplevel=TOPLEVEL,
                          test_module=test_module, extra_env=env, waves=waves,
                          cxx_opt=cxx_opt, check=False, threads=threads,
-                         public=job.backdoor if public is None else public, pgo_train=pgo_train)
+                         public=public if public is not None else
+                         BACKDOOR_SIGNALS if job.backdoor else False, pgo_train=pgo_train)
         if not result_path.exists():
             run.raise_on_failure()
             raise AssertionError(f"the cocotb run wrote no result ({run.results_xml})")

@@ -166,8 +166,11 @@ def _with_icarus_dump(verilog: str, toplevel: str, path: Path) -> str:
     return verilog[:end] + block + verilog[end:]
 
 
-def _public_ports_config(verilog: str, toplevel: str) -> str:
-    """Return a Verilator configuration file making only the ports of ``toplevel`` public.
+def _public_ports_config(verilog: str, toplevel: str,
+                         extra: Sequence[tuple[str, str]] = ()) -> str:
+    """Return a Verilator configuration file making only the ports of ``toplevel`` public,
+    and the variables ``extra`` names: ``(module, variable)`` pairs (Verilator's
+    ``public_flat_rw``; the variable may hold ``*`` wildcards).
 
     cocotb reaches the design through these; ``--public-depth 1`` would also make every
     wire of ``toplevel`` (the nets between its instances) writable through VPI, which
@@ -180,6 +183,11 @@ def _public_ports_config(verilog: str, toplevel: str) -> str:
         raise ValueError(f"no module {toplevel!r} in the Verilog")
     ports = [p.strip().lstrip("\\") for p in head.group(1).split(",") if p.strip()]
     lines = [f'public_flat_rw -module "{toplevel}" -var "{p}"' for p in ports]
+    for module, var in extra:
+        if not re.search(rf"^module \\?{re.escape(module)}[\s(]", verilog, re.M):
+            raise ValueError(f"public signal {module}.{var}: no module {module!r} in the "
+                             f"Verilog")
+        lines.append(f'public_flat_rw -module "{module}" -var "{var}"')
     return "`verilator_config\n" + "\n".join(lines) + "\n"
 
 
@@ -485,7 +493,7 @@ def run_cocotb(
     seed: int | None = None,
     check: bool = True,
     cxx_opt: str = "-O0",
-    public: bool = True,
+    public: bool | Sequence[tuple[str, str]] = True,
     threads: int = 1,
     hierarchical: bool | None = None,
     pgo_train: Mapping[str, str] | None = None,
@@ -520,13 +528,18 @@ def run_cocotb(
         Verilator only: C++ optimisation of the model (see
         :func:`chipotle.sim.toolchain.verilator_environment`); ``-O0`` builds fastest,
         ``toolchain.FAST_CXX_OPT`` (``-O3``) simulates fastest.
-    public : bool
+    public : bool or sequence of (str, str)
         Verilator only: make every signal of the design visible to cocotb (the runner's
         ``--public-flat-rw``, the default).  ``False`` exposes only the toplevel's ports
         (``--no-public-flat-rw`` and a configuration file naming them), which lets Verilator
         optimise the model:
         about 10 times faster for the 2 x 2 ``Chip`` (7,100 against 550 cycles per second
         with ``-O0``: a cocotb test awaiting one long ``Timer``, 2 loaded cores).
+        ``(module, variable)`` pairs expose the ports and these variables only (e.g. the
+        SRAM arrays of `chipotle.sim.chiprun.BACKDOOR_SIGNALS`; ``variable`` may hold
+        ``*``): a flat build, but one Verilator still optimises (the ``small`` chip's
+        driver test built in 68 s instead of 145 s and ran in 95 s instead of 238 s, idle
+        2 cores, `tb/driver/test_driver_rtl.py`).
     threads : int
         Verilator only: threads of the model (``--threads``; default 1, a single-threaded
         model).
@@ -561,7 +574,7 @@ def run_cocotb(
         If the simulator is not installed (with how to install it).
     ValueError
         If ``threads`` is below 1, or (Verilator) a ``hier_block`` metacomment of `verilog`
-        is outside a module.
+        is outside a module, or a module ``public`` names is not in `verilog`.
     AssertionError
         If the ``pgo_train`` run failed (the build is not stamped, so the next run
         rebuilds).
@@ -576,18 +589,22 @@ def run_cocotb(
     if hierarchical is None:
         hierarchical = env_flag("HIERARCHICAL", True)
     flat_because, blocks = None, []
+    public_vars = () if isinstance(public, bool) else tuple(tuple(p) for p in public)
+    everything = public is True
     if sim == "verilator":
         blocks = hier_blocks(verilog) if hierarchical else []
-        if blocks and (public or waves):
-            flat_because = ("waveforms" if waves else "public signals (public=True)") + \
+        if blocks and (everything or public_vars or waves):
+            flat_because = ("waveforms" if waves else "public signals (public=True)"
+                            if everything else "the public signals of " + ", ".join(
+                                f"{m}.{v}" for m, v in public_vars)) + \
                 f" need a flat build: Verilator cannot trace or expose the signals inside " \
                 f"the hierarchy block(s) {', '.join(blocks)}"
             blocks = []
         session = toolchain.verilator_session(cxx_opt=cxx_opt)
         build_args = toolchain.verilator_build_args()
-        if not public:
+        if not everything:
             build_args = build_args + ["--no-public-flat-rw"]
-            port_config = _public_ports_config(verilog, toplevel)
+            port_config = _public_ports_config(verilog, toplevel, public_vars)
         if waves:
             build_args = build_args + ["--trace-structs"]   # the runner adds --trace (VCD)
         if threads != 1:
@@ -599,7 +616,7 @@ def run_cocotb(
         build_args = toolchain.icarus_build_args()
         cxx_opt = ""
         pgo_train = None
-    if sim != "verilator" or public:
+    if sim != "verilator" or everything:
         port_config = ""
 
     key = "\0".join([sim, toplevel, verilog, " ".join(build_args), str(bool(waves)), cxx_opt,
@@ -624,9 +641,11 @@ def run_cocotb(
                   f"design, configuration or build option): building it, minutes for a "
                   f"large chip (README, 'first make sim')", file=sys.stderr, flush=True)
             if flat_because:
+                cost = ("a flat 4 x 4 chip with every signal public takes about 30 minutes "
+                        "on 2 cores: README" if everything else
+                        "longer than the hierarchical build, and a build of its own")
                 print(f"chipotle.sim.flow: flat Verilator build of {toplevel}: {flat_because} "
-                      f"(a flat 4 x 4 chip takes about 30 minutes on 2 cores: README)",
-                      file=sys.stderr, flush=True)
+                      f"({cost})", file=sys.stderr, flush=True)
             build_dir.mkdir(parents=True, exist_ok=True)
             if sim == "icarus" and waves:
                 # cocotb's own dump module is SystemVerilog, which -g2005 rejects.

@@ -13,9 +13,9 @@ the prompt's prefill) compares:
   compiler's comments, as `chipotle.compiler.profile`) and per class of the instruction that
   retired late (``matrix``, ``vector``, ``send``, ``wait``, ``kvapp``, ``scalar``), and the
   instructions that lost most are listed.  The RTL's retires come from the controller's
-  ``retired`` port and ``pc`` register, sampled every cycle in a flat build with public
-  signals (`run_rtl`'s ``public``: the first build of the 2 x 2 ``small`` chip takes about
-  2 minutes, the 4 x 4 one about 35);
+  ``retired`` port and ``pc`` register, sampled every cycle in a flat build in which these
+  and the SRAM arrays are public (`chipotle.hw.chip.TRACE_SIGNALS`, `run_rtl`'s ``public``:
+  ``--config small --pos 6`` took 88 s with its build, idle 2 cores);
 * **per tile**: the step's performance counters (`chipotle.driver.PERF_NAMES`) against the
   simulator's (vector busy, wait stalls, matrix cycles), and the RTL's ``sram_stalls`` and
   the network interface's ``ni_net_stalls``, which the estimate does not model.  With
@@ -181,6 +181,8 @@ def rtl_trace(compiled, steps: list, trace_step: int = -1, *, sim: str = "verila
         As `isasim_trace` (``retires`` empty when not recorded), plus ``starts``: the cycle
         at which the host started each tile in the traced step, from the first START.
     """
+    from chipotle.hw.chip import TRACE_SIGNALS
+
     from .chiprun import Job, run_rtl
 
     if cxx_opt is None:
@@ -188,7 +190,8 @@ def rtl_trace(compiled, steps: list, trace_step: int = -1, *, sim: str = "verila
     job = Job(config=compiled.config.as_dict(), model=compiled, kind="steps",
               step_list=[(list(t), p) for t, p in steps], trace_step=trace_step % len(steps),
               trace_retires=retires, backdoor=retires)
-    return run_rtl(job, sim=sim, cxx_opt=cxx_opt, public=retires, progress=progress,
+    return run_rtl(job, sim=sim, cxx_opt=cxx_opt, public=TRACE_SIGNALS if retires else False,
+                   progress=progress,
                    test_module="chipotle.sim.cocotb_trace")
 
 

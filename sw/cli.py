@@ -369,9 +369,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--backdoor-load", action="store_true",
                    help="verilator, icarus: write the SRAM images straight into the simulated "
                         "memories instead of through the host link (a faster load; Verilator "
-                        "then needs every signal public, which switches to the flat build: a "
-                        "build of its own, about 30 minutes for the 4 x 4 chip, that also "
-                        "simulates slower)")
+                        "then needs the SRAM arrays public, which switches to the flat build: "
+                        "a build of its own, several times longer than the hierarchical one "
+                        "for the 4 x 4 chip, that also simulates slower)")
     g.add_argument("--port", default=None, metavar="DEV",
                    help="uart: the board's serial port, e.g. /dev/ttyUSB0 (docs/fpga.md; "
                         "--config and --clock-mhz must match the bitstream)")

@@ -17,3 +17,4 @@ async def through_two_blocks(dut):
         await ClockCycles(dut.clk, 2)
         await ReadOnly()
         assert int(dut.q.value) == (value + 2) % 256, (value, dut.q.value)
+

@@ -67,12 +67,18 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(config, items):
-    if "slow" in (config.option.markexpr or ""):
-        return
-    slow = [it for it in items if it.get_closest_marker("slow")]
-    if slow:
-        config.hook.pytest_deselected(items=slow)
-        items[:] = [it for it in items if not it.get_closest_marker("slow")]
+    """Deselect the ``slow`` tests unless ``-m`` names them; run the ``rtl`` tests first.
+
+    The RTL tests (a simulator build and run each, up to minutes) are the long ones; started
+    first, they spread over pytest-xdist's workers while the many short tests fill the
+    cores at the end.  In collection order the RTL tests of ``tb/tile`` came last, and one
+    worker ran them alone for minutes after the other had run out of work."""
+    if "slow" not in (config.option.markexpr or ""):
+        slow = [it for it in items if it.get_closest_marker("slow")]
+        if slow:
+            config.hook.pytest_deselected(items=slow)
+            items[:] = [it for it in items if not it.get_closest_marker("slow")]
+    items.sort(key=lambda it: it.get_closest_marker("rtl") is None)     # stable
 
 
 def pytest_generate_tests(metafunc):

@@ -36,6 +36,15 @@ def test_public_ports_config_names_every_port_of_the_toplevel_only():
     assert lines[1:] == want
 
 
+def test_public_ports_config_adds_the_named_signals_of_other_modules():
+    verilog = "module \\top.sram (clk);\n  input clk;\nendmodule\n" + PORTS_TOP
+    lines = _public_ports_config(verilog, "ports_top", [("top.sram", "bank*")]).splitlines()
+    assert lines[-1] == 'public_flat_rw -module "top.sram" -var "bank*"'
+    assert len(lines) == 5
+    with pytest.raises(ValueError, match=r"public signal other\.x: no module 'other'"):
+        _public_ports_config(verilog, "ports_top", [("other", "x")])
+
+
 def test_public_ports_config_refuses_a_missing_toplevel():
     with pytest.raises(ValueError, match="no module 'chip'"):
         _public_ports_config(PORTS_TOP, "chip")
@@ -125,6 +134,20 @@ def test_hierarchical_build_falls_back_to_flat_for_public_signals():
                      test_module="cocotb_hier", test_dir=TB, public=True, hierarchical=True)
     assert run.passed == ["through_two_blocks"]
     assert not (run.build_dir / "Vhier_leaf").exists()
+
+
+@pytest.mark.rtl
+def test_named_public_signals_build_flat_and_expose_only_those():
+    """``public`` as ``(module, variable)`` pairs (the back door's SRAM arrays): the ports and
+    those variables reach cocotb, nothing else, and a design with hierarchy blocks is built
+    flat (VPI cannot reach inside a block)."""
+    run = run_cocotb(sim="verilator", verilog=HIER_TOP, toplevel="hier_top",
+                     test_module="cocotb_named", test_dir=TB,
+                     public=[("hier_leaf", "q")], hierarchical=True)
+    assert run.passed == ["named_signals_only"]
+    assert not (run.build_dir / "Vhier_leaf").exists()
+    assert 'public_flat_rw -module "hier_leaf" -var "q"' in \
+        (run.build_dir / "ports.vlt").read_text()
 
 
 def test_chip_refuses_a_tile_reset_register_without_tile_instances():

@@ -241,7 +241,8 @@ class RtlBackend(PacketBackend):
             return [getattr(sram, f"bank{b}") for b in range(self.config.n_banks)]
         except AttributeError:
             raise RuntimeError("the back door needs the SRAM arrays, which this build does not "
-                               "expose (Verilator: build with run_cocotb(public=True))") from None
+                               "expose (Verilator: build with run_cocotb(public="
+                               "chipotle.hw.chip.BACKDOOR_SIGNALS))") from None
 
     def backdoor_read_sram(self, xy, addr: int, nbytes: int) -> bytes:
         """Return SRAM bytes read straight from the simulator's bank arrays (no cycles).

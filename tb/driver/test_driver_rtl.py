@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from chipotle.config import CONFIGS
+from chipotle.hw.chip import BACKDOOR_SIGNALS
 from chipotle.sim import run_cocotb
 from chipotle.sim.chiprun import TOPLEVEL, chip_verilog
 from chipotle.sim.flow import build_root
@@ -22,7 +23,7 @@ def test_driver_rtl(sim):
     out.parent.mkdir(parents=True, exist_ok=True)
     out.unlink(missing_ok=True)
     run = run_cocotb(sim=sim, verilog=chip_verilog(CONFIGS["small"]), toplevel=TOPLEVEL,
-                     test_module="cocotb_driver", test_dir=TB,
+                     test_module="cocotb_driver", test_dir=TB, public=BACKDOOR_SIGNALS,
                      extra_env={"CHIP_CONFIG": "small", "RESULT": str(out)})
     assert sorted(run.passed) == ["backdoor_load", "reset_mid_step", "tile_fault",
                                  "toy_scenario", "unfinished_step"], run.passed

@@ -62,5 +62,5 @@ def run(sim: str, design: tuple[str, str], test_module: str, *, testcase=None, e
     """Run cocotb tests of ``design`` from this folder; raise on any failure."""
     verilog, top = design
     return run_cocotb(sim=sim, verilog=verilog, toplevel=top, test_module=test_module,
-                      test_dir=TB_DIR, testcase=testcase,
+                      test_dir=TB_DIR, testcase=testcase, public=False,
                       extra_env={k: str(v) for k, v in (env or {}).items()})

@@ -59,7 +59,7 @@ def test_layer_rtl(sim, model_paths):
     out.unlink(missing_ok=True)
     verilog = generate_verilog(TileCore(LAYER_CONFIG), name="tile_core")
     run = run_cocotb(sim=sim, verilog=verilog, toplevel="tile_core",
-                     test_module="cocotb_layer", test_dir=TB,
+                     test_module="cocotb_layer", test_dir=TB, public=False,
                      extra_env={"CYCLES_JSON": str(out), "POSITIONS": "4",
                                 "CHECK_AT": "0,3",
                                 "CHIPOTLE_MODEL_DIR": str(model_paths[0].parent)})

@@ -48,6 +48,6 @@ def test_netif_mesh(sim):
     verilog, top = _verilog()
     env = {**MESH, "NETIF_SCALE": 1.0 if sim == "verilator" else 0.3}
     run = run_cocotb(sim=sim, verilog=verilog, toplevel=top, test_module="cocotb_netif",
-                     test_dir=TB, testcase=TESTS,
+                     test_dir=TB, testcase=TESTS, public=False,
                      extra_env={k: str(v) for k, v in env.items()})
     assert sorted(run.passed) == sorted(TESTS), run.passed

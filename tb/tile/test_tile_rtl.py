@@ -30,7 +30,7 @@ def _datapath_verilog(config: str) -> str:
 
 def _run(sim, config, module, **env):
     return run_cocotb(sim=sim, verilog=_datapath_verilog(config), toplevel="tile_datapath",
-                      test_module=module, test_dir=TB,
+                      test_module=module, test_dir=TB, public=False,
                       extra_env={"TILE_CONFIG": config, **env})
 
 
@@ -63,6 +63,6 @@ def test_sram_rtl(sim):
         verilog = generate_verilog(Sram(size_bytes=768, word_bytes=8, n_banks=banks,
                                         read_words=words), name="tile_sram")
         run = run_cocotb(sim=sim, verilog=verilog, toplevel="tile_sram",
-                         test_module="cocotb_sram", test_dir=TB,
+                         test_module="cocotb_sram", test_dir=TB, public=False,
                          extra_env={"SRAM_DEPTH": "96", "READ_WORDS": str(words)})
         assert len(run.passed) == 2, (banks, words, run.passed)

@@ -49,6 +49,7 @@ def test_vector_rtl(sim):
         out.unlink(missing_ok=True)
         run = run_cocotb(sim=sim, verilog=_verilog(config), toplevel="vector_top",
                          test_module="cocotb_vector", test_dir=TB,
+                         public=[("vector_top.sram", "bank*")],     # the back door's arrays
                          extra_env={"VEC_CONFIG": config, "VEC_SCALE": str(scale),
                                     "BACKDOOR": "1", "TIMING_JSON": str(out)})
         # elementwise is parametrised 2 x 2
