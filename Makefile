@@ -80,12 +80,12 @@ $(error $(subst @,$(SPACE),$(subst $(SPACE),$(COMMA)$(SPACE),$(strip $(unknown_h
   target)
 endif
 
-.PHONY: all venv iverilog test test-default sim bench bitstream models lint clean distclean \
+.PHONY: all venv iverilog ccache test test-default sim bench bitstream models lint clean distclean \
         help
 
 # A goal that is no target is refused before any other runs (a stray word such as an
 # unquoted `A;B=1` would otherwise run `make sim` first, then fail)
-TARGETS := all venv iverilog test test-default sim bench bitstream models lint clean \
+TARGETS := all venv iverilog ccache test test-default sim bench bitstream models lint clean \
            distclean help $(STAMP)
 unknown_goals := $(filter-out $(TARGETS),$(MAKECMDGOALS))
 target_names := $(filter-out all $(STAMP),$(TARGETS))
@@ -129,10 +129,12 @@ help:
 	@echo "make bitstream   FPGA bitstream + resource/timing report with YoWASP tools (BOARD=ulx3s-85f|icebreaker,"
 	@echo "                 CONFIG=, SYNTH_ONLY=1; docs/fpga.md): about 11-15 min on the default ulx3s chip with a"
 	@echo "                 core to spare, 25-46 min beside a 2-core test run"
-	@echo "make venv        set-up: .venv with the pinned Python tools (editable chipotle), Icarus Verilog via"
-	@echo "                 apt-get if absent"
+	@echo "make venv        set-up: .venv with the pinned Python tools (editable chipotle), Icarus Verilog and"
+	@echo "                 ccache via apt-get if absent"
 	@echo "make iverilog    only the Icarus Verilog part of make venv (apt-get install iverilog when it is not on"
 	@echo "                 PATH)"
+	@echo "make ccache      only the ccache part of make venv (apt-get install ccache when it is not on PATH;"
+	@echo "                 Verilator builds then compile their shared runtime files once)"
 	@echo "make models      download stories260K.bin and tok512.bin (needs network) into MODEL_DIR= (default"
 	@echo "                 ../shared/models beside the checkout, where every target looks), checking their sha256"
 	@echo "make lint        ruff on the Python sources (the pinned ruff installed into .venv on first use)"
@@ -141,7 +143,7 @@ help:
 	@echo "every target     CHIPOTLE_BUILD_DIR= (where simulator builds and FPGA runs go, default build/),"
 	@echo "                 CHIPOTLE_MODEL_DIR= (as MODEL_DIR=); a variable no target takes is refused"
 
-venv: $(STAMP) iverilog
+venv: $(STAMP) iverilog ccache
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -155,6 +157,16 @@ iverilog:
 	  echo "Icarus Verilog not found: installing it with apt-get"; \
 	  SUDO=$$(test "$$(id -u)" = 0 || echo sudo); \
 	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq iverilog; }
+
+# ccache compiles the Verilator and cocotb runtime files every Verilator build repeats once
+# (chipotle.sim.toolchain.verilator_environment); a machine without it, or without apt-get,
+# builds without it.
+ccache:
+	@command -v ccache >/dev/null 2>&1 || { \
+	  echo "ccache not found: installing it with apt-get (Verilator builds share their runtime objects)"; \
+	  SUDO=$$(test "$$(id -u)" = 0 || echo sudo); \
+	  { $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq ccache; } || \
+	  echo "ccache not installed: Verilator builds compile every file"; }
 
 # MODEL_DIR= reaches every target (make test, make bench, make sim) as CHIPOTLE_MODEL_DIR
 ifneq ($(MODEL_DIR),)
@@ -174,7 +186,7 @@ endif
 
 # -rs: the reason of every skipped test (e.g. model files not found) in the summary
 test: venv
-	SIM=$(or $(SIM),verilator$(COMMA)icarus) $(PY) -m pytest -n $(JOBS) -rs --durations=15 $(PYTEST_ARGS)
+	SIM=$(or $(SIM),verilator$(COMMA)icarus) $(PY) -m pytest -n $(JOBS) --dist worksteal -rs --durations=15 $(PYTEST_ARGS)
 
 # The slow check left out of `make test`: the default configuration's RTL, greedy from BOS
 # for TEST_STEPS tokens (STEPS= on the command line also works).

@@ -18,7 +18,21 @@ from __future__ import annotations
 import asyncio
 import sys
 
-__all__ = ["sweep", "main"]
+__all__ = ["first_tail_keys", "sweep", "main"]
+
+
+def first_tail_keys(word_bytes: int) -> int:
+    """Return the fewest keys whose decode weighted sum `chipotle.compiler.tensor`'s split
+    gives a tail at ``WSUM_SPLIT_FROM = 0`` (below, the tile's share covers every key, so a
+    sweep of positions below ``first_tail_keys - 1`` runs alike at every setting)."""
+    from chipotle.compiler import tensor
+
+    saved = tensor.WSUM_SPLIT_FROM
+    tensor.WSUM_SPLIT_FROM = 0
+    try:
+        return next(n for n in range(1, 1 << 16) if tensor._wsum_split(n, word_bytes) < n)
+    finally:
+        tensor.WSUM_SPLIT_FROM = saved
 
 
 def sweep(qm, config, split_from: int, last: int, backend: str = "verilator") -> list[int]:
@@ -67,6 +81,7 @@ def sweep(qm, config, split_from: int, last: int, backend: str = "verilator") ->
 def main(argv: list[str] | None = None) -> int:
     """Run the sweep (``python -m chipotle.sim.decode_sweep --help``)."""
     from chipotle.cli import ArgumentParser, module_model, positive_int
+    from chipotle.compiler.tensor import WSUM_SPLIT_OFFSET, WSUM_SPLIT_SHARE
     from chipotle.config import ChipConfig
     from chipotle.paths import DEFAULT_CHECKPOINT, default_model_dir
 
@@ -98,6 +113,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.to >= qm.config.seq_len:
         ap.error(f"--to must be below the model's seq_len, {qm.config.seq_len}, not {args.to}")
     runs = [sweep(qm, config, v, args.to, args.backend) for v in values]
+    first = first_tail_keys(config.word_bytes)
+    if args.to + 1 < first:
+        print(f"note: below {first} keys (position {first - 1}) a weighted sum has no tail at "
+              f"any --split-from (the tile's share, about {WSUM_SPLIT_SHARE} n + "
+              f"{WSUM_SPLIT_OFFSET} keys, covers every key): the settings differ from --to "
+              f"{first - 1} on", file=sys.stderr)
     kind = "estimated (isasim)" if args.backend == "isasim" else f"RTL ({args.backend})"
     print(f"decode cycles per step, {kind}, {config}; mean per bin of {args.bin} positions; "
           f"WSUM_SPLIT_FROM = {', '.join(map(str, values))}, the differences from "

@@ -600,7 +600,8 @@ def run_cocotb(
                 f" need a flat build: Verilator cannot trace or expose the signals inside " \
                 f"the hierarchy block(s) {', '.join(blocks)}"
             blocks = []
-        session = toolchain.verilator_session(cxx_opt=cxx_opt)
+        session = toolchain.verilator_session(cxx_opt=cxx_opt,
+                                              objcache_dir=build_root() / "ccache")
         build_args = toolchain.verilator_build_args()
         if not everything:
             build_args = build_args + ["--no-public-flat-rw"]

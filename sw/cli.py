@@ -293,14 +293,21 @@ class ArgumentParser(argparse.ArgumentParser):
     def parse_args(self, args=None, namespace=None):
         """As ``argparse``'s, but an unrecognised argument after a subcommand is refused by
         that subcommand's parser (``chipotle generate: error: ... (chipotle generate --help
-        lists the options)``), whose options the user is giving, not by this one."""
+        lists the options)``), whose options the user is giving, not by this one; a
+        misspelt long option is followed by the one meant when one is close (``--promt``:
+        ``(did you mean --prompt?)``)."""
+        from .config import did_you_mean
         parsed, extras = self.parse_known_args(args, namespace)
         if extras:
             parser = self
             for action in self._actions:
                 if isinstance(action, argparse._SubParsersAction):
                     parser = action.choices.get(getattr(parsed, action.dest, None), self)
-            parser.error(f"unrecognized arguments: {' '.join(extras)}")
+            options = [o[2:] for a in parser._actions for o in a.option_strings
+                       if o.startswith("--")]
+            hints = "".join(did_you_mean(e.split("=", 1)[0][2:], options, lambda o: f"--{o}")
+                            for e in extras if e.startswith("--"))
+            parser.error(f"unrecognized arguments: {' '.join(extras)}{hints}")
         return parsed
 
     def refuse(self, message: str):
@@ -457,7 +464,9 @@ def _generate(args, out, err) -> int:
                                  (args.clock_mhz is not None, "--clock-mhz", chip)):
         if given and args.backend not in where:
             raise UsageError(f"{option} applies to the {', '.join(where)} backend"
-                             f"{'s' * (len(where) > 1)}, not {args.backend}")
+                             f"{'s' * (len(where) > 1)}, not {args.backend}: leave it out, or "
+                             f"choose {'one of them' if len(where) > 1 else 'it'} with "
+                             f"--backend")
     if args.sim_threads != 1 and args.backend != "verilator":
         raise UsageError(f"--sim-threads {args.sim_threads}: only the verilator backend runs "
                          f"simulator threads, not {args.backend}")
@@ -500,9 +509,7 @@ def _generate(args, out, err) -> int:
         raise RunFailure(f"{model_path}: {e}") from None
     out.write(done.text + "\n")
     out.flush()
-    stop = done.reason.value
-    if done.reason is StopReason.STEPS:
-        stop += f" ({args.steps})"
+    stop = _stop(done.reason.value, args.steps, checkpoint.config.seq_len)
     err.write(f"[{args.backend}] {_count(done.generated, 'token')} generated, "
               f"{_count(done.prompt_tokens, 'prompt token')} (BOS included), stopped by {stop}; "
               f"{done.positions} positions in "
@@ -510,6 +517,16 @@ def _generate(args, out, err) -> int:
               f"{_sampling(args, sampler.seed)}\n")
     err.flush()
     return 0
+
+
+def _stop(reason: str, steps: int, context: int) -> str:
+    """Return the summary's reason a generation stopped (a `StopReason` value) with its
+    bound: ``"steps (16)"``, ``"context length (512 positions)"``, ``"BOS/EOS"``."""
+    if reason == StopReason.STEPS.value:
+        return f"{reason} ({steps})"
+    if reason == StopReason.CONTEXT.value:
+        return f"{reason} ({context} positions)"
+    return reason
 
 
 def _count(n: int, noun: str) -> str:
@@ -950,9 +967,7 @@ def _generate_chip(args, checkpoint, tokenizer, model_path, tok_path, out, err) 
                     threads=args.sim_threads if args.backend == "verilator" else 1)
         seconds = g["sim_seconds"]
     out.flush()
-    stop = g["stop_reason"]
-    if stop == StopReason.STEPS.value:
-        stop += f" ({args.steps})"
+    stop = _stop(g["stop_reason"], args.steps, compiled.context)
     err.write(f"[{args.backend}] {_count(g['generated'], 'token')} generated, "
               f"{_count(g['prompt_tokens'], 'prompt token')} (BOS included), stopped by {stop}; "
               f"{seconds:.1f} s of simulation wall time (build and weight load not included); "

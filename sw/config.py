@@ -374,6 +374,8 @@ class ChipConfig:
                     changes.update(mesh_width=int(w), mesh_height=int(h))
                 elif key == "sram_kib":
                     changes["sram_bytes"] = int(value, 0) * 1024
+                    if changes["sram_bytes"] < 1:
+                        raise ValueError(value)
                 elif key == "overlap":
                     if value.lower() not in ("0", "1", "true", "false"):
                         raise ValueError(value)
@@ -390,7 +392,9 @@ class ChipConfig:
                 if "unknown configuration key" in str(e):
                     raise
                 expect = {"mesh": "WxH, two integers (e.g. mesh=4x4)",
-                          "overlap": "0, 1, true or false"}.get(key, "an integer")
+                          "overlap": "0, 1, true or false",
+                          "sram_kib": "a positive integer (KiB of SRAM per tile)"}.get(
+                              key, "an integer")
                 raise ValueError(f"bad value {value!r} for {key!r} in {text!r}: expected "
                                  f"{expect}") from None
         return cfg.replace(**changes)

@@ -101,6 +101,29 @@ def test_make_variables_with_spaces_reach_make_whole(tmp_path):
     assert toolchain.make_assignments({"A": "x y", "B": ""}) == "A=x\\ y B="
 
 
+def test_builds_compile_through_ccache_when_it_is_installed(tmp_path):
+    """With ``ccache`` on ``PATH`` the builds' make sees ``OBJCACHE=ccache`` and the cache
+    folder given (unless ``$CCACHE_DIR`` names one); without it, no ``OBJCACHE``."""
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "ccache").write_text("#!/bin/sh\nexec \"$@\"\n")
+    (fake / "ccache").chmod(0o755)
+    show = "all:\n\t@echo '[$(OBJCACHE)]'\n"
+    base = dict(os.environ, MAKEFLAGS="", PATH=f"{fake}{os.pathsep}/usr/bin:/bin")
+    base.pop("CCACHE_DIR", None)
+    env = toolchain.verilator_environment(base, objcache_dir=tmp_path / "cache")
+    assert _make_output(tmp_path, show, env).strip() == "[ccache]"
+    assert env["CCACHE_DIR"] == str(tmp_path / "cache")
+    env = toolchain.verilator_environment(dict(base, CCACHE_DIR="/elsewhere"),
+                                          objcache_dir=tmp_path / "cache")
+    assert env["CCACHE_DIR"] == "/elsewhere"
+    for without in (dict(base, PATH="/nonexistent"), base):
+        env = toolchain.verilator_environment(
+            without, objcache_dir=None if without is base else tmp_path / "cache")
+        env["PATH"] += os.pathsep + "/usr/bin:/bin"          # make itself
+        assert _make_output(tmp_path, show, env).strip() == "[]"
+
+
 @pytest.mark.parametrize("value", ["-O3\t-march=native", "-O3 -Wl,-rpath,$ORIGIN",
                                    "a\\b x\\", "-DA=1 -DB==2  #%", ""])
 def test_make_assignments_reach_make_as_given(tmp_path, value):

@@ -293,7 +293,8 @@ class CompiledModel:
                 f"{s.name}@{xy[0]},{xy[1]}" for s, xy in pl.pipeline)
                 + f" -> cls@({pl.rect[0]}:{pl.rect[1]}, {pl.rect[2]}:{pl.rect[3]})"
                 f" -> argmax@{pl.reducer[0]},{pl.reducer[1]}")
-        out = [f"{self.model_name()} on {cfg}, context {self.context}", flow,
+        out = [f"{self.model_name()} on {cfg}, imem_words={cfg.imem_words}, k_max={cfg.k_max}, "
+               f"loop_depth={cfg.loop_depth}, context {self.context}", flow,
                self.mesh_diagram()]
         for xy, lay in pl.tiles.items():
             names = _stage_names(pl, lay)
@@ -722,6 +723,16 @@ def _schemes_note(qm: QuantizedModel, config: ChipConfig, context: int, kib: int
                                                 note="every scheme")
 
 
+def _imem_note(config: ChipConfig, extra: tuple, note: str = "") -> str:
+    """`note`, joined with why a suggestion that fixes another limit also raises
+    ``imem_words`` (``extra``, from `_verified`): the programs compiled for it outgrow the
+    instruction memory `config` gives (a refusal naming only SRAM said nothing of it)."""
+    more = dict(extra).get("imem_words")
+    why = (f"imem_words={more}: its programs outgrow the {config.imem_words:,} instruction "
+           f"words given" if more else "")
+    return "; ".join(filter(None, (note, why)))
+
+
 def _bigger_mesh(config: ChipConfig, upto: int, places, verified) -> Fit | None:
     """The mesh with the fewest tiles (sides grown up to ``upto - 1``, neither side shrunk;
     among equal counts the squarer, then the wider) on which `places` holds and `verified`
@@ -736,7 +747,7 @@ def _bigger_mesh(config: ChipConfig, upto: int, places, verified) -> Fit | None:
         if places(cand):
             extra = verified(cand)
             if extra is not None:
-                return Fit((("mesh", f"{w}x{h}"), *extra))
+                return Fit((("mesh", f"{w}x{h}"), *extra), note=_imem_note(config, extra))
     return None
 
 
@@ -798,7 +809,7 @@ def _suggest_tensor(qm: QuantizedModel, config: ChipConfig, context: int, messag
                 hi = mid - 1
         extra = _verified(qm, config, lo, "tensor", kvapp) if lo >= 1 else None
         if extra is not None:   # (at that context the programs may need more instructions)
-            tips.append(Fit(extra, context=lo))
+            tips.append(Fit(extra, context=lo, note=_imem_note(config, extra)))
     m = re.search(r"needs ([\d,]+) bytes of SRAM", message)
     if m:
         need = int(m.group(1).replace(",", ""))
@@ -817,7 +828,8 @@ def _suggest_tensor(qm: QuantizedModel, config: ChipConfig, context: int, messag
             if kib * 1024 < need:    # the need named is the refused size's layout's
                 note = "; ".join(filter(None, (note, "below the need named: a smaller "
                                                       "layout fits at this size")))
-            tips.append(Fit((("sram_kib", str(kib)), *extra), note=note))
+            tips.append(Fit((("sram_kib", str(kib)), *extra), note=_imem_note(config, extra,
+                                                                              note)))
             if more and more not in tips:
                 tips.append(more)
     if not tips:                             # a bigger mesh: every tile holds a smaller share
@@ -863,7 +875,7 @@ def _suggest(qm: QuantizedModel, config: ChipConfig, context: int,
     if lo >= 1 and _fits(qm, config, lo, kvapp):
         extra = _verified(qm, config, lo, "pipeline", kvapp)
         if extra is not None:
-            tips.append(Fit(extra, context=lo))
+            tips.append(Fit(extra, context=lo, note=_imem_note(config, extra)))
     sizes = config.sram_kib_sizes(config.sram_bytes // 1024 + 1)   # larger sizes it takes
     if (not tips and sizes
             and _fits(qm, config.replace(sram_bytes=sizes[-1] * 1024), context, kvapp)):

@@ -253,3 +253,19 @@ def test_decode_sweep_compares_the_weighted_sum_split(monkeypatch):
     split = [p for p in range(last + 1) if tensor._wsum_split(p + 1, W) < p + 1]
     assert split, "no position with a tail: the test shows nothing"
     assert [p for p in range(last + 1) if tails[p] != none[p]] == split, (tails, none)
+
+
+def test_decode_sweep_first_tail_is_where_the_split_starts(monkeypatch):
+    """`first_tail_keys` is the fewest keys with a tail at every split setting, and leaves
+    the compiler's setting as it was (the sweep's note: a ``--to`` below it compares
+    nothing)."""
+    from chipotle.compiler import tensor
+    from chipotle.sim.decode_sweep import first_tail_keys
+    saved = tensor.WSUM_SPLIT_FROM
+    for W in (8, 16):
+        n = first_tail_keys(W)
+        assert tensor.WSUM_SPLIT_FROM == saved
+        monkeypatch.setattr(tensor, "WSUM_SPLIT_FROM", 0)
+        assert tensor._wsum_split(n, W) < n
+        assert all(tensor._wsum_split(k, W) == k for k in range(1, n))
+        monkeypatch.setattr(tensor, "WSUM_SPLIT_FROM", saved)

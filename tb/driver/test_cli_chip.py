@@ -32,6 +32,14 @@ def test_isasim_equals_golden(capsys, tiny, sampling):
     assert "estimate, not a measurement" in err
 
 
+def test_run_stopped_by_the_context_names_it(capsys, tiny):
+    """A chip run that fills the compiled context says so, with the context's length."""
+    code, _, err = run(capsys, "--backend", "isasim", "--config", "small", "--context", "6",
+                       "--prompt", "ab", "--steps", "0", "--temperature", "0", *tiny)
+    assert code == 0, err
+    assert "stopped by context length (6 positions)" in err, err
+
+
 def test_bad_config_is_a_usage_error(capsys, tiny):
     code, _, err = run(capsys, "--backend", "isasim", "--config", "mesh=2x2,bogus=3", *tiny)
     assert code == 2 and "unknown configuration key 'bogus'" in err
@@ -53,7 +61,10 @@ def test_misspelt_config_names_the_one_meant(capsys, tiny, text, expect):
 
 @pytest.mark.parametrize("text, expect", [
     ("mesh=9", "bad value '9' for 'mesh' in 'mesh=9': expected WxH, two integers (e.g. mesh=4x4)"),
-    ("sram_kib=1.5", "bad value '1.5' for 'sram_kib' in 'sram_kib=1.5': expected an integer"),
+    ("sram_kib=1.5", "bad value '1.5' for 'sram_kib' in 'sram_kib=1.5': expected a positive "
+                     "integer (KiB of SRAM per tile)"),
+    ("small,sram_kib=-1", "bad value '-1' for 'sram_kib' in 'small,sram_kib=-1': expected a "
+                          "positive integer (KiB of SRAM per tile)"),
     ("overlap=yes", "bad value 'yes' for 'overlap' in 'overlap=yes': expected 0, 1, true or "
                     "false"),
     ("default,mesh", "'mesh' needs a value, e.g. mesh=4x4"),

@@ -80,7 +80,7 @@ def test_steps_zero_runs_to_context(capsys, tiny):
     code, out, err = run(capsys, *tiny, "--steps", "0", "--temperature", "0")
     assert code == 0
     # greedy on the tiny model's weights: no BOS/EOS before its 8 positions fill up
-    assert "stopped by context length" in err, err
+    assert "stopped by context length (8 positions)" in err, err
 
 
 def test_missing_default_files(capsys, tmp_path, monkeypatch):
@@ -279,6 +279,17 @@ def test_unrecognized_arguments_point_to_the_subcommand_help(capsys):
     err = capsys.readouterr().err
     assert err == ("chipotle generate: error: unrecognized arguments: --bogus (chipotle "
                    "generate --help lists the options)\n"), err
+
+
+@pytest.mark.parametrize("given, meant", [("--promt", "--prompt"), ("--temprature=0.5",
+                                                                    "--temperature"),
+                                          ("--backdor-load", "--backdoor-load")])
+def test_misspelt_option_names_the_one_meant(capsys, given, meant):
+    with pytest.raises(SystemExit) as e:
+        cli.main(["generate", given, "x"] if "=" not in given else ["generate", given])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert f"unrecognized arguments: {given}" in err and f"(did you mean {meant}?)" in err, err
 
 
 def test_backdoor_load_help_names_the_flat_build(capsys, monkeypatch):
@@ -508,26 +519,33 @@ def test_make_models_and_model_dir_with_spaces(model_paths, tmp_path):
     assert r.returncode != 0 and "is a file; give the folder" in r.stderr, r.stderr
 
 
+LEAVE_OUT = ": leave it out, or choose one of them with --backend"
+LEAVE_OUT_1 = ": leave it out, or choose it with --backend"
+
+
 def test_options_of_other_backends_are_refused(capsys, tiny, tmp_path):
     """An option the chosen backend does not use is refused by name, not ignored, with the
     prefix of argparse's refusals; a directory given as a model file is named as one."""
     for argv, message in (
             (["--backend", "reference", "--context", "8"],
-             "--context applies to the isasim, verilator, icarus, uart backends, not reference"),
+             "--context applies to the isasim, verilator, icarus, uart backends, not "
+             "reference" + LEAVE_OUT),
             (["--backend", "golden", "--config", "small"],
-             "--config applies to the isasim, verilator, icarus, uart backends, not golden"),
+             "--config applies to the isasim, verilator, icarus, uart backends, not golden"
+             + LEAVE_OUT),
             (["--backend", "isasim", "--backdoor-load"],
-             "--backdoor-load applies to the verilator, icarus backends, not isasim"),
+             "--backdoor-load applies to the verilator, icarus backends, not isasim"
+             + LEAVE_OUT),
             (["--backend", "isasim", "--port", "/dev/null"],
-             "--port applies to the uart backend, not isasim"),
+             "--port applies to the uart backend, not isasim" + LEAVE_OUT_1),
             (["--backend", "reference", "--placement", "pipeline"],
              "--placement applies to the isasim, verilator, icarus, uart backends, not "
-             "reference"),
+             "reference" + LEAVE_OUT),
             (["--backend", "isasim", "--baud", "9600"],
-             "--baud applies to the uart backend, not isasim"),
+             "--baud applies to the uart backend, not isasim" + LEAVE_OUT_1),
             (["--backend", "golden", "--clock-mhz", "100"],
              "--clock-mhz applies to the isasim, verilator, icarus, uart backends, not "
-             "golden"),
+             "golden" + LEAVE_OUT),
             (["--backend", "uart", "--port", "/dev/null"],
              "--backend uart needs --clock-mhz, the bitstream's clock (the ULX3S build of "
              f"make bitstream: {_board_mhz():g}): the board's step "

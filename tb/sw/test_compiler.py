@@ -205,6 +205,9 @@ def test_memory_map_is_sound(small_compiled):
                 assert addr + len(data) <= sram
             assert len(compiled.programs[xy]) <= compiled.config.imem_words
         text = compiled.memory_map()
+        cfg = compiled.config       # the header names the limits the programs are fitted to
+        assert (f"imem_words={cfg.imem_words}, k_max={cfg.k_max}, loop_depth="
+                f"{cfg.loop_depth}, context {compiled.context}") in text.splitlines()[0]
         for xy, lay in compiled.placement.tiles.items():
             assert f"tile ({xy[0]}, {xy[1]})" in text
             for name in lay.regions:
@@ -440,7 +443,7 @@ def test_suggestion_below_the_need_named_says_why(stories_qm):
              and int(dict(f.config)["sram_kib"]) * 1024 < need]
     assert below, str(e.value)
     for fit in below:
-        assert fit.note.endswith("below the need named: a smaller layout fits at this size")
+        assert "below the need named: a smaller layout fits at this size" in fit.note
         compile_model(stories_qm, fit.apply(CONFIGS["small"])[0], placement="tensor")
 
 
@@ -1079,6 +1082,9 @@ def test_tensor_fit_error_names_the_instruction_memory_a_shorter_context_needs(s
     [fit] = [f for f in e.value.fits if f.context is not None]
     assert [k for k, _ in fit.config] == ["imem_words"], e.value.fits
     assert "--context" in fit.text() and "imem_words=" in fit.text()
+    # the refusal names SRAM only: the suggestion says why it also raises imem_words
+    assert (f"(imem_words={dict(fit.config)['imem_words']}: its programs outgrow the 128 "
+            f"instruction words given)") in fit.text(), fit.text()
     compile_model(small_qm, *fit.apply(base), placement="tensor")
     with pytest.raises(FitError, match="instruction memory"):    # the context alone: no
         compile_model(small_qm, base, fit.context, placement="tensor")

@@ -18,7 +18,7 @@ import pytest
 from tbcore import CORE_CONFIGS, CORE_TESTS, SIM_CORE_CONFIGS
 
 from chipotle.hw.tile.tile import TileCore
-from chipotle.sim import generate_verilog, run_cocotb
+from chipotle.sim import generate_verilog, run_cocotb, simulators_from_env
 from chipotle.sim.flow import build_root
 
 pytestmark = pytest.mark.rtl
@@ -31,21 +31,25 @@ def _verilog(config: str) -> str:
     return generate_verilog(TileCore(CORE_CONFIGS[config]), name="tile_core")
 
 
-def test_core_rtl(sim):
-    for config in SIM_CORE_CONFIGS[sim]:
-        out = build_root() / "reports" / f"tile-core-cycles-{sim}-{config}.json"
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.unlink(missing_ok=True)
-        # ports only: the bench drives and reads the core's ports, and Verilator optimises
-        # a model whose inner signals are not public (docs/performance.md)
-        only = CORE_TESTS.get(config)
-        run = run_cocotb(sim=sim, verilog=_verilog(config), toplevel="tile_core",
-                         test_module="cocotb_core", test_dir=TB, public=False,
-                         testcase=list(only) if only else None,
-                         extra_env={"TILE_CONFIG": config, "CYCLES_JSON": str(out)})
-        assert len(run.passed) == (len(only) if only else 11), run.passed
-        for entry in json.loads(out.read_text()):
-            print(config, entry)
+#: Each simulator's configurations, one test each (pytest-xdist spreads them over workers).
+_CORE_RUNS = [(s, c) for s in simulators_from_env() for c in SIM_CORE_CONFIGS[s]]
+
+
+@pytest.mark.parametrize(("sim", "config"), _CORE_RUNS)
+def test_core_rtl(sim, config):
+    out = build_root() / "reports" / f"tile-core-cycles-{sim}-{config}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.unlink(missing_ok=True)
+    # ports only: the bench drives and reads the core's ports, and Verilator optimises
+    # a model whose inner signals are not public (docs/performance.md)
+    only = CORE_TESTS.get(config)
+    run = run_cocotb(sim=sim, verilog=_verilog(config), toplevel="tile_core",
+                     test_module="cocotb_core", test_dir=TB, public=False,
+                     testcase=list(only) if only else None,
+                     extra_env={"TILE_CONFIG": config, "CYCLES_JSON": str(out)})
+    assert len(run.passed) == (len(only) if only else 11), run.passed
+    for entry in json.loads(out.read_text()):
+        print(config, entry)
 
 
 @pytest.mark.model

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from cocotb_vector_env import CONFIGS, VectorTop
 
-from chipotle.sim import generate_verilog, run_cocotb
+from chipotle.sim import generate_verilog, run_cocotb, simulators_from_env
 from chipotle.sim.flow import build_root
 
 pytestmark = pytest.mark.rtl
@@ -42,18 +42,22 @@ def _verilog(config: str) -> str:
     return generate_verilog(VectorTop(CONFIGS[config]), name="vector_top")
 
 
-def test_vector_rtl(sim):
-    for config, scale in PLAN[sim]:
-        out = build_root() / "reports" / f"vector-timing-{sim}-{config}.json"
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.unlink(missing_ok=True)
-        run = run_cocotb(sim=sim, verilog=_verilog(config), toplevel="vector_top",
-                         test_module="cocotb_vector", test_dir=TB,
-                         public=[("vector_top.sram", "bank*")],     # the back door's arrays
-                         extra_env={"VEC_CONFIG": config, "VEC_SCALE": str(scale),
-                                    "BACKDOOR": "1", "TIMING_JSON": str(out)})
-        # elementwise is parametrised 2 x 2
-        assert len(run.passed) == len(TESTS) + 3, run.passed
-        report = json.loads(out.read_text())
-        for row in report["rows"]:
-            print(config, row)
+#: One test per simulator and configuration (pytest-xdist spreads them over workers).
+_RUNS = [(s, c, scale) for s in simulators_from_env() for c, scale in PLAN[s]]
+
+
+@pytest.mark.parametrize(("sim", "config", "scale"), _RUNS)
+def test_vector_rtl(sim, config, scale):
+    out = build_root() / "reports" / f"vector-timing-{sim}-{config}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.unlink(missing_ok=True)
+    run = run_cocotb(sim=sim, verilog=_verilog(config), toplevel="vector_top",
+                     test_module="cocotb_vector", test_dir=TB,
+                     public=[("vector_top.sram", "bank*")],     # the back door's arrays
+                     extra_env={"VEC_CONFIG": config, "VEC_SCALE": str(scale),
+                                "BACKDOOR": "1", "TIMING_JSON": str(out)})
+    # elementwise is parametrised 2 x 2
+    assert len(run.passed) == len(TESTS) + 3, run.passed
+    report = json.loads(out.read_text())
+    for row in report["rows"]:
+        print(config, row)
