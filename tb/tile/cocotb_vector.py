@@ -86,7 +86,7 @@ class VectorBench:
         self.rng = random.Random(seed)
         self.stim = Stimulus(CFG, seed)
         self.ref = VectorRef(CFG)
-        self.host = SramMaster(dut, "host", dut.clk)
+        self.host = SramMaster(dut, "host", dut.clk, latency=CFG.sram_latency)
         self.driver = StreamDriver(dut, "i_cmd", dut.clk, idle_prob=idle,
                                    rng=random.Random(self.rng.random()))
         self.sink = StreamSink(dut, "o_done", dut.clk, stall_prob=stall,
@@ -103,6 +103,10 @@ class VectorBench:
     async def start(self):
         """Start the clock, reset, fill the SRAM with random words (DUT and reference)."""
         cocotb.start_soon(Clock(self.clk, CLOCK_NS, unit="ns").start())
+        # the host port idle from the start: a latency-2 port registers its request at every
+        # edge, and an undriven (X) one read back as an X error under Icarus
+        self.host.bus.en.value = 0
+        self.host.bus.we.value = 0
         self.dut.rst.value = 1
         await ClockCycles(self.clk, 2)
         self.dut.rst.value = 0

@@ -1,16 +1,16 @@
 """Regression: the vector unit under cocotb, on Verilator and Icarus.
 
-The DUT is ``cocotb_vector_env.VectorTop`` (``VectorUnit`` with an 8 KiB SRAM and a host
-port) in the default configuration (V = 8, W = 8, 2 banks: the unit reads 2 consecutive words
-per cycle; 4 result slots: the ``default`` chip's unit) and, on smaller samples of the random
-cases, ``narrow`` (V = 4, one bank, one word per read, 3 result slots: the ``ulx3s`` tile's unit)
-and ``min`` (as ``default`` with one result slot, the fewest the unit takes).  After every
-command the whole SRAM is
-compared with the reference, read straight from the bank arrays (``BACKDOOR=1``: no clock
-cycles; the host port is exercised by every operand load and by the contention tests).
-Icarus is several times slower, so it runs a deterministic sample of the random cases
-(``VEC_SCALE``); the directed extremes and errors kept by ``_sample`` run on both.  Other
-lane counts and word widths run on Amaranth's simulator (``test_vector_pysim.py``).
+The DUT is ``cocotb_vector_env.VectorTop`` (``VectorUnit`` with an 8 KiB SRAM and a host port)
+in the default configuration (V = 8, W = 8, 2 banks: the unit reads 2 consecutive words per
+cycle; 4 result slots: the ``default`` chip's unit) and, on smaller samples of the random
+cases, ``narrow`` (V = 4, one bank, one word per read, 3 result slots, an SRAM port of latency
+2: the ``ulx3s`` tile's unit) and ``min`` (as ``default`` with one result slot, the fewest the
+unit takes). After every command the whole SRAM is compared with the reference, read straight
+from the bank arrays (``BACKDOOR=1``: no clock cycles; the host port is exercised by every
+operand load and by the contention tests). Icarus is several times slower, so it runs a
+deterministic sample of the random cases (``VEC_SCALE``); the directed extremes and errors kept
+by ``_sample`` run on both. Other lane counts and word widths run on Amaranth's simulator
+(``test_vector_pysim.py``).
 """
 
 from __future__ import annotations
