@@ -115,10 +115,11 @@ def main(argv: list[str] | None = None) -> int:
     runs = [sweep(qm, config, v, args.to, args.backend) for v in values]
     first = first_tail_keys(config.word_bytes)
     if args.to + 1 < first:
-        print(f"note: below {first} keys (position {first - 1}) a weighted sum has no tail at "
-              f"any --split-from (the tile's share, about {WSUM_SPLIT_SHARE} n + "
-              f"{WSUM_SPLIT_OFFSET} keys, covers every key): the settings differ from --to "
-              f"{first - 1} on", file=sys.stderr)
+        print(f"note: a weighted sum of fewer than {first} keys has no tail at any "
+              f"--split-from (the tile's share, about {WSUM_SPLIT_SHARE} n + "
+              f"{WSUM_SPLIT_OFFSET} keys, covers every key), so the columns are equal up to "
+              f"position {first - 2}: give --to {first - 1} or more to see a difference",
+              file=sys.stderr)
     kind = "estimated (isasim)" if args.backend == "isasim" else f"RTL ({args.backend})"
     print(f"decode cycles per step, {kind}, {config}; mean per bin of {args.bin} positions; "
           f"WSUM_SPLIT_FROM = {', '.join(map(str, values))}, the differences from "

@@ -469,7 +469,8 @@ def _generate(args, out, err) -> int:
                              f"--backend")
     if args.sim_threads != 1 and args.backend != "verilator":
         raise UsageError(f"--sim-threads {args.sim_threads}: only the verilator backend runs "
-                         f"simulator threads, not {args.backend}")
+                         f"simulator threads, not {args.backend}: leave it out, or choose "
+                         f"--backend verilator")
     model_path, tok_path = _resolve(args)
     try:
         checkpoint = load_checkpoint(model_path)

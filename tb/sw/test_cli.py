@@ -479,7 +479,7 @@ def test_sim_threads_only_with_verilator(capsys, tiny):
         code, out, err = run(capsys, *tiny, "--backend", backend, "--sim-threads", "2")
         assert code == 2 and out == ""
         assert (f"--sim-threads 2: only the verilator backend runs simulator threads, not "
-                f"{backend}") in err, err
+                f"{backend}: leave it out, or choose --backend verilator") in err, err
 
 
 @pytest.mark.model
