@@ -216,6 +216,8 @@ def run_rtl(job: Job, *, sim: str = "verilator", cxx_opt: str = toolchain.FAST_C
     if sim not in SIMULATORS:
         raise ValueError(f"`sim` must be one of {', '.join(SIMULATORS)}, not {sim!r}")
     config = ChipConfig(**job.config)
+    if public is None:
+        public = BACKDOOR_SIGNALS if job.backdoor else False
     t0 = time.perf_counter()
     if verilog is None:
         verilog = chip_verilog(config, progress)
@@ -236,8 +238,7 @@ def run_rtl(job: Job, *, sim: str = "verilator", cxx_opt: str = toolchain.FAST_C
         run = run_cocotb(sim=sim, verilog=verilog, toplevel=TOPLEVEL,
                          test_module=test_module, extra_env=env, waves=waves,
                          cxx_opt=cxx_opt, check=False, threads=threads,
-                         public=public if public is not None else
-                         BACKDOOR_SIGNALS if job.backdoor else False, pgo_train=pgo_train)
+                         public=public, pgo_train=pgo_train)
         if not result_path.exists():
             run.raise_on_failure()
             raise AssertionError(f"the cocotb run wrote no result ({run.results_xml})")

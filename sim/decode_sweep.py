@@ -16,23 +16,31 @@ from the first.  Session 32's run (``docs/performance.md``, "Session 32")::
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sys
 
 __all__ = ["first_tail_keys", "sweep", "main"]
+
+
+@contextlib.contextmanager
+def _split_from(value: int):
+    """`chipotle.compiler.tensor.WSUM_SPLIT_FROM` set to `value` while the context lasts."""
+    from chipotle.compiler import tensor
+
+    saved = tensor.WSUM_SPLIT_FROM
+    tensor.WSUM_SPLIT_FROM = value
+    try:
+        yield tensor
+    finally:
+        tensor.WSUM_SPLIT_FROM = saved
 
 
 def first_tail_keys(word_bytes: int) -> int:
     """Return the fewest keys whose decode weighted sum `chipotle.compiler.tensor`'s split
     gives a tail at ``WSUM_SPLIT_FROM = 0`` (below, the tile's share covers every key, so a
     sweep of positions below ``first_tail_keys - 1`` runs alike at every setting)."""
-    from chipotle.compiler import tensor
-
-    saved = tensor.WSUM_SPLIT_FROM
-    tensor.WSUM_SPLIT_FROM = 0
-    try:
+    with _split_from(0) as tensor:
         return next(n for n in range(1, 1 << 16) if tensor._wsum_split(n, word_bytes) < n)
-    finally:
-        tensor.WSUM_SPLIT_FROM = saved
 
 
 def sweep(qm, config, split_from: int, last: int, backend: str = "verilator") -> list[int]:
@@ -54,14 +62,10 @@ def sweep(qm, config, split_from: int, last: int, backend: str = "verilator") ->
     list of int
         Cycles of the step at each position, ``last + 1`` of them.
     """
-    from chipotle.compiler import compile_model, tensor
+    from chipotle.compiler import compile_model
 
-    saved = tensor.WSUM_SPLIT_FROM
-    tensor.WSUM_SPLIT_FROM = split_from
-    try:
+    with _split_from(split_from):
         cm = compile_model(qm, config, placement="tensor")
-    finally:
-        tensor.WSUM_SPLIT_FROM = saved
     steps = [([1], 0)] + [([5], p) for p in range(1, last + 1)]
     if backend == "isasim":
         from chipotle.driver import Driver, IsaSimBackend

@@ -538,8 +538,9 @@ def run_cocotb(
         ``(module, variable)`` pairs expose the ports and these variables only (e.g. the
         SRAM arrays of `chipotle.sim.chiprun.BACKDOOR_SIGNALS`; ``variable`` may hold
         ``*``): a flat build, but one Verilator still optimises (the ``small`` chip's
-        driver test built in 68 s instead of 145 s and ran in 95 s instead of 238 s, idle
-        2 cores, `tb/driver/test_driver_rtl.py`).
+        driver test built in 68 s instead of 145 s and ran in 95 s instead of 238 s: ``SIM=
+        verilator pytest tb/driver/test_driver_rtl.py`` from an empty ``$CHIPOTLE_BUILD_DIR``,
+        idle 2 cores, session 34).
     threads : int
         Verilator only: threads of the model (``--threads``; default 1, a single-threaded
         model).
@@ -594,11 +595,14 @@ def run_cocotb(
     if sim == "verilator":
         blocks = hier_blocks(verilog) if hierarchical else []
         if blocks and (everything or public_vars or waves):
-            flat_because = ("waveforms" if waves else "public signals (public=True)"
-                            if everything else "the public signals of " + ", ".join(
-                                f"{m}.{v}" for m, v in public_vars)) + \
-                f" need a flat build: Verilator cannot trace or expose the signals inside " \
-                f"the hierarchy block(s) {', '.join(blocks)}"
+            if waves:
+                need = "waveforms"
+            elif everything:
+                need = "public signals (public=True)"
+            else:
+                need = "the public signals of " + ", ".join(f"{m}.{v}" for m, v in public_vars)
+            flat_because = (f"{need} need a flat build: Verilator cannot trace or expose the "
+                            f"signals inside the hierarchy block(s) {', '.join(blocks)}")
             blocks = []
         session = toolchain.verilator_session(cxx_opt=cxx_opt,
                                               objcache_dir=build_root() / "ccache")

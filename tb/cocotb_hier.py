@@ -17,4 +17,3 @@ async def through_two_blocks(dut):
         await ClockCycles(dut.clk, 2)
         await ReadOnly()
         assert int(dut.q.value) == (value + 2) % 256, (value, dut.q.value)
-

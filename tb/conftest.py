@@ -82,13 +82,7 @@ def pytest_collection_modifyitems(config, items):
 
 
 def pytest_generate_tests(metafunc):
-    """Parametrise ``sim`` over ``$SIM``'s simulators, unless the test lists its own
-    ``(sim, ...)`` combinations with ``pytest.mark.parametrize``."""
-    def names(mark):
-        args = mark.args[0]
-        return [a.strip() for a in args.split(",")] if isinstance(args, str) else list(args)
-    own = any("sim" in names(m) for m in metafunc.definition.iter_markers("parametrize"))
-    if "sim" in metafunc.fixturenames and not own:
+    if "sim" in metafunc.fixturenames:
         metafunc.parametrize("sim", simulators_from_env())
 
 

@@ -105,8 +105,7 @@ class VectorBench:
         cocotb.start_soon(Clock(self.clk, CLOCK_NS, unit="ns").start())
         # the host port idle from the start: a latency-2 port registers its request at every
         # edge, and an undriven (X) one read back as an X error under Icarus
-        self.host.bus.en.value = 0
-        self.host.bus.we.value = 0
+        self.host.idle()
         self.dut.rst.value = 1
         await ClockCycles(self.clk, 2)
         self.dut.rst.value = 0

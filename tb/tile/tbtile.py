@@ -81,6 +81,10 @@ class SramMaster(BusDriver):
 
     def _release_lock(self):
         self._lock.release()
+        self.idle()
+
+    def idle(self):
+        """Drive the port idle: no request, every field 0."""
         self.bus.en.value = 0
         self.bus.we.value = 0
         self.bus.addr.value = 0

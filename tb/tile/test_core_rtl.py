@@ -35,15 +35,15 @@ def _verilog(config: str) -> str:
 _CORE_RUNS = [(s, c) for s in simulators_from_env() for c in SIM_CORE_CONFIGS[s]]
 
 
-@pytest.mark.parametrize(("sim", "config"), _CORE_RUNS)
-def test_core_rtl(sim, config):
-    out = build_root() / "reports" / f"tile-core-cycles-{sim}-{config}.json"
+@pytest.mark.parametrize(("sim_name", "config"), _CORE_RUNS)
+def test_core_rtl(sim_name, config):
+    out = build_root() / "reports" / f"tile-core-cycles-{sim_name}-{config}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.unlink(missing_ok=True)
     # ports only: the bench drives and reads the core's ports, and Verilator optimises
     # a model whose inner signals are not public (docs/performance.md)
     only = CORE_TESTS.get(config)
-    run = run_cocotb(sim=sim, verilog=_verilog(config), toplevel="tile_core",
+    run = run_cocotb(sim=sim_name, verilog=_verilog(config), toplevel="tile_core",
                      test_module="cocotb_core", test_dir=TB, public=False,
                      testcase=list(only) if only else None,
                      extra_env={"TILE_CONFIG": config, "CYCLES_JSON": str(out)})

@@ -46,12 +46,12 @@ def _verilog(config: str) -> str:
 _RUNS = [(s, c, scale) for s in simulators_from_env() for c, scale in PLAN[s]]
 
 
-@pytest.mark.parametrize(("sim", "config", "scale"), _RUNS)
-def test_vector_rtl(sim, config, scale):
-    out = build_root() / "reports" / f"vector-timing-{sim}-{config}.json"
+@pytest.mark.parametrize(("sim_name", "config", "scale"), _RUNS)
+def test_vector_rtl(sim_name, config, scale):
+    out = build_root() / "reports" / f"vector-timing-{sim_name}-{config}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.unlink(missing_ok=True)
-    run = run_cocotb(sim=sim, verilog=_verilog(config), toplevel="vector_top",
+    run = run_cocotb(sim=sim_name, verilog=_verilog(config), toplevel="vector_top",
                      test_module="cocotb_vector", test_dir=TB,
                      public=[("vector_top.sram", "bank*")],     # the back door's arrays
                      extra_env={"VEC_CONFIG": config, "VEC_SCALE": str(scale),
