@@ -13,6 +13,8 @@ Members
 -------
 CORE_CONFIGS, SIM_CORE_CONFIGS
     Bench configurations and which simulator runs which.
+BACKDOOR_SIGNALS
+    The SRAM arrays a build exposes for the bench's back-door read-back.
 NetModel
     The network interface's side of the controller, in Python.
 CoreBench
@@ -39,8 +41,12 @@ from chipotle.isa import assemble
 from chipotle.isa.core import ErrorCode
 from chipotle.isasim import DeadlockError, IsaSim, TileState
 
-__all__ = ["CORE_CONFIGS", "SIM_CORE_CONFIGS", "CORE_TESTS", "LAYER_CONFIG", "MESH_CONFIGS",
-           "NetModel", "CoreBench"]
+#: The SRAM arrays a ``TileCore`` build named ``tile_core`` exposes for `CoreBench.read_sram`'s
+#: back door (`chipotle.sim.run_cocotb`'s ``public``).
+BACKDOOR_SIGNALS = (("tile_core.sram", "bank*"),)
+
+__all__ = ["BACKDOOR_SIGNALS", "CORE_CONFIGS", "SIM_CORE_CONFIGS", "CORE_TESTS", "LAYER_CONFIG",
+           "MESH_CONFIGS", "NetModel", "CoreBench"]
 
 CLOCK_NS = 10
 
@@ -216,6 +222,12 @@ class CoreBench:
         self.results = []
         self.background = self.np_rng.integers(0, 256, cfg.sram_bytes, dtype=np.uint8)
         self._rtl_image = None      # what the RTL SRAM holds, when known
+        #: the SRAM's bank arrays when the build exposes them (`BACKDOOR_SIGNALS`), else None
+        try:
+            self._banks = [getattr(dut.sram, f"bank{b}") for b in range(cfg.n_banks)]
+        except AttributeError:
+            self._banks = None
+        self._front_checked = False
 
     def image(self):
         """Return a copy of the bench's random SRAM background (cheap to load)."""
@@ -268,7 +280,37 @@ class CoreBench:
         self._rtl_image = image.copy()
 
     async def read_sram(self) -> np.ndarray:
-        """Read the whole SRAM back (uint8)."""
+        """Read the whole SRAM back (uint8, ``sram_bytes``).
+
+        Through the bank arrays when the build exposes them (`BACKDOOR_SIGNALS`: no clock
+        cycles), after ``2 L + 2`` cycles so that a write still in the port's register
+        stages lands; the bench's first read then also goes through the host port
+        (``sram_words`` cycles) and must give the same bytes, so the port's read path stays
+        covered.  Through the host port alone when the arrays are not exposed.
+
+        Raises
+        ------
+        AssertionError
+            If the host port and the bank arrays disagree.
+        """
+        W = self.cfg.word_bytes
+        if self._banks is None:
+            return await self._read_front()
+        await ClockCycles(self.dut.clk, 2 * self.cfg.sram_latency + 2)
+        nb = len(self._banks)
+        rows = [h.value for h in self._banks]
+        words = [int(rows[a % nb][a // nb]) for a in range(self.cfg.sram_words)]
+        got = np.frombuffer(b"".join(w.to_bytes(W, "little") for w in words), np.uint8)
+        if not self._front_checked:
+            front = await self._read_front()
+            diff = np.flatnonzero(front != got)
+            assert not diff.size, (
+                f"the host port reads {diff.size} bytes other than the bank arrays hold, "
+                f"first at {diff[0]:#x}: {front[diff[0]]:#04x} != {got[diff[0]]:#04x}")
+            self._front_checked = True
+        return got
+
+    async def _read_front(self) -> np.ndarray:
         W = self.cfg.word_bytes
         got = await self.sram.read(0, self.cfg.sram_words)
         return np.frombuffer(b"".join(w.to_bytes(W, "little") for w, _ in got), np.uint8)

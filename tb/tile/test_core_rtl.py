@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 
 import pytest
-from tbcore import CORE_CONFIGS, CORE_TESTS, SIM_CORE_CONFIGS
+from tbcore import BACKDOOR_SIGNALS, CORE_CONFIGS, CORE_TESTS, SIM_CORE_CONFIGS
 
 from chipotle.hw.tile.tile import TileCore
 from chipotle.sim import generate_verilog, run_cocotb, simulators_from_env
@@ -40,11 +40,12 @@ def test_core_rtl(sim_name, config):
     out = build_root() / "reports" / f"tile-core-cycles-{sim_name}-{config}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.unlink(missing_ok=True)
-    # ports only: the bench drives and reads the core's ports, and Verilator optimises
-    # a model whose inner signals are not public (docs/performance.md)
+    # the ports and the SRAM arrays only: the bench reads the SRAM back after every program
+    # through the arrays (no cycles; `CoreBench.read_sram`), and Verilator optimises a
+    # model whose other inner signals are not public (docs/performance.md)
     only = CORE_TESTS.get(config)
     run = run_cocotb(sim=sim_name, verilog=_verilog(config), toplevel="tile_core",
-                     test_module="cocotb_core", test_dir=TB, public=False,
+                     test_module="cocotb_core", test_dir=TB, public=BACKDOOR_SIGNALS,
                      testcase=list(only) if only else None,
                      extra_env={"TILE_CONFIG": config, "CYCLES_JSON": str(out)})
     assert len(run.passed) == (len(only) if only else 11), run.passed
@@ -63,7 +64,7 @@ def test_layer_rtl(sim, model_paths):
     out.unlink(missing_ok=True)
     verilog = generate_verilog(TileCore(LAYER_CONFIG), name="tile_core")
     run = run_cocotb(sim=sim, verilog=verilog, toplevel="tile_core",
-                     test_module="cocotb_layer", test_dir=TB, public=False,
+                     test_module="cocotb_layer", test_dir=TB, public=BACKDOOR_SIGNALS,
                      extra_env={"CYCLES_JSON": str(out), "POSITIONS": "4",
                                 "CHECK_AT": "0,3",
                                 "CHIPOTLE_MODEL_DIR": str(model_paths[0].parent)})
