@@ -282,10 +282,15 @@ class ArgumentParser(argparse.ArgumentParser):
             super()._check_value(action, value)
         except argparse.ArgumentError as e:
             option = f"{action.option_strings[-1]} " if action.option_strings else ""
-            if option and run_by_make():
-                option = f"{MAKE_VARIABLES.get(option.strip(), option.strip())}="
+            var = MAKE_VARIABLES.get(option.strip()) if option and run_by_make() else None
+            if var:
+                option = f"{var}="
             hint = did_you_mean(str(value), [str(c) for c in action.choices],
-                                 lambda c: f"{option}{c}")
+                                lambda c: f"{option}{c}")
+            if var:                 # in make's terms throughout: `BACKEND=isa: invalid ...`
+                choices = ", ".join(map(repr, action.choices))
+                raise argparse.ArgumentError(None, f"{var}={value}: invalid choice (choose "
+                                                   f"from {choices}){hint}") from None
             if not hint:
                 raise
             raise argparse.ArgumentError(action, f"{e.message}{hint}") from None
@@ -305,9 +310,11 @@ class ArgumentParser(argparse.ArgumentParser):
                     parser = action.choices.get(getattr(parsed, action.dest, None), self)
             options = [o[2:] for a in parser._actions for o in a.option_strings
                        if o.startswith("--")]
-            hints = "".join(did_you_mean(e.split("=", 1)[0][2:], options, lambda o: f"--{o}")
-                            for e in extras if e.startswith("--"))
-            parser.error(f"unrecognized arguments: {' '.join(extras)}{hints}")
+            # each misspelt option followed by the one meant, as make's refusal of
+            # misspelt variables does (`--promt x --stpes 3`: two hints, each in its place)
+            given = [e + (did_you_mean(e.split("=", 1)[0][2:], options, lambda o: f"--{o}")
+                          if e.startswith("--") else "") for e in extras]
+            parser.error(f"unrecognized arguments: {' '.join(given)}")
         return parsed
 
     def refuse(self, message: str):
@@ -451,10 +458,34 @@ def _resolve(args) -> tuple[Path, Path]:
     return found[0], found[1]
 
 
+def _other_backends(wrong: dict, backend: str) -> str:
+    """The refusal of options given for backends other than `backend`: `wrong` maps the
+    backends an option applies to onto the options given (every one named, not only the
+    first: ``--port, --baud apply to the uart backend, not isasim: leave them out, ...``)."""
+    clauses, n = [], sum(map(len, wrong.values()))
+    for where, options in wrong.items():
+        verb = "applies" if len(options) == 1 else "apply"
+        clauses.append(f"{', '.join(options)} {verb} to the {', '.join(where)} backend"
+                       f"{'s' * (len(where) > 1)}")
+    groups = list(wrong)
+    common = [b for b in groups[0] if all(b in where for where in groups[1:])]
+    if not common:
+        return (f"{'; '.join(clauses)}, not {backend}, and no one backend takes them all: "
+                f"leave out those of the backends you do not want, and choose the one you do "
+                f"with --backend")
+    if len(groups) == 1:
+        choose = "one of them" if len(common) > 1 else "it"
+    else:
+        choose = common[0] if len(common) == 1 else f"one of {', '.join(common)}"
+    return (f"{'; '.join(clauses)}, not {backend}: leave {'them' if n > 1 else 'it'} out, or "
+            f"choose {choose} with --backend")
+
+
 def _generate(args, out, err) -> int:
     if args.steps < 0:
         raise UsageError(f"--steps must be a non-negative integer, not {args.steps}")
     chip = backends.CHIP_BACKENDS
+    wrong: dict = {}                 # the backends an option applies to -> the options given
     for given, option, where in ((args.context is not None, "--context", chip),
                                  (args.config is not None, "--config", chip),
                                  (args.placement != "tensor", "--placement", chip),
@@ -463,10 +494,9 @@ def _generate(args, out, err) -> int:
                                  (args.baud is not None, "--baud", ("uart",)),
                                  (args.clock_mhz is not None, "--clock-mhz", chip)):
         if given and args.backend not in where:
-            raise UsageError(f"{option} applies to the {', '.join(where)} backend"
-                             f"{'s' * (len(where) > 1)}, not {args.backend}: leave it out, or "
-                             f"choose {'one of them' if len(where) > 1 else 'it'} with "
-                             f"--backend")
+            wrong.setdefault(tuple(where), []).append(option)
+    if wrong:
+        raise UsageError(_other_backends(wrong, args.backend))
     if args.sim_threads != 1 and args.backend != "verilator":
         raise UsageError(f"--sim-threads {args.sim_threads}: only the verilator backend runs "
                          f"simulator threads, not {args.backend}: leave it out, or choose "

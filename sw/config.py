@@ -351,6 +351,7 @@ class ChipConfig:
         """
         cfg = base or CONFIGS["default"]
         changes = {}
+        kib_given = None                     # sram_kib= as given (KiB)
         letters = cls.LETTERS
         for part in filter(None, (p.strip() for p in text.split(","))):
             if "=" not in part:
@@ -373,7 +374,8 @@ class ChipConfig:
                     w, h = value.lower().split("x")
                     changes.update(mesh_width=int(w), mesh_height=int(h))
                 elif key == "sram_kib":
-                    changes["sram_bytes"] = int(value, 0) * 1024
+                    kib_given = int(value, 0)
+                    changes["sram_bytes"] = kib_given * 1024
                     if changes["sram_bytes"] < 1:
                         raise ValueError(value)
                 elif key == "overlap":
@@ -397,6 +399,14 @@ class ChipConfig:
                               key, "an integer")
                 raise ValueError(f"bad value {value!r} for {key!r} in {text!r}: expected "
                                  f"{expect}") from None
+        if kib_given is not None:            # the limit in the unit given, not in bytes
+            w = changes.get("word_bytes", cfg.word_bytes)
+            top = (1 << SRAM_ADDR_BITS) * w if isinstance(w, int) and w > 0 else None
+            if top is not None and changes["sram_bytes"] > top:
+                raise ValueError(f"sram_kib must be at most {top // 1024:,} (2**"
+                                 f"{SRAM_ADDR_BITS} words of word_bytes = {w}, the reach of "
+                                 f"a tile's {SRAM_ADDR_BITS}-bit SRAM word addresses), not "
+                                 f"{kib_given:,}")
         return cfg.replace(**changes)
 
 

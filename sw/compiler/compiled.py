@@ -720,7 +720,7 @@ def _schemes_note(qm: QuantizedModel, config: ChipConfig, context: int, kib: int
     extra = _verified(qm, config.replace(sram_bytes=sizes[lo] * 1024), context, "tensor",
                       kvapp)
     return note, None if extra is None else Fit((("sram_kib", str(sizes[lo])), *extra),
-                                                note="every scheme")
+                                                note=_imem_note(config, extra, "every scheme"))
 
 
 def _imem_note(config: ChipConfig, extra: tuple, note: str = "") -> str:

@@ -292,6 +292,18 @@ def test_misspelt_option_names_the_one_meant(capsys, given, meant):
     assert f"unrecognized arguments: {given}" in err and f"(did you mean {meant}?)" in err, err
 
 
+def test_two_misspelt_options_each_name_the_one_meant(capsys):
+    """Each misspelt option is followed by the one meant, in its place (as make's refusal of
+    misspelt variables does), not the hints of all of them after the list."""
+    with pytest.raises(SystemExit) as e:
+        cli.main(["generate", "--promt", "x", "--stpes", "3", "--bogus"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err == (
+        "chipotle generate: error: unrecognized arguments: --promt (did you mean --prompt?) x "
+        "--stpes (did you mean --steps?) 3 --bogus (chipotle generate --help lists the "
+        "options)\n"), err
+
+
 def test_backdoor_load_help_names_the_flat_build(capsys, monkeypatch):
     """``--backdoor-load``'s help says what it costs under Verilator: the flat build."""
     monkeypatch.setenv("COLUMNS", "1000")        # the help on one line
@@ -556,6 +568,31 @@ def test_options_of_other_backends_are_refused(capsys, tiny, tmp_path):
     i = tiny.index("--model")
     code, _out, err = run(capsys, *tiny[:i], "--model", str(tmp_path), *tiny[i + 2:])
     assert code == 2 and f"--model {tmp_path} is a directory; give the checkpoint file" in err
+
+
+def test_every_option_of_other_backends_is_named(capsys, tiny):
+    """Several options of other backends are refused together, every one named (only the
+    first was), with the backend that takes them all, or the words that none does."""
+    for argv, message in (
+            (["--backend", "isasim", "--port", "/dev/null", "--baud", "9600"],
+             "--port, --baud apply to the uart backend, not isasim: leave them out, or choose "
+             "it with --backend"),
+            (["--backend", "reference", "--context", "8", "--port", "/dev/null"],
+             "--context applies to the isasim, verilator, icarus, uart backends; --port "
+             "applies to the uart backend, not reference: leave them out, or choose uart with "
+             "--backend"),
+            (["--backend", "golden", "--config", "small", "--backdoor-load"],
+             "--config applies to the isasim, verilator, icarus, uart backends; "
+             "--backdoor-load applies to the verilator, icarus backends, not golden: leave "
+             "them out, or choose one of verilator, icarus with --backend"),
+            (["--backend", "isasim", "--backdoor-load", "--port", "/dev/null"],
+             "--backdoor-load applies to the verilator, icarus backends; --port applies to "
+             "the uart backend, not isasim, and no one backend takes them all: leave out "
+             "those of the backends you do not want, and choose the one you do with "
+             "--backend")):
+        code, out, err = run(capsys, *tiny, *argv)
+        assert code == 2 and out == "" and err == f"chipotle generate: error: {message}\n", \
+            (argv, err)
 
 
 def test_a_search_for_configurations_that_fit_is_said_first(capsys, tiny, monkeypatch):
@@ -1062,8 +1099,9 @@ def test_misspelt_backend_and_board_name_the_one_meant(capsys, monkeypatch):
         cli.main(["generate", "--backend", "abacus"])
     assert "did you mean" not in capsys.readouterr().err
     for argv, message in (
-            (("sim", "BACKEND=isa", "STEPS=2"), "chipotle generate: error: argument --backend: "
-             "invalid choice: 'isa' (choose from 'reference', 'golden', 'isasim', 'verilator', "
+            # make's terms throughout, not argparse's `argument --backend: invalid choice`
+            (("sim", "BACKEND=isa", "STEPS=2"), "chipotle generate: error: BACKEND=isa: "
+             "invalid choice (choose from 'reference', 'golden', 'isasim', 'verilator', "
              "'icarus', 'uart') (did you mean BACKEND=isasim?) (chipotle generate --help lists "
              "the options)"),
             (("bench", "BACKEND=isa"), "(choose from 'verilator', 'icarus', 'isasim') (did you "

@@ -1072,6 +1072,20 @@ def test_pipeline_fit_error_suggests_the_longest_context_with_kvapp(stories_qm, 
                       placement="pipeline", kvapp=kvapp)
 
 
+def test_every_scheme_suggestion_says_why_it_raises_imem_words(small_qm):
+    """The suggestion of the SRAM that keeps every scheme, when its programs also need more
+    instruction memory, says so as the others do (it said only "every scheme"), and fits."""
+    base = CONFIGS["small"].replace(mesh_width=3, mesh_height=2, imem_words=384,
+                                    sram_bytes=12 * 1024)
+    with pytest.raises(FitError) as e:
+        compile_model(small_qm, base, placement="tensor")
+    [fit] = [f for f in e.value.fits if "every scheme" in f.text()]
+    more = dict(fit.config)["imem_words"]
+    assert f"(every scheme; imem_words={more}: its programs outgrow the 384 instruction " \
+           f"words given)" in fit.text(), fit.text()
+    compile_model(small_qm, *fit.apply(base), placement="tensor")
+
+
 def test_tensor_fit_error_names_the_instruction_memory_a_shorter_context_needs(small_qm):
     """SRAM too small for the context and an instruction memory too small for the programs:
     the shorter context is still offered, with the instruction memory it needs (which the

@@ -125,16 +125,23 @@ def test_config_largest_vec_slots_is_accepted():
 
 
 def test_config_refuses_sram_past_the_word_addresses():
-    """An SRAM past the 16-bit word addresses is refused in bytes and KiB by the configuration
-    (a fresh user's ``sram_kib=9999`` was refused only by the compiler, in words and bytes),
-    the largest one is accepted, and the bound is the gateware's address width."""
+    """An SRAM past the 16-bit word addresses is refused by the configuration in the unit
+    it was given in: ``sram_kib=`` in KiB (a fresh user's ``sram_kib=9999`` was refused only
+    by the compiler, in words and bytes, then in bytes), ``sram_bytes=`` in bytes and KiB;
+    the bound follows ``word_bytes`` given beside it; the largest size is accepted, and the
+    bound is the gateware's address width."""
     from chipotle.config import SRAM_ADDR_BITS
     from chipotle.hw.tile.sram import ADDR_WIDTH
 
     assert SRAM_ADDR_BITS == ADDR_WIDTH
+    with pytest.raises(ValueError, match=r"^sram_kib must be at most 512 \(2\*\*16 words of "
+                                         r"word_bytes = 8, .*\), not 9,999$"):
+        ChipConfig.from_string("ulx3s,sram_kib=9999")
+    with pytest.raises(ValueError, match=r"sram_kib must be at most 1,024 .*not 2,048$"):
+        ChipConfig.from_string("default,sram_kib=2048,W=16")
     with pytest.raises(ValueError, match=r"at most 524,288 bytes \(512 KiB.*not 10,238,976 "
                                          r"\(9999 KiB\)"):
-        ChipConfig.from_string("ulx3s,sram_kib=9999")
+        ChipConfig.from_string(f"ulx3s,sram_bytes={9999 * 1024}")
     assert ChipConfig.from_string("ulx3s,sram_kib=512").sram_bytes == 512 * 1024
     assert ChipConfig.from_string("default,word_bytes=16,sram_kib=1024").max_sram_bytes \
         == 1024 * 1024
