@@ -128,7 +128,7 @@ help:
 	@echo "                 CONFIG=, PLACEMENT=, PROMPTS=1,64,256, CONTEXT=, CLOCK_MHZ=, MODEL_DIR=)"
 	@echo "make bitstream   FPGA bitstream + resource/timing report with YoWASP tools (BOARD=ulx3s-85f|icebreaker,"
 	@echo "                 CONFIG=, SYNTH_ONLY=1; docs/fpga.md): about 11-15 min on the default ulx3s chip with a"
-	@echo "                 core to spare, 25-46 min beside a 2-core test run"
+	@echo "                 core to spare, 25-52 min beside other jobs"
 	@echo "make venv        set-up: .venv with the pinned Python tools (editable chipotle), Icarus Verilog and"
 	@echo "                 ccache via apt-get if absent"
 	@echo "make iverilog    only the Icarus Verilog part of make venv (apt-get install iverilog when it is not on"

@@ -78,6 +78,10 @@ def test_default_chip_greedy_from_bos(model_paths):
     assert toks == want[:len(toks)], "RTL tokens differ from GoldenModel's"
     if res["stop_reason"] == StopReason.STEPS.value:
         assert n == STEPS
+    elif res["stop_reason"] == StopReason.CONTEXT.value:
+        # more tokens asked for than the context holds (TEST_STEPS=9999, a fresh user's
+        # session 35: the test failed here after its 7 minutes): every position was used
+        assert n < STEPS and len(toks) == cm.context + 1, (n, len(toks), cm.context)
     else:                       # stopped at BOS/EOS: the golden model's next token is one
         assert res["stop_reason"] == StopReason.BOS_EOS.value and want[len(toks)] in (1, 2)
     gold.reset()
