@@ -458,6 +458,11 @@ def _resolve(args) -> tuple[Path, Path]:
     return found[0], found[1]
 
 
+def _wall_of(backend: str) -> str:
+    """What a chip backend's wall time measures: the simulation, or the board's run."""
+    return "the board's" if backend == "uart" else "simulation"
+
+
 def _other_backends(wrong: dict, backend: str) -> str:
     """The refusal of options given for backends other than `backend`: `wrong` maps the
     backends an option applies to onto the options given (every one named, not only the
@@ -543,7 +548,7 @@ def _generate(args, out, err) -> int:
     stop = _stop(done.reason.value, args.steps, checkpoint.config.seq_len)
     err.write(f"[{args.backend}] {_count(done.generated, 'token')} generated, "
               f"{_count(done.prompt_tokens, 'prompt token')} (BOS included), stopped by {stop}; "
-              f"{done.positions} positions in "
+              f"{_count(done.positions, 'position')} in "
               f"{done.seconds:.3f} s wall, {done.tokens_per_second:.1f} positions/s; "
               f"{_sampling(args, sampler.seed)}\n")
     err.flush()
@@ -1001,7 +1006,9 @@ def _generate_chip(args, checkpoint, tokenizer, model_path, tok_path, out, err) 
     stop = _stop(g["stop_reason"], args.steps, compiled.context)
     err.write(f"[{args.backend}] {_count(g['generated'], 'token')} generated, "
               f"{_count(g['prompt_tokens'], 'prompt token')} (BOS included), stopped by {stop}; "
-              f"{seconds:.1f} s of simulation wall time (build and weight load not included); "
+              f"{seconds:.1f} s of {_wall_of(args.backend)} wall time ("
+              f"{'build and ' * (args.backend in ('verilator', 'icarus'))}weight load not "
+              f"included); "
               f"{_sampling(args, g['seed'])}\n")
     err.write(_chip_summary(args, g, compiled, config) + "\n")
     err.flush()

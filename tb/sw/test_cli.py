@@ -304,6 +304,18 @@ def test_two_misspelt_options_each_name_the_one_meant(capsys):
         "options)\n"), err
 
 
+def test_summary_counts_and_wall_time_words(capsys, tiny):
+    """The summary's counts take the singular (``1 position``, not ``1 positions``), and the
+    isasim backend's wall time says what it leaves out: the weight load, not a build it does
+    not have."""
+    code, _out, err = run(capsys, *tiny, "--backend", "reference", "--prompt", "",
+                          "--steps", "1")
+    assert code == 0 and "; 1 position in " in err, err
+    code, _out, err = run(capsys, *tiny, "--backend", "isasim", "--config", "small",
+                          "--prompt", "", "--steps", "1")
+    assert code == 0 and "s of simulation wall time (weight load not included); " in err, err
+
+
 def test_backdoor_load_help_names_the_flat_build(capsys, monkeypatch):
     """``--backdoor-load``'s help says what it costs under Verilator: the flat build."""
     monkeypatch.setenv("COLUMNS", "1000")        # the help on one line
