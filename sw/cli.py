@@ -842,12 +842,13 @@ def _generate_chip(args, checkpoint, tokenizer, model_path, tok_path, out, err) 
     from .config import ChipConfig
     from .generate import check_prompt_length, encode_prompt
 
-    if args.backend == "uart" and not args.port:
-        raise UsageError("--backend uart needs --port (e.g. /dev/ttyUSB0)")
-    if args.backend == "uart" and args.clock_mhz is None:
-        raise UsageError(f"--backend uart needs --clock-mhz, the bitstream's clock (the ULX3S "
-                         f"build of make bitstream: {_ulx3s_clock_mhz():g}): the board's step "
-                         f"figures are the wall time times it")
+    if args.backend == "uart" and (not args.port or args.clock_mhz is None):
+        # both named at once when both are missing (a fresh user was asked for one per run)
+        need = [*(["--port (e.g. /dev/ttyUSB0)"] if not args.port else []),
+                *([f"--clock-mhz, the bitstream's clock (the ULX3S build of make bitstream: "
+                   f"{_ulx3s_clock_mhz():g}): the board's step figures are the wall time "
+                   f"times it"] if args.clock_mhz is None else [])]
+        raise UsageError(f"--backend uart needs {' and '.join(need)}")
     if args.config is None and args.backend == "uart":
         # the board's chip, not the simulators' 4 x 4 default: the bitstream fixes the chip
         args.config = _uart_default_config()

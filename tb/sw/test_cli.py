@@ -304,6 +304,15 @@ def test_two_misspelt_options_each_name_the_one_meant(capsys):
         "options)\n"), err
 
 
+def test_uart_names_every_missing_option_at_once(capsys, tiny):
+    """``--backend uart`` without ``--port`` and ``--clock-mhz`` names both in one refusal."""
+    code, out, err = run(capsys, *tiny, "--backend", "uart")
+    assert code == 2 and out == "" and err == (
+        "chipotle generate: error: --backend uart needs --port (e.g. /dev/ttyUSB0) and "
+        f"--clock-mhz, the bitstream's clock (the ULX3S build of make bitstream: "
+        f"{_board_mhz():g}): the board's step figures are the wall time times it\n"), err
+
+
 def test_summary_counts_and_wall_time_words(capsys, tiny):
     """The summary's counts take the singular (``1 position``, not ``1 positions``), and the
     isasim backend's wall time says what it leaves out: the weight load, not a build it does
