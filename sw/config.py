@@ -22,11 +22,16 @@ import difflib
 import math
 from dataclasses import asdict, dataclass, fields, replace
 
-__all__ = ["ChipConfig", "CONFIGS", "MAX_VEC_SLOTS", "SRAM_ADDR_BITS", "did_you_mean"]
+__all__ = ["ChipConfig", "CONFIGS", "MAX_VEC_SLOTS", "SRAM_ADDR_BITS", "did_you_mean", "sram_reach"]
 
 #: Bits of a tile's SRAM word address (``chipotle.hw.tile.sram.ADDR_WIDTH``): a tile's SRAM
 #: holds at most ``2**16`` words, 512 KiB with 8-byte words (``ChipConfig.max_sram_bytes``).
 SRAM_ADDR_BITS = 16
+
+
+def sram_reach(word_bytes: int) -> int:
+    """The most SRAM a tile's word addresses reach, bytes: ``2**SRAM_ADDR_BITS * word_bytes``."""
+    return (1 << SRAM_ADDR_BITS) * word_bytes
 
 #: The most vector-unit result slots a configuration may ask for (``ChipConfig.vec_slots``):
 #: ``silu``, the slots' best customer, stops gaining at 6 (``docs/tile.md``, "Vector unit").
@@ -202,7 +207,7 @@ class ChipConfig:
     def max_sram_bytes(self) -> int:
         """The largest ``sram_bytes`` the tile's word addresses reach, bytes:
         ``2**SRAM_ADDR_BITS * word_bytes``."""
-        return (1 << SRAM_ADDR_BITS) * self.word_bytes
+        return sram_reach(self.word_bytes)
 
     @property
     def sram_granule(self) -> int:
@@ -401,7 +406,7 @@ class ChipConfig:
                                  f"{expect}") from None
         if kib_given is not None:            # the limit in the unit given, not in bytes
             w = changes.get("word_bytes", cfg.word_bytes)
-            top = (1 << SRAM_ADDR_BITS) * w if isinstance(w, int) and w > 0 else None
+            top = sram_reach(w) if isinstance(w, int) and w > 0 else None
             if top is not None and changes["sram_bytes"] > top:
                 raise ValueError(f"sram_kib must be at most {top // 1024:,} (2**"
                                  f"{SRAM_ADDR_BITS} words of word_bytes = {w}, the reach of "

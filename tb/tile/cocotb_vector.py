@@ -36,7 +36,7 @@ from cocotb_vector_env import (
     encode_cmd,
     model_cycles,
 )
-from tbtile import SramMaster, wait_until
+from tbtile import SramMaster, bank_words, wait_until
 
 from chipotle.isa.core import Dtype, ErrorCode, Opcode, TableId
 from tbcommon.stream import StreamDriver, StreamMonitor, StreamSink
@@ -133,9 +133,7 @@ class VectorBench:
 
     def _backdoor(self):
         """Return the SRAM words read through the simulator (no clock cycles)."""
-        banks = [h.value for h in self.banks]
-        nb = len(banks)
-        return [int(banks[a % nb][a // nb]) for a in range(CFG.words)]
+        return bank_words(self.banks, CFG.words)
 
     async def check_sram(self, lo=0, hi=None, what=""):
         """Compare words ``lo .. hi - 1`` with the reference image.

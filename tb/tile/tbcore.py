@@ -30,7 +30,7 @@ import cocotb
 import numpy as np
 from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, FallingEdge, ReadOnly, RisingEdge
-from tbtile import SramMaster
+from tbtile import SramMaster, bank_words
 
 from chipotle.config import ChipConfig
 from chipotle.hw.tile.controller import ControllerState, PerfIndex
@@ -49,6 +49,11 @@ __all__ = ["BACKDOOR_SIGNALS", "CORE_CONFIGS", "SIM_CORE_CONFIGS", "CORE_TESTS",
            "MESH_CONFIGS", "NetModel", "CoreBench"]
 
 CLOCK_NS = 10
+
+
+def _bytes(words, word_bytes):
+    """Little-endian words as uint8 bytes."""
+    return np.frombuffer(b"".join(w.to_bytes(word_bytes, "little") for w in words), np.uint8)
 
 #: Bench configurations of ``TileCore`` (``kv=None``: the tile's KV layout is set at run time,
 #: ``CoreBench.kv_layout``).
@@ -297,10 +302,7 @@ class CoreBench:
         if self._banks is None:
             return await self._read_front()
         await ClockCycles(self.dut.clk, 2 * self.cfg.sram_latency + 2)
-        nb = len(self._banks)
-        rows = [h.value for h in self._banks]
-        words = [int(rows[a % nb][a // nb]) for a in range(self.cfg.sram_words)]
-        got = np.frombuffer(b"".join(w.to_bytes(W, "little") for w in words), np.uint8)
+        got = _bytes(bank_words(self._banks, self.cfg.sram_words), W)
         if not self._front_checked:
             front = await self._read_front()
             diff = np.flatnonzero(front != got)
@@ -311,9 +313,8 @@ class CoreBench:
         return got
 
     async def _read_front(self) -> np.ndarray:
-        W = self.cfg.word_bytes
         got = await self.sram.read(0, self.cfg.sram_words)
-        return np.frombuffer(b"".join(w.to_bytes(W, "little") for w, _ in got), np.uint8)
+        return _bytes([w for w, _ in got], self.cfg.word_bytes)
 
     async def set_kv_layout(self, layout):
         """Drive ``kv_layout`` with `layout` (a ``KvLayout``, or None for all zeros) and wait

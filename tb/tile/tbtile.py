@@ -48,6 +48,15 @@ async def wait_until(clk, cond, cycles, what):
     await RisingEdge(clk)
 
 
+def bank_words(banks, count):
+    """Words ``0 .. count - 1`` read straight from a tile SRAM's bank arrays (simulator
+    handles, no clock cycles): word ``a`` is row ``a // n_banks`` of bank ``a % n_banks``
+    (``hw/tile/sram.py``)."""
+    rows = [h.value for h in banks]
+    nb = len(rows)
+    return [int(rows[a % nb][a // nb]) for a in range(count)]
+
+
 class SramMaster(BusDriver):
     """Drive a read/write SRAM port (grant handshake, L-cycle read latency), pipelined.
 
