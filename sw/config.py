@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import re
 from dataclasses import asdict, dataclass, fields, replace
 
 __all__ = ["ChipConfig", "CONFIGS", "MAX_VEC_SLOTS", "SRAM_ADDR_BITS", "did_you_mean", "sram_reach"]
@@ -412,7 +413,27 @@ class ChipConfig:
                                  f"{SRAM_ADDR_BITS} words of word_bytes = {w}, the reach of "
                                  f"a tile's {SRAM_ADDR_BITS}-bit SRAM word addresses), not "
                                  f"{kib_given:,}")
-        return cfg.replace(**changes)
+        try:
+            return cfg.replace(**changes)
+        except ValueError as e:
+            raise ValueError(_in_given_terms(str(e), text, letters)) from None
+
+
+def _in_given_terms(message: str, text: str, letters: dict[str, str]) -> str:
+    """`ChipConfig`'s refusal of a `ChipConfig.from_string` text, in the text's own terms:
+    ``ChipConfig.mesh_width must be ...`` -> ``'mesh=0x0': mesh_width must be ...``, naming
+    the part that set the field (``M=0`` for ``max_m``; ``mesh=`` for ``mesh_width`` and
+    ``mesh_height``, ``sram_kib=`` for ``sram_bytes``)."""
+    message = message.replace("ChipConfig.", "")
+    named = {"mesh": ("mesh_width", "mesh_height"), "sram_kib": ("sram_bytes",)}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        if "=" not in part:
+            continue
+        key = part.split("=", 1)[0].strip()
+        for name in named.get(key, (letters.get(key, key),)):
+            if re.match(rf"{name}\b", message):
+                return f"{part!r}: {message}"
+    return message
 
 
 #: Named configurations.  ``default`` is the 4 x 4 product configuration of ``make sim``;

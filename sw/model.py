@@ -47,6 +47,7 @@ __all__ = [
     "ModelConfig",
     "TransformerWeights",
     "Checkpoint",
+    "describe_checkpoint",
     "load_checkpoint",
     "write_checkpoint",
     "weight_shapes",
@@ -368,7 +369,7 @@ def load_checkpoint(path: str | os.PathLike, format: str | None = None) -> Check
         data = path.read_bytes()
         checkpoint = _parse(data, format)
     except CheckpointError as e:
-        raise CheckpointError(f"{path}: {e}") from None
+        raise CheckpointError(f"{path}: {e}{_not_a_checkpoint(path)}") from None
     if format is not None and checkpoint.format != format:
         raise CheckpointError(f"{path}: expected a {format} checkpoint, found {checkpoint.format}")
     return checkpoint
@@ -376,6 +377,51 @@ def load_checkpoint(path: str | os.PathLike, format: str | None = None) -> Check
 
 #: Bytes read before the rest of a checkpoint: every header (legacy 28, versioned 256).
 _HEAD_BYTES = 4096
+
+
+def describe_checkpoint(data: bytes) -> str | None:
+    """Say what checkpoint `data` (a whole file's bytes) holds, if it is one.
+
+    Only the header and the size it implies are checked (no tensor is read), so this is
+    cheap enough for an error path: `chipotle.tokenizer.Tokenizer.load` uses it to say
+    that a file given as a tokenizer is a model checkpoint.
+
+    Returns
+    -------
+    str or None
+        ``"a legacy llama2.c checkpoint (dim 64, ...)"`` or ``None`` if `data` is not a
+        checkpoint of any format in `FORMATS`.
+    """
+    try:
+        _parse(_Head(bytes(data[:_HEAD_BYTES]), len(data)), None)
+    except CheckpointError:
+        return None
+    magic = struct.unpack_from("<I", data)[0]
+    if magic == MAGIC:
+        fmt = f"v{struct.unpack_from('<i', data, 4)[0]}"
+        values = list(_V_HEADER.unpack_from(data))[2:-1]
+    else:
+        fmt = "legacy"
+        values = [abs(v) for v in _LEGACY_HEADER.unpack_from(data)]
+    shown = ", ".join(f"{n} {v}" for n, v in zip(_CONFIG_FIELDS, values, strict=True))
+    return f"a {fmt} llama2.c model checkpoint ({shown})"
+
+
+#: Files larger than this are not read to tell whether they are tokenizers (llama2.c's
+#: 32,000-token ``tokenizer.bin`` is 434 KB).
+_TOKENIZER_MAX_BYTES = 16 << 20
+
+
+def _not_a_checkpoint(path: Path) -> str:
+    """``"; it is a llama2.c tokenizer file ..."`` when the refused file is one, else ``""``."""
+    from .tokenizer import describe_tokenizer
+    try:
+        if path.stat().st_size > _TOKENIZER_MAX_BYTES:
+            return ""
+        what = describe_tokenizer(path.read_bytes())
+    except OSError:
+        return ""
+    return f"; the file is {what}, not a model checkpoint" if what else ""
 
 
 class _Head(bytes):

@@ -20,7 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["BOS", "EOS", "BYTE_OFFSET", "TokenizerError", "Tokenizer", "load_tokenizer"]
+__all__ = ["BOS", "EOS", "BYTE_OFFSET", "TokenizerError", "Tokenizer", "describe_tokenizer",
+           "load_tokenizer"]
 
 #: Begin-of-sequence token id (llama2.c: 1).  A generated BOS also ends a story.
 BOS = 1
@@ -104,17 +105,31 @@ class Tokenizer:
         try:
             return cls._parse(data, vocab_size)
         except TokenizerError as e:
-            raise TokenizerError(f"{path}: {e}") from None
+            from .model import describe_checkpoint
+            what = describe_checkpoint(data)
+            note = f"; the file is {what}, not a tokenizer" if what else ""
+            raise TokenizerError(f"{path}: {e}{note}") from None
 
     @classmethod
     def _parse(cls, data, vocab_size):
+        if vocab_size is None:
+            return cls(*cls._read(data))
+        pieces, scores, max_len = cls._read(data)
+        if len(pieces) != vocab_size:
+            raise TokenizerError(f"file holds {len(pieces)} tokens, the model's vocabulary has "
+                                 f"{vocab_size}")
+        return cls(pieces, scores, max_len)
+
+    @staticmethod
+    def _read(data):
+        """The pieces, scores and ``max_token_length`` of a file's bytes (format checks only)."""
         if len(data) < 4:
             raise TokenizerError(f"file is truncated: {len(data)} bytes is shorter than the "
                                  "4-byte max_token_length header")
         (max_len,) = struct.unpack_from("<i", data)
         if max_len <= 0:
-            raise TokenizerError(f"`max_token_length` must be a positive integer, not "
-                                 f"{max_len}")
+            raise TokenizerError(f"not a llama2.c tokenizer file: its first int32, "
+                                 f"`max_token_length`, must be a positive integer, not {max_len}")
         pieces, scores, at = [], [], 4
         while at < len(data):
             i = len(pieces)
@@ -134,10 +149,7 @@ class Tokenizer:
             pieces.append(data[at:at + n])
             scores.append(score)
             at += n
-        if vocab_size is not None and len(pieces) != vocab_size:
-            raise TokenizerError(f"file holds {len(pieces)} tokens, the model's vocabulary has "
-                                 f"{vocab_size}")
-        return cls(pieces, scores, max_len)
+        return pieces, scores, max_len
 
     # -- encoding -------------------------------------------------------------------------------
 
@@ -298,6 +310,24 @@ class StreamDecoder:
     def flush(self) -> str:
         """Return what an unfinished UTF-8 sequence at the end decodes to (U+FFFD or "")."""
         return self._utf8.decode(b"", final=True)
+
+
+def describe_tokenizer(data: bytes) -> str | None:
+    """Say what tokenizer `data` (a whole file's bytes) is, if it is one.
+
+    `chipotle.model.load_checkpoint` uses it to say that a file given as a model is a
+    tokenizer.  A tokenizer needs at least the three special tokens (`Tokenizer`).
+
+    Returns
+    -------
+    str or None
+        ``"a llama2.c tokenizer file (512 tokens)"``, or ``None`` if `data` is not one.
+    """
+    try:
+        pieces, _, _ = Tokenizer._read(data)
+    except TokenizerError:
+        return None
+    return f"a llama2.c tokenizer file ({len(pieces)} tokens)" if len(pieces) >= 3 else None
 
 
 def load_tokenizer(path: str | os.PathLike, vocab_size: int | None = None) -> Tokenizer:

@@ -889,7 +889,7 @@ def test_tensor_batch_at_the_end_of_the_context(small_qm):
 
 @pytest.mark.parametrize("argv, expect", [
     (["--config", "defualt"], "--config: unknown configuration 'defualt'"),
-    (["--config", "M=0"], "--config: ChipConfig.max_m (M) must be a positive integer, not 0"),
+    (["--config", "M=0"], "--config: 'M=0': max_m (M) must be a positive integer, not 0"),
     (["--context", "0"], "--context must be a positive number of positions, not 0"),
     (["--model", "/no/such/checkpoint.bin"], "No such file or directory"),
 ])

@@ -32,8 +32,13 @@ def test_vec_slots_parsed_and_passed_on():
 
 
 @pytest.mark.parametrize(("text", "expect"), [
-    ("vec_slots=0", "ChipConfig.vec_slots must be a positive integer, not 0"),
-    ("vec_slots=-3", "ChipConfig.vec_slots must be a positive integer, not -3"),
+    ("vec_slots=0", "'vec_slots=0': vec_slots must be a positive integer, not 0"),
+    ("vec_slots=-3", "'vec_slots=-3': vec_slots must be a positive integer, not -3"),
+    # in the text's own terms: the part that set the field
+    ("default,mesh=0x4", "'mesh=0x4': mesh_width must be a positive integer, not 0"),
+    ("small,M=0", "'M=0': max_m (M) must be a positive integer, not 0"),
+    ("W=12", "'W=12': word_bytes must be a power of two (the SRAM's word and bank "
+             "addressing), not 12"),
     ("vec_slots=four", "bad value 'four' for 'vec_slots' in 'vec_slots=four': expected an "
                        "integer"),
     ("vec_slots=2.5", "bad value '2.5' for 'vec_slots' in 'vec_slots=2.5': expected an "

@@ -343,3 +343,23 @@ def test_wrong_size_refused_before_reading(tmp_path, files, monkeypatch):
     with pytest.raises(CheckpointError, match=rf"sizes do not add up: header .* implies "
                                               rf"{len(data)} bytes, file has {1 << 30}"):
         load_checkpoint(path)
+
+
+def test_a_tokenizer_given_as_the_model_is_named(tmp_path):
+    """A llama2.c tokenizer file given as the checkpoint: the refusal says what the file is."""
+    path = tmp_path / "tok.bin"
+    with open(path, "wb") as f:
+        f.write(struct.pack("<i", 2))
+        for piece in (b"<unk>"[:2], b"\n", b"ab", b"c"):
+            f.write(struct.pack("<fi", 0.0, len(piece)) + piece)
+    with pytest.raises(CheckpointError, match=r"tok\.bin: .*; the file is a llama2\.c tokenizer "
+                       r"file \(4 tokens\), not a model checkpoint$"):
+        load_checkpoint(path)
+
+
+def test_a_malformed_checkpoint_is_not_called_a_tokenizer(tmp_path):
+    path = tmp_path / "bad.bin"
+    path.write_bytes(struct.pack("<7i", 16, 0, 1, 2, 1, 300, 8) + bytes(100))
+    with pytest.raises(CheckpointError, match=r"`hidden_dim` must be a positive integer, not 0 "
+                       r"\(the file has no 'ak42' magic[^;]*$"):
+        load_checkpoint(path)

@@ -139,7 +139,8 @@ def test_load_round_trip(tmp_path):
     (lambda d: d[:-1], r"truncated in the 2-byte piece of token 3"),
     (lambda d: d[:-5], r"truncated in the score and length of token 3"),
     (lambda d: struct.pack("<i", 0) + d[4:],
-     "`max_token_length` must be a positive integer, not 0"),
+     "not a llama2.c tokenizer file: its first int32, `max_token_length`, must be a positive "
+     "integer, not 0"),
     (lambda d: struct.pack("<i", 5) + d[4:], "token 2 has 6 bytes, more than max_token_length 5"),
     (lambda d: d + struct.pack("<fi", 0.0, -1), "token 4 has a negative length -1"),
 ])
@@ -148,6 +149,28 @@ def test_rejects_malformed(tmp_path, mutate, message):
     bad = tmp_path / "bad.bin"
     bad.write_bytes(mutate(good))
     with pytest.raises(TokenizerError, match=f"bad.bin: (file is )?{message}"):
+        load_tokenizer(bad)
+
+
+@pytest.mark.parametrize("fmt", ["legacy", "v1", "v2"])
+def test_a_model_checkpoint_given_as_the_tokenizer_is_named(tmp_path, fmt):
+    """A checkpoint of any format given as the tokenizer: the refusal says what the file is."""
+    from chipotle.model import ModelConfig, synthetic_checkpoint, write_checkpoint
+    cfg = ModelConfig(dim=16, hidden_dim=24, n_layers=1, n_heads=2, n_kv_heads=1,
+                      vocab_size=300, seq_len=8)
+    path = tmp_path / "model.bin"
+    write_checkpoint(path, synthetic_checkpoint(cfg, seed=0), format=fmt,
+                     **({"group_size": 8} if fmt == "v2" else {}))
+    with pytest.raises(TokenizerError, match=rf"model\.bin: .*; the file is a {fmt} llama2\.c "
+                       r"model checkpoint \(dim 16, hidden_dim 24, n_layers 1, n_heads 2, "
+                       r"n_kv_heads 1, vocab_size 300, seq_len 8\), not a tokenizer$"):
+        load_tokenizer(path)
+
+
+def test_a_malformed_tokenizer_is_not_called_a_checkpoint(tmp_path):
+    bad = tmp_path / "bad.bin"
+    bad.write_bytes(struct.pack("<i", -7) + bytes(40))
+    with pytest.raises(TokenizerError, match=r"must be a positive integer, not -7$"):
         load_tokenizer(bad)
 
 
