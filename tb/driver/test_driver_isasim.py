@@ -78,23 +78,43 @@ def test_unaligned_write_merges():
 
 
 def test_sampling_reads_logits_like_the_golden_loop():
+    """Temperature / top-p decoding reads the logits back, dequantises them (int32 Q16.16 to
+    float32) and draws from them with the foundation's sampler, as the golden loop does.  The
+    logits are a few units apart, so that the draws depend on the dequantisation, the
+    temperature, top-p and the seed (a one-hot softmax would draw the argmax whatever the
+    driver did)."""
     be = IsaSimBackend(SMALL)
-    toy = ToyCompiled(SMALL)
+    real = np.random.default_rng(3).normal(0.0, 1.0, VOCAB).astype(np.float32)
+    real[[1, 2]] = -8.0          # BOS and EOS: a draw of one would end the run early
+    toy = ToyCompiled(SMALL, logits=np.round(real * 65536).astype(np.int64))
     drv = Driver(toy, be)
     run(drv.load())
-    g = run(drv.generate([1, 3], steps=4, temperature=0.8, topp=0.9, seed=42))
-    # The toy's logits are static, so the tokens are the sampler's draws from them.
-    s = Sampler(VOCAB, 0.8, 0.9, 42)
-    real = (toy.logits.astype(np.float64) / 65536).astype(np.float32)
-    want, reason = [], StopReason.STEPS
-    for _ in range(4):
-        t = s.sample(real)
-        if t in (1, 2):
-            reason = StopReason.BOS_EOS
-            break
-        want.append(t)
+    steps, temperature, topp, seed = 10, 0.8, 0.9, 42
+    g = run(drv.generate([1, 3], steps=steps, temperature=temperature, topp=topp, seed=seed))
+
+    def draws(logits, temperature=temperature, topp=topp, seed=seed):
+        """The golden loop's tokens: the toy's logits are static, so the sampler's draws."""
+        s = Sampler(VOCAB, temperature, topp, seed)
+        want = []
+        for _ in range(steps):
+            t = s.sample(logits)
+            if t in (1, 2):
+                return want, StopReason.BOS_EOS
+            want.append(t)
+        return want, StopReason.STEPS
+
+    deq = (toy.logits.astype(np.float64) / 65536).astype(np.float32)
+    want, reason = draws(deq)
     assert list(g.tokens[2:]) == want and g.stop_reason is reason
     assert all(st.logits is not None for st in g.steps)
+    # the stimulus tells the driver's choices apart: more than one token drawn, and other
+    # draws with the raw int32 logits, greedy decoding, another seed, temperature or top-p
+    assert len(set(want)) > 1
+    assert draws(toy.logits.astype(np.float32))[0] != want
+    assert [int(np.argmax(deq))] * steps != want
+    assert draws(deq, seed=seed + 1)[0] != want
+    assert draws(deq, temperature=1.6)[0] != want
+    assert draws(deq, topp=0.5)[0] != want
 
 
 def test_context_stop_and_prompt_too_long():

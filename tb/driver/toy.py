@@ -91,12 +91,16 @@ class ToyModelConfig:
 class ToyCompiled:
     """The toy model, compiled for ``config`` (a mesh of at least 2 x 2)."""
 
-    def __init__(self, config, variant: str = "ok", seed: int = 1, context: int = 16):
+    def __init__(self, config, variant: str = "ok", seed: int = 1, context: int = 16,
+                 logits: np.ndarray | None = None):
         rng = np.random.default_rng(seed)
         self.config = config
         self.model = ToyModelConfig()
         self.context = context
-        self.logits = rng.integers(-2**31, 2**31, VOCAB, dtype=np.int64).astype(np.int32)
+        # (random over the whole int32 range unless given: a sampling test gives logits of a
+        # few units of Q16.16, whose softmax is not one-hot)
+        self.logits = (rng.integers(-2**31, 2**31, VOCAB, dtype=np.int64).astype(np.int32)
+                       if logits is None else np.asarray(logits, np.int32))
         half = VOCAB // 2
         self.images = {
             (0, 0): [(LOGITS, self.logits[:half].astype("<i4").tobytes()),
