@@ -67,15 +67,23 @@ def story_prompt(qm, length: int) -> list[int]:
     list of int
         Token ids; BOS and EOS are never chosen after the first token.
     """
+    return _story(qm, length)[0]
+
+
+def _story(qm, length: int) -> tuple[list[int], set[int]]:
+    """`story_prompt`'s tokens, and the positions after which `GoldenModel`'s greedy choice
+    (unmasked) is BOS or EOS: a prompt that ends there stops the chip before it decodes."""
     from chipotle.golden import GoldenModel
 
     g = GoldenModel(qm)
-    ids = [BOS]
+    ids, stops = [BOS], set()
     for pos in range(length - 1):
         logits = g.forward(ids[pos], pos).astype(np.int64)
+        if int(np.argmax(logits)) in (BOS, EOS):
+            stops.add(pos)
         logits[[BOS, EOS]] = np.iinfo(np.int64).min
         ids.append(int(np.argmax(logits)))
-    return ids
+    return ids, stops
 
 
 def golden_logits(qm, tokens: list[int]) -> list[np.ndarray]:
@@ -87,8 +95,12 @@ def golden_logits(qm, tokens: list[int]) -> list[np.ndarray]:
 
 
 def _check(steps, want_tokens, qm) -> tuple[bool, str]:
-    """Compare each step's token and logits (at its last position) with the golden model."""
-    logits = golden_logits(qm, want_tokens)
+    """Compare each step's token and logits (at its last position) with the golden model.
+
+    `want_tokens`: the run's tokens, prompt and generated; the last one is the last step's
+    result, which no step ran (so the golden model does not either: it may sit at position
+    ``seq_len``, past the model's positions)."""
+    logits = golden_logits(qm, want_tokens[:-1])
     for s in steps:
         last = s["pos"] + len(s["tokens"]) - 1
         if s["token"] != int(np.argmax(logits[last])):
@@ -281,7 +293,16 @@ def main(argv: list[str] | None = None) -> int:
     tokenizer = str(tok_path) if tok_path.exists() else None
 
     qm = compiled.qm
-    story = story_prompt(qm, max(lengths) + args.decode_steps)
+    story, stops = _story(qm, max(lengths) + args.decode_steps)
+    if early := [n for n in lengths if n - 1 in stops]:
+        n = early[0]
+        near = min((m for m in range(1, len(story) + 1) if m - 1 not in stops
+                    and m + args.decode_steps <= compiled.context),
+                   key=lambda m: (abs(m - n), m), default=None)
+        ap.refuse(f"after the first {n} tokens of the model's own story the golden model's "
+                  f"greedy token is BOS or EOS, so the chip would stop before a decode step"
+                  + (f" (a {near}-token prompt decodes)" if near else "")
+                  + ": give other --prompts")
     print(f"[bench] {args.backend}, {config}, {args.placement} placement, context "
           f"{compiled.context}; peak {config.peak_macs_per_cycle} MACs/cycle, "
           f"{config.sram_read_bytes_per_cycle} SRAM bytes/cycle on the matrix units' ports "

@@ -29,9 +29,9 @@ import time
 from pathlib import Path
 
 from chipotle.config import ChipConfig
+from chipotle.paths import DEFAULT_CHECKPOINT, default_model_dir
 from chipotle.sim import toolchain
 
-DEFAULT_CHECKPOINT = Path("/work/shared/models/stories260K.bin")
 PROMPT = [1, 5, 9, 13, 17, 21]      # the regression's prompt for the synthetic model
 
 
@@ -86,7 +86,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "default small)")
     p.add_argument("--model", default=None,
                    help="'synthetic' or a llama2.c checkpoint (default: synthetic for small, "
-                        f"else {DEFAULT_CHECKPOINT})")
+                        f"else {DEFAULT_CHECKPOINT} in the model folder, $CHIPOTLE_MODEL_DIR "
+                        "or ../shared/models)")
     p.add_argument("--steps", type=int, default=8, help="tokens to generate (default 8)")
     p.add_argument("--placement", default="tensor", choices=("pipeline", "tensor"),
                    help="pipeline of stages, or every layer on every tile (tensor) (default: "
@@ -129,7 +130,16 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.flat:
         os.environ["HIERARCHICAL"] = "0"    # read by chipotle.sim.flow.run_cocotb
-    name = args.model or ("synthetic" if args.config == "small" else str(DEFAULT_CHECKPOINT))
+    name = args.model or ("synthetic" if args.config == "small"
+                          else str(default_model_dir() / DEFAULT_CHECKPOINT))
+    if name != "synthetic" and not args.no_generate:
+        # before the Verilog and the build, which take minutes
+        from chipotle.model import CheckpointError, load_checkpoint
+        try:
+            load_checkpoint(name)
+        except (CheckpointError, OSError) as e:
+            print(f"--model: {e}", file=sys.stderr)
+            return 2
 
     def progress(msg):
         print(f"[bench] {msg}", file=sys.stderr, flush=True)
@@ -170,7 +180,8 @@ def main(argv: list[str] | None = None) -> int:
     wall = time.perf_counter() - t
     cycles, secs, cpu = decode_speed(r)
     n = len(r["token_marks"]) - 1
-    print(f"decode: {cycles} cycles of {n} steps ({cycles / n:,.0f} per token) in {secs:.2f} s = "
+    print(f"decode: {cycles} cycles of {n} steps ({cycles / n:,.0f} simulated per token, the "
+          f"host's traffic between the steps included) in {secs:.2f} s = "
           f"{cycles / secs:,.0f} cycles/s; CPU {cpu:.2f} s = {cycles / cpu:,.0f} cycles/CPU-s "
           f"({head}, {args.placement}, {name})")
     print(f"after load: {r['sim_cycles']} cycles in {r['sim_seconds']:.2f} s = "

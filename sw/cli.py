@@ -577,6 +577,11 @@ def _sampling(args, seed: int) -> str:
     return f"temperature {args.temperature:g}, top-p {args.topp:g}, seed {seed}"
 
 
+#: What the cycles of a chip run are, by backend (the RTL simulators': measured).
+_CYCLES_KIND = {"isasim": "the ISA simulator's estimated cycles",
+                "uart": "wall-time cycles, the UART's transfers included"}
+
+
 def _chip_summary(args, g: dict, compiled, config) -> str:
     """Return the figures of a chip run (``g`` as `chipotle.sim.cocotb_chip` writes it)."""
     from .driver.driver import mac_busy
@@ -608,7 +613,8 @@ def _chip_summary(args, g: dict, compiled, config) -> str:
         whole = need / config.sram_peak_read_bytes_per_cycle
         lines.append(f"decode roofline efficiency: {100 * ideal / cyc:.1f}% (weight + KV bytes "
                      f"over {config.sram_read_bytes_per_cycle} B/cycle, the matrix units' "
-                     f"read ports, over measured cycles); {100 * whole / cyc:.1f}% of the "
+                     f"read ports, over {_CYCLES_KIND.get(args.backend, 'measured cycles')})"
+                     f"; {100 * whole / cyc:.1f}% of the "
                      f"SRAM's whole read bandwidth ({config.sram_peak_read_bytes_per_cycle} "
                      f"B/cycle with the {config.n_banks}-word reads of the read/write ports)")
         tps = args.clock_mhz * 1e6 / g["decode_cycles_per_token"]
@@ -625,6 +631,10 @@ def _chip_summary(args, g: dict, compiled, config) -> str:
     if args.backend == "isasim":
         lines.append("(isasim cycles are the ISA simulator's estimate, not a measurement; the "
                      "RTL is the authority and takes more: docs/performance.md compares them)")
+    elif args.backend == "uart":
+        lines.append("(uart cycles are the host's wall time x --clock-mhz, so they include the "
+                     "UART's transfers of each step's start and doorbell; the chip's own "
+                     "CYCLES counters are exact: docs/fpga.md)")
     if "cycles_per_second" in g:
         lines.append(f"simulation: {g['cycles_per_second']:,.0f} cycles per wall second; "
                      f"load {g['load_bytes']:,} bytes in {g['load_cycles']:,} cycles, "

@@ -67,8 +67,8 @@ from .isa.core import (
 )
 from .isa.kv import KvLayout
 
-__all__ = ["IsaSim", "Tile", "Perf", "DoneEvent", "DeadlockError", "TileState",
-           "weighted_sum"]
+__all__ = ["IsaSim", "Tile", "Perf", "DoneEvent", "DeadlockError", "InstructionLimitError",
+           "TileState", "weighted_sum"]
 
 _MASK32 = 0xFFFFFFFF
 
@@ -138,6 +138,10 @@ class DoneEvent:
     tile: tuple
     code: int
     cycle: int
+
+
+class InstructionLimitError(RuntimeError):
+    """`IsaSim.run` gave up after its ``max_instructions``: a program that does not end."""
 
 
 class DeadlockError(RuntimeError):
@@ -544,9 +548,17 @@ class IsaSim:
         ------
         DeadlockError
             If tiles wait on counters that nothing can bump any more.
-        RuntimeError
+        InstructionLimitError
             If `max_instructions` is exceeded.
         """
+        for _ in self.rounds(max_instructions, quantum):
+            pass
+
+    def rounds(self, max_instructions: int = 10_000_000, quantum: int = 64):
+        """Run as `run` does, one round at a time: a generator that yields after each round
+        (every active tile ran up to `quantum` instructions; about a thousand instructions
+        on the 4 x 4 chip), so that a caller can stop between rounds (the driver's ISA
+        backend lets an asyncio task be cancelled there: Ctrl-C).  Raises as `run`."""
         total = 0
         while True:
             active = [t for t in self.tiles if t.state in (TileState.RUNNING, TileState.WAITING)]
@@ -562,7 +574,9 @@ class IsaSim:
                 others = [(t.xy, t.state) for t in self.tiles if t.state != TileState.WAITING]
                 raise DeadlockError(waiting, others)
             if total > max_instructions:
-                raise RuntimeError(f"stopped after {total} instructions (max_instructions)")
+                raise InstructionLimitError(f"stopped after {total} instructions "
+                                            f"(max_instructions)")
+            yield
 
     # -- execution -----------------------------------------------------------------------------
 

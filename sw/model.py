@@ -447,10 +447,16 @@ def _parse(data: bytes, format: str | None) -> Checkpoint:
                               f"start of a {format} checkpoint")
     try:
         return _parse_legacy(data)
-    except CheckpointError as e:
+    except _LegacyHeaderError as e:
+        # (only when the header is refused: a legacy file whose size or weights are wrong
+        # was read as what it is)
         raise CheckpointError(f"{e} (the file has no 'ak42' magic, the uint32 0x616b3432 "
                               "little-endian, i.e. the bytes '24ka', so it was read as a "
                               "legacy llama2.c checkpoint)") from None
+
+
+class _LegacyHeaderError(CheckpointError):
+    """A legacy header refused: too short, or values no configuration has."""
 
 
 def _make_config(values, shared):
@@ -462,12 +468,15 @@ def _make_config(values, shared):
 
 def _parse_legacy(data):
     if len(data) < _LEGACY_HEADER.size:
-        raise CheckpointError(f"file is truncated: {len(data)} bytes is shorter than the "
-                              f"{_LEGACY_HEADER.size}-byte legacy header")
+        raise _LegacyHeaderError(f"file is truncated: {len(data)} bytes is shorter than the "
+                                 f"{_LEGACY_HEADER.size}-byte legacy header")
     values = list(_LEGACY_HEADER.unpack_from(data))
     shared = values[5] > 0
     values[5] = abs(values[5])
-    config = _make_config(values, shared)
+    try:
+        config = _make_config(values, shared)
+    except CheckpointError as e:
+        raise _LegacyHeaderError(str(e)) from None
     return _read_tensors(data, config, "legacy", None, _LEGACY_HEADER.size)
 
 

@@ -127,9 +127,11 @@ class Tokenizer:
             raise TokenizerError(f"file is truncated: {len(data)} bytes is shorter than the "
                                  "4-byte max_token_length header")
         (max_len,) = struct.unpack_from("<i", data)
-        if max_len <= 0:
-            raise TokenizerError(f"not a llama2.c tokenizer file: its first int32, "
-                                 f"`max_token_length`, must be a positive integer, not {max_len}")
+        if not 0 < max_len <= len(data):
+            raise TokenizerError("not a llama2.c tokenizer file: its first int32, "
+                                 "`max_token_length`, must be a positive integer"
+                                 + ("" if max_len <= 0 else f" no larger than the file "
+                                    f"({len(data):,} bytes)") + f", not {max_len:,}")
         pieces, scores, at = [], [], 4
         while at < len(data):
             i = len(pieces)

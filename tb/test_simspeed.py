@@ -225,3 +225,15 @@ def test_training_job_is_a_short_greedy_run_of_the_same_model():
     assert len(t.step_list) == 4 and t.idle_cycles == 20_000
     assert training_job(Job(config={}, model=None, steps=2)).steps == 2
     assert job.steps == 256, "the job itself is left as it was"
+
+
+def test_a_bad_model_is_refused_before_the_build(tmp_path, capsys, monkeypatch):
+    """`--model` is read before the chip's Verilog and its build, which take minutes."""
+    from chipotle.sim import bench_simspeed, chiprun
+    monkeypatch.setattr(chiprun, "chip_verilog", lambda *a, **k: pytest.fail("built"))
+    bad = tmp_path / "bad.bin"
+    bad.write_bytes(b"\0" * 40)
+    for path, message in ((tmp_path / "missing.bin", "No such file"),
+                          (bad, "bad.bin: bad header")):
+        assert bench_simspeed.main(["--config", "default", "--model", str(path)]) == 2
+        assert message in capsys.readouterr().err

@@ -25,6 +25,7 @@ IsaSimBackend
 
 from __future__ import annotations
 
+import asyncio
 from collections import deque
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
@@ -34,7 +35,7 @@ import numpy as np
 from chipotle.config import ChipConfig
 from chipotle.hw.tile.controller import PerfIndex
 from chipotle.isa import ErrorCode
-from chipotle.isasim import DeadlockError, IsaSim, TileState
+from chipotle.isasim import DeadlockError, InstructionLimitError, IsaSim, TileState
 
 __all__ = [
     "Backend", "PacketBackend", "TileStatus", "PERF_NAMES", "CONTROLLER_PERF", "INTERFACE_PERF",
@@ -253,6 +254,15 @@ class Backend(Protocol):
     async def set_kv_layout(self, xy, layout) -> None:
         """Set tile ``xy``'s KV layout (``chipotle.isa.kv.KvLayout``, or None for none): the
         map its KV store appends (``kvapp``) into (``docs/tile.md``, "KV store")."""
+
+
+def _asyncio_running() -> bool:
+    """Whether an asyncio event loop runs this code (not cocotb's scheduler)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
 
 
 def _check_xy(config: ChipConfig, xy) -> tuple[int, int]:
@@ -551,10 +561,15 @@ class IsaSimBackend:
             base = dict(self._mark)
             detail = ""
             try:
-                self.sim.run()
-            except DeadlockError as e:
-                detail = str(e)
-            except RuntimeError as e:   # max_instructions: an endless program
+                # between rounds, hand control to the asyncio loop (when there is one: cocotb
+                # runs this backend too), so that the task can be cancelled (Ctrl-C under
+                # `asyncio.run`) within a round instead of at the end of the step
+                if _asyncio_running():
+                    for _ in self.sim.rounds():
+                        await asyncio.sleep(0)
+                else:
+                    self.sim.run()
+            except (DeadlockError, InstructionLimitError) as e:   # (the latter: no end)
                 detail = str(e)
             new = self.sim.events[self._seen:]
             self._seen = len(self.sim.events)

@@ -263,17 +263,18 @@ class Driver:
         ValueError
             If ``backdoor`` is asked of a backend without one.
         """
+        # the arguments first: a refused load leaves the chip and the driver as they were
+        write = self.backend.write_sram
+        if backdoor:
+            write = getattr(self.backend, "backdoor_write_sram", None)
+            if write is None:
+                raise ValueError(f"{type(self.backend).__name__} has no back-door SRAM load")
         total, done = self.load_bytes(), 0
         self._last_perf = None
         self._written = {}
         self._filled = 0
         self.loaded = False
         await self.backend.reset()
-        write = self.backend.write_sram
-        if backdoor:
-            write = getattr(self.backend, "backdoor_write_sram", None)
-            if write is None:
-                raise ValueError(f"{type(self.backend).__name__} has no back-door SRAM load")
         kw = {"skip_zero": True} if skip_zero and _takes_skip_zero(write) else {}
         for xy, parts in self.compiled.images.items():
             for addr, data in parts:

@@ -75,6 +75,42 @@ def test_roofline_bytes_count_the_quantised_models_arrays(placement):
         assert cm.kv_bytes(pos) == c.n_layers * (pos + 1) * (k + v), pos
 
 
+def test_a_run_that_fills_the_context_is_checked():
+    """Prompt and decode steps that use every position of the context: the last generated
+    token sits at position `context`, which no step runs, so the check does not ask the
+    golden model for it (it raised there, after the whole run, losing the table)."""
+    model = small_model()
+    cm = compile_model(model, SMALL, context=model.config.seq_len, placement="tensor")
+    n, steps = cm.context - 2, 2
+    r = bench.run_one(cm, bench.story_prompt(cm.qm, n), steps, "isasim")
+    assert len(r["tokens"]) == cm.context + 1 == cm.qm.config.seq_len + 1
+    ok, why = bench._check(r["steps"], r["tokens"], cm.qm)
+    assert ok, why
+
+
+def test_a_prompt_after_which_the_model_stops_is_refused_before_the_run(tmp_path, monkeypatch,
+                                                                         capsys):
+    """A prompt length after which the golden model's greedy token is BOS or EOS would stop
+    the chip before its decode step: refused before anything runs, with a length that
+    decodes.  (The small model never stops on its own story: `_story` is made to say so.)"""
+    from chipotle.compiler.run import SMALL_MODEL_DIMS
+    from chipotle.model import ModelConfig, synthetic_checkpoint, write_checkpoint
+    path = tmp_path / "small.bin"
+    write_checkpoint(path, synthetic_checkpoint(ModelConfig(**SMALL_MODEL_DIMS), seed=7,
+                                                scale=0.3))
+    story = bench._story
+    monkeypatch.setattr(bench, "_story", lambda qm, n: (story(qm, n)[0], {2, 3}))
+    monkeypatch.setattr(bench, "run_one", lambda *a, **k: pytest.fail("the run started"))
+    with pytest.raises(SystemExit) as e:
+        bench.main(["--backend", "isasim", "--config", "small", "--context", "16",
+                    "--model", str(path), "--prompts", "2,3"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert ("after the first 3 tokens of the model's own story the golden model's greedy token "
+            "is BOS or EOS, so the chip would stop before a decode step (a 2-token prompt "
+            "decodes): give other --prompts") in err, err
+
+
 def test_mismatch_is_reported():
     cm = _compiled("tensor")
     r = bench.run_one(cm, bench.story_prompt(cm.qm, 3), 1, "isasim")

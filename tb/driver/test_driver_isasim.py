@@ -23,6 +23,7 @@ from chipotle.generate import PromptTooLongError, StopReason
 from chipotle.hw.tile.controller import PerfIndex
 from chipotle.hw.tile.netif import Reg
 from chipotle.isa import ErrorCode
+from chipotle.isasim import TileState
 from chipotle.sampling import Sampler
 
 SMALL = CONFIGS["small"]
@@ -341,3 +342,71 @@ def test_skipped_positions_are_refused():
     assert a.token == int(np.argmax(gm.forward(17, 3)))
     assert b.token == int(np.argmax(gm.forward(23, 1)))
     assert c.token == int(np.argmax(gm.forward(3, 2)))
+
+
+def test_a_long_step_can_be_cancelled_between_rounds():
+    """Ctrl-C under ``asyncio.run`` cancels the task at its next pause: the ISA backend's
+    `wait_done` pauses between the simulator's rounds (`IsaSim.rounds`), not only at the
+    step's end (a fresh user's ``make sim BACKEND=isasim`` ran 90 s past a Ctrl-C)."""
+    from chipotle.isa.asm import assemble
+    be = IsaSimBackend(SMALL)
+    # about 200,000 instructions before the doorbell: thousands of rounds
+    words = assemble("li r1, 50000\nloop r1, e\nadd r2, r2+1, 0\nadd r3, r3+1, 0\n"
+                     "add r4, r4+1, 0\nadd r5, r5+1, 0\ne:\ndone 1\nhalt")
+
+    async def go():
+        await be.write_imem((0, 0), words)
+        await be.start((0, 0), 0)
+        task = asyncio.create_task(be.wait_done(10**9))
+        for _ in range(5):
+            await asyncio.sleep(0)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return be.sim.tile((0, 0))
+
+    t = asyncio.run(go())
+    assert t.state == TileState.RUNNING, t.state
+    assert 0 < t.perf.instructions < 10_000, t.perf.instructions
+
+
+@pytest.mark.parametrize("in_asyncio", [True, False])
+def test_a_simulator_error_after_the_doorbell_is_raised(in_asyncio):
+    """Only a deadlock and the instruction limit become a `DoorbellTimeout`'s detail; any
+    other error of the simulator is raised, even when a doorbell came before it (it was
+    dropped, and the step returned as if nothing happened)."""
+    import types
+    be = IsaSimBackend(SMALL)
+    drv = Driver(ToyCompiled(SMALL), be)
+    run(drv.load())
+    sim = be.sim
+
+    def rounds(self, *a, **k):
+        yield from type(self).rounds(self, *a, **k)
+        raise NotImplementedError("a simulator bug")
+
+    def run_all(self, *a, **k):
+        for _ in rounds(self):
+            pass
+    sim.rounds = types.MethodType(rounds, sim)
+    sim.run = types.MethodType(run_all, sim)
+    if in_asyncio:
+        with pytest.raises(NotImplementedError, match="a simulator bug"):
+            run(drv.step([1], 0))
+    else:       # as under cocotb: no asyncio loop runs the coroutine
+        coro = be.wait_done(10**6)
+        with pytest.raises(NotImplementedError, match="a simulator bug"):
+            coro.send(None)
+
+
+def test_a_refused_load_leaves_the_loaded_model():
+    """`Driver.load(backdoor=True)` on a backend without a back door is refused before it
+    resets anything: the model loaded before still runs."""
+    be = IsaSimBackend(SMALL)
+    drv = Driver(ToyCompiled(SMALL), be)
+    run(drv.load())
+    before = run(be.read_sram((1, 0), 0x200, 64))
+    with pytest.raises(ValueError, match="IsaSimBackend has no back-door SRAM load"):
+        run(drv.load(backdoor=True))
+    assert drv.loaded and run(be.read_sram((1, 0), 0x200, 64)) == before
+    assert run(drv.step([3], 0)).token == next_token(3, 0)

@@ -836,9 +836,9 @@ def test_no_context_takes_the_longest_the_configuration_holds(capsys, model_path
     # the roofline over the matrix unit's port (8 B/cycle on the one-tile board chip) and
     # the same bytes over every SRAM port (its one-bank read/write port's word too: 16)
     m = re.search(r"decode roofline efficiency: ([\d.]+)% \(weight \+ KV bytes over 8 "
-                  r"B/cycle, the matrix units' read ports, over measured cycles\); ([\d.]+)% "
-                  r"of the SRAM's whole read bandwidth \(16 B/cycle with the 1-word reads of "
-                  r"the read/write ports\)", err)
+                  r"B/cycle, the matrix units' read ports, over the ISA simulator's estimated "
+                  r"cycles\); ([\d.]+)% of the SRAM's whole read bandwidth \(16 B/cycle "
+                  r"with the 1-word reads of the read/write ports\)", err)
     assert m, err
     assert abs(float(m.group(2)) - float(m.group(1)) / 2) <= 0.06, m.group(0)
     code, out, err = run(capsys, "--backend", "isasim", "--config", "ulx3s", "--context",

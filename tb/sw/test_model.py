@@ -363,3 +363,15 @@ def test_a_malformed_checkpoint_is_not_called_a_tokenizer(tmp_path):
     with pytest.raises(CheckpointError, match=r"`hidden_dim` must be a positive integer, not 0 "
                        r"\(the file has no 'ak42' magic[^;]*$"):
         load_checkpoint(path)
+
+
+def test_a_truncated_legacy_file_is_not_explained_as_a_wrong_format(tmp_path):
+    """The note on the missing 'ak42' magic comes only with a refused header: a legacy file
+    cut short is refused for its size alone."""
+    src = tmp_path / "full.bin"
+    write_checkpoint(src, synthetic_checkpoint(config(), seed=3), format="legacy")
+    cut = tmp_path / "cut.bin"
+    cut.write_bytes(src.read_bytes()[:-10])
+    with pytest.raises(CheckpointError, match=r"cut\.bin: file is truncated: header \(dim .*\) "
+                       r"implies \d+ bytes, file has \d+$"):
+        load_checkpoint(cut)

@@ -172,6 +172,13 @@ def test_a_malformed_tokenizer_is_not_called_a_checkpoint(tmp_path):
     bad.write_bytes(struct.pack("<i", -7) + bytes(40))
     with pytest.raises(TokenizerError, match=r"must be a positive integer, not -7$"):
         load_tokenizer(bad)
+    # random bytes: a header no token could reach (a fresh user's file was refused only at
+    # "token 0 has 2099892363 bytes, more than max_token_length 1707940918")
+    bad.write_bytes(struct.pack("<i", 1_707_940_918) + bytes(40))
+    with pytest.raises(TokenizerError, match=r"bad.bin: not a llama2.c tokenizer file: its first "
+                       r"int32, `max_token_length`, must be a positive integer no larger than "
+                       r"the file \(44 bytes\), not 1,707,940,918$"):
+        load_tokenizer(bad)
 
 
 def test_rejects_wrong_vocab_size(tmp_path):
