@@ -389,7 +389,7 @@ def describe_checkpoint(data: bytes) -> str | None:
     Returns
     -------
     str or None
-        ``"a legacy llama2.c checkpoint (dim 64, ...)"`` or ``None`` if `data` is not a
+        ``"a legacy llama2.c model checkpoint (dim 64, ...)"``, or ``None`` if `data` is not a
         checkpoint of any format in `FORMATS`.
     """
     try:
