@@ -375,6 +375,8 @@ def _table(rows, args, config) -> str:
                  f"ports ({config.sram_read_bytes_per_cycle} B/cycle), over its cycles; of all "
                  f"SRAM ports: the same over every port's reads "
                  f"({config.sram_peak_read_bytes_per_cycle} B/cycle).")
+    lines.append("TTFT: the prefill steps' own cycles summed (each from its start to its "
+                 "doorbell; the host's traffic between the steps is not in it).")
     lines.append(f"MAC busy: the share of tile-cycles a matrix unit streamed weights "
                  f"(MAC_CYCLES / tiles x cycles), not of the peak MACs: a busy cycle does the "
                  f"MACs of m of the M = {config.max_m} rows (decode m = 1: at most 1/{config.max_m}"

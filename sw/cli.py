@@ -589,7 +589,9 @@ def _chip_summary(args, g: dict, compiled, config) -> str:
     steps, npre = g["steps"], g["prefill_steps"]
     dec = steps[npre:]
     lines = [f"time to first token: {g['ttft_cycles']:,} cycles ({_count(npre, 'prefill step')}, "
-             f"{_count(g['prompt_tokens'], 'prompt token')})"]
+             f"{_count(g['prompt_tokens'], 'prompt token')}"
+             + ("; the steps' own cycles summed, not the host's traffic between them)"
+                if npre > 1 else ")")]
     if dec:
         lines.append(f"decode: {g['decode_cycles_per_token']:,.0f} cycles per token "
                      f"(positions {dec[0]['pos']} .. {dec[-1]['pos']})")

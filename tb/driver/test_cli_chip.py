@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from chipotle import backends
@@ -30,6 +32,22 @@ def test_isasim_equals_golden(capsys, tiny, sampling):
     assert out == gold and len(gold.strip()) > 0
     assert "time to first token" in err and "decode roofline efficiency" in err
     assert "estimate, not a measurement" in err
+    # TTFT sums the prefill steps' own cycles: said when there are several
+    npre = int(re.search(r"time to first token: [\d,]+ cycles \((\d+) prefill step", err)[1])
+    assert ("the steps' own cycles summed, not the host's traffic between them" in err) \
+        == (npre > 1), err
+
+
+def test_ttft_of_several_prefill_steps_says_what_it_sums(capsys, tiny):
+    """A prompt of more than one prefill step: the time to first token says it is the steps'
+    own cycles summed (docs/performance.md, "Definitions")."""
+    code, _, err = run(capsys, "--backend", "isasim", "--config", "small", "--prompt",
+                       "ab a ab", "--steps", "1", "--temperature", "0", *tiny)
+    assert code == 0, err
+    m = re.search(r"time to first token: [\d,]+ cycles \((\d+) prefill steps, (\d+) prompt "
+                  r"tokens; the steps' own cycles summed, not the host's traffic between "
+                  r"them\)", err)
+    assert m and int(m[1]) > 1, err
 
 
 def test_run_stopped_by_the_context_names_it(capsys, tiny):
