@@ -196,6 +196,16 @@ TEST_STEPS  ?= 120
 # number of at least 1, checked here so that the error names the variable (the test module
 # failed to collect with int()'s traceback)
 ifneq ($(filter test-default,$(MAKECMDGOALS)),)
+# the 4 x 4 chip runs under Verilator only: SIM=icarus would be ignored (unless make test,
+# which takes it, is a goal too)
+ifneq ($(filter command line,$(origin SIM)),)
+ifneq ($(value SIM),verilator)
+ifeq ($(filter test,$(MAKECMDGOALS)),)
+$(error SIM=$(value SIM): make test-default runs the 4 x 4 chip under Verilator only (too slow \
+  for Icarus); leave SIM out or give SIM=verilator)
+endif
+endif
+endif
 steps_var := $(if $(filter command line,$(origin STEPS)),STEPS,TEST_STEPS)
 steps_given := $(strip $(value $(steps_var)))
 ifeq ($(and $(steps_given),$(if $(word 2,$(steps_given)),,ok),$(if $(call strip_digits,$(steps_given)),,ok),$(subst 0,,$(steps_given))),)

@@ -100,4 +100,5 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    from chipotle.cli import run_main
+    run_main(main)

@@ -456,4 +456,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from chipotle.cli import run_main
+    run_main(main)

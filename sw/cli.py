@@ -198,18 +198,25 @@ def slower_notes(compiled, given: str, seq_len: int | None = None) -> list[str]:
 
 
 def run_main(main, argv=None) -> None:
-    """Run a module's ``main(argv)`` for ``python -m``; a reader that goes away (``python -m
-    chipotle.compiler | head``) ends it quietly instead of with a `BrokenPipeError`
-    traceback: stdout is pointed at ``os.devnull`` so that the exit's flush cannot fail
-    again (the recipe of Python's `signal` documentation, "Note on SIGPIPE"), exit status 1.
-    """
+    """Run a module's ``main(argv)`` for ``python -m`` and exit with its status (an int it
+    returns; 0 for None).  A reader that goes away (``python -m chipotle.compiler | head``)
+    ends it quietly instead of with a `BrokenPipeError` traceback: stdout is pointed at
+    ``os.devnull`` so that the exit's flush cannot fail again (the recipe of Python's
+    `signal` documentation, "Note on SIGPIPE"), exit status 1.  Ctrl-C ends it with one
+    line, ``python -m <module>: interrupted``, exit status 130, not a traceback."""
     try:
-        main(argv)
+        code = main(argv)
         sys.stdout.flush()
     except BrokenPipeError:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         raise SystemExit(1) from None
+    except KeyboardInterrupt:
+        spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+        name = spec.name.removesuffix(".__main__") if spec else main.__module__
+        print(f"\npython -m {name}: interrupted", file=sys.stderr)
+        raise SystemExit(130) from None
+    raise SystemExit(code if isinstance(code, int) else 0)
 
 
 def config_tips(error, given: str, prompt_tokens: int = 0, needs=None) -> str:

@@ -425,7 +425,7 @@ def _in_given_terms(message: str, text: str, letters: dict[str, str]) -> str:
     the part that set the field (``M=0`` for ``max_m``; ``mesh=`` for ``mesh_width`` and
     ``mesh_height``, ``sram_kib=`` for ``sram_bytes``)."""
     message = message.replace("ChipConfig.", "")
-    named = {"mesh": ("mesh_width", "mesh_height"), "sram_kib": ("sram_bytes",)}
+    named = {"mesh": ("mesh_width", "mesh_height", "the mesh"), "sram_kib": ("sram_bytes",)}
     for part in filter(None, (p.strip() for p in text.split(","))):
         if "=" not in part:
             continue

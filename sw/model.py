@@ -369,7 +369,8 @@ def load_checkpoint(path: str | os.PathLike, format: str | None = None) -> Check
         data = path.read_bytes()
         checkpoint = _parse(data, format)
     except CheckpointError as e:
-        raise CheckpointError(f"{path}: {e}{_not_a_checkpoint(path)}") from None
+        what = _not_a_checkpoint(path)
+        raise CheckpointError(f"{path}: {what or e}") from None
     if format is not None and checkpoint.format != format:
         raise CheckpointError(f"{path}: expected a {format} checkpoint, found {checkpoint.format}")
     return checkpoint
@@ -413,7 +414,8 @@ _TOKENIZER_MAX_BYTES = 16 << 20
 
 
 def _not_a_checkpoint(path: Path) -> str:
-    """``"; it is a llama2.c tokenizer file ..."`` when the refused file is one, else ``""``."""
+    """``"the file is a llama2.c tokenizer file ..."`` when the refused file is one, else
+    ``""``."""
     from .tokenizer import describe_tokenizer
     try:
         if path.stat().st_size > _TOKENIZER_MAX_BYTES:
@@ -421,7 +423,7 @@ def _not_a_checkpoint(path: Path) -> str:
         what = describe_tokenizer(path.read_bytes())
     except OSError:
         return ""
-    return f"; the file is {what}, not a model checkpoint" if what else ""
+    return f"the file is {what}, not a model checkpoint" if what else ""
 
 
 class _Head(bytes):

@@ -107,8 +107,8 @@ class Tokenizer:
         except TokenizerError as e:
             from .model import describe_checkpoint
             what = describe_checkpoint(data)
-            note = f"; the file is {what}, not a tokenizer" if what else ""
-            raise TokenizerError(f"{path}: {e}{note}") from None
+            raise TokenizerError(f"{path}: " + (f"the file is {what}, not a tokenizer" if what
+                                                 else str(e))) from None
 
     @classmethod
     def _parse(cls, data, vocab_size):

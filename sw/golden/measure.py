@@ -194,4 +194,5 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from chipotle.cli import run_main
+    run_main(main)

@@ -1087,6 +1087,18 @@ def test_make_test_default_refuses_a_bad_steps_count():
         assert code == 0, (argv, err)
 
 
+def test_make_test_default_refuses_another_simulator():
+    """make test-default runs the 4 x 4 chip under Verilator only: SIM=icarus is refused, not
+    ignored (a fresh user's finding); SIM=verilator, and SIM= for make test beside it, pass."""
+    code, err = _make("test-default", "SIM=icarus")
+    assert code == 2 and ("SIM=icarus: make test-default runs the 4 x 4 chip under Verilator "
+                          "only (too slow for Icarus); leave SIM out or give SIM=verilator") \
+        in err, err
+    for argv in (("test-default", "SIM=verilator"), ("test", "test-default", "SIM=icarus")):
+        code, err = _make(*argv)
+        assert code == 0, (argv, err)
+
+
 def test_make_bitstream_errors_name_make_variables():
     """``make bitstream``'s refusals of a board or configuration name BOARD= and CONFIG=."""
     for var, message in (("BOARD=ulx3s", "BOARD=ulx3s: not a board of this flow (did you mean "

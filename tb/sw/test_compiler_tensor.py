@@ -956,6 +956,29 @@ def test_module_commands_stop_quietly_when_the_reader_goes_away(model_paths):
     assert "Traceback" not in err and "BrokenPipeError" not in err, err
 
 
+@pytest.mark.model
+@pytest.mark.parametrize("module", ["chipotle.compiler.profile", "chipotle.golden.measure"])
+def test_module_commands_stop_on_ctrl_c_with_one_line(model_paths, module):
+    """Ctrl-C (SIGINT to the command's process group, as a terminal sends it) ends a module
+    command with one line, ``python -m <module>: interrupted``, status 130, not a traceback
+    (`chipotle.cli.run_main`; a fresh user's finding)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    env = dict(os.environ, CHIPOTLE_MODEL_DIR=str(model_paths[0].parent))
+    p = subprocess.Popen([sys.executable, "-m", module], stdout=subprocess.DEVNULL,
+                         stderr=subprocess.PIPE, env=env, start_new_session=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    time.sleep(6)                    # past the imports, into the work
+    os.killpg(p.pid, signal.SIGINT)
+    err = p.communicate(timeout=60)[1].decode()
+    assert p.returncode == 130, err
+    assert err.rstrip().endswith(f"python -m {module}: interrupted"), err
+    assert "Traceback" not in err, err
+
+
 @pytest.mark.parametrize("packed", [True, False], ids=["packed", "two-words"])
 def test_argmax_reduction_ties(small_qm, packed, monkeypatch):
     """The argmax reduction with each tile's maximum and vocabulary row in one word

@@ -37,6 +37,8 @@ def test_vec_slots_parsed_and_passed_on():
     # in the text's own terms: the part that set the field
     ("default,mesh=0x4", "'mesh=0x4': mesh_width must be a positive integer, not 0"),
     ("small,M=0", "'M=0': max_m (M) must be a positive integer, not 0"),
+    ("mesh=16x16", "'mesh=16x16': the mesh must be 1..15 x 1..16 tiles (the host link takes "
+                   "the last column address), not 16 x 16"),
     ("W=12", "'W=12': word_bytes must be a power of two (the SRAM's word and bank "
              "addressing), not 12"),
     ("vec_slots=four", "bad value 'four' for 'vec_slots' in 'vec_slots=four': expected an "
