@@ -1017,4 +1017,5 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    from chipotle.cli import run_main
+    run_main(main)
