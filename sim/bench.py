@@ -386,8 +386,5 @@ def _table(rows, args, config) -> str:
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except KeyboardInterrupt:      # Ctrl-C: one line, not the runner's traceback
-        print("\npython -m chipotle.sim.bench: interrupted", file=sys.stderr)
-        sys.exit(130)
+    from chipotle.cli import run_main
+    run_main(main)

@@ -393,19 +393,12 @@ def describe_checkpoint(data: bytes) -> str | None:
         ``"a legacy llama2.c model checkpoint (dim 64, ...)"``, or ``None`` if `data` is not a
         checkpoint of any format in `FORMATS`.
     """
+    head = _Head(bytes(data[:_HEAD_BYTES]), len(data))
     try:
-        _parse(_Head(bytes(data[:_HEAD_BYTES]), len(data)), None)
+        _parse(head, None)
     except CheckpointError:
         return None
-    magic = struct.unpack_from("<I", data)[0]
-    if magic == MAGIC:
-        fmt = f"v{struct.unpack_from('<i', data, 4)[0]}"
-        values = list(_V_HEADER.unpack_from(data))[2:-1]
-    else:
-        fmt = "legacy"
-        values = [abs(v) for v in _LEGACY_HEADER.unpack_from(data)]
-    shown = ", ".join(f"{n} {v}" for n, v in zip(_CONFIG_FIELDS, values, strict=True))
-    return f"a {fmt} llama2.c model checkpoint ({shown})"
+    return f"a {head.format} llama2.c model checkpoint ({_fields_text(head.config)})"
 
 
 #: Files larger than this are not read to tell whether they are tokenizers (llama2.c's
@@ -428,7 +421,8 @@ def _not_a_checkpoint(path: Path) -> str:
 
 class _Head(bytes):
     """The first bytes of a file, whose ``len`` is the whole file's: parsing it checks the
-    header and the size the header implies, and stops before the tensors (`_read_tensors`)."""
+    header and the size the header implies, and stops before the tensors (`_read_tensors`),
+    leaving what the header says in ``config`` and ``format``."""
 
     def __new__(cls, head: bytes, size: int):
         obj = super().__new__(cls, head)
@@ -512,7 +506,8 @@ def _read_tensors(data, config, fmt, group_size, offset):
     if len(data) != expected:
         raise CheckpointError(f"sizes do not add up: header ({_describe(config)}) implies "
                               f"{expected} bytes, file has {len(data)}")
-    if isinstance(data, _Head):
+    if isinstance(data, _Head):      # the header only: what it says, for the caller
+        data.config, data.format = config, fmt
         return None
     parts: dict[str, list[np.ndarray]] = {}
     for name, kind, shape, nbytes in _segments(config, fmt, group_size):
@@ -544,8 +539,12 @@ def _read_tensors(data, config, fmt, group_size, offset):
     return Checkpoint(config, weights, fmt, group_size)
 
 
+def _fields_text(config):
+    return ", ".join(f"{n} {getattr(config, n)}" for n in _CONFIG_FIELDS)
+
+
 def _describe(config):
-    return ", ".join(f"{n} {getattr(config, n)}" for n in _CONFIG_FIELDS) + (
+    return _fields_text(config) + (
         ", shared classifier" if config.shared_classifier else ", separate classifier")
 
 

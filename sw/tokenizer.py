@@ -112,17 +112,6 @@ class Tokenizer:
 
     @classmethod
     def _parse(cls, data, vocab_size):
-        if vocab_size is None:
-            return cls(*cls._read(data))
-        pieces, scores, max_len = cls._read(data)
-        if len(pieces) != vocab_size:
-            raise TokenizerError(f"file holds {len(pieces)} tokens, the model's vocabulary has "
-                                 f"{vocab_size}")
-        return cls(pieces, scores, max_len)
-
-    @staticmethod
-    def _read(data):
-        """The pieces, scores and ``max_token_length`` of a file's bytes (format checks only)."""
         if len(data) < 4:
             raise TokenizerError(f"file is truncated: {len(data)} bytes is shorter than the "
                                  "4-byte max_token_length header")
@@ -151,7 +140,10 @@ class Tokenizer:
             pieces.append(data[at:at + n])
             scores.append(score)
             at += n
-        return pieces, scores, max_len
+        if vocab_size is not None and len(pieces) != vocab_size:
+            raise TokenizerError(f"file holds {len(pieces)} tokens, the model's vocabulary has "
+                                 f"{vocab_size}")
+        return cls(pieces, scores, max_len)
 
     # -- encoding -------------------------------------------------------------------------------
 
@@ -326,10 +318,10 @@ def describe_tokenizer(data: bytes) -> str | None:
         ``"a llama2.c tokenizer file (512 tokens)"``, or ``None`` if `data` is not one.
     """
     try:
-        pieces, _, _ = Tokenizer._read(data)
+        t = Tokenizer._parse(data, None)
     except TokenizerError:
         return None
-    return f"a llama2.c tokenizer file ({len(pieces)} tokens)" if len(pieces) >= 3 else None
+    return f"a llama2.c tokenizer file ({t.vocab_size} tokens)"
 
 
 def load_tokenizer(path: str | os.PathLike, vocab_size: int | None = None) -> Tokenizer:

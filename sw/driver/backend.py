@@ -564,11 +564,10 @@ class IsaSimBackend:
                 # between rounds, hand control to the asyncio loop (when there is one: cocotb
                 # runs this backend too), so that the task can be cancelled (Ctrl-C under
                 # `asyncio.run`) within a round instead of at the end of the step
-                if _asyncio_running():
-                    for _ in self.sim.rounds():
+                pause = _asyncio_running()
+                for _ in self.sim.rounds():
+                    if pause:
                         await asyncio.sleep(0)
-                else:
-                    self.sim.run()
             except (DeadlockError, InstructionLimitError) as e:   # (the latter: no end)
                 detail = str(e)
             new = self.sim.events[self._seen:]
