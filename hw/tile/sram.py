@@ -31,6 +31,7 @@ import itertools
 from types import SimpleNamespace
 
 from amaranth import *  # house style (STYLE.md)
+from amaranth.hdl import MemoryData
 from amaranth.lib import memory, wiring
 from amaranth.lib.wiring import In, Out, connect
 from amaranth.utils import ceil_log2, exact_log2
@@ -335,6 +336,15 @@ class Sram(wiring.Component):
         self._word_bytes = word_bytes
         self._n_banks = n_banks
         self._read_words = read_words
+        # The banks' contents, made here rather than in `elaborate` so that a simulation
+        # testbench can reach them (`word_rows`); named as the memories were before, so
+        # the generated Verilog is unchanged.
+        self._bank_data = []
+        for _ in range(n_banks):
+            data = MemoryData(shape=unsigned(8 * word_bytes),
+                              depth=size_bytes // word_bytes // n_banks, init=[])
+            data.name = "mem"
+            self._bank_data.append(data)
         super().__init__({
             "r": In(SramReadSignature(word_bytes=word_bytes)),
             "rw": In(SramSignature(word_bytes=word_bytes, read_words=read_words,
@@ -365,6 +375,24 @@ class Sram(wiring.Component):
     def depth(self):
         """Capacity in words; valid addresses are ``0 .. depth - 1``."""
         return self._size_bytes // self._word_bytes
+
+    def word_rows(self, lo: int, hi: int) -> list:
+        """Return the bank rows that hold words ``lo .. hi - 1``, in word order.
+
+        Each row is a ``MemoryData`` row (``8 * word_bytes`` bits, unsigned) that Amaranth's
+        simulator reads and writes directly, without a port cycle: ``ctx.get(row)``,
+        ``ctx.set(row, word)`` (RFC 62).  A simulation testbench's back door to the
+        contents; word ``a`` is row ``a // n_banks`` of bank ``a % n_banks``.
+
+        Raises
+        ------
+        ValueError
+            If ``lo .. hi - 1`` is not within ``0 .. depth - 1``.
+        """
+        if not 0 <= lo <= hi <= self.depth:
+            raise ValueError(f"words {lo} .. {hi - 1} are not within 0 .. {self.depth - 1}")
+        nb = self.n_banks
+        return [self._bank_data[a % nb][a // nb] for a in range(lo, hi)]
 
     def elaborate(self, platform):
         m = Module()
@@ -431,7 +459,7 @@ class Sram(wiring.Component):
         r_words = []
         rw_words = []
         for b in range(nb):
-            mem = memory.Memory(shape=unsigned(width), depth=bank_depth, init=[])
+            mem = memory.Memory(data=self._bank_data[b])
             m.submodules[f"bank{b}"] = mem
             wp = mem.write_port(granularity=8)
             rwp = mem.read_port()

@@ -149,6 +149,10 @@ class VectorTop(wiring.Component):
 
     def __init__(self, cfg: VectorBenchConfig):
         self._cfg = cfg
+        #: The SRAM (`Sram.word_rows` is the pysim benches' back door to its words).
+        self.sram = Sram(size_bytes=cfg.sram_bytes, word_bytes=cfg.word_bytes,
+                         n_banks=cfg.n_banks, read_words=cfg.n_banks,
+                         rw_latency=cfg.sram_latency)
         super().__init__({
             "host": In(SramSignature(word_bytes=cfg.word_bytes, latency=cfg.sram_latency)),
             "i_cmd": In(stream.Signature(VectorCommand)),
@@ -163,8 +167,7 @@ class VectorTop(wiring.Component):
         m.submodules.vu = vu = VectorUnit(lanes=cfg.lanes, word_bytes=cfg.word_bytes,
                                           sram_bytes=cfg.sram_bytes, read_words=R,
                                           slots=cfg.slots, sram_latency=L)
-        m.submodules.sram = sram = Sram(size_bytes=cfg.sram_bytes, word_bytes=cfg.word_bytes,
-                                        n_banks=R, read_words=R, rw_latency=L)
+        m.submodules.sram = sram = self.sram
         m.submodules.arb = arb = SramArbiter(2, word_bytes=cfg.word_bytes, read_words=R,
                                              latency=L)
         connect_narrow(m, flipped(self.host), arb.i[0])

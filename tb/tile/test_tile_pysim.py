@@ -295,11 +295,12 @@ class _WideTop(wiring.Component):
         self.nb, self.rw, self.depth = n_banks, read_words, depth
         super().__init__({"narrow": In(SramSignature(word_bytes=8)),
                           "wide": In(SramSignature(word_bytes=8, read_words=read_words))})
+        self.sram = Sram(size_bytes=8 * depth, word_bytes=8, n_banks=n_banks,
+                         read_words=read_words)
 
     def elaborate(self, platform):
         m = Module()
-        m.submodules.sram = sram = Sram(size_bytes=8 * self.depth, word_bytes=8,
-                                        n_banks=self.nb, read_words=self.rw)
+        m.submodules.sram = sram = self.sram
         m.submodules.arb = arb = SramArbiter(2, word_bytes=8, read_words=self.rw)
         connect_narrow(m, flipped(self.narrow), arb.i[0])
         connect(m, flipped(self.wide), arb.i[1])
@@ -348,6 +349,18 @@ def test_sram_wide_read_pysim(n_banks, read_words, depth):
         word[6] = 0xAB
         assert await access(dut.wide, 5) == (expect(5), 0)
         assert await access(dut.wide, 6) == (expect(6), 0)
+        # the back door (`Sram.word_rows`, the pysim benches' reads and writes) sees the
+        # words the ports wrote, in word order across the banks, and the ports see its
+        # writes
+        assert [ctx.get(r) for r in dut.sram.word_rows(0, depth)] == word
+        assert [ctx.get(r) for r in dut.sram.word_rows(depth - 3, depth)] == word[-3:]
+        ctx.set(dut.sram.word_rows(7, 8)[0], 0x5A5A)
+        word[7] = 0x5A5A
+        assert await access(dut.narrow, 7) == (0x5A5A, 0)
+        assert await access(dut.wide, 6) == (expect(6), 0)
+        for lo, hi in ((0, depth + 1), (-1, 2), (5, 4)):
+            with pytest.raises(ValueError, match=f"not within 0 .. {depth - 1}"):
+                dut.sram.word_rows(lo, hi)
 
     run_testbench(dut, bench)
 
