@@ -240,6 +240,9 @@ class Tile:
         self.sram = np.zeros(c.sram_bytes, np.uint8)
         self.imem = [0] * c.imem_words
         self._decoded: dict = {}
+        # `instr_cycles` of the instruction at a PC, by (pc, n, k): a pure function of the
+        # instruction word and its resolved operands, cleared with `_decoded`
+        self._cycles: dict = {}
         self.kv_layout: KvLayout | None = None
         self.reset()
 
@@ -464,6 +467,7 @@ class IsaSim:
                              f"instruction memory ({len(t.imem)} words)")
         t.imem[at:at + len(words)] = words
         t._decoded.clear()
+        t._cycles.clear()
 
     def start(self, xy, pc: int = 0) -> None:
         """Start (or restart) a tile at ``pc``; registers, counters and tables are kept.
@@ -776,7 +780,11 @@ class IsaSim:
 
     def _charge(self, t: Tile, instr: Instr, n: int, unit: str | None = None,
                 k: int | None = None) -> int:
-        cyc = instr_cycles(instr, self.config, n, k)
+        key = (t.pc, n, k)
+        cyc = t._cycles.get(key)
+        if cyc is None or cyc[0] is not instr:
+            cyc = t._cycles[key] = (instr, instr_cycles(instr, self.config, n, k))
+        cyc = cyc[1]
         t.perf.cycles += cyc
         if unit:
             setattr(t.perf, unit, getattr(t.perf, unit) + cyc)

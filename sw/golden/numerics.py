@@ -212,6 +212,10 @@ def leading_one(x) -> np.ndarray:
     v = _as_int64(x)
     if v.size and v.min() < 0:
         raise ValueError("`x` must be non-negative")
+    if v.size <= 64:        # a scalar or a short row (the common case): Python's exact
+        # int.bit_length, without the six numpy passes below (about 10x faster here)
+        return np.array([int(e).bit_length() - 1 for e in v.ravel().tolist()],
+                        np.int64).reshape(v.shape)
     b = np.zeros(v.shape, np.int64)
     for sh in (32, 16, 8, 4, 2, 1):
         big = v >= (np.int64(1) << sh)
