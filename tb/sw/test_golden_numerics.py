@@ -95,6 +95,23 @@ def test_leading_one():
     assert nx.leading_one(x).tolist() == [-1, 0, 1, 1, 2, 7, 8, 46, 62]
 
 
+@pytest.mark.parametrize("n", [1, 64, 65, 300])
+def test_leading_one_both_ways(n):
+    """Up to 64 elements take Python's ``int.bit_length``, more the numpy passes: both give
+    ``bit_length - 1`` at every power of two, on either side of it, and at 0 and
+    ``2**63 - 1``, in any shape."""
+    edges = [0, 1, 2**63 - 1] + [v for b in range(1, 63) for v in ((1 << b) - 1, 1 << b)]
+    rng = np.random.default_rng(n)
+    x = rng.choice(np.array(edges, np.int64), size=n)
+    want = [int(v).bit_length() - 1 for v in x.tolist()]
+    assert nx.leading_one(x).tolist() == want
+    if n % 2 == 0:
+        assert nx.leading_one(x.reshape(2, -1)).tolist() == np.reshape(want, (2, -1)).tolist()
+    assert nx.leading_one(np.int64(x[-1])).shape == ()
+    with pytest.raises(ValueError, match="non-negative"):
+        nx.leading_one(np.append(x, -1))
+
+
 # -- matrix unit ---------------------------------------------------------------------------------
 
 def test_matmul_all_minus_128_at_max_k():

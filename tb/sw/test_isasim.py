@@ -889,3 +889,22 @@ def test_host_side_helpers_refuse_what_would_address_elsewhere():
         sim.bump_counter((0, 0), 0, -3)
     with pytest.raises(TypeError, match="`w` must be an int8 matrix, not float64"):
         padded_rows(np.array([[300, 1.7]]), sim.config)
+
+
+def test_cycles_follow_a_reloaded_program():
+    """The simulator keeps each PC's cycle estimate (`IsaSim._charge`): a program loaded
+    over another at the same PCs, with the same lengths, is charged its own cycles (a
+    ``vmul`` and an ``rsumsq`` where a ``vadd`` and an ``argmax`` ran), those a fresh
+    simulator charges."""
+    first = "vadd.i16.i16 0x300, 0x200, 0x200, 40\nargmax.i32.i16 0x400, 0x200, 40\nhalt"
+    second = "vmul.i32.i16 0x300, 0x200, 0x200, 40\nrsumsq.i64.i16 0x400, 0x200, 40\nhalt"
+
+    def cycles(sim, text):
+        sim.reset((0, 0))
+        return _run_prog(sim, text).perf.cycles
+
+    sim = IsaSim(1, 1, CFG)
+    a = cycles(sim, first)
+    b = cycles(sim, second)
+    assert cycles(IsaSim(1, 1, CFG), second) == b != a
+    assert cycles(sim, first) == a
