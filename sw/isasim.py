@@ -215,7 +215,9 @@ class Tile:
     sram : numpy.ndarray
         uint8, shape ``(sram_bytes,)``.
     imem : list of int
-        ``imem_words`` instruction words.
+        ``imem_words`` instruction words.  Write them with `IsaSim.load_program`: the tile
+        keeps each PC's decoded instruction and cycle estimate until the next load, so a
+        word assigned here directly runs as the old one.
     regs : list of int
         16 unsigned 32-bit registers (``regs[0]`` is always 0).
     pc : int

@@ -387,8 +387,10 @@ class Sram(wiring.Component):
         Raises
         ------
         ValueError
-            If ``lo .. hi - 1`` is not within ``0 .. depth - 1``.
+            If ``lo .. hi - 1`` is not within ``0 .. depth - 1``, or ``lo > hi``.
         """
+        if lo > hi:
+            raise ValueError(f"words {lo} .. {hi - 1}: the range is reversed (lo > hi)")
         if not 0 <= lo <= hi <= self.depth:
             raise ValueError(f"words {lo} .. {hi - 1} are not within 0 .. {self.depth - 1}")
         nb = self.n_banks

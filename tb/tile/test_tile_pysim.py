@@ -358,9 +358,12 @@ def test_sram_wide_read_pysim(n_banks, read_words, depth):
         word[7] = 0x5A5A
         assert await access(dut.narrow, 7) == (0x5A5A, 0)
         assert await access(dut.wide, 6) == (expect(6), 0)
-        for lo, hi in ((0, depth + 1), (-1, 2), (5, 4)):
+        for lo, hi in ((0, depth + 1), (-1, 2)):
             with pytest.raises(ValueError, match=f"not within 0 .. {depth - 1}"):
                 dut.sram.word_rows(lo, hi)
+        with pytest.raises(ValueError, match=r"words 5 .. 3: the range is reversed"):
+            dut.sram.word_rows(5, 4)
+        assert dut.sram.word_rows(depth, depth) == []
 
     run_testbench(dut, bench)
 
