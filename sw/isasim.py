@@ -243,7 +243,7 @@ class Tile:
         self.imem = [0] * c.imem_words
         self._decoded: dict = {}
         # `instr_cycles` of the instruction at a PC, by (pc, n, k): a pure function of the
-        # instruction word and its resolved operands, cleared with `_decoded`
+        # instruction there (`_decoded`'s) and its resolved operands, cleared with it
         self._cycles: dict = {}
         self.kv_layout: KvLayout | None = None
         self.reset()
@@ -782,11 +782,10 @@ class IsaSim:
 
     def _charge(self, t: Tile, instr: Instr, n: int, unit: str | None = None,
                 k: int | None = None) -> int:
-        key = (t.pc, n, k)
+        key = (t.pc, n, k)      # `instr` is the one at t.pc (every handler charges its own)
         cyc = t._cycles.get(key)
-        if cyc is None or cyc[0] is not instr:
-            cyc = t._cycles[key] = (instr, instr_cycles(instr, self.config, n, k))
-        cyc = cyc[1]
+        if cyc is None:
+            cyc = t._cycles[key] = instr_cycles(instr, self.config, n, k)
         t.perf.cycles += cyc
         if unit:
             setattr(t.perf, unit, getattr(t.perf, unit) + cyc)

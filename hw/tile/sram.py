@@ -391,7 +391,7 @@ class Sram(wiring.Component):
         """
         if lo > hi:
             raise ValueError(f"words {lo} .. {hi - 1}: the range is reversed (lo > hi)")
-        if not 0 <= lo <= hi <= self.depth:
+        if lo < 0 or hi > self.depth:
             raise ValueError(f"words {lo} .. {hi - 1} are not within 0 .. {self.depth - 1}")
         nb = self.n_banks
         return [self._bank_data[a % nb][a // nb] for a in range(lo, hi)]

@@ -292,7 +292,7 @@ class _WideTop(wiring.Component):
     reads ``read_words`` words, port ``narrow`` (initiator 0) one (``connect_narrow``)."""
 
     def __init__(self, n_banks, read_words, depth=96):
-        self.nb, self.rw, self.depth = n_banks, read_words, depth
+        self.rw = read_words
         super().__init__({"narrow": In(SramSignature(word_bytes=8)),
                           "wide": In(SramSignature(word_bytes=8, read_words=read_words))})
         self.sram = Sram(size_bytes=8 * depth, word_bytes=8, n_banks=n_banks,

@@ -43,11 +43,11 @@ def _run(cases, cfg=CFG, check_all=True):
     # case was most of the simulated cycles (768 of them at latency 3 for 2 KiB).  The
     # host port's own path is the SRAM's and the arbiter's (``test_tile_pysim.py``), and
     # the cocotb bench (``test_vector_rtl.py``) still reads through it.
-    def host_write(ctx, addr, words):
+    def sram_write(ctx, addr, words):
         for row, w in zip(dut.sram.word_rows(addr, addr + len(words)), words, strict=True):
             ctx.set(row, w)
 
-    def host_read(ctx, addr, count):
+    def sram_read(ctx, addr, count):
         return [ctx.get(row) for row in dut.sram.word_rows(addr, addr + count)]
 
     def words_of(lo, hi):
@@ -59,7 +59,7 @@ def _run(cases, cfg=CFG, check_all=True):
             for addr, data in case.writes:
                 ref.write(addr, data)
                 lo, hi = addr // W, -(-(addr + len(data)) // W)
-                host_write(ctx, lo, words_of(lo, hi))
+                sram_write(ctx, lo, words_of(lo, hi))
             ctx.set(dut.i_cmd.payload, VectorCommand.from_bits(encode_cmd(case.cmd)))
             ctx.set(dut.i_cmd.valid, 1)
             await ctx.tick().until(dut.i_cmd.ready)
@@ -80,7 +80,7 @@ def _run(cases, cfg=CFG, check_all=True):
                 model = model_cycles(case.cmd, cfg)
                 assert cycles == model, f"{case.name}: {cycles} cycles, timing model {model}"
             if check_all:
-                got = host_read(ctx, 0, cfg.words)
+                got = sram_read(ctx, 0, cfg.words)
                 exp = words_of(0, cfg.words)
                 bad = [k for k in range(cfg.words) if got[k] != exp[k]]
                 assert not bad, (f"{case.name}: SRAM differs at byte "
