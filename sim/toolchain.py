@@ -208,14 +208,15 @@ _SIMULATOR_ALIASES = {"iverilog": "icarus"}
 
 def simulator_hint(name: str) -> str:
     """`` (did you mean SIM=x?)`` for a `name` that is not a simulator but close to one
-    (``verilater``: verilator; ``iverilog``, Icarus Verilog's program: icarus), else ``""``.
+    (``verilater``: verilator; ``iverilog``, Icarus Verilog's program, and its misspellings
+    such as ``iverilg``: icarus), else ``""``.
     The refusals of ``$SIM`` (`simulators_from_env`, ``make test``) and of make sim's
     ``SIM=`` (the Makefile) share it."""
     from chipotle.config import did_you_mean
-    meant = _SIMULATOR_ALIASES.get(name.strip().lower())
-    if meant is not None:
-        return f" (did you mean SIM={meant}?)"
-    return did_you_mean(name, ("verilator", "icarus"), lambda n: f"SIM={n}")
+    # The aliases are candidates too, so that a misspelt alias (``iverilg``) finds its
+    # simulator rather than the closest real name.
+    known = ("verilator", "icarus", *_SIMULATOR_ALIASES)
+    return did_you_mean(name.strip(), known, lambda n: f"SIM={_SIMULATOR_ALIASES.get(n, n)}")
 
 
 def simulators_from_env(default: str = "verilator,icarus") -> list[str]:
