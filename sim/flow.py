@@ -323,7 +323,7 @@ def compiled_cxx_files(log_text: str) -> int:
 
     Counts the compiler commands that make an object (``c++ ... -c ...``, also through
     ``ccache`` and with a path or a target prefix, ``/usr/bin/x86_64-linux-gnu-g++``); the
-    precompiled headers (``-x c++-header``, no ``-c``) and the link are not files
+    precompiled headers' preprocessing (``-E``, no ``-c``) and the link are not files
     compiled.
     """
     n = 0
@@ -698,11 +698,8 @@ def run_cocotb(
                        pgo_train, waves, seed, tag="pgo-train").raise_on_failure()
             print(f"chipotle.sim.flow: training run done in "
                   f"{time.perf_counter() - t_train:.0f} s", file=sys.stderr, flush=True)
-            # make would keep them (the same sources); the precompiled headers too, whose
-            # flags the second build's files must match
-            for obj in [*build_dir.rglob("*.o"), *build_dir.rglob("*.a"),
-                        *build_dir.rglob("*.gch")]:
-                obj.unlink()
+            for obj in [*build_dir.rglob("*.o"), *build_dir.rglob("*.a")]:
+                obj.unlink()                              # make would keep them: same sources
             build("profile-guided (2 of 2) ", PGO_USE)
         if not cached and sim == "verilator" and not (build_dir / toplevel).exists():
             # e.g. a MAKEFLAGS value that make read as its own options (`-n`): never stamp it
@@ -713,10 +710,6 @@ def run_cocotb(
             pgo = "" if pgo_train is None else "pgo yes\n"
             stamp.write_text(f"ok\nbuild_seconds {time.perf_counter() - t_build:.1f}\n"
                              f"build {mode}\n{pgo}")
-            # Verilator's precompiled headers (toolchain.verilator_environment) serve only
-            # the compile: about 93 MB each, two per model (and per hierarchy block)
-            for pch in build_dir.rglob("*.gch"):
-                pch.unlink()
 
     run = _run_tests(runner, sim, toplevel, test_module, test_dir, build_dir, testcase,
                      extra_env, waves, seed)

