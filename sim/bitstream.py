@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import hashlib
 import json
 import math
@@ -535,8 +536,14 @@ def promote_lsr_globals(netlist: dict,
     return promoted
 
 
+@functools.lru_cache(maxsize=4)
 def tile_file(config, *, blackbox: bool = False) -> tuple[str, str]:
     """Return ``(file name, text)`` of `config`'s tile module (``chip.TILE_MODULE``) for Yosys.
+
+    Kept per process for the last four (`config`, `blackbox`): elaborating even a one-tile
+    4 KiB chip's tile takes 7-9 s, and a ``reuse_netlist`` build elaborates the tile again
+    to compare it with the netlist's (session 38: the FPGA flow's tests made about twelve
+    elaborations of the same tile).  `config` must be hashable (`ChipConfig` is frozen).
 
     RTLIL (``chipotle_tile.il``, with Amaranth's ``src`` attributes: the Python source line
     of each cell), unless `blackbox`: then Verilog (``chipotle_tile.v``), which the

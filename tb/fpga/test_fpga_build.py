@@ -369,6 +369,10 @@ def test_tile_goes_to_yosys_as_rtlil():
         and "rsqrt" not in line), text.count("COLLISION_X_MASK 1'1")
     name_v, text_v = tile_file(TINY, blackbox=True)
     assert name_v == f"{TILE_MODULE}.v" and f"module {TILE_MODULE}(" in text_v
+    # kept per process: the same configuration is not elaborated again (7-9 s), another is
+    assert tile_file(TINY)[1] is text and tile_file(TINY, blackbox=True)[1] is text_v
+    other = tile_file(TINY.replace(imem_words=128))[1]
+    assert other != text and "cell $meminit_v2" in other
     b = BOARDS["ulx3s-85f"]
     platform = b.make_platform()
     platform.add_file(name, text)
