@@ -536,14 +536,13 @@ def promote_lsr_globals(netlist: dict,
     return promoted
 
 
-@functools.lru_cache(maxsize=4)
 def tile_file(config, *, blackbox: bool = False) -> tuple[str, str]:
     """Return ``(file name, text)`` of `config`'s tile module (``chip.TILE_MODULE``) for Yosys.
 
     Kept per process for the last four (`config`, `blackbox`): elaborating even a one-tile
     4 KiB chip's tile takes 7-9 s, and a ``reuse_netlist`` build elaborates the tile again
     to compare it with the netlist's (session 38: the FPGA flow's tests made about twelve
-    elaborations of the same tile).  `config` must be hashable (`ChipConfig` is frozen).
+    elaborations of the same tile); ``blackbox=0`` and ``False`` are one entry.
 
     RTLIL (``chipotle_tile.il``, with Amaranth's ``src`` attributes: the Python source line
     of each cell), unless `blackbox`: then Verilog (``chipotle_tile.v``), which the
@@ -551,7 +550,21 @@ def tile_file(config, *, blackbox: bool = False) -> tuple[str, str]:
     takes the tile SRAM's ``initial`` block, one statement per word, in quadratic time
     (``ulx3s``, 49,152 words: 57 of the 69 minutes of session 12's synthesis); the RTLIL
     holds each memory's contents as one ``$meminit_v2`` cell and reads in about 2 seconds.
+
+    Raises
+    ------
+    TypeError
+        If `config` is not a `ChipConfig`.
     """
+    from chipotle.config import ChipConfig
+    if not isinstance(config, ChipConfig):
+        raise TypeError(f"tile_file needs a ChipConfig, not {type(config).__name__}")
+    return _tile_file(config, bool(blackbox))
+
+
+@functools.lru_cache(maxsize=4)
+def _tile_file(config, blackbox: bool) -> tuple[str, str]:
+    """`tile_file`, kept per process for the last four ``(config, blackbox)``."""
     from amaranth.back import rtlil
 
     from chipotle.hw.chip import TILE_MODULE

@@ -371,6 +371,9 @@ def test_tile_goes_to_yosys_as_rtlil():
     assert name_v == f"{TILE_MODULE}.v" and f"module {TILE_MODULE}(" in text_v
     # kept per process: the same configuration is not elaborated again (7-9 s), another is
     assert tile_file(TINY)[1] is text and tile_file(TINY, blackbox=True)[1] is text_v
+    assert tile_file(TINY, blackbox=False)[1] is text and tile_file(TINY, blackbox=1)[1] is text_v
+    with pytest.raises(TypeError, match="needs a ChipConfig, not dict"):
+        tile_file(TINY.as_dict())
     other = tile_file(TINY.replace(imem_words=128))[1]
     assert other != text and "cell $meminit_v2" in other
     b = BOARDS["ulx3s-85f"]
