@@ -540,7 +540,9 @@ def tile_file(config, *, blackbox: bool = False) -> tuple[str, str]:
     """Return ``(file name, text)`` of `config`'s tile module (``chip.TILE_MODULE``) for Yosys.
 
     Kept per process for the last four (`config`, `blackbox`): elaborating even a one-tile
-    4 KiB chip's tile takes 7-9 s, and a ``reuse_netlist`` build elaborates the tile again
+    4 KiB chip's tile takes 7-9 s (``tile_file`` of ``tb/fpga/test_fpga_build.py``'s
+    ``TINY``, timed three times in one process before the cache), and a ``reuse_netlist``
+    build elaborates the tile again
     to compare it with the netlist's (session 38: the FPGA flow's tests made about twelve
     elaborations of the same tile); ``blackbox=0`` and ``False`` are one entry.
 

@@ -109,13 +109,9 @@ def verilator_environment(base: dict[str, str] | None = None, *, cxx_opt: str = 
         benchmarks) want `FAST_CXX_OPT`.  Several flags are one string
         (``"-O3 -march=native"``).  The wheel's blank ``VK_PCH_I_*`` leaves the two precompiled
         headers unused, so ``CFG_CXXFLAGS_PCH=-E`` makes them a cheap preprocessing pass.
-        Using them (``CFG_CXXFLAGS_PCH_I=-include``) was measured in session 38 and gains
-        nothing overall: each model file parses the headers in 2.3 s less at ``-O0``, but
-        verilated.mk compiles the header twice (fast and slow, 5 s each), so the 4 x 4 NoC
-        mesh built in 39.8 s instead of 57.8 s, the vector unit's bench in 16.8 s instead of
-        16.1 s, the default chip for ``make sim`` (``-O3``) in 181 s either way, and the
-        regression (``bash .ci/run``) took 31 min 2 s against 31 min 30 s, 61 CPU-minutes
-        both.
+        Using them (``CFG_CXXFLAGS_PCH_I=-include``) gains nothing overall, since
+        verilated.mk compiles the header twice (fast and slow): ``docs/performance.md``,
+        "Precompiled headers (session 38)", has the builds measured and their commands.
     objcache_dir : path, optional
         Compile through ``ccache`` (``verilated.mk``'s ``OBJCACHE``) with its cache here
         (``$CCACHE_DIR`` when set): every build compiles the same Verilator and cocotb
