@@ -35,7 +35,7 @@ MODEL_FILES = (DEFAULT_CHECKPOINT, DEFAULT_TOKENIZER)
 
 
 def pytest_configure(config):
-    """Refuse a bad ``$SIM`` or a ``$CHIPOTLE_MODEL_DIR`` that is not a directory once, before
+    """Refuse a bad ``$SIM`` or a ``$CHIPOTLE_MODEL_DIR`` that is not a model folder once, before
     any test runs (``make test SIM=iverilog``, ``MODEL_DIR=/typo``), instead of an error per
     test or a run whose model tests all skip."""
     try:
@@ -43,8 +43,14 @@ def pytest_configure(config):
     except ValueError as e:
         raise pytest.UsageError(f"{e} (make test: SIM=)") from None
     d = model_dir_from_env()
-    if d is not None and not d.is_dir():
-        raise pytest.UsageError(f"$CHIPOTLE_MODEL_DIR (make: MODEL_DIR=) is not a directory: {d}")
+    if d is not None and d.exists() and not d.is_dir():
+        raise pytest.UsageError(f"$CHIPOTLE_MODEL_DIR (make: MODEL_DIR=) is a file, not a "
+                                f"folder: {d}; give the folder that holds the model files")
+    if d is not None and not d.exists():
+        raise pytest.UsageError(f"$CHIPOTLE_MODEL_DIR (make: MODEL_DIR=) {d} does not exist; "
+                                f"`make models MODEL_DIR={d}` creates it and downloads "
+                                "stories260K.bin and tok512.bin there, or give MODEL_DIR=<a "
+                                "folder holding them>")
     if d is not None:
         # A folder given on purpose must hold the model: its absence is a mistake, not a
         # machine without the files (which skips the model tests, the default folder's way).

@@ -736,6 +736,18 @@ def test_make_test_refuses_a_model_dir_without_the_model(tmp_path):
                        text=True, timeout=300)
     assert r.returncode == 4, r.stdout + r.stderr
     assert f"{tmp_path} lacks stories260K.bin, tok512.bin" in r.stdout + r.stderr
+    # a folder that does not exist (a typo) names the fetch that creates it, as make sim's
+    # refusal does; a file in its place is named as one (session 38's fresh user)
+    for given, says in ((tmp_path / "typo", f"{tmp_path / 'typo'} does not exist; `make "
+                         f"models MODEL_DIR={tmp_path / 'typo'}` creates it"),
+                        (tmp_path / "f.bin", f"is a file, not a folder: {tmp_path / 'f.bin'}")):
+        (tmp_path / "f.bin").write_bytes(b"")
+        env["CHIPOTLE_MODEL_DIR"] = str(given)
+        r = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:xdist", "-q",
+                            "tb/sw/test_sampling.py"], cwd=ROOT, env=env, capture_output=True,
+                           text=True, timeout=300)
+        assert r.returncode == 4 and says in r.stdout + r.stderr, r.stdout + r.stderr
+    assert not (tmp_path / "typo").exists()
     # an empty $CHIPOTLE_MODEL_DIR is unset, as chipotle.paths and make models take it
     env["CHIPOTLE_MODEL_DIR"] = ""
     r = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:xdist", "-q", "--co",
