@@ -479,8 +479,9 @@ class Driver:
         temperature, topp, seed
             As ``chipotle.sampling.Sampler``; ``temperature == 0`` takes the chip's argmax.
         on_token : callable, optional
-            Called with a ``chipotle.generate.Step`` for every token added (prompt tokens
-            after the first, forced, then sampled ones), as they come.
+            Called with a ``chipotle.generate.Step`` for every token added: the prompt's
+            tokens after the first (forced), all before prefill's first step runs, then the
+            sampled ones as they come.
         on_step : callable, optional
             Called with each `StepResult`.
         read_logits : bool
@@ -494,9 +495,9 @@ class Driver:
         ------
         ValueError
             If the prompt is empty or ``steps`` negative; if `temperature`, `topp` or
-            `seed` is out of range (as ``chipotle.sampling.Sampler``); or, from the
-            compiler's step checks, if a prompt token is outside the vocabulary or a
-            position lies beyond the context.
+            `seed` is out of range (as ``chipotle.sampling.Sampler``); if a prompt token is
+            outside the vocabulary (before any token streams out or any step runs); or,
+            from the compiler's step checks, if a position lies beyond the context.
         PromptTooLongError
             If the prompt does not fit the compiled context.
         RuntimeError, TileFault, DoorbellTimeout, UnexpectedDoorbell, UnfinishedStep
@@ -513,6 +514,9 @@ class Driver:
             raise PromptTooLongError(f"the prompt is {len(ids)} tokens, longer than the "
                                      f"compiled context of {context} positions")
         vocab = self.compiled.model.vocab_size
+        bad = [t for t in ids if not 0 <= t < vocab]
+        if bad:   # before the prompt streams out (the compiler's step checks say the same)
+            raise ValueError(f"token {bad[0]} is outside the vocabulary [0, {vocab})")
         sampler = Sampler(vocab, temperature, topp, seed)
         greedy = temperature == 0
         limit = steps or None
@@ -539,6 +543,10 @@ class Driver:
             return r
 
         n_prompt = len(ids)
+        # the prompt is known: stream it before prefill spends its cycles (a story shows its
+        # prompt at once, not with the first generated token)
+        for p in range(n_prompt - 1):
+            emit(p, ids[p], ids[p + 1], True)
         phase_reads = []
         if self.perf == "phase":
             phase_reads.append(await self._perf_all())
@@ -546,8 +554,6 @@ class Driver:
             res = await run(toks, pos, plan)
         if self.perf == "phase":
             phase_reads.append(await self._perf_all())
-        for p in range(n_prompt - 1):
-            emit(p, ids[p], ids[p + 1], True)
         n_prefill = len(results)
         pos = n_prompt - 1             # `res` holds the logits of this position
         generated = 0

@@ -128,6 +128,25 @@ def test_context_stop_and_prompt_too_long():
         run(drv.generate(list(range(3, 10))))
 
 
+def test_prompt_streams_before_prefill():
+    """The prompt's tokens reach ``on_token`` before prefill's first step runs (a story shows
+    its prompt at once); a token outside the vocabulary is refused before anything streams."""
+    drv = Driver(ToyCompiled(SMALL), IsaSimBackend(SMALL))
+    run(drv.load())
+    events = []
+    g = run(drv.generate([1, 4, 6, 8, 9], steps=2,
+                         on_token=lambda ev: events.append(("token", ev.pos, ev.forced)),
+                         on_step=lambda r: events.append(("step",))))
+    assert g.prefill_steps == 2 and g.generated == 2
+    assert events[:5] == [("token", p, True) for p in range(4)] + [("step",)], events
+    assert events[5:] == [("step",), ("token", 4, False), ("step",), ("token", 5, False)], events
+    events.clear()
+    with pytest.raises(ValueError, match=f"token {VOCAB} is outside the vocabulary"):
+        run(drv.generate([1, VOCAB, 2], steps=2, on_token=events.append,
+                         on_step=events.append))
+    assert events == []
+
+
 def test_step_before_load_is_refused():
     drv = Driver(ToyCompiled(SMALL), IsaSimBackend(SMALL))
     with pytest.raises(RuntimeError, match="load"):
