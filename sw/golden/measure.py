@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -131,29 +132,67 @@ def _formats(q: QuantizedModel) -> list[str]:
 
 
 def main(argv=None) -> int:
-    """Run the measurements and print a table; return the exit status."""
-    ap = argparse.ArgumentParser(prog="python -m chipotle.golden.measure", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    d = default_model_dir()
-    ap.add_argument("--model", default=str(d / DEFAULT_CHECKPOINT),
-                    help="llama2.c checkpoint (default: %(default)s)")
-    ap.add_argument("--tokenizer", default=str(d / DEFAULT_TOKENIZER),
-                    help="tokenizer (default: %(default)s)")
-    ap.add_argument("--positions", type=int, default=256,
-                    help="teacher-forced positions (default 256)")
-    ap.add_argument("--steps", type=int, default=256,
-                    help="free-running positions per prompt, prompt included (default 256)")
-    args = ap.parse_args(argv)
+    """Run the measurements and print a table; return the exit status.
 
+    Bad input ends the command with one ``error:`` line, exit status 2, before any work: a
+    missing default model file says where it was looked for and how to fetch it, a file that
+    is not a checkpoint or a tokenizer names the problem, and ``--positions`` / ``--steps``
+    outside what the model's ``seq_len`` allows give the range.
+    """
+    from ..cli import ArgumentParser, _where
+    from ..paths import check_published
     from ..tokenizer import load_tokenizer
 
-    ckpt: Checkpoint = load_checkpoint(args.model)
-    tok = load_tokenizer(args.tokenizer, ckpt.config.vocab_size)
+    ap = ArgumentParser(prog="python -m chipotle.golden.measure", description=__doc__,
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
+    d = default_model_dir()
+    ap.add_argument("--model", default=None,
+                    help=f"llama2.c checkpoint (default: {d / DEFAULT_CHECKPOINT})")
+    ap.add_argument("--tokenizer", default=None,
+                    help=f"tokenizer (default: {d / DEFAULT_TOKENIZER})")
+    ap.add_argument("--positions", type=int, default=256,
+                    help="teacher-forced positions, 1 .. seq_len - 1 (default 256)")
+    ap.add_argument("--steps", type=int, default=256,
+                    help="free-running positions per prompt, prompt included, up to seq_len "
+                         "(default 256)")
+    args = ap.parse_args(argv)
+    paths = {}
+    for kind, option, value, name in (("checkpoint", "--model", args.model, DEFAULT_CHECKPOINT),
+                                      ("tokenizer", "--tokenizer", args.tokenizer,
+                                       DEFAULT_TOKENIZER)):
+        path = Path(value) if value is not None else d / name
+        if not path.is_file():
+            ap.refuse(f"{option} {path}: no such file" if value is not None
+                      else _where(kind, path, option))
+        if value is None:
+            try:
+                check_published(path, option)
+            except ValueError as e:
+                ap.refuse(str(e))
+        paths[kind] = path
+    try:
+        ckpt: Checkpoint = load_checkpoint(paths["checkpoint"])
+        tok = load_tokenizer(paths["tokenizer"], ckpt.config.vocab_size)
+    except (OSError, ValueError) as e:        # CheckpointError, TokenizerError
+        ap.refuse(str(e))
+    c = ckpt.config
+    if not 1 <= args.positions < c.seq_len:
+        ap.error(f"--positions must be in 1 .. {c.seq_len - 1} (the teacher-forced run "
+                 f"reads the reference's token after its last position; seq_len "
+                 f"{c.seq_len}), not {args.positions}")
+    longest = max(len(tok.encode(prompt, bos=True)) for prompt in PROMPTS)
+    if not longest < args.steps <= c.seq_len:
+        ap.error(f"--steps must be in {longest + 1} .. {c.seq_len} (more than the longest "
+                 f"prompt's {longest} tokens, BOS included, and at most seq_len), not "
+                 f"{args.steps}")
+    args.model = str(paths["checkpoint"])
     t0 = time.perf_counter()
-    qm = quantize(ckpt)
+    try:
+        qm = quantize(ckpt)
+    except ValueError as e:                   # a checkpoint the quantiser cannot take
+        ap.refuse(f"{paths['checkpoint']}: {e}")
     tq = time.perf_counter() - t0
     golden, ref = GoldenModel(qm), Transformer(ckpt)
-    c = ckpt.config
     print(f"model {args.model}: dim {c.dim}, hidden {c.hidden_dim}, {c.n_layers} layers, "
           f"{c.n_heads} heads, {c.n_kv_heads} KV heads, vocab {c.vocab_size}, "
           f"seq_len {c.seq_len}")

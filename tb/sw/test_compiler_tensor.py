@@ -968,10 +968,24 @@ def test_module_commands_stop_on_ctrl_c_with_one_line(model_paths, module):
     import sys
     import time
     env = dict(os.environ, CHIPOTLE_MODEL_DIR=str(model_paths[0].parent))
-    p = subprocess.Popen([sys.executable, "-m", module], stdout=subprocess.DEVNULL,
+    # work of about 9 s of CPU on a fast machine of this kind (the imports take 0.4 s)
+    extra = ["--positions", "511", "--steps", "512"] if module.endswith("measure") else []
+    p = subprocess.Popen([sys.executable, "-m", module, *extra], stdout=subprocess.DEVNULL,
                          stderr=subprocess.PIPE, env=env, start_new_session=True,
                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    time.sleep(6)                    # past the imports, into the work
+
+    def cpu_seconds():      # utime + stime, fields 14 and 15 of /proc/<pid>/stat (proc(5))
+        with open(f"/proc/{p.pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    # interrupt once past the imports and the model's load, into the work: by the process's
+    # own CPU time, not by a wall-clock sleep (a fast machine finished `measure` within
+    # session 38's 6 s sleep; a loaded one had not imported yet)
+    deadline = time.monotonic() + 120
+    while p.poll() is None and cpu_seconds() < 1.5 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert p.poll() is None, f"{module} ended before the interrupt: {p.stderr.read()!r}"
     os.killpg(p.pid, signal.SIGINT)
     err = p.communicate(timeout=60)[1].decode()
     assert p.returncode == 130, err

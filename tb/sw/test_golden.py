@@ -266,3 +266,29 @@ def test_stories_batch_equals_sequential(stories):
     bat = GoldenModel(qm)
     got = np.concatenate([bat.forward_batch(tokens[:13], 0), bat.forward_batch(tokens[13:], 13)])
     assert (got == want).all()
+
+
+@pytest.mark.model
+@pytest.mark.parametrize(("args", "says"), [
+    (["--positions", "512"], "--positions must be in 1 .. 511"),
+    (["--positions", "0"], "--positions must be in 1 .. 511"),
+    (["--steps", "5"], "--steps must be in 6 .. 512 (more than the longest prompt's 5 tokens"),
+    (["--steps", "513"], "--steps must be in 6 .. 512"),
+    (["--model", "{dir}/nope.bin"], "--model {dir}/nope.bin: no such file"),
+    (["--model", "{tok}"], "{tok}: the file is a llama2.c tokenizer file"),
+    (["--tokenizer", "{ckpt}"], "{ckpt}: the file is a legacy llama2.c model checkpoint"),
+])
+def test_measure_refuses_bad_input_in_one_line(model_paths, tmp_path, capsys, args, says):
+    """``python -m chipotle.golden.measure`` refuses options outside the model's seq_len and
+    files that are not a checkpoint or a tokenizer with one ``error:`` line, exit status 2,
+    before any work (``--positions 512`` ended in a traceback from the reference's forward
+    step after quantising, session 39)."""
+    from chipotle.golden.measure import main
+    ckpt, tok = model_paths
+    names = {"dir": tmp_path, "tok": tok, "ckpt": ckpt}
+    with pytest.raises(SystemExit) as e:
+        main([a.format(**names) for a in args])
+    err = capsys.readouterr()
+    assert e.value.code == 2 and err.out == "", err
+    assert err.err.startswith("python -m chipotle.golden.measure: error: ") and \
+        says.format(**names) in err.err and err.err.count("\n") == 1, err.err
