@@ -25,12 +25,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 __all__ = ["CELL_NS", "NET_NS", "SETUP_NS", "Path_", "longest_paths", "rtl_name", "format_paths",
-           "verilog_lines"]
+           "verilog_lines", "read_input", "read_json_input"]
 
 #: Routing estimate per net (ns), except the carry chain's dedicated wires.
 NET_NS = 1.0
@@ -87,6 +88,88 @@ class Path_:
     srcs: list[str]
 
 
+def _names(mods: dict, most: int = 10) -> str:
+    """The modules of a netlist for a message: the first `most` sorted, then how many more."""
+    names = sorted(mods)
+    more = f" and {len(names) - most} more" if len(names) > most else ""
+    return ", ".join(names[:most]) + more
+
+
+def _module_problem(mod) -> str | None:
+    """What keeps `longest_paths` from reading the netlist module `mod` (the ``cells`` and
+    ``netnames`` objects, each cell's ``type``, ``connections`` and ``port_directions``, each
+    net's ``bits``), or None if nothing does."""
+    if not isinstance(mod, dict):
+        return "not an object"
+    for key in ("cells", "netnames"):
+        if not isinstance(mod.get(key), dict):
+            return f'no "{key}" object'
+    for name, cell in mod["cells"].items():
+        if not (isinstance(cell, dict) and isinstance(cell.get("type"), str)
+                and isinstance(cell.get("connections"), dict)
+                and isinstance(cell.get("port_directions"), dict)
+                and isinstance(cell.get("attributes", {}), dict)
+                and all(isinstance(b, list) for b in cell["connections"].values())):
+            return (f'cell {name!r} lacks the "type", "connections" and "port_directions" of '
+                    f"a netlist's cells")
+    for name, net in mod["netnames"].items():
+        if not (isinstance(net, dict) and isinstance(net.get("bits"), list)):
+            return f'net {name!r} has no "bits" list'
+    return None
+
+
+def read_input(path: str, what: str, option: str | None = None) -> str:
+    """Return the text of the file `path` that a command reads, `what` it should be (``"a
+    Yosys JSON netlist"``), `option` the option that gave it (None for a positional
+    argument).
+
+    Raises
+    ------
+    ValueError
+        In one line naming the file (``--verilog x.v: no such file``): for an empty `path`
+        (``Path("")`` would be the current directory), a missing file, a folder, a file the
+        OS does not let us read (its reason) and one that is not UTF-8 text.
+    """
+    given = f"{option} {path}" if option else str(path)
+    if not str(path):
+        raise ValueError(f"{option or 'the file name'} is empty: give {what}")
+    p = Path(path)
+    if p.is_dir():
+        raise ValueError(f"{given}: is a folder, not {what}")
+    try:
+        data = p.read_bytes()
+    except FileNotFoundError:
+        raise ValueError(f"{given}: no such file") from None
+    except OSError as e:
+        raise ValueError(f"{given}: cannot be read ({e.strerror or e})") from None
+    try:
+        return data.decode()
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{given}: not {what} (not text: byte {data[e.start]:#04x} at offset "
+                         f"{e.start} is not UTF-8)") from None
+
+
+def read_json_input(path: str, what: str, option: str | None = None):
+    """Return the JSON value of the file `path` (`read_input`'s arguments).
+
+    Raises
+    ------
+    ValueError
+        As `read_input`, and for a file that is not JSON (``x: not <what> (not JSON:
+        Expecting value, line 1 column 1)``).
+    """
+    text = read_input(path, what, option)
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        given = f"{option} {path}" if option else str(path)
+        raise ValueError(f"{given}: not {what} (not JSON: {e.msg}, line {e.lineno} column "
+                         f"{e.colno})") from None
+    except RecursionError:
+        given = f"{option} {path}" if option else str(path)
+        raise ValueError(f"{given}: not {what} (JSON nested too deep to read)") from None
+
+
 def _base(pin: str) -> str:
     return pin.rstrip("0123456789") if not pin.startswith(("S", "Z")) else pin
 
@@ -117,20 +200,32 @@ def longest_paths(netlist: dict, top: str | None = None, n: int = 20,
     Raises
     ------
     ValueError
-        If `top` is not in the netlist, or with `strict` if it has a cell type without a
-        delay model in `CELL_NS`.
+        If `netlist` is not a Yosys JSON netlist (``not a Yosys JSON netlist (...)``: no
+        ``modules``, none in it, or the analysed module without the ``cells`` and
+        ``netnames`` a netlist has), if `top` is not in the netlist, or with `strict` if it
+        has a cell type without a delay model in `CELL_NS`.
     """
-    mods = netlist["modules"]
+    mods = netlist.get("modules") if isinstance(netlist, dict) else None
+    if not isinstance(mods, dict):
+        raise ValueError('not a Yosys JSON netlist (no "modules" object)')
+    if not mods:
+        raise ValueError('not a Yosys JSON netlist (its "modules" object is empty)')
     if top is None:
-        top = max(mods, key=lambda k: len(mods[k].get("cells", {})))
+        def size(name):
+            cells = mods[name].get("cells") if isinstance(mods[name], dict) else None
+            return len(cells) if isinstance(cells, dict) else -1
+        top = max(mods, key=size)
     if top not in mods:
-        raise ValueError(f"module {top!r} not in the netlist (has {sorted(mods)})")
+        raise ValueError(f"module {top!r} not in the netlist (has {_names(mods)})")
     mod = mods[top]
+    problem = _module_problem(mod)
+    if problem:
+        raise ValueError(f"not a Yosys JSON netlist (module {top!r}: {problem})")
     cells = mod["cells"]
     unknown = sorted({c["type"] for c in cells.values()} - set(CELL_NS)
                      - {"TRELLIS_IO", "EHXPLLL", "$scopeinfo"})
     if unknown and strict:
-        raise ValueError(f"cell types without a delay model: {unknown}")
+        raise ValueError(f"cell types without a delay model: {unknown} (CELL_NS has ECP5's)")
     model = {**{t: (0.0, {}) for t in unknown}, **CELL_NS}
     # bit -> best name (fewest '$', then shortest)
     names: dict[int, str] = {}
@@ -221,7 +316,7 @@ def longest_paths(netlist: dict, top: str | None = None, n: int = 20,
             drv = driver.get(x)
             if drv:
                 types.append(cells[drv[0]]["type"])
-                src = [r for r in cells[drv[0]]["attributes"].get("src", "").split("|")
+                src = [r for r in cells[drv[0]].get("attributes", {}).get("src", "").split("|")
                        if r and not r.startswith("/share/")]
                 if src and (not srcs or srcs[-1] != src[0]):
                     srcs.append(src[0])
@@ -280,24 +375,53 @@ def format_paths(paths: list[Path_], verilog: dict[str, dict[int, str]] | None =
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m chipotle.sim.paths", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("netlist", type=Path, help="Yosys JSON netlist (top.json)")
+    """List the longest paths of a netlist (the module's usage).
+
+    Bad input ends the command with one ``error:`` line, exit status 2, before anything is
+    printed: a ``--top`` below 1, a ``--net-ns`` below 0 or not finite, a netlist or
+    ``--verilog`` file that is missing, a folder or not text, a netlist that is not a Yosys
+    JSON netlist (not JSON, no modules, a module without cells and nets), a ``--module`` the
+    netlist does not have, and one with cell types the delay model lacks (e.g. iCE40's).
+    """
+    from chipotle.cli import ArgumentParser
+
+    parser = ArgumentParser(prog="python -m chipotle.sim.paths", description=__doc__,
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("netlist", help="Yosys JSON netlist (top.json)")
     parser.add_argument("--top", type=int, default=20, help="paths to list (default 20)")
     parser.add_argument("--module", default=None, help="module (default: the largest)")
     parser.add_argument("--net-ns", type=float, default=NET_NS,
                         help=f"routing estimate per net in ns (default {NET_NS})")
-    parser.add_argument("--verilog", type=Path, action="append", default=None,
+    parser.add_argument("--verilog", action="append", default=None,
                         help="Verilog read by Yosys, to print source lines (default: the "
                         "*.v next to the netlist)")
     args = parser.parse_args(argv)
-    netlist = json.loads(args.netlist.read_text())
-    vfiles = args.verilog if args.verilog is not None else sorted(
-        args.netlist.parent.glob("*.v"))
-    verilog = {v.name: verilog_lines(v.read_text()) for v in vfiles}
+    if args.top < 1:
+        parser.error(f"--top must be 1 or more, not {args.top}")
+    if not (math.isfinite(args.net_ns) and args.net_ns >= 0):
+        parser.error(f"--net-ns must be a finite number of ns, 0 or more, not {args.net_ns:g}")
+    try:
+        netlist = read_json_input(args.netlist, "a Yosys JSON netlist")
+        verilog = {Path(v).name: verilog_lines(read_input(v, "a Verilog file", "--verilog"))
+                   for v in args.verilog or ()}
+    except ValueError as e:
+        parser.refuse(str(e))
+    mods = netlist.get("modules") if isinstance(netlist, dict) else None
+    if args.module is not None and isinstance(mods, dict) and mods and args.module not in mods:
+        parser.error(f"--module {args.module}: {args.netlist} has no such module (it has "
+                     f"{_names(mods)})")
+    try:
+        found = longest_paths(netlist, args.module, args.top, args.net_ns)
+    except ValueError as e:
+        parser.refuse(f"{args.netlist}: {e}")
+    if args.verilog is None:        # the Verilog beside the netlist, for its source lines
+        for v in sorted(Path(args.netlist).parent.glob("*.v")):
+            if v.is_file():
+                verilog[v.name] = verilog_lines(v.read_bytes().decode(errors="replace"))
     print(f"Longest paths of {args.netlist} (proxy delay model: cells per CELL_NS, "
           f"{args.net_ns} ns a net; not a timing analysis):")
-    print(format_paths(longest_paths(netlist, args.module, args.top, args.net_ns), verilog))
+    print(format_paths(found, verilog) if found else
+          "  none: the module has no path to a register or RAM input")
 
 
 if __name__ == "__main__":

@@ -86,3 +86,73 @@ def test_rtl_name_and_errors():
                                              "connections": {}, "attributes": {}}
     with pytest.raises(ValueError, match="MYSTERY"):
         longest_paths(net)
+
+
+def _write(tmp_path, name, content):
+    path = tmp_path / name
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        path.write_text(content)
+    return str(path)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["{missing}"], "missing.json: no such file"),
+    (["{dir}"], "d: is a folder, not a Yosys JSON netlist"),
+    ([""], "the file name is empty: give a Yosys JSON netlist"),
+    (["{text}"], "text.json: not a Yosys JSON netlist (not JSON: Expecting value, line 1 "
+                 "column 1)"),
+    (["{binary}"], "binary.json: not a Yosys JSON netlist (not text: byte 0xff at offset 0"),
+    (["{empty}"], 'empty.json: not a Yosys JSON netlist (its "modules" object is empty)'),
+    (["{list}"], 'list.json: not a Yosys JSON netlist (no "modules" object)'),
+    (["{nocells}"], "nocells.json: not a Yosys JSON netlist (module 'top': no \"cells\" "
+                    "object)"),
+    (["{ice40}"], "ice40.json: cell types without a delay model: ['SB_LUT4']"),
+    (["{good}", "--module", "nosuch"], "--module nosuch: {good} has no such module (it has "
+                                       "top)"),
+    (["{good}", "--top", "0"], "--top must be 1 or more, not 0"),
+    (["{good}", "--top", "-1"], "--top must be 1 or more, not -1"),
+    (["{good}", "--net-ns", "-5"], "--net-ns must be a finite number of ns, 0 or more, not -5"),
+    (["{good}", "--net-ns", "nan"], "--net-ns must be a finite number of ns, 0 or more, not nan"),
+    (["{good}", "--verilog", "/nonexistent.v"], "--verilog /nonexistent.v: no such file"),
+    (["{good}", "--verilog", "{dir}"], "--verilog {dir}: is a folder, not a Verilog file"),
+    (["{good}", "--verilog", "{binary}"], "binary.json: not a Verilog file (not text"),
+    (["{good}", "--verilog", ""], "--verilog is empty: give a Verilog file"),
+])
+def test_command_refuses_bad_input_in_one_line(args, message, tmp_path, capsys):
+    """Bad input is one `error:` line, exit status 2, before anything is printed: no
+    traceback (a missing, binary or non-JSON file, a netlist without modules, an unknown
+    --module, a missing --verilog), nor a silently wrong listing (--top 0, --net-ns -5)."""
+    import json
+
+    from chipotle.sim.paths import main
+    (tmp_path / "d").mkdir()
+    files = {"missing": str(tmp_path / "missing.json"), "dir": str(tmp_path / "d"),
+             "text": _write(tmp_path, "text.json", "not json\n"),
+             "binary": _write(tmp_path, "binary.json", b"\xff\xfe\x00\x01"),
+             "empty": _write(tmp_path, "empty.json", '{"modules": {}}'),
+             "list": _write(tmp_path, "list.json", "[1, 2]"),
+             "nocells": _write(tmp_path, "nocells.json", '{"modules": {"top": {}}}'),
+             "ice40": _write(tmp_path, "ice40.json", json.dumps({"modules": {"top": {
+                 "cells": {"c": {"type": "SB_LUT4", "connections": {},
+                                 "port_directions": {}}}, "netnames": {}}}})),
+             "good": _write(tmp_path, "good.json", json.dumps(_netlist()))}
+    with pytest.raises(SystemExit) as e:
+        main([a.format(**files) for a in args])
+    assert e.value.code == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1
+    assert err.startswith("python -m chipotle.sim.paths: error: ")
+    assert message.format(**files) in err
+
+
+def test_command_lists_the_paths(tmp_path, capsys):
+    import json
+
+    from chipotle.sim.paths import main
+    net = _write(tmp_path, "top.json", json.dumps(_netlist()))
+    _write(tmp_path, "design.v", "module m (a);\n\n\n\n\n\nassign x = a & b;\n\nassign y = ~x;\n")
+    main([net, "--top", "1"])
+    out = capsys.readouterr().out
+    assert out.count("ns (proxy)") == 1 and "m: assign x = a & b;" in out
