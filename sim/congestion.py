@@ -25,12 +25,14 @@ from __future__ import annotations
 
 import argparse
 import collections
-import csv
-import json
 import re
-from pathlib import Path
 
-__all__ = ["bands", "by_module", "main"]
+from .paths import read_input, read_json_input
+
+__all__ = ["bands", "by_module", "main", "read_by_net", "check_placed"]
+
+#: A line of router2's congestion-by-net file: the net's name, a comma, its overuse.
+_ROW = re.compile(r"(.+),\s*(\d+)\s*")
 
 
 def _module(net: str) -> str:
@@ -65,28 +67,107 @@ def bands(placed: dict, axis: str = "Y", band: int = 16) -> dict[int, int]:
     return dict(sorted(counts.items()))
 
 
+def read_by_net(text: str, name: str) -> list[tuple[str, int]]:
+    """The ``(net, overuse)`` rows of router2's congestion-by-net file `text` (`name`, its
+    name for messages): a line ``net name,overuse`` per net with overuse, nothing else
+    (the net's name is all before the last comma).  An
+    empty file has no rows: router2 writes one for an iteration without overuse.
+
+    Raises
+    ------
+    ValueError
+        For a line of another form, naming the first (``x: line 1 is not 'net name,overuse'
+        ...``): a file of something else.
+    """
+    rows = []
+    for i, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        m = _ROW.fullmatch(line)
+        if m is None:
+            raise ValueError(f"{name}: line {i} is not 'net name,overuse', a line of router2's "
+                             f"--router2-heatmap *_congestion_by_net_<i>.csv: {line[:60]!r}")
+        rows.append((m.group(1), int(m.group(2))))
+    return rows
+
+
+def check_placed(placed, name: str) -> None:
+    """Check that `placed` (read from the file `name`) is a placement nextpnr wrote with
+    ``--write``: a ``modules`` object whose first module (the top) has ``cells`` (each with a
+    ``type`` and ``connections`` of bit lists) and ``netnames`` (each with ``bits``), and
+    logic cells placed (``NEXTPNR_BEL``).
+
+    Raises
+    ------
+    ValueError
+        Naming what is missing (``x: not a nextpnr placement (no "modules" object)``); a
+        netlist without ``NEXTPNR_BEL`` (Yosys's, before nextpnr) is named as one.
+    """
+    def refuse(why):
+        raise ValueError(f"{name}: not a nextpnr placement ({why}; give the JSON nextpnr "
+                         f"wrote with --write after placement)")
+    mods = placed.get("modules") if isinstance(placed, dict) else None
+    if not isinstance(mods, dict):
+        refuse('no "modules" object')
+    if not mods:
+        refuse('its "modules" object is empty')
+    for mod_name, mod in mods.items():
+        if not (isinstance(mod, dict) and isinstance(mod.get("cells"), dict)
+                and isinstance(mod.get("netnames"), dict)):
+            refuse(f'module {mod_name!r} has no "cells" and "netnames" objects')
+        for cell_name, cell in mod["cells"].items():
+            if not (isinstance(cell, dict) and isinstance(cell.get("type"), str)
+                    and isinstance(cell.get("connections"), dict)
+                    and isinstance(cell.get("attributes", {}), dict)
+                    and all(isinstance(b, list) for b in cell["connections"].values())):
+                refuse(f'cell {cell_name!r} lacks the "type" and "connections" of a cell')
+        for net_name, net in mod["netnames"].items():
+            if not (isinstance(net, dict) and isinstance(net.get("bits"), list)):
+                refuse(f'net {net_name!r} has no "bits" list')
+    if not any("NEXTPNR_BEL" in cell.get("attributes", {})
+               for mod in mods.values() for cell in mod["cells"].values()):
+        refuse("no cell has a NEXTPNR_BEL: a netlist before placement")
+
+
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m chipotle.sim.congestion",
-                                     description=__doc__.split("\nMembers\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("by_net", type=Path, help="router2's *_congestion_by_net_<i>.csv")
-    parser.add_argument("--placed", type=Path, help="nextpnr --write JSON of the placement")
-    parser.add_argument("--top", type=int, default=10, help="worst nets to list")
+    """Print the tallies (the module's usage).
+
+    Bad input ends the command with one ``error:`` line, exit status 2, before anything is
+    printed: a ``--top`` below 1, a file that is missing, a folder or not text, a
+    congestion-by-net file with a line other than ``net name,overuse``, a ``--placed`` file
+    that is not a nextpnr placement (not JSON, no modules, no placed cells).
+    """
+    from chipotle.cli import ArgumentParser
+
+    parser = ArgumentParser(prog="python -m chipotle.sim.congestion",
+                            description=__doc__.split("\nMembers\n")[0],
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("by_net", help="router2's *_congestion_by_net_<i>.csv")
+    parser.add_argument("--placed", help="nextpnr --write JSON of the placement")
+    parser.add_argument("--top", type=int, default=10, help="worst nets to list (default 10)")
     args = parser.parse_args(argv)
+    if args.top < 1:
+        parser.error(f"--top must be 1 or more, not {args.top}")
     try:
-        rows = [(r[0], int(r[1])) for r in csv.reader(args.by_net.open())
-                if len(r) >= 2 and r[1].strip().lstrip("-").isdigit()]
-    except OSError as e:
-        parser.error(f"{args.by_net}: {e.strerror}")
+        rows = read_by_net(read_input(args.by_net, "router2's *_congestion_by_net_<i>.csv"),
+                           args.by_net)
+        placed = None
+        if args.placed is not None:
+            placed = read_json_input(args.placed, "a nextpnr placement", "--placed")
+            check_placed(placed, f"--placed {args.placed}")
+    except ValueError as e:
+        parser.refuse(str(e))
     total = sum(v for _, v in rows)
-    print(f"{args.by_net}: {len(rows)} nets, overuse {total}")
+    print(f"{args.by_net}: {len(rows)} nets, overuse {total}"
+          + ("" if rows else " (no congested net: router2 writes an empty file for an "
+                             "iteration without overuse)"))
     for mod, v in by_module(rows).most_common():
         print(f"  {mod:24s} {v:8d}  {100 * v / max(total, 1):5.1f} %")
-    print("worst nets:")
+    if rows:
+        print("worst nets:")
     for net, v in sorted(rows, key=lambda t: -t[1])[:args.top]:
         print(f"  {v:6d}  {net[:120]}")
-    if args.placed:
-        placed = json.loads(args.placed.read_text())
+    if placed is not None:
         top = next(iter(placed["modules"].values()))
         pins = collections.Counter(b for c in top["cells"].values()
                                    for bits in c["connections"].values() for b in bits)

@@ -47,3 +47,72 @@ def test_cli_prints_the_tallies(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "2 nets, overuse 10" in out
     assert "controller" in out and "90.0 %" in out
+
+
+def _placed(bel=True):
+    attributes = {"NEXTPNR_BEL": "X3/Y2/SLICEA"} if bel else {}
+    return {"modules": {"top": {"cells": {"a": {"type": "TRELLIS_FF", "attributes": attributes,
+                                                "connections": {"Q": [7]}}},
+                                "netnames": {"x": {"bits": [7]}}}}}
+
+
+@pytest.mark.parametrize("args, message", [
+    (["{missing}"], "missing.csv: no such file"),
+    (["{dir}"], "d: is a folder, not router2's *_congestion_by_net_<i>.csv"),
+    ([""], "the file name is empty: give router2's *_congestion_by_net_<i>.csv"),
+    (["{binary}"], "binary.csv: not router2's *_congestion_by_net_<i>.csv (not text: byte "
+                   "0xff at offset 0 is not UTF-8)"),
+    (["{unrelated}"], "unrelated.txt: line 1 is not 'net name,overuse', a line of router2's "
+                      "--router2-heatmap *_congestion_by_net_<i>.csv: 'hello world'"),
+    (["{good}", "--top", "-1"], "--top must be 1 or more, not -1"),
+    (["{good}", "--top", "0"], "--top must be 1 or more, not 0"),
+    (["{good}", "--placed", "{missing}"], "--placed {missing}: no such file"),
+    (["{good}", "--placed", "{dir}"], "--placed {dir}: is a folder, not a nextpnr placement"),
+    (["{good}", "--placed", ""], "--placed is empty: give a nextpnr placement"),
+    (["{good}", "--placed", "{unrelated}"], "unrelated.txt: not a nextpnr placement (not JSON: "
+                                            "Expecting value, line 1 column 1)"),
+    (["{good}", "--placed", "{binary}"], "binary.csv: not a nextpnr placement (not text"),
+    (["{good}", "--placed", "{nomodules}"], "nomodules.json: not a nextpnr placement (its "
+                                            "\"modules\" object is empty; give the JSON nextpnr "
+                                            "wrote with --write after placement)"),
+    (["{good}", "--placed", "{unplaced}"], "unplaced.json: not a nextpnr placement (no cell "
+                                           "has a NEXTPNR_BEL: a netlist before placement"),
+])
+def test_command_refuses_bad_input_in_one_line(args, message, tmp_path, capsys):
+    """Bad input is one `error:` line, exit status 2, before anything is printed: no
+    traceback (a missing, binary or non-JSON --placed, one without modules), nor a silently
+    wrong tally (--top -1 dropped the last net; an unrelated text file was 0 nets)."""
+    (tmp_path / "d").mkdir()
+    files = {"missing": str(tmp_path / "missing.csv"), "dir": str(tmp_path / "d")}
+    for key, name, content in (
+            ("binary", "binary.csv", b"\xff\xfe\x00"),
+            ("unrelated", "unrelated.txt", b"hello world\n"),
+            ("good", "good.csv", b"uart_chip.bridge.rx,3\n"),
+            ("nomodules", "nomodules.json", b'{"modules": {}}'),
+            ("unplaced", "unplaced.json", json.dumps(_placed(bel=False)).encode())):
+        (tmp_path / name).write_bytes(content)
+        files[key] = str(tmp_path / name)
+    with pytest.raises(SystemExit) as e:
+        main([a.format(**files) for a in args])
+    assert e.value.code == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1
+    assert err.startswith("python -m chipotle.sim.congestion: error: ")
+    assert message.format(**files) in err
+
+
+def test_an_empty_file_is_an_iteration_without_overuse(tmp_path, capsys):
+    """router2 writes an empty congestion-by-net file for an iteration without overuse (its
+    last): taken, and said so; --top N lists N nets."""
+    (tmp_path / "empty.csv").write_text("")
+    (tmp_path / "placed.json").write_text(json.dumps(_placed()))
+    main([str(tmp_path / "empty.csv"), "--placed", str(tmp_path / "placed.json")])
+    out = capsys.readouterr().out
+    assert "0 nets, overuse 0 (no congested net: router2 writes an empty file" in out
+    assert "rows (Y // 16): 0: 1" in out
+    (tmp_path / "n.csv").write_text("a,1\nb,3\nnet, with a comma,2\n")
+    main([str(tmp_path / "n.csv"), "--top", "2"])
+    out = capsys.readouterr().out
+    assert "3 nets, overuse 6" in out
+    assert out.split("worst nets:\n")[1].split("\n")[:2] == ["       3  b",
+                                                            "       2  net, with a comma"]
