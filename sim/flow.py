@@ -26,7 +26,8 @@ from pathlib import Path
 
 from . import toolchain
 
-__all__ = ["SIMULATORS", "CocotbRun", "build_root", "env_flag", "generate_verilog",
+__all__ = ["SIMULATORS", "CocotbRun", "build_root", "check_build_dir", "env_flag",
+           "generate_verilog",
            "generate_verilog_cached", "hier_blocks", "source_digest", "run_cocotb"]
 
 SIMULATORS = ("verilator", "icarus")
@@ -41,6 +42,38 @@ def build_root() -> Path:
     if env:
         return Path(env).resolve()
     return Path(__file__).resolve().parent.parent / "build"
+
+
+def check_build_dir(path, *, create: bool = True) -> Path:
+    """Return `path`, the folder a command's build writes to (``--build-dir``), checked
+    before any work: created with its parents if it is missing (unless `create` is false:
+    then only the problems below are looked for).
+
+    Raises
+    ------
+    ValueError
+        In one line naming `path` (the caller puts the option before it): for an empty path
+        (``Path("")`` is the current directory, whose files a build would write and delete),
+        a file or anything else that is not a folder in its place (``x: is a file, not a
+        folder``), a folder that cannot be created or is not writable (the OS's reason).
+    """
+    if not str(path):
+        raise ValueError("is empty: give a folder (an empty one would be the current "
+                         "directory)")
+    path = Path(path)
+    if path.is_file():
+        raise ValueError(f"{path}: is a file, not a folder")
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"{path}: is not a folder")
+    if path.is_dir():
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise ValueError(f"{path}: is not writable (Permission denied)")
+    elif create:
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise ValueError(f"{path}: cannot be created ({e.strerror or e})") from None
+    return path
 
 
 def generate_verilog(component, name: str) -> str:

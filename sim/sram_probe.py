@@ -28,14 +28,13 @@ from __future__ import annotations
 import argparse
 import os
 import time
-from pathlib import Path
 
 from amaranth import ClockDomain, Elaboratable, Module, Signal
 from amaranth.hdl import Cat
 from amaranth.lib import io
 
 from .bitstream import TOOLS, _tool, log_fmax, log_utilisation
-from .flow import build_root
+from .flow import build_root, check_build_dir
 
 __all__ = ["SramProbe", "main"]
 
@@ -101,19 +100,26 @@ class SramProbe(Elaboratable):
 
 
 def main(argv=None):
+    """Place and route the probe (the module's usage).
+
+    Bad input ends the command with one ``error:`` line, exit status 2, before anything is
+    elaborated: a configuration the probe cannot build, and a ``--build-dir`` that is empty,
+    a file or cannot be created (`chipotle.sim.flow.check_build_dir`).
+    """
+    from chipotle.cli import ArgumentParser
     from chipotle.config import ChipConfig
     from chipotle.hw.fpga.boards import BOARDS
 
     ecp5 = sorted(k for k, b in BOARDS.items() if b.family == "ecp5")
-    parser = argparse.ArgumentParser(prog="python -m chipotle.sim.sram_probe",
-                                     description=__doc__.split("\nMembers\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = ArgumentParser(prog="python -m chipotle.sim.sram_probe",
+                            description=__doc__.split("\nMembers\n")[0],
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--board", default="ulx3s-85f", choices=ecp5,
                         help="the ECP5 board (default: %(default)s); a real run takes about "
                         "3 to 5 minutes of Yosys and nextpnr for the ulx3s SRAM")
     parser.add_argument("--config", default="", help="chip configuration (as make sim's "
                         "CONFIG), default: the board's")
-    parser.add_argument("--build-dir", type=Path, help="default: "
+    parser.add_argument("--build-dir", metavar="DIR", help="default: "
                         "build/fpga/sram-probe-<board>")
     args = parser.parse_args(argv)
     board = BOARDS[args.board]
@@ -124,7 +130,13 @@ def main(argv=None):
                         n_banks=cfg.n_banks)
     except ValueError as e:
         parser.error(f"--config {args.config}: {e}")
-    bdir = Path(args.build_dir or build_root() / "fpga" / f"sram-probe-{args.board}")
+    given = args.build_dir is not None
+    try:
+        bdir = check_build_dir(args.build_dir if given
+                               else build_root() / "fpga" / f"sram-probe-{args.board}")
+    except ValueError as e:      # (an empty one is the option's misuse: --help's pointer)
+        (parser.error if args.build_dir == "" else parser.refuse)(
+            f"--build-dir {e}" if given else str(e))
     env = {k: _tool(v) for k, v in TOOLS.items()}
     os.environ.update(env)
     print(f"{args.board}: the SRAM of {cfg} alone, into {bdir}", flush=True)

@@ -40,3 +40,28 @@ def test_probe_bad_config_is_a_usage_error(capsys):
         main(["--config", "bogus"])
     assert e.value.code == 2
     assert "--config bogus: unknown configuration 'bogus'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("build_dir, message", [
+    ("{file}", "--build-dir {file}: is a file, not a folder"),
+    ("{file}/sub", "--build-dir {file}/sub: cannot be created (Not a directory)"),
+    ("", "--build-dir is empty: give a folder (an empty one would be the current directory)"),
+])
+def test_probe_refuses_a_bad_build_dir_before_elaborating(build_dir, message, tmp_path,
+                                                          capsys, monkeypatch):
+    """A --build-dir that is a file (a FileExistsError after ~4 s of elaboration), one that
+    cannot be created (FileNotFoundError) or an empty one (the current directory) is one
+    error line, exit 2, before anything is elaborated."""
+    from chipotle.hw.fpga.boards import Board
+    monkeypatch.setattr(Board, "make_platform", lambda self: pytest.fail("elaborated"))
+    (tmp_path / "f").write_text("")
+    file = str(tmp_path / "f")
+    with never_built():             # the probe is built, then the refusal leaves it unused
+        with pytest.raises(SystemExit) as e:
+            main(["--build-dir", build_dir.format(file=file)])
+        code = e.value.code
+        del e                       # (its traceback holds the probe)
+    assert code == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1
+    assert err.startswith(f"python -m chipotle.sim.sram_probe: error: {message.format(file=file)}")
