@@ -56,7 +56,7 @@ import sys
 import time
 from pathlib import Path
 
-from .flow import build_root, generate_verilog
+from .flow import build_root, check_build_dir, generate_verilog
 
 __all__ = ["build", "critical_path", "device_overflow", "format_report", "log_fmax",
            "log_utilisation", "pnr_phase", "pnr_seconds", "yosys_phase",
@@ -664,8 +664,8 @@ def build(board_name: str, config=None, *, synth_only: bool = False,
         path before routing).
     paths : int
         After Yosys, write the `paths` longest register-to-register paths of the netlist to
-        ``paths.txt`` (``chipotle.sim.paths``: a proxy delay model, seconds to compute; the
-        report's ``worst_path_proxy_ns``).  0: none.
+        ``paths.txt`` (``chipotle.sim.paths``: a proxy delay model of ECP5 cells, seconds to
+        compute; the report's ``worst_path_proxy_ns``).  0: none.  ECP5 boards only.
     reuse_netlist : bool
         Skip Yosys and take the netlist (``top.json``, ``synth_stat.txt``) an earlier run left
         in the build directory (e.g. one with ``synth_only``), to run nextpnr again without
@@ -698,9 +698,11 @@ def build(board_name: str, config=None, *, synth_only: bool = False,
     KeyError
         For an unknown board.
     ValueError
-        With `reuse_netlist`, if there is no netlist or it is not this design's; if the
-        netlist needs more of a resource than the device has (`device_overflow`), before
-        nextpnr, with the report written (``fit_error``).
+        Before any work: if the build directory is empty (``""``, the current directory), a
+        file or cannot be created (`chipotle.sim.flow.check_build_dir`), or if `paths` is
+        given for a board that is not an ECP5.  With `reuse_netlist`, if there is no netlist
+        or it is not this design's; if the netlist needs more of a resource than the device
+        has (`device_overflow`), before nextpnr, with the report written (``fit_error``).
     subprocess.CalledProcessError
         If a tool fails (its log is in the build directory).  When nextpnr fails, the report
         files are written first, with its packed utilisation (``used`` / ``available``)
@@ -714,11 +716,14 @@ def build(board_name: str, config=None, *, synth_only: bool = False,
     if clk_hz is not None:
         board = dataclasses.replace(board, clk_hz=int(clk_hz))
     config = board.config if config is None else config
-    bdir = Path(build_dir or _default_dir(board_name, tile_blackbox)).resolve()
+    if paths and board.family != "ecp5":
+        raise ValueError(f"the paths report (paths={paths}) is of ECP5 netlists; "
+                         f"{board_name} is an iCE40 board")
+    bdir = check_build_dir(_default_dir(board_name, tile_blackbox) if build_dir is None
+                           else build_dir, create=not reuse_netlist).resolve()
     if reuse_netlist and not bdir.is_dir():
         raise ValueError(f"--reuse-netlist: there is no build directory {bdir}: run the "
                          f"synthesis first (--synth-only)")
-    bdir.mkdir(parents=True, exist_ok=True)
     seconds = {}
     t = t_start = time.monotonic()
     progress(f"{board_name}: elaborating {config} at {board.clk_hz / 1e6:g} MHz")
@@ -779,7 +784,7 @@ def build(board_name: str, config=None, *, synth_only: bool = False,
     report["netlist_reused"] = reuse_netlist
     report["synth"] = _synth_counts(_stat_cells((bdir / "synth_stat.txt").read_text()),
                                     board.family)
-    if paths and board.family == "ecp5":
+    if paths:
         from .paths import format_paths, longest_paths, verilog_lines
         found = longest_paths(json.loads((bdir / "top.json").read_text()), n=paths,
                               strict=not tile_blackbox)
@@ -947,12 +952,21 @@ def format_report(r: dict) -> str:
 
 
 def main(argv=None):
+    """Run the flow (the module's usage) and print the report.
+
+    Bad input ends the command with one ``error:`` line, exit status 2, before anything is
+    elaborated: an unknown board, options that contradict each other, a clock the board
+    cannot make, a configuration it refuses, ``--paths`` for a board that is not an ECP5, a
+    build directory that is empty, a file or cannot be created
+    (`chipotle.sim.flow.check_build_dir`).
+    """
+    from chipotle.cli import ArgumentParser
     from chipotle.config import ChipConfig, did_you_mean
     from chipotle.hw.fpga.boards import BOARDS
 
-    parser = argparse.ArgumentParser(prog="python -m chipotle.sim.bitstream",
-                                     description=__doc__.split("\nMembers\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = ArgumentParser(prog="python -m chipotle.sim.bitstream",
+                            description=__doc__.split("\nMembers\n")[0],
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--board", default="ulx3s-85f", metavar="BOARD",
                         help=f"the board: {', '.join(sorted(BOARDS))} (default: %(default)s)")
     parser.add_argument("--config", default="", help="chip configuration (as make sim's "
@@ -960,7 +974,7 @@ def main(argv=None):
     parser.add_argument("--synth-only", action="store_true", help="stop after Yosys")
     parser.add_argument("--tile-blackbox", action="store_true", help="synthesise the top "
                         "with the tile as a black box (implies --synth-only)")
-    parser.add_argument("--build-dir", type=Path, metavar="DIR", help="where the tools run "
+    parser.add_argument("--build-dir", metavar="DIR", help="where the tools run "
                         "and the report, netlist and bitstream go (default: "
                         "build/fpga/<board>, with --tile-blackbox "
                         "build/fpga/<board>-tile-blackbox)")
@@ -992,11 +1006,12 @@ def main(argv=None):
     # `make bitstream` sets $CHIPOTLE_MAKE_BITSTREAM: errors then name make's variables
     under_make = "CHIPOTLE_MAKE_BITSTREAM" in os.environ
 
-    def refuse(message):
-        """argparse's error (usage, exit 2), or under make one line without the usage of
-        options the user did not type."""
+    def refuse(message, options=True):
+        """The parser's one-line error, exit 2 (with its pointer to --help unless the
+        refusal is not about the `options`: a build directory in the way), or under make
+        ``make bitstream: error: ...``, which names no option the user did not type."""
         if not under_make:
-            parser.error(message)
+            (parser.error if options else parser.refuse)(message)
         print(f"make bitstream: error: {message}", file=sys.stderr)
         sys.exit(2)
 
@@ -1006,6 +1021,9 @@ def main(argv=None):
         refuse(f"{given}{args.board}: not a board of this flow{hint}; the boards: "
                f"{', '.join(sorted(BOARDS))}")
     board = BOARDS[args.board]
+    if args.paths and board.family != "ecp5":      # (the only other family: iCE40)
+        refuse(f"--paths {args.paths}: the paths report is of ECP5 netlists "
+               f"(chipotle.sim.paths's delay model); {args.board} is an iCE40 board")
     clk_hz = None
     if args.clock_mhz is not None:
         # the clock the board can make, checked before anything is elaborated or written
@@ -1018,6 +1036,16 @@ def main(argv=None):
         config = ChipConfig.from_string(args.config, base=board.config) if args.config else None
     except ValueError as e:
         refuse(f"{'CONFIG=' if under_make else '--config '}{args.config}: {e}")
+    given = args.build_dir is not None
+    try:        # (as build's checks, but before the elaboration and in one line)
+        bdir = check_build_dir(args.build_dir if given
+                               else _default_dir(args.board, args.tile_blackbox),
+                               create=not args.reuse_netlist)
+    except ValueError as e:
+        refuse(f"--build-dir {e}" if given else str(e), options=args.build_dir == "")
+    if args.reuse_netlist and not bdir.is_dir():
+        refuse(f"--reuse-netlist: there is no build directory {bdir.resolve()}: run the "
+               f"synthesis first (--synth-only)", options=False)
     try:
         report = build(args.board, config, synth_only=args.synth_only,
                        tile_blackbox=args.tile_blackbox, build_dir=args.build_dir,

@@ -488,16 +488,64 @@ def test_rtlil_no_rw_check_marks_only_synchronous_untransparent_bits():
     (["--board", "icebreaker", "--clock-mhz", "24"],
      "--clock-mhz 24: icebreaker has no PLL in this flow: its clock is the oscillator's "
      "12 MHz"),
+    (["--board", "icebreaker", "--paths", "5"],        # (was skipped without a word)
+     "--paths 5: the paths report is of ECP5 netlists (chipotle.sim.paths's delay model); "
+     "icebreaker is an iCE40 board"),
 ])
 def test_bitstream_command_line_refusals(argv, message, capsys, monkeypatch):
     """Options that contradict each other or name nothing are refused at once, in one
     error line naming them (no elaboration, no Yosys)."""
+    from chipotle.hw.fpga.boards import Board
     from chipotle.sim.bitstream import main
     monkeypatch.delenv("CHIPOTLE_MAKE_BITSTREAM", raising=False)   # the option names
+    # one not refused would run the flow for minutes: fail at once instead
+    monkeypatch.setattr(Board, "make_platform", lambda self: pytest.fail("elaborated"))
     with pytest.raises(SystemExit) as e:
         main(argv)
     assert e.value.code == 2
     assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--build-dir", "{file}", "--config", "small,mesh=1x1", "--synth-only"],
+     "--build-dir {file}: is a file, not a folder"),
+    (["--build-dir", "{file}/sub"], "--build-dir {file}/sub: cannot be created (Not a "
+                                    "directory)"),
+    (["--build-dir", "", "--synth-only"],
+     "--build-dir is empty: give a folder (an empty one would be the current directory)"),
+    (["--reuse-netlist", "--build-dir", "{file}"], "--build-dir {file}: is a file"),
+    (["--reuse-netlist", "--build-dir", "{missing}"],
+     "--reuse-netlist: there is no build directory {missing}: run the synthesis first"),
+])
+def test_bitstream_refuses_a_bad_build_dir_before_elaborating(argv, message, tmp_path, capsys,
+                                                              monkeypatch):
+    """A --build-dir that is a file (a FileExistsError traceback after the elaboration), one
+    that cannot be created, or an empty one (the current directory, whose build files the
+    flow would write and delete) is one error line, exit 2, before anything is elaborated."""
+    from chipotle.hw.fpga.boards import Board
+    from chipotle.sim.bitstream import main
+    monkeypatch.delenv("CHIPOTLE_MAKE_BITSTREAM", raising=False)
+    monkeypatch.setattr(Board, "make_platform", lambda self: pytest.fail("elaborated"))
+    (tmp_path / "f").write_text("")
+    names = {"file": str(tmp_path / "f"), "missing": str(tmp_path / "missing")}
+    with pytest.raises(SystemExit) as e:
+        main([a.format(**names) for a in argv])
+    assert e.value.code == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1
+    assert err.startswith(f"python -m chipotle.sim.bitstream: error: {message.format(**names)}")
+
+
+def test_build_refuses_a_bad_build_dir_and_ice40_paths_before_any_work(tmp_path, monkeypatch):
+    from chipotle.hw.fpga.boards import Board
+    from chipotle.sim.bitstream import build
+    monkeypatch.setattr(Board, "make_platform", lambda self: pytest.fail("elaborated"))
+    (tmp_path / "f").write_text("")
+    for build_dir, message in (("", "is empty"), (tmp_path / "f", "is a file, not a folder")):
+        with pytest.raises(ValueError, match=message):
+            build("ulx3s-85f", build_dir=build_dir, synth_only=True)
+    with pytest.raises(ValueError, match="paths report .* ECP5 .* icebreaker is an iCE40"):
+        build("icebreaker", build_dir=tmp_path / "b", paths=5)
 
 
 def test_pnr_phase_reads_nextpnr_log():
