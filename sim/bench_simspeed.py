@@ -79,8 +79,11 @@ def _build_line(result: dict) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m chipotle.sim.bench_simspeed",
-                                description=__doc__.split("\n\n")[0])
+    """The command line's parser (`chipotle.cli.ArgumentParser`: its errors are one line)."""
+    from chipotle.cli import ArgumentParser
+
+    p = ArgumentParser(prog="python -m chipotle.sim.bench_simspeed",
+                       description=__doc__.split("\n\n")[0])
     p.add_argument("--config", default="small",
                    help="configuration name or key=value list (ChipConfig.from_string; "
                         "default small)")
@@ -103,7 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="Verilator model threads (--threads; default 1)")
     p.add_argument("--flat", action="store_true",
                    help="flat Verilator build instead of the hierarchical one (HIERARCHICAL=0)")
-    p.add_argument("--verilog", type=Path, default=None, metavar="FILE",
+    p.add_argument("--verilog", default=None, metavar="FILE",
                    help="the chip's Verilog (e.g. a build folder's chip.v) instead of the "
                         "current sources' (keeps runs on one design while hw/ changes)")
     p.add_argument("--idle", type=int, default=0, metavar="CYCLES",
@@ -113,21 +116,41 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the benchmark; print one line per figure; return 0."""
+    """Run the benchmark; print one line per figure; return 0.
+
+    Bad input ends the command with one ``error:`` line, exit status 2, before the chip's
+    Verilog is generated or anything is built: an unknown ``--config``, ``--steps`` below 2,
+    ``--idle`` below 0, ``--threads`` below 1, ``--no-generate`` without ``--idle``, an empty
+    ``--model`` or ``--verilog``, a ``--verilog`` that is missing or not text, a model file
+    that is missing or not a checkpoint.
+    """
+    from chipotle.cli import _where
     from chipotle.sim.chiprun import Job, run_rtl
 
-    args = build_parser().parse_args(argv)
+    ap = build_parser()
+    args = ap.parse_args(argv)
     try:
         config = ChipConfig.from_string(args.config)
     except ValueError as e:
-        print(f"--config: {e}", file=sys.stderr)
-        return 2
+        ap.error(f"--config: {e}")
+    if args.no_generate and not args.idle:
+        ap.error("--no-generate runs only the --idle run; give --idle CYCLES")
     if args.steps < 2 and not args.no_generate:
-        print("--steps must be at least 2 (the first token ends the prefill)", file=sys.stderr)
-        return 2
-    if args.verilog is not None and not args.verilog.is_file():
-        print(f"--verilog: no file {args.verilog}", file=sys.stderr)
-        return 2
+        ap.error(f"--steps must be at least 2 (the first token ends the prefill), not "
+                 f"{args.steps}")
+    if args.idle < 0:
+        ap.error(f"--idle must be a number of cycles, 0 or more, not {args.idle}")
+    if args.threads < 1:
+        ap.error(f"--threads must be 1 or more, not {args.threads}")
+    if args.model == "":
+        ap.error("--model is empty: give 'synthetic' or a llama2.c checkpoint")
+    verilog = None
+    if args.verilog is not None:
+        from chipotle.sim.paths import read_input
+        try:
+            verilog = read_input(args.verilog, "the chip's Verilog", "--verilog")
+        except ValueError as e:
+            (ap.error if args.verilog == "" else ap.refuse)(str(e))
     if args.flat:
         os.environ["HIERARCHICAL"] = "0"    # read by chipotle.sim.flow.run_cocotb
     name = args.model or ("synthetic" if args.config == "small"
@@ -135,11 +158,13 @@ def main(argv: list[str] | None = None) -> int:
     if name != "synthetic" and not args.no_generate:
         # before the Verilog and the build, which take minutes
         from chipotle.model import CheckpointError, load_checkpoint
+        if not Path(name).is_file():
+            ap.refuse(f"--model {name}: no such file" if args.model is not None
+                      else _where("checkpoint", Path(name), "--model"))
         try:
             load_checkpoint(name)
         except (CheckpointError, OSError) as e:
-            print(f"--model: {e}", file=sys.stderr)
-            return 2
+            ap.refuse(f"--model: {e}")
 
     def progress(msg):
         print(f"[bench] {msg}", file=sys.stderr, flush=True)
@@ -147,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     from chipotle.sim.chiprun import chip_verilog
 
     # once: both runs use one build
-    verilog = args.verilog.read_text() if args.verilog else chip_verilog(config, progress)
+    verilog = verilog if verilog is not None else chip_verilog(config, progress)
     kind = ("flat" if args.flat else "hierarchical") if args.sim == "verilator" else ""
     head = f"{config}, {args.sim} {kind} {args.cxx_opt if args.sim == 'verilator' else ''}, " \
            f"{args.threads} thread(s), clock {args.clock}"

@@ -233,7 +233,40 @@ def test_a_bad_model_is_refused_before_the_build(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(chiprun, "chip_verilog", lambda *a, **k: pytest.fail("built"))
     bad = tmp_path / "bad.bin"
     bad.write_bytes(b"\0" * 40)
-    for path, message in ((tmp_path / "missing.bin", "No such file"),
+    for path, message in ((tmp_path / "missing.bin", "missing.bin: no such file"),
                           (bad, "bad.bin: bad header")):
-        assert bench_simspeed.main(["--config", "default", "--model", str(path)]) == 2
+        with pytest.raises(SystemExit) as e:
+            bench_simspeed.main(["--config", "default", "--model", str(path)])
+        assert e.value.code == 2
         assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--no-generate"], "--no-generate runs only the --idle run; give --idle CYCLES"),
+    (["--steps", "1"], "--steps must be at least 2 (the first token ends the prefill), not 1"),
+    (["--idle", "-5"], "--idle must be a number of cycles, 0 or more, not -5"),
+    (["--threads", "0"], "--threads must be 1 or more, not 0"),
+    (["--model", ""], "--model is empty: give 'synthetic' or a llama2.c checkpoint"),
+    (["--config", "bogus"], "--config: unknown configuration 'bogus'"),
+    (["--verilog", ""], "--verilog is empty: give the chip's Verilog"),
+    (["--verilog", "{missing}"], "--verilog {missing}: no such file"),
+    (["--verilog", "{binary}"], "--verilog {binary}: not the chip's Verilog (not text"),
+])
+def test_bad_options_are_refused_in_one_line_before_the_build(args, message, tmp_path, capsys,
+                                                             monkeypatch):
+    """Each refusal is one `<prog>: error:` line, exit 2, before the chip's Verilog or a
+    Verilator build: --no-generate without --idle printed nothing and exited 0, --idle -5 and
+    --threads 0 reached the build, --model '' was the default model, and the command's own
+    refusals lacked the prefix."""
+    from chipotle.sim import bench_simspeed, chiprun
+    monkeypatch.setattr(chiprun, "chip_verilog", lambda *a, **k: pytest.fail("built"))
+    monkeypatch.setattr(chiprun, "run_rtl", lambda *a, **k: pytest.fail("ran"))
+    (tmp_path / "chip.v").write_bytes(b"\xff\xfe")
+    names = {"missing": str(tmp_path / "missing.v"), "binary": str(tmp_path / "chip.v")}
+    with pytest.raises(SystemExit) as e:
+        bench_simspeed.main([a.format(**names) for a in args])
+    assert e.value.code == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1
+    assert err.startswith(f"python -m chipotle.sim.bench_simspeed: error: "
+                          f"{message.format(**names)}")
