@@ -188,18 +188,30 @@ OWN_CONFIG = ("tile", "sram", "vector-unit", "controller")
 
 
 def main(argv=None):
+    """Synthesise a design and print its cells (the module's usage).
+
+    Bad input ends the command with one ``error:`` line, exit status 2, before anything is
+    built: an unknown design or configuration, and ``--config`` for a design built with its
+    own defaults (``router``, ``tile-datapath``), which would ignore it.
+    """
+    from chipotle.cli import ArgumentParser
     from chipotle.config import ChipConfig
 
-    parser = argparse.ArgumentParser(prog="python -m chipotle.sim.synth", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = ArgumentParser(prog="python -m chipotle.sim.synth", description=__doc__,
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("design", choices=sorted(DESIGNS),
                         help="the design to synthesise")
-    parser.add_argument("--config", default=None, help="chip configuration of the tile "
-                        "and sram designs (as make sim's CONFIG), default: default; of the "
-                        "vector-unit design when given (else VectorUnit()'s defaults)")
+    parser.add_argument("--config", default=None, help="chip configuration of the tile, "
+                        "sram and controller designs (as make sim's CONFIG), default: "
+                        "default; of the vector-unit design when given (else VectorUnit()'s "
+                        "defaults); router and tile-datapath take none")
     parser.add_argument("--hierarchy", action="store_true", help="a table per module "
                         "(synth_ecp5 -noflatten)")
     args = parser.parse_args(argv)
+    if args.config is not None and args.design not in OWN_CONFIG:
+        parser.error(f"--config: the {args.design} design is built with its own defaults and "
+                     f"takes no configuration; the designs built from --config: "
+                     f"{', '.join(sorted(OWN_CONFIG))}")
     try:
         # the vector unit without --config is VectorUnit()'s defaults, not a tile's
         config = (None if args.design == "vector-unit" and args.config is None

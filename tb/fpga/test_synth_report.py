@@ -114,3 +114,22 @@ def test_table_block_rams_from_rtlil(fix, blocks):
     cells = synth_ecp5(_Table(True, True), "t",
                        rtlil_filter=rtlil_no_rw_check if fix else (lambda text: text))
     assert cells.get("DP16KD") == blocks, cells
+
+
+@pytest.mark.parametrize("design", ["router", "tile-datapath"])
+def test_config_is_refused_for_designs_built_with_their_own_defaults(design, capsys,
+                                                                     monkeypatch):
+    """``--config`` for the router or the tile datapath, which are built with their own
+    defaults, was ignored without a word: it is one error line naming the designs that take
+    it, exit 2, before anything is built or synthesised."""
+    import chipotle.sim.synth as synth
+    monkeypatch.setattr(synth, "DESIGNS", {k: (lambda c: pytest.fail("built"), top)
+                                           for k, (_, top) in synth.DESIGNS.items()})
+    with pytest.raises(SystemExit) as e:
+        synth.main([design, "--config", "small"])
+    assert e.value.code == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1
+    assert err.startswith(f"python -m chipotle.sim.synth: error: --config: the {design} design "
+                          f"is built with its own defaults and takes no configuration; the "
+                          f"designs built from --config: controller, sram, tile, vector-unit")
