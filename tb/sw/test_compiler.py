@@ -960,6 +960,30 @@ def test_profile_refuses_top_without_critical(capsys):
             capsys.readouterr().err
 
 
+@pytest.mark.parametrize("argv, message", [
+    (["--critical", "--top", "-5"], "--top must be 1 or more (the instructions --critical "
+                                    "lists), not -5"),
+    (["--critical", "--top", "0"], "--top must be 1 or more (the instructions --critical "
+                                   "lists), not 0"),
+    (["--critical", "--timeline", "0,0"], "--critical and --timeline are alternatives (the "
+                                          "critical path across the tiles, or one tile's "
+                                          "instructions): give one of them"),
+    (["--critical", "--timeline", "0,0", "--layer", "1"], "--critical and --timeline are "
+                                                          "alternatives"),
+])
+def test_profile_refuses_top_below_one_and_critical_with_timeline(capsys, argv, message):
+    """``--critical --top -5`` / ``--top 0`` listed a wrong number of instructions (Python's
+    slicing) and ``--critical --timeline 0,0`` ignored ``--timeline``: each is one usage
+    line, before any model is read (no model files needed)."""
+    from chipotle.compiler import profile
+    with pytest.raises(SystemExit) as e:
+        profile.main(argv)
+    out, err = capsys.readouterr()
+    assert e.value.code == 2 and out == "" and err.count("\n") == 1, err
+    assert err.startswith(f"python -m chipotle.compiler.profile: error: {message}"), err
+    assert err.endswith("(python -m chipotle.compiler.profile --help lists the options)\n")
+
+
 def test_a_suggestion_that_changes_more_for_nothing_is_dropped():
     """A suggestion whose changes include another's, to the same values, adds nothing (a
     bigger mesh beside the same imem_words alone; a shorter context beside the same change
