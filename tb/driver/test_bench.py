@@ -305,3 +305,59 @@ def test_decode_sweep_first_tail_is_where_the_split_starts(monkeypatch):
         assert tensor._wsum_split(n, W) < n
         assert all(tensor._wsum_split(k, W) == k for k in range(1, n))
         monkeypatch.setattr(tensor, "WSUM_SPLIT_FROM", saved)
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("argv, message", [
+    (["--config", "default,mesh=1x1"], "bytes of SRAM at context 512, but a tile has 131,072; "
+                                       "a configuration that fits: --config mesh=3x3"),
+    (["--config", "small"], "a configuration that fits: --config small,sram_kib="),
+    (["--config", "ulx3s", "--to", "300"], "the longest context it holds, 204, is shorter than "
+                                           "the 301 positions of --to 300: give a --to below "
+                                           "204; for 301 positions, a configuration that "
+                                           "fits: --config ulx3s,sram_kib="),
+])
+def test_decode_sweep_refuses_a_configuration_that_does_not_fit(capsys, model_paths,
+                                                                 monkeypatch, argv, message):
+    """``python -m chipotle.sim.decode_sweep`` on a chip too small for stories260K: the
+    refusal ``python -m chipotle.compiler`` gives (`chipotle.cli.compile_for_module`), one
+    ``error:`` line naming the configurations that fit, before any step runs (it was a
+    `FitError` traceback); nothing on stdout."""
+    from chipotle.compiler.__main__ import main as compiler_main
+    from chipotle.sim.decode_sweep import main
+    monkeypatch.setenv("CHIPOTLE_MODEL_DIR", str(model_paths[0].parent))
+    given = argv
+    with pytest.raises(SystemExit) as e:
+        main(["--backend", "isasim", *given, *([] if "--to" in given else ["--to", "3"])])
+    out, err = capsys.readouterr()
+    refusal = str(e.value.code)
+    assert out == "" and refusal.startswith("error: ") and "\n" not in refusal, refusal
+    assert message in refusal and "Traceback" not in err, refusal
+    # the compiler's own refusal of that configuration, word for word (but for --to)
+    if "--to" not in given:
+        with pytest.raises(SystemExit) as c:
+            compiler_main(given)
+        assert str(c.value.code) == refusal
+        capsys.readouterr()
+
+
+@pytest.mark.model
+def test_decode_sweep_runs_at_the_longest_context_the_chip_holds(capsys, model_paths,
+                                                                 monkeypatch):
+    """On a chip that holds fewer positions than the model's ``seq_len`` the sweep runs at
+    the longest context it holds, and says so, as ``python -m chipotle.compiler``; a ``--to``
+    past a ``--context`` given is one usage line before the compile."""
+    from chipotle.sim.decode_sweep import main
+    monkeypatch.setenv("CHIPOTLE_MODEL_DIR", str(model_paths[0].parent))
+    assert main(["--backend", "isasim", "--config", "ulx3s", "--to", "3", "--bin", "2",
+                 "--split-from", "0"]) == 0
+    out, err = capsys.readouterr()
+    assert "context 204: the longest this configuration holds the model for" in err, err
+    assert out.splitlines()[-1].startswith("    2 .. 3 "), out
+    with pytest.raises(SystemExit) as e:
+        main(["--backend", "isasim", "--to", "40", "--context", "30"])
+    out, err = capsys.readouterr()
+    assert e.value.code == 2 and out == "" and err == (
+        "python -m chipotle.sim.decode_sweep: error: --to 40 needs 41 positions, more than "
+        "--context 30: give --context 41 or more, or a --to below 30 (python -m "
+        "chipotle.sim.decode_sweep --help lists the options)\n"), err
