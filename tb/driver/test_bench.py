@@ -199,6 +199,41 @@ def test_prompt_past_the_context_is_refused(capsys, model_paths):
 
 
 @pytest.mark.model
+@pytest.mark.parametrize("argv, message", [
+    (["--decode-steps", "9999999999"],
+     "--decode-steps 9999999999 with a 256-token prompt (the longest of --prompts) needs "
+     "10000000255 positions, more than the model's seq_len 512: give --decode-steps 256 or "
+     "fewer (python -m chipotle.sim.bench --help lists the options)"),
+    (["--prompts", "1", "--decode-steps", "512"],
+     "--decode-steps 512 with a 1-token prompt needs 513 positions, more than the model's "
+     "seq_len 512: give --decode-steps 511 or fewer (python -m chipotle.sim.bench --help "
+     "lists the options)"),
+    (["--prompts", "600", "--decode-steps", "600"],
+     "a 600-token prompt and 600 decode steps need 1200 positions, more than the model's "
+     "seq_len 512: give prompt lengths below 512 (--prompts) and fewer --decode-steps"),
+    (["--config", "ulx3s", "--prompts", "1", "--decode-steps", "300"],
+     "the longest context it holds, 204, is shorter than the 301 positions the longest "
+     "prompt and the decode steps need: give --decode-steps 203 or fewer; for 301 positions, "
+     "a configuration that fits: --config ulx3s,sram_kib="),
+])
+def test_decode_steps_past_the_context_name_the_most_that_fit(capsys, model_paths, argv,
+                                                              message):
+    """Decode steps beyond what the model's positions (or the chip's longest context) leave
+    after the longest prompt: one line naming the most ``--decode-steps`` that fit, not a
+    negative prompt length (``give prompt lengths of at most -9999999487``) or 0; past the
+    model's ``seq_len`` before any compile."""
+    with pytest.raises(SystemExit) as e:
+        bench.main(["--backend", "isasim", "--model", str(model_paths[0]), *argv])
+    out, err = capsys.readouterr()
+    assert e.value.code == 2 and out == "", err
+    lines = err.splitlines()
+    assert lines[-1].startswith("python -m chipotle.sim.bench: error: ") and (
+        message in lines[-1]), err
+    # only the search's note before it, when the chip holds fewer positions than seq_len
+    assert len(lines) == (2 if "ulx3s" in argv else 1), err
+
+
+@pytest.mark.model
 def test_printed_command_repeats_the_run(capsys, model_paths):
     """The table's header names a command that reruns the benchmark as it ran (every option
     that changes a figure: context, clock, model, decode steps)."""
