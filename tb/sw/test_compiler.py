@@ -903,6 +903,34 @@ def test_compiler_cli_refuses_bad_input_in_one_line(capsys, argv, expect):
     assert expect in capsys.readouterr().err + str(e.value.code)
 
 
+@pytest.mark.parametrize("argv, expect", [
+    (["--model", ""], "--model is empty: give a llama2.c checkpoint file or `small`, or leave "
+                      "--model out for the default model"),
+    (["--model", "", "--bench"], "--model is empty"),
+    (["--bench", "--tokenizer", ""], "--tokenizer is empty: give a tokenizer file, or leave "
+                                     "--tokenizer out for tok512.bin beside the model"),
+    (["--tokenizer", "/nonexistent"], "--tokenizer is --bench's (its prompt's tokens); give "
+                                      "--bench too, or leave --tokenizer out"),
+    (["--model", "small", "--tokenizer", "/nonexistent"], "--tokenizer is --bench's"),
+    (["--model", "small", "--bench", "--tokenizer", "/nonexistent"],
+     "--tokenizer: --model small's --bench runs synthetic token ids, no tokenizer; leave "
+     "--tokenizer out"),
+    (["--bench", "--context", "1"], "--bench needs a context of at least 2 positions (a "
+                                    "prefill and a decode step), not --context 1"),
+])
+def test_compiler_cli_refuses_what_it_would_ignore_before_any_work(capsys, argv, expect):
+    """``python -m chipotle.compiler``: an empty ``--model`` was taken as the default model,
+    a ``--tokenizer`` without ``--bench`` (or for ``--model small``, which has none) was
+    ignored, and ``--bench --context 1`` was refused after the whole memory map: each is one
+    usage line, exit status 2, before any model is read or anything printed."""
+    from chipotle.compiler.__main__ import main
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    out, err = capsys.readouterr()
+    assert e.value.code == 2 and out == "" and err.count("\n") == 1, (argv, err)
+    assert err.startswith(f"python -m chipotle.compiler: error: {expect}"), err
+
+
 def test_module_commands_refuse_missing_model_files_in_one_error_line(capsys, monkeypatch,
                                                                      tmp_path):
     """``python -m chipotle.compiler`` and ``python -m chipotle.compiler.profile`` without the
@@ -1031,14 +1059,18 @@ def test_compiler_cli_fits_the_context_and_names_whole_options(capsys, model_pat
 
 def test_compiler_cli_bench_within_a_short_context(capsys):
     """``--bench`` with a context shorter than its 64-token prefill prefills what fits (and
-    says so) instead of failing; a context of 1 (no decode step) is refused in one line."""
+    says so) instead of failing; a context of 1 (no decode step) is refused in one line,
+    before the memory map is printed (it came after the map)."""
     from chipotle.compiler.__main__ import main
     main(["--config", "small", "--model", "small", "--context", "6", "--bench"])
     out = capsys.readouterr().out
     assert "(context 6: the prefill is 5 tokens, not 64" in out and "prefill of 5 tokens" in out
     with pytest.raises(SystemExit) as e:
         main(["--config", "small", "--model", "small", "--context", "1", "--bench"])
-    assert "--bench needs a context of at least 2 positions" in str(e.value.code)
+    out, err = capsys.readouterr()
+    assert e.value.code == 2 and out == "", out       # before the memory map is printed
+    assert "--bench needs a context of at least 2 positions (a prefill and a decode step), " \
+           "not --context 1" in err, err
 
 
 def test_bigger_mesh_suggests_the_fewest_tiles():
