@@ -208,12 +208,16 @@ def main(argv: list[str] | None = None) -> int:
                     "(default: the compiler's)")
     ap.add_argument("--clock-mhz", type=clock_mhz, default=DEFAULT_CLOCK_MHZ,
                     help="assumed clock of the tokens/s figures (default: %(default)s)")
-    ap.add_argument("--model", type=Path, default=None,
+    ap.add_argument("--model", default=None,
                     help="a llama2.c checkpoint, taken as it is (default: stories260K.bin in "
                          "$CHIPOTLE_MODEL_DIR, else ../shared/models/, checked against the "
                          "published sha256)")
     ap.add_argument("--json", type=Path, default=None, help="also write the figures here")
     args = ap.parse_args(argv)
+    if args.model == "":          # (Path("") is ".", the folder)
+        ap.error("--model is empty: give a llama2.c checkpoint file, or leave --model out for "
+                 "the default model")
+    args.model = None if args.model is None else Path(args.model)
 
     try:
         lengths = [int(x) for x in args.prompts.split(",")]
@@ -238,6 +242,11 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         ap.error(f"--config: {e}")
     model_path = args.model or default_model_dir() / DEFAULT_CHECKPOINT
+    if args.model is not None and args.model.is_dir():
+        ap.refuse(f"--model {args.model} is a directory; give the checkpoint file (e.g. "
+                  f"{args.model / DEFAULT_CHECKPOINT})")
+    if args.model is not None and not args.model.exists():
+        ap.refuse(f"checkpoint not found: {args.model} (given with --model)")
     if args.model is None and not model_path.exists():   # where it looked, and the fetch hint
         from chipotle.cli import _where
         ap.refuse(_where("checkpoint", model_path, "--model"))

@@ -137,6 +137,24 @@ def test_bad_arguments_are_usage_errors(capsys):
         assert e.value.code == 2, argv
 
 
+@pytest.mark.parametrize("model, message", [
+    ("", "--model is empty: give a llama2.c checkpoint file, or leave --model out for the "
+         "default model (python -m chipotle.sim.bench --help lists the options)"),
+    (".", "--model . is a directory; give the checkpoint file (e.g. stories260K.bin)"),
+    ("/no/such/checkpoint.bin", "checkpoint not found: /no/such/checkpoint.bin (given with "
+                                "--model)"),
+])
+def test_model_that_is_no_file_is_named_as_what_it_is(capsys, model, message):
+    """An empty ``--model`` (which is ``Path('.')``), a folder and a missing file: one line
+    each saying what was given (they were ``[Errno 21] Is a directory: '.'`` and ``[Errno
+    2] No such file or directory``), before anything runs."""
+    with pytest.raises(SystemExit) as e:
+        bench.main(["--backend", "isasim", "--prompts", "1", "--model", model])
+    out, err = capsys.readouterr()
+    assert e.value.code == 2 and out == "" and err == (
+        f"python -m chipotle.sim.bench: error: {message}\n"), err
+
+
 def test_json_path_is_checked_before_the_run(capsys, tmp_path):
     """A --json the figures cannot be written to is refused before the benchmark runs (a
     missing folder failed with a traceback after the run, its figures lost)."""
