@@ -8,9 +8,9 @@ for ``--context`` positions, by default the model's ``seq_len`` or the longest c
 configuration holds; one that does not hold the model is refused in one ``error:`` line
 naming the configurations that do) and run as one decode step at each position
 ``0 .. --to`` (one token per step, no prefill batches: a step's cycles do not depend on what
-the KV cache holds), and the step
-cycles are printed as means over bins of ``--bin`` positions, with each setting's difference
-from the first.  Session 32's run (``docs/performance.md``, "Session 32")::
+the KV cache holds), and the step cycles are printed as means over bins of ``--bin``
+positions, with each setting's difference from the first.  Session 32's run
+(``docs/performance.md``, "Session 32")::
 
     python -m chipotle.sim.decode_sweep --backend verilator --to 511 --split-from 0,100000
 
