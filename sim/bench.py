@@ -208,12 +208,16 @@ def main(argv: list[str] | None = None) -> int:
                     "(default: the compiler's)")
     ap.add_argument("--clock-mhz", type=clock_mhz, default=DEFAULT_CLOCK_MHZ,
                     help="assumed clock of the tokens/s figures (default: %(default)s)")
-    ap.add_argument("--model", type=Path, default=None,
+    ap.add_argument("--model", default=None,
                     help="a llama2.c checkpoint, taken as it is (default: stories260K.bin in "
                          "$CHIPOTLE_MODEL_DIR, else ../shared/models/, checked against the "
                          "published sha256)")
     ap.add_argument("--json", type=Path, default=None, help="also write the figures here")
     args = ap.parse_args(argv)
+    if args.model == "":          # (Path("") is ".", the folder)
+        ap.error("--model is empty: give a llama2.c checkpoint file, or leave --model out for "
+                 "the default model")
+    args.model = None if args.model is None else Path(args.model)
 
     try:
         lengths = [int(x) for x in args.prompts.split(",")]
@@ -238,6 +242,11 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         ap.error(f"--config: {e}")
     model_path = args.model or default_model_dir() / DEFAULT_CHECKPOINT
+    if args.model is not None and args.model.is_dir():
+        ap.refuse(f"--model {args.model} is a directory; give the checkpoint file (e.g. "
+                  f"{args.model / DEFAULT_CHECKPOINT})")
+    if args.model is not None and not args.model.exists():
+        ap.refuse(f"checkpoint not found: {args.model} (given with --model)")
     if args.model is None and not model_path.exists():   # where it looked, and the fetch hint
         from chipotle.cli import _where
         ap.refuse(_where("checkpoint", model_path, "--model"))
@@ -252,15 +261,33 @@ def main(argv: list[str] | None = None) -> int:
     except (CheckpointError, OSError) as e:
         ap.refuse(str(e) if str(model_path) in str(e) else f"--model {model_path}: {e}")
     need = max(lengths) + args.decode_steps
-
-    def needs(longest: int) -> str:
-        most = f" of at most {longest - args.decode_steps}" if longest > args.decode_steps \
-            else ""
-        return (f"the {need} positions the longest prompt and the decode steps need: give "
-                f"prompt lengths{most} (--prompts; `make bench`: PROMPTS=)")
-
     steps = f"{args.decode_steps} decode step{'s' * (args.decode_steps != 1)}"
     seq_len = checkpoint.config.seq_len
+    # past the model's seq_len no context helps: refused before the compile, with the
+    # prompt lengths or the decode steps that fit (a prompt of seq_len tokens or more leaves
+    # no position for a decode step; else the decode steps are too many for the prompts)
+    if need > seq_len and max(lengths) >= seq_len:
+        most = (f"of at most {seq_len - args.decode_steps} (--prompts)"
+                if args.decode_steps < seq_len else
+                f"below {seq_len} (--prompts) and fewer --decode-steps")
+        ap.refuse(f"a {max(lengths)}-token prompt and {steps} need {need} positions, more "
+                  f"than the model's seq_len {seq_len}: give prompt lengths {most}")
+    if need > seq_len:
+        longest = " (the longest of --prompts)" if len(set(lengths)) > 1 else ""
+        ap.error(f"--decode-steps {args.decode_steps} with a {max(lengths)}-token prompt"
+                 f"{longest} needs {need} positions, more than the model's seq_len "
+                 f"{seq_len}: give --decode-steps {seq_len - max(lengths)} or fewer")
+
+    def needs(longest: int) -> str:
+        what = f"the {need} positions the longest prompt and the decode steps need: give "
+        if longest > args.decode_steps:
+            return (f"{what}prompt lengths of at most {longest - args.decode_steps} (--prompts;"
+                    f" `make bench`: PROMPTS=)")
+        if longest > max(lengths):       # no prompt is short enough: fewer decode steps
+            return f"{what}--decode-steps {longest - max(lengths)} or fewer"
+        return (f"{what}prompt lengths below {longest} (--prompts; `make bench`: PROMPTS=) "
+                f"and fewer --decode-steps, {longest} positions in all")
+
     @functools.cache    # once: before the first search for configurations that fit
     def searching():
         print(search_note(model_path.name), file=sys.stderr, flush=True)
@@ -281,11 +308,7 @@ def main(argv: list[str] | None = None) -> int:
     if shorter is not None:   # no --context: the longest context this configuration holds
         print(shorter_context_note(shorter, config, seq_len, "bench"), file=sys.stderr,
               flush=True)
-    if need > compiled.context:
-        if need > seq_len:   # no context helps: the prompts must be shorter
-            ap.refuse(f"a {max(lengths)}-token prompt and {steps} need {need} positions, more "
-                      f"than the model's seq_len {seq_len}: give prompt lengths of at most "
-                      f"{seq_len - args.decode_steps} (--prompts)")
+    if need > compiled.context:          # (at most seq_len: refused above)
         ap.refuse(f"a {max(lengths)}-token prompt and {steps} need {need} positions, more "
                   f"than the compiled context {compiled.context}: give --context {need} or "
                   f"more (at most the model's seq_len, {seq_len})")

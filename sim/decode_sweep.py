@@ -3,10 +3,14 @@ behind `chipotle.compiler.tensor.WSUM_SPLIT_FROM`.
 
 For each value of ``--split-from`` (``WSUM_SPLIT_FROM``, keys from which an attention tile
 hands its weighted sum's tail to its helper; a value past the context: never) the model is
-compiled and run as one decode step at each position ``0 .. --to`` (one token per step, no
-prefill batches: a step's cycles do not depend on what the KV cache holds), and the step
-cycles are printed as means over bins of ``--bin`` positions, with each setting's difference
-from the first.  Session 32's run (``docs/performance.md``, "Session 32")::
+compiled (every setting before the first run, as ``python -m chipotle.compiler`` compiles:
+for ``--context`` positions, by default the model's ``seq_len`` or the longest context the
+configuration holds; one that does not hold the model is refused in one ``error:`` line
+naming the configurations that do) and run as one decode step at each position
+``0 .. --to`` (one token per step, no prefill batches: a step's cycles do not depend on what
+the KV cache holds), and the step cycles are printed as means over bins of ``--bin``
+positions, with each setting's difference from the first.  Session 32's run
+(``docs/performance.md``, "Session 32")::
 
     python -m chipotle.sim.decode_sweep --backend verilator --to 511 --split-from 0,100000
 
@@ -43,7 +47,8 @@ def first_tail_keys(word_bytes: int) -> int:
         return next(n for n in range(1, 1 << 16) if tensor._wsum_split(n, word_bytes) < n)
 
 
-def sweep(qm, config, split_from: int, last: int, backend: str = "verilator") -> list[int]:
+def sweep(qm, config, split_from: int, last: int, backend: str = "verilator",
+          compiled=None) -> list[int]:
     """Return the cycles of decode steps at positions ``0 .. last``.
 
     Parameters
@@ -56,16 +61,28 @@ def sweep(qm, config, split_from: int, last: int, backend: str = "verilator") ->
         The last position (below the compiled context).
     backend : {"verilator", "icarus", "isasim"}
         The RTL (cycles measured) or the ISA simulator (estimated).
+    compiled : chipotle.compiler.CompiledModel, optional
+        `qm` already compiled for `config` with the tensor placement at `split_from` (as
+        `main` does, which refuses a configuration that does not fit in one line, and
+        compiles for a shorter context if only that fits); default: compiled here, for the
+        model's ``seq_len``.
 
     Returns
     -------
     list of int
         Cycles of the step at each position, ``last + 1`` of them.
+
+    Raises
+    ------
+    chipotle.compiler.FitError
+        If `compiled` is not given and the model does not fit `config`.
     """
     from chipotle.compiler import compile_model
 
-    with _split_from(split_from):
-        cm = compile_model(qm, config, placement="tensor")
+    if compiled is None:
+        with _split_from(split_from):
+            compiled = compile_model(qm, config, placement="tensor")
+    cm = compiled
     steps = [([1], 0)] + [([5], p) for p in range(1, last + 1)]
     if backend == "isasim":
         from chipotle.driver import Driver, IsaSimBackend
@@ -84,9 +101,14 @@ def sweep(qm, config, split_from: int, last: int, backend: str = "verilator") ->
 
 def main(argv: list[str] | None = None) -> int:
     """Run the sweep (``python -m chipotle.sim.decode_sweep --help``)."""
-    from chipotle.cli import ArgumentParser, module_model, positive_int
+    from chipotle.cli import (
+        ArgumentParser,
+        compile_for_module,
+        module_config,
+        module_model,
+        positive_int,
+    )
     from chipotle.compiler.tensor import WSUM_SPLIT_OFFSET, WSUM_SPLIT_SHARE
-    from chipotle.config import ChipConfig
     from chipotle.paths import DEFAULT_CHECKPOINT, default_model_dir
 
     ap = ArgumentParser(prog="python -m chipotle.sim.decode_sweep",
@@ -95,6 +117,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="the RTL, or the ISA simulator's estimate (default: %(default)s)")
     ap.add_argument("--config", default="default", help="chip configuration (default: "
                     "default)")
+    ap.add_argument("--context", type=int, default=None,
+                    help="positions to compile for (default: the model's seq_len, or the "
+                         "longest context the configuration holds, said so, if that is "
+                         "shorter)")
     ap.add_argument("--to", type=positive_int, default=511, help="the last position "
                     "(default: %(default)s)")
     ap.add_argument("--split-from", default="0,100000", help="WSUM_SPLIT_FROM values, "
@@ -109,14 +135,29 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--split-from takes integers separated by commas, not {args.split_from!r}")
     if any(v < 0 for v in values):
         ap.error(f"--split-from values must not be negative, not {args.split_from!r}")
-    try:
-        config = ChipConfig.from_string(args.config)
-    except ValueError as e:
-        ap.error(f"--config: {e}")
+    config = module_config(ap, args)       # --config and --context, as the compiler's
     qm = module_model(default_model_dir() / DEFAULT_CHECKPOINT, None)
     if args.to >= qm.config.seq_len:
         ap.error(f"--to must be below the model's seq_len, {qm.config.seq_len}, not {args.to}")
-    runs = [sweep(qm, config, v, args.to, args.backend) for v in values]
+    if args.context is not None and args.to >= args.context:
+        ap.error(f"--to {args.to} needs {args.to + 1} positions, more than --context "
+                 f"{args.context}: give --context {args.to + 1} or more, or a --to below "
+                 f"{args.context}")
+    # every setting compiled before any run, as `python -m chipotle.compiler` compiles: a
+    # configuration too small for the model is one `error:` line naming those that fit, and
+    # one that holds fewer positions than seq_len runs at the longest context it holds
+    compiled, context = [], args.context
+    for v in values:
+        with _split_from(v):
+            cm, shorter = compile_for_module(
+                qm, config, args.config, context, DEFAULT_CHECKPOINT, need=args.to + 1,
+                needs=lambda n: (f"the {args.to + 1} positions of --to {args.to}: give a --to "
+                                 f"below {n}"),
+                placement="tensor")
+        context = context or shorter       # the others at the first one's context
+        compiled.append(cm)
+    runs = [sweep(qm, config, v, args.to, args.backend, cm)
+            for v, cm in zip(values, compiled, strict=True)]
     first = first_tail_keys(config.word_bytes)
     if args.to + 1 < first:
         print(f"note: a weighted sum of fewer than {first} keys has no tail at any "

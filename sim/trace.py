@@ -39,7 +39,6 @@ TraceReport
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import sys
 from collections import defaultdict
@@ -380,14 +379,22 @@ def compare(compiled, est: dict, rtl: dict, trace_step: int = -1, top: int = 15
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Trace one decode step on the ISA simulator and the RTL; print the comparison."""
+    """Trace one decode step on the ISA simulator and the RTL; print the comparison.
+
+    Bad input ends the command with one ``error:`` line, exit status 2, before the model is
+    compiled or the RTL built: a bad ``--config`` or a ``--context`` below 1
+    (`chipotle.cli.module_config`), an empty ``--model``, a ``--top`` below 1; a missing or
+    unreadable checkpoint, a configuration that does not hold the model (naming those that
+    do, `chipotle.cli.config_tips`), a ``--pos`` or ``--step`` outside the steps, before the
+    RTL is built.
+    """
+    from chipotle.cli import ArgumentParser, _where, config_tips, module_config
     from chipotle.compiler import FitError, compile_model, small_model
-    from chipotle.config import ChipConfig
     from chipotle.model import CheckpointError, load_checkpoint
     from chipotle.paths import DEFAULT_CHECKPOINT, default_model_dir
 
-    ap = argparse.ArgumentParser(prog="python -m chipotle.sim.trace",
-                                 description=__doc__.split("\n\n")[0])
+    ap = ArgumentParser(prog="python -m chipotle.sim.trace",
+                        description=__doc__.split("\n\n")[0])
     ap.add_argument("--config", default="small", help="chip configuration (ChipConfig."
                     "from_string; default: small)")
     ap.add_argument("--model", default=None, help="llama2.c checkpoint, or 'synthetic' "
@@ -413,25 +420,29 @@ def main(argv: list[str] | None = None) -> int:
                     "step list: the prompt's prefill steps of M tokens, then the decode step "
                     "(default -1: the decode step)")
     args = ap.parse_args(argv)
-    try:
-        config = ChipConfig.from_string(args.config)
-    except ValueError as e:
-        ap.error(f"--config: {e}")
+    config = module_config(ap, args)    # --config, and --context (0 was taken as 16)
+    if args.model == "":
+        ap.error("--model is empty: give a llama2.c checkpoint file or 'synthetic', or leave "
+                 "--model out for the default model")
+    if args.top < 1:
+        ap.error(f"--top must be 1 or more (the instructions listed), not {args.top}")
     model = args.model or ("synthetic" if args.config == "small" else None)
     if model == "synthetic":
         source = small_model()
-        context = args.context or 16
+        context = 16 if args.context is None else args.context
     else:
         path = Path(model) if model else default_model_dir() / DEFAULT_CHECKPOINT
+        if model is None and not path.is_file():     # where it looked, and the fetch hint
+            ap.refuse(_where("checkpoint", path, "--model"))
         try:
             source = load_checkpoint(path)
         except (CheckpointError, OSError) as e:
-            ap.error(f"--model {path}: {e}")
+            ap.refuse(f"--model {path}: {e}")
         context = args.context
     try:
         compiled = compile_model(source, config, context=context, placement=args.placement)
-    except FitError as e:
-        ap.error(str(e))
+    except (FitError, ValueError) as e:       # the configurations that fit, as whole options
+        ap.refuse(config_tips(e, args.config))
     try:
         steps = step_list(compiled, args.pos)
     except ValueError as e:

@@ -3,11 +3,18 @@
 Options: ``--config NAME[,key=value...]`` (``chipotle.config.ChipConfig.from_string``),
 ``--context N`` (default: the model's ``seq_len``, or the longest context the configuration
 holds), ``--model PATH`` (a llama2.c checkpoint; default stories260K; ``small``: the
-regression's synthetic model), ``--tokenizer PATH`` (``--bench``'s; default beside the
-model), ``--placement pipeline|tensor`` (default tensor, as ``chipotle generate``;
-`compile_model`'s default is pipeline), ``--programs`` (also print every tile's
-assembly), ``--bench`` (run on the ISA simulator, bit-exact against the golden model, and
-print the estimated cycles of prefill and decode).
+regression's synthetic model), ``--tokenizer PATH`` (``--bench``'s, refused without it and
+with ``--model small``; default beside the model), ``--placement pipeline|tensor`` (default
+tensor, as ``chipotle generate``; `compile_model`'s default is pipeline), ``--programs``
+(also print every tile's assembly), ``--bench`` (run on the ISA simulator, bit-exact against
+the golden model, and print the estimated cycles of prefill and decode; it needs a context
+of at least 2 positions).
+
+Bad input is refused before anything is printed: a usage error (an empty ``--model`` or
+``--tokenizer``, ``--tokenizer`` without ``--bench``, ``--bench`` with ``--context 1``, a bad
+``--config`` or ``--context``) is one ``error:`` line, exit status 2; a missing or malformed
+model file and a configuration that does not hold the model (`chipotle.cli.module_model`,
+`chipotle.cli.compile_for_module`) are one ``error:`` line too.
 """
 
 from __future__ import annotations
@@ -131,8 +138,8 @@ def main(argv=None) -> None:
     ap.add_argument("--model", default=None,
                     help="a llama2.c checkpoint, or `small` (SMALL_MODEL_DIMS, synthetic)")
     ap.add_argument("--tokenizer", default=None,
-                    help=f"--bench's tokenizer (default: {DEFAULT_TOKENIZER} beside --model when "
-                         "it is given, else beside the default model)")
+                    help=f"--bench's tokenizer, only with --bench (default: {DEFAULT_TOKENIZER} "
+                         "beside --model when it is given, else beside the default model)")
     ap.add_argument("--programs", action="store_true",
                     help="also print every tile's assembly")
     ap.add_argument("--bench", action="store_true",
@@ -147,6 +154,23 @@ def main(argv=None) -> None:
                          "default: compile_model's (on for the tensor placement, as make sim)")
     args = ap.parse_args(argv)
     cfg = module_config(ap, args)
+    # what is given, checked before any work (an empty --model was the default model, a
+    # --tokenizer without --bench was ignored, --bench --context 1 was refused after the map)
+    if args.model == "":
+        ap.error("--model is empty: give a llama2.c checkpoint file or `small`, or leave "
+                 "--model out for the default model")
+    if args.tokenizer == "":
+        ap.error("--tokenizer is empty: give a tokenizer file, or leave --tokenizer out for "
+                 f"{DEFAULT_TOKENIZER} beside the model")
+    if args.tokenizer is not None and not args.bench:
+        ap.error("--tokenizer is --bench's (its prompt's tokens); give --bench too, or leave "
+                 "--tokenizer out")
+    if args.tokenizer is not None and args.model == "small":
+        ap.error("--tokenizer: --model small's --bench runs synthetic token ids, no "
+                 "tokenizer; leave --tokenizer out")
+    if args.bench and args.context is not None and args.context < 2:
+        ap.error(f"--bench needs a context of at least 2 positions (a prefill and a decode "
+                 f"step), not --context {args.context}")
     path = Path(args.model) if args.model else default_model_dir() / DEFAULT_CHECKPOINT
     t = time.time()
     if args.model == "small":
@@ -172,6 +196,9 @@ def main(argv=None) -> None:
     compiled, shorter = compile_for_module(qm, cfg, args.config, args.context,
                                            "the small model" if args.model == "small"
                                            else path.name,
+                                           need=2 if args.bench else 0,
+                                           needs="the 2 positions of --bench (a prefill and a "
+                                                 "decode step)",
                                            placement=args.placement, kvapp=args.kvapp)
     context = args.context if shorter is None else shorter
     print(compiled.memory_map())

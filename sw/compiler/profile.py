@@ -6,12 +6,13 @@ breakdown of one decode step of stories260K (the command behind the table in
 ``docs/architecture.md``, "Where a decode step's cycles go"); with ``--timeline X,Y
 [--layer L]`` it prints instead the step's instructions on tile (X, Y), one line each with
 the cycles they became ready, started, retired and their unit finished (`timeline_plan`:
-the source of that section's critical-path table); with ``--critical`` it prints the step's
-critical path across the tiles (`critical_plan`, `format_critical`): walked back from the last
-instruction to retire, through the instruction each one waited for (the previous one, the
-unit's last instruction it stalled on, or, for a ``wait``, the ``send`` whose bump released
-it), its cycles summed per phase and class (``net``: from a ``send`` to its ``wait``), per
-layer, per tile and per instruction.
+the source of that section's critical-path table); with ``--critical`` (not with
+``--timeline``: they are alternatives) it prints the step's critical path across the tiles
+(`critical_plan`, `format_critical`): walked back from the last instruction to retire,
+through the instruction each one waited for (the previous one, the unit's last instruction
+it stalled on, or, for a ``wait``, the ``send`` whose bump released it), its cycles summed
+per phase and class (``net``: from a ``send`` to its ``wait``), per layer, per tile and per
+instruction.
 
 A *phase* is the text of the last comment the code generator put before an instruction
 (``layer 3 attention ...`` and so on) with the layer number removed, so that the phases of
@@ -555,6 +556,11 @@ def main(argv=None) -> None:
         ap.error("--layer selects the lines of a --timeline; give --timeline X,Y too")
     if args.top is not None and not args.critical:
         ap.error("--top sets the instructions --critical lists; give --critical too")
+    if args.top is not None and args.top < 1:
+        ap.error(f"--top must be 1 or more (the instructions --critical lists), not {args.top}")
+    if args.critical and tile is not None:
+        ap.error("--critical and --timeline are alternatives (the critical path across the "
+                 "tiles, or one tile's instructions): give one of them")
     if not 1 <= args.rows <= cfg.max_m:
         ap.error(f"--rows must be in 1 .. {cfg.max_m} (M), not {args.rows}")
     if args.pos < 0:
@@ -575,6 +581,18 @@ def main(argv=None) -> None:
     if args.pos + args.rows > cm.context:
         ap.error(f"--pos {args.pos} with --rows {args.rows} needs {args.pos + args.rows} "
                  f"positions; the compiled context is {cm.context}")
+    if tile is not None and tile not in cm.sources:      # (a pipeline leaves tiles idle)
+        running = ", ".join(str(xy) for xy in cfg.tiles if xy in cm.sources)
+        ap.error(f"--timeline: tile {tile} runs no program in the {args.placement} placement "
+                 f"(tiles with programs: {running})")
+    if args.layer is not None:                 # a pipeline stage's tile runs some layers
+        layers = sorted({int(m[1]) for ph in phase_of_pc(cm.sources[tile], raw=True)
+                         if (m := re.match(r"layer (\d+) ", ph))})
+        if args.layer not in layers:
+            ap.error(f"--layer {args.layer}: tile {tile} runs no instruction of layer "
+                     f"{args.layer} in the {args.placement} placement ("
+                     + (f"its layers: {', '.join(map(str, layers))}" if layers
+                        else "none of the layers") + ")")
     sim = load_isasim(cm)
     toks = [(7 * i + 1) % qm.config.vocab_size for i in range(args.pos + args.rows)]
     M = cfg.max_m

@@ -12,7 +12,7 @@ described in ``docs/isa.md`` ("A layer on one tile").
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -29,6 +29,38 @@ _MATRICES = ("wq", "wk", "wv", "wo", "w1", "w3", "w2")
 VECTOR_TABLES = _TABLES = {TableId.RSQRT: "rsqrt_table", TableId.EXP2: "exp2_table",
            TableId.RECIP: "recip_table", TableId.DYNQ: "dynquant_table",
            TableId.SIGMOID: "sigmoid_table"}
+
+
+def _layer_regions(qm: QuantizedModel, isa: IsaConfig, max_pos: int) -> tuple:
+    """`LayerLayout`'s regions, matrix shapes and size (bytes) at `max_pos` positions,
+    whether or not they fit the tile (`LayerLayout` checks that)."""
+    c = qm.config
+    P, H, KV, hs = max_pos, c.n_heads, c.n_kv_heads, c.head_size
+    dim, hid, kvd = c.dim, c.hidden_dim, c.kv_dim
+    rec = isa.record_bytes
+    shapes = {  # name: (N, K) of each matrix
+        "wq": (dim, dim), "wk": (kvd, dim), "wv": (kvd, dim), "wo": (dim, dim),
+        "w1": (hid, dim), "w3": (hid, dim), "w2": (dim, hid)}
+    # c-operand data first: it must sit below 2**17 (the `c` immediate).
+    order = [("pos", 8), ("eps_att", 8), ("eps_ffn", 8), ("att_ms", 4)]
+    order += [(f"{w}_ms", 4 * shapes[w][0]) for w in _MATRICES]
+    order += [(f"tab_{t.name.lower()}", 2 * len(getattr(qm, a)))
+              for t, a in _TABLES.items()]
+    order += [(w, shapes[w][0] * isa.pad(shapes[w][1])) for w in _MATRICES]
+    order += [("g_att", 2 * dim), ("g_ffn", 2 * dim), ("rope", P * 2 * hs)]
+    order += [
+        ("x", 2 * dim), ("xn_att", 2 * dim), ("xq_att", rec(dim)), ("q16", 2 * dim),
+        ("k16", 2 * kvd), ("qrec", H * rec(hs)), ("t", H * 4 * P),
+        ("p", H * isa.pad(2 * P)), ("acc", 4 * dim), ("arec", rec(dim)), ("yo", 2 * dim),
+        ("x_att", 2 * dim), ("xn_ffn", 2 * dim), ("xq_ffn", rec(dim)), ("h1", 2 * hid),
+        ("h3", 2 * hid), ("silu", 2 * hid), ("gate", 4 * hid), ("grec", rec(hid)),
+        ("y2", 2 * dim), ("x_out", 2 * dim),
+        ("kcache", KV * P * rec(hs)), ("vcache", P * kvd)]
+    regions, addr = {}, 0
+    for name, nbytes in order:
+        regions[name] = (addr, nbytes)
+        addr += isa.pad(nbytes)
+    return regions, shapes, addr
 
 
 @dataclass
@@ -70,38 +102,12 @@ class LayerLayout:
             self.max_pos = c.seq_len
         if not 1 <= self.max_pos <= c.seq_len:
             raise ValueError(f"`max_pos` must be in [1, {c.seq_len}], not {self.max_pos}")
-        P, H, KV, hs = self.max_pos, c.n_heads, c.n_kv_heads, c.head_size
-        dim, hid, kvd = c.dim, c.hidden_dim, c.kv_dim
-        rec = isa.record_bytes
-        shapes = {  # name: (N, K) of each matrix
-            "wq": (dim, dim), "wk": (kvd, dim), "wv": (kvd, dim), "wo": (dim, dim),
-            "w1": (hid, dim), "w3": (hid, dim), "w2": (dim, hid)}
-        self.shapes = shapes
-        # c-operand data first: it must sit below 2**17 (the `c` immediate).
-        order = [("pos", 8), ("eps_att", 8), ("eps_ffn", 8), ("att_ms", 4)]
-        order += [(f"{w}_ms", 4 * shapes[w][0]) for w in _MATRICES]
-        order += [(f"tab_{t.name.lower()}", 2 * len(getattr(self.qm, a)))
-                  for t, a in _TABLES.items()]
-        order += [(w, shapes[w][0] * isa.pad(shapes[w][1])) for w in _MATRICES]
-        order += [("g_att", 2 * dim), ("g_ffn", 2 * dim), ("rope", P * 2 * hs)]
-        order += [
-            ("x", 2 * dim), ("xn_att", 2 * dim), ("xq_att", rec(dim)), ("q16", 2 * dim),
-            ("k16", 2 * kvd), ("qrec", H * rec(hs)), ("t", H * 4 * P),
-            ("p", H * isa.pad(2 * P)), ("acc", 4 * dim), ("arec", rec(dim)), ("yo", 2 * dim),
-            ("x_att", 2 * dim), ("xn_ffn", 2 * dim), ("xq_ffn", rec(dim)), ("h1", 2 * hid),
-            ("h3", 2 * hid), ("silu", 2 * hid), ("gate", 4 * hid), ("grec", rec(hid)),
-            ("y2", 2 * dim), ("x_out", 2 * dim),
-            ("kcache", KV * P * rec(hs)), ("vcache", P * kvd)]
-        addr = 0
-        for name, nbytes in order:
-            self.regions[name] = (addr, nbytes)
-            addr += isa.pad(nbytes)
-        self.size = addr
+        self.regions, self.shapes, self.size = _layer_regions(self.qm, isa, self.max_pos)
         last_c = max(self.regions[n][0] for n in ("eps_att", "eps_ffn", "att_ms"))
         last_c = max(last_c, *(self.regions[f"{w}_ms"][0] for w in _MATRICES))
         if self.size > isa.sram_bytes:
-            raise ValueError(f"the layer needs {self.size} bytes of SRAM with max_pos = {P}; "
-                             f"the tile has {isa.sram_bytes}")
+            raise ValueError(f"the layer needs {self.size} bytes of SRAM with max_pos = "
+                             f"{self.max_pos}; the tile has {isa.sram_bytes}")
         if self.size > 1 << OFF_BITS or last_c >= 1 << C_BITS:
             raise ValueError(f"the layer spans {self.size} bytes, beyond the {1 << OFF_BITS}"
                              f" bytes that immediate offsets reach")
@@ -391,18 +397,65 @@ def read_layer_trace(sim, xy, lay: LayerLayout, pos: int) -> dict:
     }
 
 
+def _largest_max_pos(qm: QuantizedModel, isa: IsaConfig) -> int:
+    """The largest ``max_pos`` whose `LayerLayout` fits `isa`'s tile (0: none does)."""
+    import bisect
+
+    def fits(p: int) -> bool:
+        try:
+            LayerLayout(qm, isa, max_pos=p)
+        except ValueError:
+            return False
+        return True
+    # the layout grows with max_pos: the first that does not fit, counted from 1
+    return bisect.bisect_left(range(1, qm.config.seq_len + 1), True, key=lambda p: not fits(p))
+
+
+def _no_fit(qm: QuantizedModel, isa: IsaConfig, max_pos: int, positions: int) -> str:
+    """The refusal of a layer that does not fit the tile at `max_pos` (`main`): what it
+    needs, what the tile has, and the ``--sram`` or ``--max-pos`` that fits (one that still
+    runs `positions` steps)."""
+    size = _layer_regions(qm, isa, max_pos)[2]
+    kib, reach = isa.sram_bytes // 1024, 1 << OFF_BITS
+    best = _largest_max_pos(qm, isa)
+    shorter = (f"--max-pos {best} or less" + (f" with --positions {best} or fewer"
+                                              if positions > best else "")) if best else ""
+    if size > reach:
+        what = (f"--max-pos {max_pos}: the layer needs {size:,} bytes of SRAM, beyond the "
+                f"{reach:,} bytes ({reach // 1024} KiB) the program's immediate offsets "
+                f"reach, whatever --sram")
+        top = _largest_max_pos(qm, replace(isa, sram_bytes=max(isa.sram_bytes, reach)))
+        bigger = f"--sram {reach // 1024} with --max-pos {top} or less" if top > best else ""
+    else:
+        need_kib = -(-size // 1024)
+        what = (f"--max-pos {max_pos}: the layer needs {size:,} bytes of SRAM ({need_kib} KiB);"
+                f" the tile has {isa.sram_bytes:,} (--sram {kib})")
+        bigger = f"--sram {need_kib} or more"
+    tips = [t for t in ((shorter, bigger) if size > reach else (bigger, shorter)) if t]
+    return what + (f": give {', or '.join(tips)}" if tips else "")
+
+
 def main(argv=None) -> None:
     """Print the layout and the estimated cycles of a stories260K layer on one tile.
 
-    ``python -m chipotle.isa.programs [--max-pos P] [--sram KIB] [--positions N]``: lays out
-    layer 0, runs decode steps 0 .. N-1 in the ISA simulator against the golden model (bit
-    exact or an error), and prints the memory map and the per-step cycle estimate.
+    ``python -m chipotle.isa.programs [--max-pos P] [--sram KIB] [--positions N]
+    [--layer L]``: lays out layer L, runs decode steps 0 .. N-1 in the ISA simulator against
+    the golden model (bit exact or an error), and prints the memory map and the per-step
+    cycle estimate.
+
+    Bad input ends the command with one ``error:`` line, exit status 2, before anything is
+    printed: ``--sram`` outside 1 .. the most a tile's SRAM addresses reach
+    (`chipotle.config.sram_reach`), ``--max-pos`` outside 1 .. the model's ``seq_len``,
+    ``--positions`` outside 1 .. ``--max-pos``, a ``--layer`` the model lacks, and a layer
+    that does not fit the tile at ``--max-pos`` (the refusal names the ``--sram`` or
+    ``--max-pos`` that fits).  A missing or damaged model file is one ``error:`` line too
+    (`chipotle.cli.module_model`).
     """
-    from ..cli import ArgumentParser
-    from ..golden import GoldenModel, quantize
+    from ..cli import ArgumentParser, module_model
+    from ..config import sram_reach
+    from ..golden import GoldenModel
     from ..isasim import IsaSim
-    from ..model import load_checkpoint
-    from ..paths import default_model_dir
+    from ..paths import DEFAULT_CHECKPOINT, default_model_dir
     from .asm import assemble
 
     ap = ArgumentParser(prog="python -m chipotle.isa.programs",
@@ -417,9 +470,36 @@ def main(argv=None) -> None:
     ap.add_argument("--layer", type=int, default=0,
                     help="the layer laid out and run (default: %(default)s)")
     args = ap.parse_args(argv)
-    qm = quantize(load_checkpoint(default_model_dir() / "stories260K.bin"))
+    W = IsaConfig().word_bytes
+    top = sram_reach(W) // 1024
+    if not 1 <= args.sram <= top:
+        ap.error(f"--sram must be in 1 .. {top} (KiB; a tile's SRAM word addresses reach "
+                 f"{top} KiB with {W}-byte words), not {args.sram}")
+    if args.positions < 1:
+        ap.error(f"--positions must be 1 or more (the decode steps run), not {args.positions}")
+    # as `python -m chipotle.compiler.profile`: a missing or damaged file is one `error:` line
+    qm = module_model(default_model_dir() / DEFAULT_CHECKPOINT, None)
+    c = qm.config
+    if not 0 <= args.layer < c.n_layers:
+        ap.error(f"--layer {args.layer}: the model has layers 0 .. {c.n_layers - 1}")
+    if not 1 <= args.max_pos <= c.seq_len:
+        ap.error(f"--max-pos must be in 1 .. {c.seq_len} (the model's seq_len), not "
+                 f"{args.max_pos}")
+    if args.positions > c.seq_len:
+        ap.error(f"--positions must be in 1 .. {c.seq_len} (the model's seq_len), not "
+                 f"{args.positions}")
     isa = IsaConfig(sram_bytes=args.sram * 1024)
-    lay = LayerLayout(qm, isa, max_pos=args.max_pos)
+    if args.positions > args.max_pos:
+        best = _largest_max_pos(qm, isa)
+        ap.error(f"--positions {args.positions} needs --max-pos {args.positions} or more (the "
+                 f"KV cache holds --max-pos {args.max_pos} positions)"
+                 + (f", and with --sram {args.sram} the layer fits the tile up to --max-pos "
+                    f"{best}: give --positions {best} or fewer" if best < args.positions
+                    else ""))
+    try:
+        lay = LayerLayout(qm, isa, max_pos=args.max_pos)
+    except ValueError:
+        ap.refuse(_no_fit(qm, isa, args.max_pos, args.positions))
     print(f"stories260K layer {args.layer}, {isa}")
     print(lay.memory_map())
     sym: dict = {}
@@ -445,7 +525,6 @@ def main(argv=None) -> None:
         d = {k: v - before[k] for k, v in vars(t.perf).items()}
         print(f"{pos:3d} {d['cycles']:7d} {d['matrix_cycles']:7d} {d['vector_cycles']:7d} "
               f"{d['dma_cycles']:6d} {d['instructions']:13d} {d['macs']:6d}")
-
 
 if __name__ == "__main__":
     from ..cli import run_main

@@ -137,6 +137,24 @@ def test_bad_arguments_are_usage_errors(capsys):
         assert e.value.code == 2, argv
 
 
+@pytest.mark.parametrize("model, message", [
+    ("", "--model is empty: give a llama2.c checkpoint file, or leave --model out for the "
+         "default model (python -m chipotle.sim.bench --help lists the options)"),
+    (".", "--model . is a directory; give the checkpoint file (e.g. stories260K.bin)"),
+    ("/no/such/checkpoint.bin", "checkpoint not found: /no/such/checkpoint.bin (given with "
+                                "--model)"),
+])
+def test_model_that_is_no_file_is_named_as_what_it_is(capsys, model, message):
+    """An empty ``--model`` (which is ``Path('.')``), a folder and a missing file: one line
+    each saying what was given (they were ``[Errno 21] Is a directory: '.'`` and ``[Errno
+    2] No such file or directory``), before anything runs."""
+    with pytest.raises(SystemExit) as e:
+        bench.main(["--backend", "isasim", "--prompts", "1", "--model", model])
+    out, err = capsys.readouterr()
+    assert e.value.code == 2 and out == "" and err == (
+        f"python -m chipotle.sim.bench: error: {message}\n"), err
+
+
 def test_json_path_is_checked_before_the_run(capsys, tmp_path):
     """A --json the figures cannot be written to is refused before the benchmark runs (a
     missing folder failed with a traceback after the run, its figures lost)."""
@@ -196,6 +214,41 @@ def test_prompt_past_the_context_is_refused(capsys, model_paths):
         "python -m chipotle.sim.bench: error: a 600-token prompt and 1 decode step need 601 "
         "positions, more than the model's seq_len 512: give prompt lengths of at most 511 "
         "(--prompts)\n"), err
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("argv, message", [
+    (["--decode-steps", "9999999999"],
+     "--decode-steps 9999999999 with a 256-token prompt (the longest of --prompts) needs "
+     "10000000255 positions, more than the model's seq_len 512: give --decode-steps 256 or "
+     "fewer (python -m chipotle.sim.bench --help lists the options)"),
+    (["--prompts", "1", "--decode-steps", "512"],
+     "--decode-steps 512 with a 1-token prompt needs 513 positions, more than the model's "
+     "seq_len 512: give --decode-steps 511 or fewer (python -m chipotle.sim.bench --help "
+     "lists the options)"),
+    (["--prompts", "600", "--decode-steps", "600"],
+     "a 600-token prompt and 600 decode steps need 1200 positions, more than the model's "
+     "seq_len 512: give prompt lengths below 512 (--prompts) and fewer --decode-steps"),
+    (["--config", "ulx3s", "--prompts", "1", "--decode-steps", "300"],
+     "the longest context it holds, 204, is shorter than the 301 positions the longest "
+     "prompt and the decode steps need: give --decode-steps 203 or fewer; for 301 positions, "
+     "a configuration that fits: --config ulx3s,sram_kib="),
+])
+def test_decode_steps_past_the_context_name_the_most_that_fit(capsys, model_paths, argv,
+                                                              message):
+    """Decode steps beyond what the model's positions (or the chip's longest context) leave
+    after the longest prompt: one line naming the most ``--decode-steps`` that fit, not a
+    negative prompt length (``give prompt lengths of at most -9999999487``) or 0; past the
+    model's ``seq_len`` before any compile."""
+    with pytest.raises(SystemExit) as e:
+        bench.main(["--backend", "isasim", "--model", str(model_paths[0]), *argv])
+    out, err = capsys.readouterr()
+    assert e.value.code == 2 and out == "", err
+    lines = err.splitlines()
+    assert lines[-1].startswith("python -m chipotle.sim.bench: error: ") and (
+        message in lines[-1]), err
+    # only the search's note before it, when the chip holds fewer positions than seq_len
+    assert len(lines) == (2 if "ulx3s" in argv else 1), err
 
 
 @pytest.mark.model
@@ -305,3 +358,59 @@ def test_decode_sweep_first_tail_is_where_the_split_starts(monkeypatch):
         assert tensor._wsum_split(n, W) < n
         assert all(tensor._wsum_split(k, W) == k for k in range(1, n))
         monkeypatch.setattr(tensor, "WSUM_SPLIT_FROM", saved)
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("argv, message", [
+    (["--config", "default,mesh=1x1"], "bytes of SRAM at context 512, but a tile has 131,072; "
+                                       "a configuration that fits: --config mesh=3x3"),
+    (["--config", "small"], "a configuration that fits: --config small,sram_kib="),
+    (["--config", "ulx3s", "--to", "300"], "the longest context it holds, 204, is shorter than "
+                                           "the 301 positions of --to 300: give a --to below "
+                                           "204; for 301 positions, a configuration that "
+                                           "fits: --config ulx3s,sram_kib="),
+])
+def test_decode_sweep_refuses_a_configuration_that_does_not_fit(capsys, model_paths,
+                                                                 monkeypatch, argv, message):
+    """``python -m chipotle.sim.decode_sweep`` on a chip too small for stories260K: the
+    refusal ``python -m chipotle.compiler`` gives (`chipotle.cli.compile_for_module`), one
+    ``error:`` line naming the configurations that fit, before any step runs (it was a
+    `FitError` traceback); nothing on stdout."""
+    from chipotle.compiler.__main__ import main as compiler_main
+    from chipotle.sim.decode_sweep import main
+    monkeypatch.setenv("CHIPOTLE_MODEL_DIR", str(model_paths[0].parent))
+    given = argv
+    with pytest.raises(SystemExit) as e:
+        main(["--backend", "isasim", *given, *([] if "--to" in given else ["--to", "3"])])
+    out, err = capsys.readouterr()
+    refusal = str(e.value.code)
+    assert out == "" and refusal.startswith("error: ") and "\n" not in refusal, refusal
+    assert message in refusal and "Traceback" not in err, refusal
+    # the compiler's own refusal of that configuration, word for word (but for --to)
+    if "--to" not in given:
+        with pytest.raises(SystemExit) as c:
+            compiler_main(given)
+        assert str(c.value.code) == refusal
+        capsys.readouterr()
+
+
+@pytest.mark.model
+def test_decode_sweep_runs_at_the_longest_context_the_chip_holds(capsys, model_paths,
+                                                                 monkeypatch):
+    """On a chip that holds fewer positions than the model's ``seq_len`` the sweep runs at
+    the longest context it holds, and says so, as ``python -m chipotle.compiler``; a ``--to``
+    past a ``--context`` given is one usage line before the compile."""
+    from chipotle.sim.decode_sweep import main
+    monkeypatch.setenv("CHIPOTLE_MODEL_DIR", str(model_paths[0].parent))
+    assert main(["--backend", "isasim", "--config", "ulx3s", "--to", "3", "--bin", "2",
+                 "--split-from", "0"]) == 0
+    out, err = capsys.readouterr()
+    assert "context 204: the longest this configuration holds the model for" in err, err
+    assert out.splitlines()[-1].startswith("    2 .. 3 "), out
+    with pytest.raises(SystemExit) as e:
+        main(["--backend", "isasim", "--to", "40", "--context", "30"])
+    out, err = capsys.readouterr()
+    assert e.value.code == 2 and out == "" and err == (
+        "python -m chipotle.sim.decode_sweep: error: --to 40 needs 41 positions, more than "
+        "--context 30: give --context 41 or more, or a --to below 30 (python -m "
+        "chipotle.sim.decode_sweep --help lists the options)\n"), err

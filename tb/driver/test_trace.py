@@ -50,3 +50,62 @@ def test_trace_counters_match_the_cost_model(sim_name):
         e, r = c["matrix_cycles"]
         assert e <= r <= e + c["sram_stalls"][1], (xy, c["matrix_cycles"], c["sram_stalls"])
     print(rep)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--context", "0"], "--context must be a positive number of positions, not 0 ("),
+    (["--context", "-1"], "--context must be a positive number of positions, not -1 ("),
+    (["--config", "default", "--context", "0"], "--context must be a positive number of "
+                                                "positions, not 0 ("),
+    (["--top", "-1"], "--top must be 1 or more (the instructions listed), not -1 ("),
+    (["--top", "0"], "--top must be 1 or more (the instructions listed), not 0 ("),
+    (["--model", ""], "--model is empty: give a llama2.c checkpoint file or 'synthetic', or "
+                      "leave --model out for the default model ("),
+    (["--model", "", "--config", "default"], "--model is empty: "),
+])
+def test_trace_refuses_bad_options_before_any_run(capsys, monkeypatch, argv, message):
+    """``python -m chipotle.sim.trace``: ``--context 0`` was silently 16 on the synthetic
+    model, an empty ``--model`` the default model, and ``--top -1`` (or 0) listed a wrong
+    number of instructions after the RTL run; each is one usage line (the project's parser,
+    not argparse's usage block), exit status 2, before anything runs.  The runs are
+    replaced by a failure here, so that a missing check cannot start an RTL build."""
+    from chipotle.sim import trace
+
+    def no_run(*args, **kwargs):
+        raise AssertionError("the trace ran: the options were not refused")
+    monkeypatch.setattr(trace, "isasim_trace", no_run)
+    monkeypatch.setattr(trace, "rtl_trace", no_run)
+    with pytest.raises(SystemExit) as e:
+        trace.main(argv)
+    out, err = capsys.readouterr()
+    assert e.value.code == 2 and out == "" and err.count("\n") == 1, (argv, err)
+    assert err.startswith(f"python -m chipotle.sim.trace: error: {message}"), err
+
+
+@pytest.mark.model
+def test_trace_refuses_a_model_it_cannot_read_or_fit_in_one_line(capsys, monkeypatch,
+                                                                 model_paths, tmp_path):
+    """A configuration too small for the checkpoint names the whole ``--config`` that fits
+    (`chipotle.cli.config_tips`: ``small,sram_kib=...``, not a bare key), and a missing
+    default checkpoint says where it was looked for and how to fetch it; both one line
+    without the ``--help`` pointer (they are not the options' syntax), before any run."""
+    from chipotle.sim import trace
+
+    def no_run(*args, **kwargs):
+        raise AssertionError("the trace ran: the model was not refused")
+    monkeypatch.setattr(trace, "isasim_trace", no_run)
+    monkeypatch.setattr(trace, "rtl_trace", no_run)
+    for argv, env, message in (
+            (["--config", "small", "--model", str(model_paths[0])], None,
+             "a configuration that fits: --config small,sram_kib="),
+            (["--config", "default"], tmp_path, f"checkpoint not found: "
+                                                f"{tmp_path / 'stories260K.bin'} (from "
+                                                f"$CHIPOTLE_MODEL_DIR={tmp_path}")):
+        if env is not None:
+            monkeypatch.setenv("CHIPOTLE_MODEL_DIR", str(env))
+        with pytest.raises(SystemExit) as e:
+            trace.main(argv)
+        out, err = capsys.readouterr()
+        assert e.value.code == 2 and out == "" and err.count("\n") == 1, (argv, err)
+        assert err.startswith("python -m chipotle.sim.trace: error: ") and message in err, err
+        assert "--help lists the options" not in err, err

@@ -903,6 +903,34 @@ def test_compiler_cli_refuses_bad_input_in_one_line(capsys, argv, expect):
     assert expect in capsys.readouterr().err + str(e.value.code)
 
 
+@pytest.mark.parametrize("argv, expect", [
+    (["--model", ""], "--model is empty: give a llama2.c checkpoint file or `small`, or leave "
+                      "--model out for the default model"),
+    (["--model", "", "--bench"], "--model is empty"),
+    (["--bench", "--tokenizer", ""], "--tokenizer is empty: give a tokenizer file, or leave "
+                                     "--tokenizer out for tok512.bin beside the model"),
+    (["--tokenizer", "/nonexistent"], "--tokenizer is --bench's (its prompt's tokens); give "
+                                      "--bench too, or leave --tokenizer out"),
+    (["--model", "small", "--tokenizer", "/nonexistent"], "--tokenizer is --bench's"),
+    (["--model", "small", "--bench", "--tokenizer", "/nonexistent"],
+     "--tokenizer: --model small's --bench runs synthetic token ids, no tokenizer; leave "
+     "--tokenizer out"),
+    (["--bench", "--context", "1"], "--bench needs a context of at least 2 positions (a "
+                                    "prefill and a decode step), not --context 1"),
+])
+def test_compiler_cli_refuses_what_it_would_ignore_before_any_work(capsys, argv, expect):
+    """``python -m chipotle.compiler``: an empty ``--model`` was taken as the default model,
+    a ``--tokenizer`` without ``--bench`` (or for ``--model small``, which has none) was
+    ignored, and ``--bench --context 1`` was refused after the whole memory map: each is one
+    usage line, exit status 2, before any model is read or anything printed."""
+    from chipotle.compiler.__main__ import main
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    out, err = capsys.readouterr()
+    assert e.value.code == 2 and out == "" and err.count("\n") == 1, (argv, err)
+    assert err.startswith(f"python -m chipotle.compiler: error: {expect}"), err
+
+
 def test_module_commands_refuse_missing_model_files_in_one_error_line(capsys, monkeypatch,
                                                                      tmp_path):
     """``python -m chipotle.compiler`` and ``python -m chipotle.compiler.profile`` without the
@@ -960,6 +988,30 @@ def test_profile_refuses_top_without_critical(capsys):
             capsys.readouterr().err
 
 
+@pytest.mark.parametrize("argv, message", [
+    (["--critical", "--top", "-5"], "--top must be 1 or more (the instructions --critical "
+                                    "lists), not -5"),
+    (["--critical", "--top", "0"], "--top must be 1 or more (the instructions --critical "
+                                   "lists), not 0"),
+    (["--critical", "--timeline", "0,0"], "--critical and --timeline are alternatives (the "
+                                          "critical path across the tiles, or one tile's "
+                                          "instructions): give one of them"),
+    (["--critical", "--timeline", "0,0", "--layer", "1"], "--critical and --timeline are "
+                                                          "alternatives"),
+])
+def test_profile_refuses_top_below_one_and_critical_with_timeline(capsys, argv, message):
+    """``--critical --top -5`` / ``--top 0`` listed a wrong number of instructions (Python's
+    slicing) and ``--critical --timeline 0,0`` ignored ``--timeline``: each is one usage
+    line, before any model is read (no model files needed)."""
+    from chipotle.compiler import profile
+    with pytest.raises(SystemExit) as e:
+        profile.main(argv)
+    out, err = capsys.readouterr()
+    assert e.value.code == 2 and out == "" and err.count("\n") == 1, err
+    assert err.startswith(f"python -m chipotle.compiler.profile: error: {message}"), err
+    assert err.endswith("(python -m chipotle.compiler.profile --help lists the options)\n")
+
+
 def test_a_suggestion_that_changes_more_for_nothing_is_dropped():
     """A suggestion whose changes include another's, to the same values, adds nothing (a
     bigger mesh beside the same imem_words alone; a shorter context beside the same change
@@ -1007,14 +1059,18 @@ def test_compiler_cli_fits_the_context_and_names_whole_options(capsys, model_pat
 
 def test_compiler_cli_bench_within_a_short_context(capsys):
     """``--bench`` with a context shorter than its 64-token prefill prefills what fits (and
-    says so) instead of failing; a context of 1 (no decode step) is refused in one line."""
+    says so) instead of failing; a context of 1 (no decode step) is refused in one line,
+    before the memory map is printed (it came after the map)."""
     from chipotle.compiler.__main__ import main
     main(["--config", "small", "--model", "small", "--context", "6", "--bench"])
     out = capsys.readouterr().out
     assert "(context 6: the prefill is 5 tokens, not 64" in out and "prefill of 5 tokens" in out
     with pytest.raises(SystemExit) as e:
         main(["--config", "small", "--model", "small", "--context", "1", "--bench"])
-    assert "--bench needs a context of at least 2 positions" in str(e.value.code)
+    out, err = capsys.readouterr()
+    assert e.value.code == 2 and out == "", out       # before the memory map is printed
+    assert "--bench needs a context of at least 2 positions (a prefill and a decode step), " \
+           "not --context 1" in err, err
 
 
 def test_bigger_mesh_suggests_the_fewest_tiles():

@@ -827,6 +827,31 @@ def test_profile_refuses_positions_and_layers_outside_the_model(capsys, model_pa
         assert e.value.code == 2 and message in err and "Traceback" not in err, (argv, err)
 
 
+@pytest.mark.model
+@pytest.mark.parametrize("argv, message", [
+    (["--placement", "pipeline", "--timeline", "3,2", "--pos", "2"],
+     "--timeline: tile (3, 2) runs no program in the pipeline placement (tiles with programs: "
+     "(0, 0), (1, 0), (2, 0), (3, 0), (0, 1), (1, 1), (2, 1), (3, 1), (0, 2), (1, 2), (2, 2), "
+     "(0, 3), (1, 3), (2, 3), (3, 3)) ("),
+    (["--placement", "pipeline", "--timeline", "0,0", "--layer", "4", "--pos", "2"],
+     "--layer 4: tile (0, 0) runs no instruction of layer 4 in the pipeline placement (none "
+     "of the layers) ("),
+])
+def test_profile_refuses_a_timeline_of_a_tile_without_the_code(capsys, model_paths,
+                                                               monkeypatch, argv, message):
+    """``python -m chipotle.compiler.profile --timeline X,Y``: a tile the pipeline placement
+    leaves idle was a ``KeyError`` traceback after the prefill; a ``--layer`` the tile's
+    stage does not run printed an empty table.  Both are one usage line naming the tiles
+    (layers) there are, after the compile and before any step runs."""
+    from chipotle.compiler import profile
+    monkeypatch.setenv("CHIPOTLE_MODEL_DIR", str(model_paths[0].parent))
+    with pytest.raises(SystemExit) as e:
+        profile.main(argv)
+    out, err = capsys.readouterr()
+    assert e.value.code == 2 and out == "" and err.count("\n") == 1, err
+    assert err.startswith(f"python -m chipotle.compiler.profile: error: {message}"), err
+
+
 @pytest.mark.parametrize("placement, shared, mesh", [
     ("tensor", True, (1, 1)), ("tensor", False, (1, 1)), ("tensor", True, (2, 1)),
     ("pipeline", True, (1, 1)), ("pipeline", False, (1, 1)), ("pipeline", True, (2, 1))],

@@ -178,3 +178,77 @@ def test_embedding_and_head_bit_exact(small_qm):
                                       trace["logits"].reshape(-1))
         assert sim.read(TILE, OUT, 1, np.int32)[0] == int(np.argmax(trace["logits"]))
 
+
+
+def _refused(capsys, main, argv) -> str:
+    """Run a module command's `main` on `argv`; assert it refuses the input as a usage
+    error: exit status 2, one line on stderr, nothing on stdout.  Return that line."""
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    out, err = capsys.readouterr()
+    assert e.value.code == 2 and out == "" and err.count("\n") == 1, (argv, e.value.code, err)
+    assert "Traceback" not in err, err
+    return err
+
+
+@pytest.mark.parametrize("argv", [["--sram", "0"], ["--sram", "-5"],
+                                  ["--sram", "100000000"], ["--sram", "513"]])
+def test_programs_command_refuses_sram_sizes_a_tile_cannot_have(capsys, argv):
+    """``python -m chipotle.isa.programs --sram``: a size that is not positive or is beyond
+    what a tile's SRAM word addresses reach (`chipotle.config.sram_reach`: 512 KiB with
+    8-byte words) is one usage line, before the model is read (``--sram 100000000`` asked
+    numpy for 95 GiB; 0 was a traceback)."""
+    from chipotle.isa.programs import main
+    err = _refused(capsys, main, argv)
+    assert (f"python -m chipotle.isa.programs: error: --sram must be in 1 .. 512 (KiB; a "
+            f"tile's SRAM word addresses reach 512 KiB with 8-byte words), not {argv[1]} "
+            f"(python -m chipotle.isa.programs --help lists the options)\n") == err, err
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("argv, message", [
+    (["--max-pos", "0"], "--max-pos must be in 1 .. 512 (the model's seq_len), not 0 ("),
+    (["--max-pos", "-1"], "--max-pos must be in 1 .. 512 (the model's seq_len), not -1 ("),
+    (["--max-pos", "513"], "--max-pos must be in 1 .. 512 (the model's seq_len), not 513 ("),
+    (["--max-pos", "512"], "--max-pos 512: the layer needs 138,888 bytes of SRAM, beyond the "
+                           "131,072 bytes (128 KiB) the program's immediate offsets reach, "
+                           "whatever --sram: give --max-pos 463 or less\n"),
+    (["--sram", "1"], "--max-pos 64: the layer needs 67,208 bytes of SRAM (66 KiB); the tile "
+                      "has 1,024 (--sram 1): give --sram 66 or more\n"),
+    (["--sram", "64"], "the tile has 65,536 (--sram 64): give --sram 66 or more, or --max-pos "
+                       "53 or less\n"),
+    (["--sram", "60", "--max-pos", "40", "--positions", "30"],
+     "give --sram 62 or more, or --max-pos 27 or less with --positions 27 or fewer\n"),
+    (["--positions", "65"], "--positions 65 needs --max-pos 65 or more (the KV cache holds "
+                            "--max-pos 64 positions) ("),
+    (["--max-pos", "4", "--positions", "8"], "--positions 8 needs --max-pos 8 or more (the KV "
+                                             "cache holds --max-pos 4 positions) ("),
+    (["--positions", "500"], "and with --sram 128 the layer fits the tile up to --max-pos 463: "
+                             "give --positions 463 or fewer ("),
+    (["--positions", "513"], "--positions must be in 1 .. 512 (the model's seq_len), not 513"),
+    (["--positions", "0"], "--positions must be 1 or more (the decode steps run), not 0"),
+    (["--positions", "-3"], "--positions must be 1 or more (the decode steps run), not -3"),
+    (["--layer", "5"], "--layer 5: the model has layers 0 .. 4 ("),
+    (["--layer", "-6"], "--layer -6: the model has layers 0 .. 4 ("),
+    (["--layer", "-1"], "--layer -1: the model has layers 0 .. 4 ("),
+])
+def test_programs_command_refuses_bad_options_before_any_table(capsys, model_paths,
+                                                               monkeypatch, argv, message):
+    """``python -m chipotle.isa.programs``: a ``--max-pos`` outside the model's positions or
+    too long for the tile, ``--positions`` beyond ``--max-pos`` (or none), a ``--layer`` the
+    model lacks: one usage line naming what fits, before any table is printed (each was a
+    traceback after the memory map, or a silently empty table)."""
+    from chipotle.isa.programs import main
+    monkeypatch.setenv("CHIPOTLE_MODEL_DIR", str(model_paths[0].parent))
+    err = _refused(capsys, main, argv)
+    assert err.startswith("python -m chipotle.isa.programs: error: ") and message in err, err
+
+
+@pytest.mark.model
+def test_programs_command_runs_the_largest_max_pos_it_names(capsys, model_paths, monkeypatch):
+    """The ``--max-pos`` the refusal of 512 names is one that runs (the last layer)."""
+    from chipotle.isa.programs import main
+    monkeypatch.setenv("CHIPOTLE_MODEL_DIR", str(model_paths[0].parent))
+    main(["--max-pos", "463", "--positions", "2", "--layer", "4"])
+    out = capsys.readouterr().out
+    assert out.startswith("stories260K layer 4, ") and out.splitlines()[-1].startswith("  1 ")
