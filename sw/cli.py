@@ -343,10 +343,10 @@ def build_parser() -> argparse.ArgumentParser:
                                         for b in map(backends.get, backends.names())))
     g.add_argument("--backend", default="reference", choices=backends.names(),
                    help="where the forward pass runs (default: %(default)s)")
-    g.add_argument("--model", type=Path, metavar="PATH",
+    g.add_argument("--model", type=file_path, metavar="PATH",
                    help=f"checkpoint (default: {DEFAULT_CHECKPOINT} in $CHIPOTLE_MODEL_DIR, "
                         "else ../shared/models/)")
-    g.add_argument("--tokenizer", type=Path, metavar="PATH",
+    g.add_argument("--tokenizer", type=file_path, metavar="PATH",
                    help=f"tokenizer (default: {DEFAULT_TOKENIZER} beside --model's "
                         f"checkpoint, or beside the default model)")
     g.add_argument("--prompt", default="", metavar="TEXT",
@@ -427,6 +427,15 @@ def _where(kind: str, path: Path, option: str | None) -> str:
     choose = "choose another folder with $CHIPOTLE_MODEL_DIR" + (
         f" or another file with {option}" if option else "")
     return f"{kind} not found: {path} ({origin}; {choose}); {FETCH_HINT}"
+
+
+def file_path(text: str) -> Path:
+    """An ``argparse`` type for a file option: `text` as a `Path`, refusing an empty one
+    (``Path("")`` is the current folder, which a refusal would then name as ``.``)."""
+    if not text:
+        raise argparse.ArgumentTypeError("is empty: give the file, or leave the option out "
+                                         "for the default")
+    return Path(text)
 
 
 def _resolve(args) -> tuple[Path, Path]:

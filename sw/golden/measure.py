@@ -139,16 +139,16 @@ def main(argv=None) -> int:
     is not a checkpoint or a tokenizer names the problem, and ``--positions`` / ``--steps``
     outside what the model's ``seq_len`` allows give the range.
     """
-    from ..cli import ArgumentParser, _where
+    from ..cli import ArgumentParser, _where, file_path
     from ..paths import check_published
     from ..tokenizer import load_tokenizer
 
     ap = ArgumentParser(prog="python -m chipotle.golden.measure", description=__doc__,
                         formatter_class=argparse.RawDescriptionHelpFormatter)
     d = default_model_dir()
-    ap.add_argument("--model", default=None,
+    ap.add_argument("--model", default=None, type=file_path,
                     help=f"llama2.c checkpoint (default: {d / DEFAULT_CHECKPOINT})")
-    ap.add_argument("--tokenizer", default=None,
+    ap.add_argument("--tokenizer", default=None, type=file_path,
                     help=f"tokenizer (default: {d / DEFAULT_TOKENIZER})")
     ap.add_argument("--positions", type=int, default=256,
                     help="teacher-forced positions, 1 .. seq_len - 1 (default 256)")

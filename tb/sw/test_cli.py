@@ -590,6 +590,12 @@ def test_options_of_other_backends_are_refused(capsys, tiny, tmp_path):
     i = tiny.index("--model")
     code, _out, err = run(capsys, *tiny[:i], "--model", str(tmp_path), *tiny[i + 2:])
     assert code == 2 and f"--model {tmp_path} is a directory; give the checkpoint file" in err
+    # an empty one is not the current folder ("--model . is a directory", session 39)
+    for option in ("--model", "--tokenizer"):
+        with pytest.raises(SystemExit) as e:          # the parser's refusal
+            run(capsys, *tiny, option, "")
+        err = capsys.readouterr().err
+        assert e.value.code == 2 and f"argument {option}: is empty: give the file" in err, err
 
 
 def test_every_option_of_other_backends_is_named(capsys, tiny):

@@ -275,6 +275,7 @@ def test_stories_batch_equals_sequential(stories):
     (["--steps", "5"], "--steps must be in 6 .. 512 (more than the longest prompt's 5 tokens"),
     (["--steps", "513"], "--steps must be in 6 .. 512"),
     (["--model", "{dir}/nope.bin"], "--model {dir}/nope.bin: no such file"),
+    (["--model", ""], "argument --model: is empty: give the file"),
     (["--model", "{tok}"], "{tok}: the file is a llama2.c tokenizer file"),
     (["--tokenizer", "{ckpt}"], "{ckpt}: the file is a legacy llama2.c model checkpoint"),
 ])
