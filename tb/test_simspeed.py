@@ -9,6 +9,7 @@ import pytest
 from chipotle.sim import run_cocotb
 from chipotle.sim.bench_simspeed import build_record, decode_speed
 from chipotle.sim.flow import _public_ports_config, hier_blocks
+from tbcommon.cli import refused
 
 TB = Path(__file__).parent
 
@@ -263,10 +264,6 @@ def test_bad_options_are_refused_in_one_line_before_the_build(args, message, tmp
     monkeypatch.setattr(chiprun, "run_rtl", lambda *a, **k: pytest.fail("ran"))
     (tmp_path / "chip.v").write_bytes(b"\xff\xfe")
     names = {"missing": str(tmp_path / "missing.v"), "binary": str(tmp_path / "chip.v")}
-    with pytest.raises(SystemExit) as e:
-        bench_simspeed.main([a.format(**names) for a in args])
-    assert e.value.code == 2
-    out, err = capsys.readouterr()
-    assert out == "" and err.count("\n") == 1
-    assert err.startswith(f"python -m chipotle.sim.bench_simspeed: error: "
-                          f"{message.format(**names)}")
+    err = refused(capsys, bench_simspeed.main, [a.format(**names) for a in args],
+                  "python -m chipotle.sim.bench_simspeed")
+    assert err.startswith(message.format(**names)), err

@@ -16,6 +16,7 @@ from chipotle.compiler import compile_model, small_model
 from chipotle.config import CONFIGS
 from chipotle.sim import simulators_from_env
 from chipotle.sim.trace import compare, isasim_trace, rtl_trace, step_list
+from tbcommon.cli import refused
 
 SMALL = CONFIGS["small"]
 
@@ -75,11 +76,8 @@ def test_trace_refuses_bad_options_before_any_run(capsys, monkeypatch, argv, mes
         raise AssertionError("the trace ran: the options were not refused")
     monkeypatch.setattr(trace, "isasim_trace", no_run)
     monkeypatch.setattr(trace, "rtl_trace", no_run)
-    with pytest.raises(SystemExit) as e:
-        trace.main(argv)
-    out, err = capsys.readouterr()
-    assert e.value.code == 2 and out == "" and err.count("\n") == 1, (argv, err)
-    assert err.startswith(f"python -m chipotle.sim.trace: error: {message}"), err
+    err = refused(capsys, trace.main, argv, "python -m chipotle.sim.trace")
+    assert err.startswith(message), err
 
 
 @pytest.mark.model
@@ -103,9 +101,6 @@ def test_trace_refuses_a_model_it_cannot_read_or_fit_in_one_line(capsys, monkeyp
                                                 f"$CHIPOTLE_MODEL_DIR={tmp_path}")):
         if env is not None:
             monkeypatch.setenv("CHIPOTLE_MODEL_DIR", str(env))
-        with pytest.raises(SystemExit) as e:
-            trace.main(argv)
-        out, err = capsys.readouterr()
-        assert e.value.code == 2 and out == "" and err.count("\n") == 1, (argv, err)
-        assert err.startswith("python -m chipotle.sim.trace: error: ") and message in err, err
+        err = refused(capsys, trace.main, argv, "python -m chipotle.sim.trace")
+        assert message in err, err
         assert "--help lists the options" not in err, err

@@ -6,6 +6,7 @@ import json
 import pytest
 
 from chipotle.sim.congestion import bands, by_module, main
+from tbcommon.cli import refused
 
 
 def test_by_module_sums_nets_under_their_module():
@@ -92,13 +93,9 @@ def test_command_refuses_bad_input_in_one_line(args, message, tmp_path, capsys):
             ("unplaced", "unplaced.json", json.dumps(_placed(bel=False)).encode())):
         (tmp_path / name).write_bytes(content)
         files[key] = str(tmp_path / name)
-    with pytest.raises(SystemExit) as e:
-        main([a.format(**files) for a in args])
-    assert e.value.code == 2
-    out, err = capsys.readouterr()
-    assert out == "" and err.count("\n") == 1
-    assert err.startswith("python -m chipotle.sim.congestion: error: ")
-    assert message.format(**files) in err
+    err = refused(capsys, main, [a.format(**files) for a in args],
+                  "python -m chipotle.sim.congestion")
+    assert message.format(**files) in err, err
 
 
 def test_an_empty_file_is_an_iteration_without_overuse(tmp_path, capsys):

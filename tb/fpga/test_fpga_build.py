@@ -10,6 +10,7 @@ import pytest
 
 from chipotle.config import ChipConfig
 from chipotle.hw.fpga.boards import BOARDS, BoardTop, ecp5_pll_params
+from tbcommon.cli import refused
 
 #: A one-tile chip small enough for a quick synthesis.
 TINY = ChipConfig(mesh_width=1, mesh_height=1, sram_bytes=4096, lanes=2, imem_words=64,
@@ -528,12 +529,9 @@ def test_bitstream_refuses_a_bad_build_dir_before_elaborating(argv, message, tmp
     monkeypatch.setattr(Board, "make_platform", lambda self: pytest.fail("elaborated"))
     (tmp_path / "f").write_text("")
     names = {"file": str(tmp_path / "f"), "missing": str(tmp_path / "missing")}
-    with pytest.raises(SystemExit) as e:
-        main([a.format(**names) for a in argv])
-    assert e.value.code == 2
-    out, err = capsys.readouterr()
-    assert out == "" and err.count("\n") == 1
-    assert err.startswith(f"python -m chipotle.sim.bitstream: error: {message.format(**names)}")
+    err = refused(capsys, main, [a.format(**names) for a in argv],
+                  "python -m chipotle.sim.bitstream")
+    assert err.startswith(message.format(**names)), err
 
 
 def test_build_refuses_a_bad_build_dir_and_ice40_paths_before_any_work(tmp_path, monkeypatch):

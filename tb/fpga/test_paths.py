@@ -3,6 +3,7 @@
 import pytest
 
 from chipotle.sim.paths import CELL_NS, NET_NS, SETUP_NS, format_paths, longest_paths, rtl_name
+from tbcommon.cli import refused
 
 FF_Q = CELL_NS["TRELLIS_FF"][0]
 LUT = CELL_NS["LUT4"][1][("A", "Z")]
@@ -138,13 +139,8 @@ def test_command_refuses_bad_input_in_one_line(args, message, tmp_path, capsys):
                  "cells": {"c": {"type": "SB_LUT4", "connections": {},
                                  "port_directions": {}}}, "netnames": {}}}})),
              "good": _write(tmp_path, "good.json", json.dumps(_netlist()))}
-    with pytest.raises(SystemExit) as e:
-        main([a.format(**files) for a in args])
-    assert e.value.code == 2
-    out, err = capsys.readouterr()
-    assert out == "" and err.count("\n") == 1
-    assert err.startswith("python -m chipotle.sim.paths: error: ")
-    assert message.format(**files) in err
+    err = refused(capsys, main, [a.format(**files) for a in args], "python -m chipotle.sim.paths")
+    assert message.format(**files) in err, err
 
 
 def test_command_lists_the_paths(tmp_path, capsys):

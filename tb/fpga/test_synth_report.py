@@ -19,6 +19,7 @@ from amaranth.lib.wiring import In, Out
 
 from chipotle.hw.tile.sram import Sram
 from chipotle.sim.synth import format_hierarchy, synth_ecp5, synth_ecp5_hierarchy
+from tbcommon.cli import refused
 
 
 class _Table(wiring.Component):
@@ -125,11 +126,7 @@ def test_config_is_refused_for_designs_built_with_their_own_defaults(design, cap
     import chipotle.sim.synth as synth
     monkeypatch.setattr(synth, "DESIGNS", {k: (lambda c: pytest.fail("built"), top)
                                            for k, (_, top) in synth.DESIGNS.items()})
-    with pytest.raises(SystemExit) as e:
-        synth.main([design, "--config", "small"])
-    assert e.value.code == 2
-    out, err = capsys.readouterr()
-    assert out == "" and err.count("\n") == 1
-    assert err.startswith(f"python -m chipotle.sim.synth: error: --config: the {design} design "
-                          f"is built with its own defaults and takes no configuration; the "
-                          f"designs built from --config: controller, sram, tile, vector-unit")
+    err = refused(capsys, synth.main, [design, "--config", "small"], "python -m chipotle.sim.synth")
+    assert err.startswith(f"--config: the {design} design is built with its own defaults and "
+                          f"takes no configuration; the designs built from --config: "
+                          f"controller, sram, tile, vector-unit"), err

@@ -27,6 +27,7 @@ from chipotle.config import CONFIGS, ChipConfig
 from chipotle.golden import GoldenModel, quantize
 from chipotle.model import load_checkpoint
 from chipotle.tokenizer import load_tokenizer
+from tbcommon.cli import refused
 
 
 @pytest.fixture(scope="module")
@@ -924,11 +925,8 @@ def test_compiler_cli_refuses_what_it_would_ignore_before_any_work(capsys, argv,
     ignored, and ``--bench --context 1`` was refused after the whole memory map: each is one
     usage line, exit status 2, before any model is read or anything printed."""
     from chipotle.compiler.__main__ import main
-    with pytest.raises(SystemExit) as e:
-        main(argv)
-    out, err = capsys.readouterr()
-    assert e.value.code == 2 and out == "" and err.count("\n") == 1, (argv, err)
-    assert err.startswith(f"python -m chipotle.compiler: error: {expect}"), err
+    err = refused(capsys, main, argv, "python -m chipotle.compiler")
+    assert err.startswith(expect), err
 
 
 def test_module_commands_refuse_missing_model_files_in_one_error_line(capsys, monkeypatch,
@@ -1004,12 +1002,9 @@ def test_profile_refuses_top_below_one_and_critical_with_timeline(capsys, argv, 
     slicing) and ``--critical --timeline 0,0`` ignored ``--timeline``: each is one usage
     line, before any model is read (no model files needed)."""
     from chipotle.compiler import profile
-    with pytest.raises(SystemExit) as e:
-        profile.main(argv)
-    out, err = capsys.readouterr()
-    assert e.value.code == 2 and out == "" and err.count("\n") == 1, err
-    assert err.startswith(f"python -m chipotle.compiler.profile: error: {message}"), err
-    assert err.endswith("(python -m chipotle.compiler.profile --help lists the options)\n")
+    err = refused(capsys, profile.main, argv, "python -m chipotle.compiler.profile")
+    assert err.startswith(message), err
+    assert err.endswith("(python -m chipotle.compiler.profile --help lists the options)")
 
 
 def test_a_suggestion_that_changes_more_for_nothing_is_dropped():

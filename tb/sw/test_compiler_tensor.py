@@ -27,6 +27,7 @@ from chipotle.golden import GoldenModel, quantize
 from chipotle.isa.core import Opcode
 from chipotle.isa.kv import KvLayout, kv_slot
 from chipotle.model import load_checkpoint
+from tbcommon.cli import refused
 
 
 @pytest.fixture(scope="module")
@@ -845,11 +846,8 @@ def test_profile_refuses_a_timeline_of_a_tile_without_the_code(capsys, model_pat
     (layers) there are, after the compile and before any step runs."""
     from chipotle.compiler import profile
     monkeypatch.setenv("CHIPOTLE_MODEL_DIR", str(model_paths[0].parent))
-    with pytest.raises(SystemExit) as e:
-        profile.main(argv)
-    out, err = capsys.readouterr()
-    assert e.value.code == 2 and out == "" and err.count("\n") == 1, err
-    assert err.startswith(f"python -m chipotle.compiler.profile: error: {message}"), err
+    err = refused(capsys, profile.main, argv, "python -m chipotle.compiler.profile")
+    assert err.startswith(message), err
 
 
 @pytest.mark.parametrize("placement, shared, mesh", [

@@ -22,6 +22,7 @@ from chipotle.golden.measure import free_running, greedy, teacher_forced
 from chipotle.golden.quantize import calibration_sequences, float_ranges
 from chipotle.model import ModelConfig, load_checkpoint, synthetic_checkpoint
 from chipotle.reference import Transformer
+from tbcommon.cli import refused
 
 GOLDEN_DIR = str(Path(nx.__file__).resolve().parent)
 
@@ -287,9 +288,6 @@ def test_measure_refuses_bad_input_in_one_line(model_paths, tmp_path, capsys, ar
     from chipotle.golden.measure import main
     ckpt, tok = model_paths
     names = {"dir": tmp_path, "tok": tok, "ckpt": ckpt}
-    with pytest.raises(SystemExit) as e:
-        main([a.format(**names) for a in args])
-    err = capsys.readouterr()
-    assert e.value.code == 2 and err.out == "", err
-    assert err.err.startswith("python -m chipotle.golden.measure: error: ") and \
-        says.format(**names) in err.err and err.err.count("\n") == 1, err.err
+    err = refused(capsys, main, [a.format(**names) for a in args],
+                  "python -m chipotle.golden.measure")
+    assert says.format(**names) in err, err

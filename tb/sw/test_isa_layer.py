@@ -25,6 +25,7 @@ from chipotle.isa.programs import (
 )
 from chipotle.isasim import IsaSim, TileState
 from chipotle.model import ModelConfig, load_checkpoint, synthetic_checkpoint
+from tbcommon.cli import refused
 
 TILE = (0, 0)
 SMALL = dict(dim=16, hidden_dim=40, n_layers=2, n_heads=4, n_kv_heads=2, vocab_size=32,
@@ -179,18 +180,6 @@ def test_embedding_and_head_bit_exact(small_qm):
         assert sim.read(TILE, OUT, 1, np.int32)[0] == int(np.argmax(trace["logits"]))
 
 
-
-def _refused(capsys, main, argv) -> str:
-    """Run a module command's `main` on `argv`; assert it refuses the input as a usage
-    error: exit status 2, one line on stderr, nothing on stdout.  Return that line."""
-    with pytest.raises(SystemExit) as e:
-        main(argv)
-    out, err = capsys.readouterr()
-    assert e.value.code == 2 and out == "" and err.count("\n") == 1, (argv, e.value.code, err)
-    assert "Traceback" not in err, err
-    return err
-
-
 @pytest.mark.parametrize("argv", [["--sram", "0"], ["--sram", "-5"],
                                   ["--sram", "100000000"], ["--sram", "513"]])
 def test_programs_command_refuses_sram_sizes_a_tile_cannot_have(capsys, argv):
@@ -199,10 +188,10 @@ def test_programs_command_refuses_sram_sizes_a_tile_cannot_have(capsys, argv):
     8-byte words) is one usage line, before the model is read (``--sram 100000000`` asked
     numpy for 95 GiB; 0 was a traceback)."""
     from chipotle.isa.programs import main
-    err = _refused(capsys, main, argv)
-    assert (f"python -m chipotle.isa.programs: error: --sram must be in 1 .. 512 (KiB; a "
-            f"tile's SRAM word addresses reach 512 KiB with 8-byte words), not {argv[1]} "
-            f"(python -m chipotle.isa.programs --help lists the options)\n") == err, err
+    err = refused(capsys, main, argv, "python -m chipotle.isa.programs")
+    assert (f"--sram must be in 1 .. 512 (KiB; a tile's SRAM word addresses reach 512 KiB "
+            f"with 8-byte words), not {argv[1]} (python -m chipotle.isa.programs --help "
+            f"lists the options)") == err, err
 
 
 @pytest.mark.model
@@ -240,8 +229,8 @@ def test_programs_command_refuses_bad_options_before_any_table(capsys, model_pat
     traceback after the memory map, or a silently empty table)."""
     from chipotle.isa.programs import main
     monkeypatch.setenv("CHIPOTLE_MODEL_DIR", str(model_paths[0].parent))
-    err = _refused(capsys, main, argv)
-    assert err.startswith("python -m chipotle.isa.programs: error: ") and message in err, err
+    err = refused(capsys, main, argv, "python -m chipotle.isa.programs")
+    assert message in err + "\n", err     # a message ending in "\n" ends the line
 
 
 @pytest.mark.model

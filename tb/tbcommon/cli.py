@@ -9,16 +9,21 @@ write_tiny_model
     Write a synthetic checkpoint and a matching tokenizer; return them as CLI arguments.
 run
     Run ``chipotle generate`` in-process; return (exit code, stdout, stderr).
+refused
+    Run a module command's ``main`` in-process; assert that it refuses the input in one
+    ``<prog>: error:`` line, exit status 2; return the message.
 """
 
 from __future__ import annotations
 
 import struct
 
+import pytest
+
 from chipotle import cli
 from chipotle.model import ModelConfig, synthetic_checkpoint, write_checkpoint
 
-__all__ = ["PIECES", "write_tiny_model", "run"]
+__all__ = ["PIECES", "write_tiny_model", "run", "refused"]
 
 PIECES = [b"<unk>", b"\n<s>\n", b"\n</s>\n"] + [f"<0x{b:02X}>".encode() for b in range(256)] + [
     b" ", b"a", b"b", b" a"]
@@ -42,3 +47,19 @@ def run(capsys, *args):
     code = cli.main(["generate", *args])
     out, err = capsys.readouterr()
     return code, out, err
+
+
+def refused(capsys, main, argv, prog: str) -> str:
+    """Run ``main(argv)`` (a ``python -m`` command's); assert that it refuses the input the
+    project's way (``chipotle.cli.ArgumentParser``): `SystemExit` with status 2, nothing on
+    stdout, one line on stderr starting ``<prog>: error: ``, no traceback.  Return the rest
+    of that line (the message, with any ``(<prog> --help lists the options)``, no newline).
+    """
+    with pytest.raises(SystemExit) as e:
+        main(list(argv))
+    code = e.value.code
+    del e       # its traceback holds main's frames, and what they built, in a cycle
+    out, err = capsys.readouterr()
+    assert code == 2 and out == "" and err.count("\n") == 1, (argv, code, out, err)
+    assert err.startswith(f"{prog}: error: ") and "Traceback" not in err, err
+    return err[len(f"{prog}: error: "):].rstrip("\n")
