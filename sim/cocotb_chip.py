@@ -59,16 +59,12 @@ def _step_dict(s) -> dict:
 @cocotb.test()
 async def run_job(dut):
     """Load the job's model through the host link and run the job."""
-    import signal
-
     from chipotle.config import ChipConfig
     from chipotle.driver import Driver
     from chipotle.driver.rtl import RtlBackend
 
-    # Ctrl-C reaches the simulator too (the same process group): end it quietly, leaving the
-    # one-line report to the host command (`chipotle: interrupted`), instead of cocotb's
-    # KeyboardInterrupt traceback from inside the simulation.
-    signal.signal(signal.SIGINT, lambda *_: os._exit(130))
+    # (Ctrl-C ends this process quietly: `chipotle.sim.chiprun.quiet_interrupt`, run before
+    # cocotb is imported, leaves the one-line report to the host command.)
     job = pickle.loads(Path(os.environ["CHIPOTLE_JOB"]).read_bytes())
     config = ChipConfig(**job["config"])
     backend = RtlBackend(dut, config, clock=job.get("clock", "gpi"))

@@ -433,8 +433,9 @@ def _build_progress(log: Path, what: str, every: float = 30.0):
     once make compiles, the C++ files compiled so far, counted in `log`, of the total
     `verilated_cxx_files` finds in the build folder, ``log.parent``: ``12 of 37 C++ files
     compiled``), and one at the end; if the build fails, the last 40 lines of `log` and its
-    path, then the error propagates.  The total counts every file of the build: a rebuild
-    whose make finds objects of an interrupted build up to date compiles fewer.
+    path, then the error propagates (interrupted, `KeyboardInterrupt`: one line saying so).
+    The total counts every file of the build: a rebuild whose make finds objects of an
+    interrupted build up to date compiles fewer.
     """
     import threading
 
@@ -460,6 +461,14 @@ def _build_progress(log: Path, what: str, every: float = 30.0):
     thread.start()
     try:
         yield
+    except KeyboardInterrupt:
+        # Ctrl-C stops make too: an interrupted build, not a failed one, and its log's
+        # last lines are make's "Interrupt" (the next run builds it again, from what
+        # ccache and make kept)
+        stop.set()
+        print(f"chipotle.sim.flow: {what} interrupted after {time.perf_counter() - t0:.0f} s",
+              file=sys.stderr, flush=True)
+        raise
     except BaseException:
         stop.set()
         try:

@@ -241,3 +241,22 @@ def test_build_progress_gives_the_total(tmp_path, capsys):
                 break
     assert "verilator build of top:" in early and "C++" not in early, early
     assert "2 of 11 C++ files compiled" in err, err
+
+
+def test_an_interrupted_build_is_not_reported_as_failed(tmp_path, capsys):
+    """Ctrl-C during a simulator build (make stopped too) is one line, ``... interrupted
+    after N s``, not ``FAILED`` and 40 lines of make's ``Interrupt`` log (session 39's fresh
+    user); a build that fails still shows its log's last lines."""
+    import pytest
+    log = tmp_path / "build.log"
+    log.write_text("make[2]: *** [Vtop.mk:1: a.o] Interrupt\n")
+    with pytest.raises(KeyboardInterrupt), flow._build_progress(log, "verilator build of top"):
+        raise KeyboardInterrupt
+    err = capsys.readouterr().err
+    assert err.splitlines()[-1].startswith("chipotle.sim.flow: verilator build of top "
+                                           "interrupted after "), err
+    assert "FAILED" not in err and "Interrupt\n" not in err, err
+    with pytest.raises(RuntimeError), flow._build_progress(log, "verilator build of top"):
+        raise RuntimeError("Command failed with return code: 2")
+    err = capsys.readouterr().err
+    assert "verilator build of top FAILED; last lines of" in err and "] Interrupt" in err, err

@@ -162,3 +162,40 @@ def test_ctrl_c_during_an_rtl_run_is_one_line(tiny, tmp_path):
     text = err_path.read_text()
     assert p.returncode == 130, text
     assert text.rstrip().endswith("chipotle: interrupted") and "Traceback" not in text, text
+
+
+def test_the_simulator_quiets_ctrl_c_before_cocotb_is_imported(monkeypatch):
+    """`run_rtl` runs `chipotle.sim.chiprun.quiet_interrupt` as the simulator's first entry
+    point, then exactly cocotb's own (the installed cocotb's default ``$PYGPI_USERS``), so
+    that Ctrl-C while the simulator's Python imports cocotb ends it quietly: a traceback of
+    up to 170 lines came out under ``chipotle: interrupted`` when Ctrl-C came 1-1.5 s after
+    ``running the ... chip`` (session 39, the small chip under Icarus: before the change 2 of
+    6 delays from 0.2 to 1.5 s, after it none)."""
+    import subprocess
+    import sys
+
+    from pygpi import entry
+
+    from chipotle.sim import chiprun
+
+    class Seen(Exception):
+        pass
+
+    def get_list(name, default):
+        raise Seen(name, tuple(default))
+    monkeypatch.setattr(entry._env, "get_list", get_list)
+    with pytest.raises(Seen) as e:
+        entry.load_entry()
+    assert e.value.args == ("PYGPI_USERS", chiprun.COCOTB_ENTRY_POINTS)
+    assert chiprun.PYGPI_USERS == ("chipotle.sim.chiprun:quiet_interrupt",
+                                   *chiprun.COCOTB_ENTRY_POINTS)
+    # the hook: SIGINT then ends the process at once, status 130, nothing printed
+    r = subprocess.run([sys.executable, "-c",
+                        "import os, signal, time\n"
+                        "from chipotle.sim.chiprun import quiet_interrupt\n"
+                        "quiet_interrupt()\n"
+                        "os.kill(os.getpid(), signal.SIGINT)\n"
+                        "time.sleep(30)\n"
+                        "print('not interrupted')\n"],
+                       capture_output=True, text=True, timeout=120)
+    assert (r.returncode, r.stdout, r.stderr) == (130, "", ""), r
