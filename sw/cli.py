@@ -22,7 +22,7 @@ from pathlib import Path
 from . import backends
 from .config import CONFIGS
 from .generate import Done, PromptTooLongError, StopReason, generate
-from .model import CheckpointError, load_checkpoint
+from .model import CheckpointError, check_checkpoint_header, load_checkpoint
 from .paths import (
     DEFAULT_CHECKPOINT,
     DEFAULT_TOKENIZER,
@@ -459,6 +459,10 @@ def _resolve(args) -> tuple[Path, Path]:
             # look for it, taken as it is (the model's own files, not the published ones)
             path = found[0].parent / default
             if not path.is_file():
+                try:            # a --model that is no checkpoint is the mistake to name
+                    check_checkpoint_header(found[0])
+                except (CheckpointError, OSError) as e:
+                    raise UsageError(str(e)) from None
                 raise UsageError(f"tokenizer not found: {path} (looked for beside --model "
                                  f"{found[0]}); give it with --tokenizer")
             found.append(path)

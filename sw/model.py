@@ -48,6 +48,7 @@ __all__ = [
     "TransformerWeights",
     "Checkpoint",
     "describe_checkpoint",
+    "check_checkpoint_header",
     "load_checkpoint",
     "write_checkpoint",
     "weight_shapes",
@@ -378,6 +379,30 @@ def load_checkpoint(path: str | os.PathLike, format: str | None = None) -> Check
 
 #: Bytes read before the rest of a checkpoint: every header (legacy 28, versioned 256).
 _HEAD_BYTES = 4096
+
+
+def check_checkpoint_header(path: str | os.PathLike) -> None:
+    """Check that `path` starts as a checkpoint of any format in `FORMATS` would, without
+    reading its tensors: the checks `load_checkpoint` makes first (the header, and the file
+    size it implies).
+
+    Raises
+    ------
+    CheckpointError
+        As `load_checkpoint` for a file that is not a checkpoint, naming what the file is
+        when it is a tokenizer.
+    OSError
+        If the file cannot be read.
+    """
+    path = Path(path)
+    with path.open("rb") as f:
+        head = f.read(_HEAD_BYTES)
+        size = os.fstat(f.fileno()).st_size
+    try:
+        _parse(_Head(head, size), None)
+    except CheckpointError as e:
+        what = _not_a_checkpoint(path)
+        raise CheckpointError(f"{path}: {what or e}") from None
 
 
 def describe_checkpoint(data: bytes) -> str | None:

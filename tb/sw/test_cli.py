@@ -590,6 +590,15 @@ def test_options_of_other_backends_are_refused(capsys, tiny, tmp_path):
     i = tiny.index("--model")
     code, _out, err = run(capsys, *tiny[:i], "--model", str(tmp_path), *tiny[i + 2:])
     assert code == 2 and f"--model {tmp_path} is a directory; give the checkpoint file" in err
+    # a --model that is no checkpoint is named as such, not "tokenizer not found" beside it
+    # (session 39's fresh user); a checkpoint whose folder lacks tok512.bin still says that
+    (tmp_path / "notes.txt").write_text("not a model\n" * 100)
+    code, _out, err = run(capsys, "--model", str(tmp_path / "notes.txt"))
+    assert code == 2 and f"error: {tmp_path / 'notes.txt'}: bad header" in err, err
+    code, _out, err = run(capsys, "--model", tiny[3])           # the tokenizer
+    assert code == 2 and f"error: {tiny[3]}: the file is a llama2.c tokenizer" in err, err
+    code, _out, err = run(capsys, "--model", tiny[1])           # tiny.bin, no tok512.bin
+    assert code == 2 and "tokenizer not found: " in err, err
     # an empty one is not the current folder ("--model . is a directory", session 39)
     for option in ("--model", "--tokenizer"):
         with pytest.raises(SystemExit) as e:          # the parser's refusal
