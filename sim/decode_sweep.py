@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     if any(v < 0 for v in values):
         ap.error(f"--split-from values must not be negative, not {args.split_from!r}")
     config = module_config(ap, args)       # --config and --context, as the compiler's
-    qm = module_model(default_model_dir() / DEFAULT_CHECKPOINT, None)
+    qm = module_model(default_model_dir() / DEFAULT_CHECKPOINT, None, ap=ap)
     if args.to >= qm.config.seq_len:
         ap.error(f"--to must be below the model's seq_len, {qm.config.seq_len}, not {args.to}")
     if args.context is not None and args.to >= args.context:
@@ -150,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     for v in values:
         with _split_from(v):
             cm, shorter = compile_for_module(
-                qm, config, args.config, context, DEFAULT_CHECKPOINT, need=args.to + 1,
+                qm, config, args.config, context, DEFAULT_CHECKPOINT, ap=ap, need=args.to + 1,
                 needs=lambda n: (f"the {args.to + 1} positions of --to {args.to}: give a --to "
                                  f"below {n}"),
                 placement="tensor")

@@ -818,33 +818,43 @@ def module_config(ap, args):
     return cfg
 
 
-def module_model(path: Path, option: str | None, given: bool = False):
+def _module_refusal(ap, message: str):
+    """End a ``python -m`` command with one line: `ap`'s ``refuse`` (``<prog>: error:
+    <message>``, exit status 2), or without a parser ``error: <message>``, exit status 1."""
+    if ap is not None:
+        ap.refuse(message)
+    raise SystemExit(f"error: {message}")
+
+
+def module_model(path: Path, option: str | None, given: bool = False, ap=None):
     """The quantised model of a ``python -m`` module's `main` (``chipotle.compiler`` and its
     ``profile``), read from the checkpoint at `path`, or the command's end in one ``error:``
-    line (`SystemExit`): a missing default file says where it was looked for (`_where`,
-    `option` the command's file option, None if it has none), a default file that is not
-    the published one says so (`chipotle.paths.check_published`), an unreadable or
-    malformed checkpoint and one the quantiser refuses name the problem.  A file `given`
+    line (`SystemExit`; with the command's `ArgumentParser` `ap`, ``<prog>: error: ...`` and
+    exit status 2 as its other refusals): a missing default file says where it was looked
+    for (`_where`, `option` the command's file option, None if it has none), a default file
+    that is not the published one says so (`chipotle.paths.check_published`), an unreadable
+    or malformed checkpoint and one the quantiser refuses name the problem.  A file `given`
     with `option` is taken as it is."""
     from .golden import quantize
     if not given and not path.is_file():
-        raise SystemExit(f"error: {_where('checkpoint', path, option)}")
+        _module_refusal(ap, _where("checkpoint", path, option))
     try:
         if not given:
             check_published(path, option)
         ckpt = load_checkpoint(path)
     except (OSError, ValueError) as e:      # CheckpointError is a ValueError
-        raise SystemExit(f"error: {e}") from None
+        _module_refusal(ap, str(e))
     try:
         return quantize(ckpt)
     except ValueError as e:                 # a checkpoint the quantiser cannot take
-        raise SystemExit(f"error: {path}: {e}") from None
+        _module_refusal(ap, f"{path}: {e}")
 
 
 def compile_for_module(model, config, given: str, context: int | None,
-                       name: str = "the model", **kw):
+                       name: str = "the model", ap=None, **kw):
     """`compile_fitting` for a ``python -m`` module's `main` (``chipotle.compiler`` and its
-    ``profile``): a refusal ends the command with its one-line message (`SystemExit`), and
+    ``profile``): a refusal ends the command with its one-line message (`SystemExit`; with
+    the command's `ArgumentParser` `ap`, ``<prog>: error: ...``, exit status 2), and
     a context shorter than the model's ``seq_len`` chosen instead is said on stderr, and so
     is what the compile left out for want of room (`slower_notes`); before a search for the
     configurations that fit, `search_note` of `name` (the model file's name) is too.
@@ -855,7 +865,7 @@ def compile_for_module(model, config, given: str, context: int | None,
         compiled, shorter = compile_fitting(model, config, given, context,
                                             on_search=searching, **kw)
     except FitRefusal as e:
-        raise SystemExit(f"error: {e}") from None
+        _module_refusal(ap, str(e))
     if shorter is not None:
         print(f"context {shorter}: the longest this configuration holds the model for; its "
               f"seq_len, {model.config.seq_len}, does not fit (--context sets the context)",

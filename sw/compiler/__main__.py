@@ -177,7 +177,7 @@ def main(argv=None) -> None:
         from .run import small_model
         qm = small_model()
     else:
-        qm = module_model(path, "--model", given=bool(args.model))
+        qm = module_model(path, "--model", given=bool(args.model), ap=ap)
     tokens = None
     if args.bench and args.model != "small":
         # the tokenizer before the compile, so that a missing one is refused at once
@@ -188,14 +188,14 @@ def main(argv=None) -> None:
         try:
             tok = load_tokenizer(tok_path, vocab_size=qm.config.vocab_size)
         except (OSError, TokenizerError) as e:
-            raise SystemExit(f"error: --tokenizer: {e} (give --tokenizer PATH)") from None
+            ap.refuse(f"--tokenizer: {e} (give --tokenizer PATH)")
         tokens = tok.encode(_TEXT)
         while len(tokens) < 260:
             tokens += tok.encode(_TEXT, bos=False)
         tokens = tokens[:260]
     compiled, shorter = compile_for_module(qm, cfg, args.config, args.context,
                                            "the small model" if args.model == "small"
-                                           else path.name,
+                                           else path.name, ap=ap,
                                            need=2 if args.bench else 0,
                                            needs="the 2 positions of --bench (a prefill and a "
                                                  "decode step)",

@@ -566,13 +566,13 @@ def main(argv=None) -> None:
     if args.pos < 0:
         ap.error(f"--pos must be a position (0 or more), not {args.pos}")
     # as `python -m chipotle.compiler`: one `error:` line (no --model here)
-    qm = module_model(default_model_dir() / DEFAULT_CHECKPOINT, None)
+    qm = module_model(default_model_dir() / DEFAULT_CHECKPOINT, None, ap=ap)
     if args.layer is not None and not 0 <= args.layer < qm.config.n_layers:
         ap.error(f"--layer {args.layer}: the model has layers 0 .. {qm.config.n_layers - 1}")
     # as `python -m chipotle.compiler`: a refusal is one message naming the configurations
     # that fit (the --config text's own keys kept), and without --context a chip too small
     # for the model's seq_len is compiled for the longest context it holds
-    cm, _ = compile_for_module(qm, cfg, args.config, args.context, DEFAULT_CHECKPOINT,
+    cm, _ = compile_for_module(qm, cfg, args.config, args.context, DEFAULT_CHECKPOINT, ap=ap,
                                need=args.pos + args.rows,
                                needs=lambda n: (f"the {args.pos + args.rows} positions of "
                                                 f"--pos {args.pos} with --rows {args.rows}: "

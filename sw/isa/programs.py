@@ -478,7 +478,7 @@ def main(argv=None) -> None:
     if args.positions < 1:
         ap.error(f"--positions must be 1 or more (the decode steps run), not {args.positions}")
     # as `python -m chipotle.compiler.profile`: a missing or damaged file is one `error:` line
-    qm = module_model(default_model_dir() / DEFAULT_CHECKPOINT, None)
+    qm = module_model(default_model_dir() / DEFAULT_CHECKPOINT, None, ap=ap)
     c = qm.config
     if not 0 <= args.layer < c.n_layers:
         ap.error(f"--layer {args.layer}: the model has layers 0 .. {c.n_layers - 1}")

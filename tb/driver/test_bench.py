@@ -12,6 +12,7 @@ import pytest
 from chipotle.compiler import compile_model, small_model
 from chipotle.config import CONFIGS
 from chipotle.sim import bench
+from tbcommon.cli import refused
 
 SMALL = CONFIGS["small"]
 
@@ -380,18 +381,18 @@ def test_decode_sweep_refuses_a_configuration_that_does_not_fit(capsys, model_pa
     from chipotle.sim.decode_sweep import main
     monkeypatch.setenv("CHIPOTLE_MODEL_DIR", str(model_paths[0].parent))
     given = argv
-    with pytest.raises(SystemExit) as e:
-        main(["--backend", "isasim", *given, *([] if "--to" in given else ["--to", "3"])])
-    out, err = capsys.readouterr()
-    refusal = str(e.value.code)
-    assert out == "" and refusal.startswith("error: ") and "\n" not in refusal, refusal
-    assert message in refusal and "Traceback" not in err, refusal
-    # the compiler's own refusal of that configuration, word for word (but for --to)
+    refusal = refused(capsys, main, ["--backend", "isasim", *given,
+                                     *([] if "--to" in given else ["--to", "3"])],
+                      "python -m chipotle.sim.decode_sweep")
+    assert message in refusal, refusal
+    # the compiler's own refusal of that configuration, word for word (but for --to and
+    # the progress line of its search, on stderr before it)
     if "--to" not in given:
         with pytest.raises(SystemExit) as c:
             compiler_main(given)
-        assert str(c.value.code) == refusal
-        capsys.readouterr()
+        err = capsys.readouterr().err
+        assert c.value.code == 2 and err.endswith(f"python -m chipotle.compiler: error: "
+                                                  f"{refusal}\n"), err
 
 
 @pytest.mark.model

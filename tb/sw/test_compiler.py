@@ -939,18 +939,17 @@ def test_module_commands_refuse_missing_model_files_in_one_error_line(capsys, mo
     from chipotle.compiler.__main__ import main
     from chipotle.paths import FETCH_HINT
     monkeypatch.setenv("CHIPOTLE_MODEL_DIR", str(tmp_path))
-    where = (f"error: checkpoint not found: {tmp_path / 'stories260K.bin'} (from "
+    where = (f"checkpoint not found: {tmp_path / 'stories260K.bin'} (from "
              f"$CHIPOTLE_MODEL_DIR={tmp_path}; choose another folder with $CHIPOTLE_MODEL_DIR")
-    for run, option in ((profile.main, ""), (main, " or another file with --model")):
-        with pytest.raises(SystemExit) as e:
-            run(["--context", "8"])
-        assert capsys.readouterr().err == "", run       # no usage block before the error
-        assert e.value.code == f"{where}{option}); {FETCH_HINT}", e.value.code
+    for run, prog, option in ((profile.main, "python -m chipotle.compiler.profile", ""),
+                              (main, "python -m chipotle.compiler",
+                               " or another file with --model")):
+        err = refused(capsys, run, ["--context", "8"], prog)
+        assert err == f"{where}{option}); {FETCH_HINT}", err    # (not the --help pointer)
     (tmp_path / "stories260K.bin").write_bytes(b"not the published file")
-    with pytest.raises(SystemExit) as e:
-        profile.main(["--pos", "4"])
-    assert str(e.value.code).startswith(f"error: {tmp_path / 'stories260K.bin'}: its sha256 ")
-    assert "--model" not in str(e.value.code), e.value.code
+    err = refused(capsys, profile.main, ["--pos", "4"], "python -m chipotle.compiler.profile")
+    assert err.startswith(f"{tmp_path / 'stories260K.bin'}: its sha256 ") and \
+        "--model" not in err, err
 
 
 @pytest.mark.parametrize("module", ["chipotle.compiler", "chipotle.compiler.profile",
@@ -1039,17 +1038,15 @@ def test_compiler_cli_fits_the_context_and_names_whole_options(capsys, model_pat
     out, err = capsys.readouterr()
     assert f"context {most}: the longest this configuration holds the model for" in err, err
     assert f"context {most}\n" in out.splitlines()[0] + "\n" and "e = cls.w" in out, out
-    with pytest.raises(SystemExit) as e:
-        main(["--config", "ulx3s", "--context", str(most + 1), "--model", str(model_paths[0])])
+    err = refused(capsys, main, ["--config", "ulx3s", "--context", str(most + 1), "--model",
+                                 str(model_paths[0])], "python -m chipotle.compiler")
     assert re.search(rf"a configuration that fits: --context {most} or --config "
-                     r"ulx3s,sram_kib=\d+$", str(e.value.code)), e.value.code
+                     r"ulx3s,sram_kib=\d+$", err), err
     alone = tmp_path / "stories260K.bin"
     alone.write_bytes(model_paths[0].read_bytes())
-    with pytest.raises(SystemExit) as e:
-        main(["--config", "ulx3s", "--model", str(alone), "--bench"])
-    assert str(e.value.code).startswith("error: --tokenizer: ") and str(tmp_path) in str(
-        e.value.code), e.value.code
-    assert capsys.readouterr().out == ""
+    err = refused(capsys, main, ["--config", "ulx3s", "--model", str(alone), "--bench"],
+                  "python -m chipotle.compiler")
+    assert err.startswith("--tokenizer: ") and str(tmp_path) in err, err
 
 
 def test_compiler_cli_bench_within_a_short_context(capsys):

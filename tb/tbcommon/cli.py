@@ -49,17 +49,27 @@ def run(capsys, *args):
     return code, out, err
 
 
+#: The progress line a command prints before searching for the configurations that fit
+#: (`chipotle.cli.search_note`), which may come before its refusal.
+SEARCH_LINE = "checking which configurations fit "
+
+
 def refused(capsys, main, argv, prog: str) -> str:
     """Run ``main(argv)`` (a ``python -m`` command's); assert that it refuses the input the
     project's way (``chipotle.cli.ArgumentParser``): `SystemExit` with status 2, nothing on
-    stdout, one line on stderr starting ``<prog>: error: ``, no traceback.  Return the rest
-    of that line (the message, with any ``(<prog> --help lists the options)``, no newline).
+    stdout, one line on stderr starting ``<prog>: error: `` (after at most the progress line
+    of a search for the configurations that fit, `SEARCH_LINE`), no traceback.  Return the
+    rest of that line (the message, with any ``(<prog> --help lists the options)``, no
+    newline).
     """
     with pytest.raises(SystemExit) as e:
         main(list(argv))
     code = e.value.code
     del e       # its traceback holds main's frames, and what they built, in a cycle
     out, err = capsys.readouterr()
+    lines = err.splitlines()
+    if len(lines) == 2 and lines[0].startswith(SEARCH_LINE):
+        err = err.split("\n", 1)[1]
     assert code == 2 and out == "" and err.count("\n") == 1, (argv, code, out, err)
     assert err.startswith(f"{prog}: error: ") and "Traceback" not in err, err
     return err[len(f"{prog}: error: "):].rstrip("\n")
