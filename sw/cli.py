@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import functools
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -212,6 +213,7 @@ def run_main(main, argv=None) -> None:
         os.dup2(devnull, sys.stdout.fileno())
         raise SystemExit(1) from None
     except KeyboardInterrupt:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)    # a second one: not mid-report
         spec = getattr(sys.modules.get("__main__"), "__spec__", None)
         name = spec.name.removesuffix(".__main__") if spec else main.__module__
         print(f"\npython -m {name}: interrupted", file=sys.stderr)
@@ -1082,7 +1084,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     except KeyboardInterrupt:
         # Ctrl-C: one line, not the asyncio / cocotb runner traceback (the simulator, a
-        # child in the same process group, stops on the same signal).
+        # child in the same process group, stops on the same signal); a second interrupt
+        # does not break the report
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         err.write("\nchipotle: interrupted\n")
         return 130
     return 1

@@ -199,3 +199,28 @@ def test_the_simulator_quiets_ctrl_c_before_cocotb_is_imported(monkeypatch):
                         "print('not interrupted')\n"],
                        capture_output=True, text=True, timeout=120)
     assert (r.returncode, r.stdout, r.stderr) == (130, "", ""), r
+
+
+def test_ctrl_c_while_the_command_imports_is_one_line():
+    """The ``chipotle`` script's entry point is `chipotle.entry.main`, which catches Ctrl-C
+    while `chipotle.cli` and its imports load (about 0.3 s): ``chipotle: interrupted``, exit
+    status 130, not a ``KeyboardInterrupt`` traceback (session 39's fresh user, interrupting
+    ``make sim`` within 0.3 s).  The interrupt is raised by the import of `chipotle.cli`
+    itself here, so that the test does not depend on timing."""
+    import subprocess
+    import sys
+    from importlib.metadata import entry_points
+
+    [script] = [e for e in entry_points(group="console_scripts") if e.name == "chipotle"]
+    assert script.value == "chipotle.entry:main", script
+    code = ("import sys\n"
+            "class Interrupt:\n"
+            "    def find_spec(self, name, path=None, target=None):\n"
+            "        if name == 'chipotle.cli':\n"
+            "            raise KeyboardInterrupt\n"
+            "sys.meta_path.insert(0, Interrupt())\n"
+            "from chipotle.entry import main\n"
+            "sys.exit(main())\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=120)
+    assert (r.returncode, r.stdout, r.stderr) == (130, "", "\nchipotle: interrupted\n"), r
