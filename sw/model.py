@@ -432,16 +432,28 @@ _TOKENIZER_MAX_BYTES = 16 << 20
 
 
 def _not_a_checkpoint(path: Path) -> str:
-    """``"the file is a llama2.c tokenizer file ..."`` when the refused file is one, else
-    ``""``."""
+    """``"the file is a llama2.c tokenizer file ..."`` when the refused file is one, ``"the
+    file is text ('# chipotle ...'), ..."`` when its first 4 KiB are printable UTF-8 text
+    (a README given as the model: the header's fields read from its letters are no help),
+    else ``""``."""
     from .tokenizer import describe_tokenizer
     try:
-        if path.stat().st_size > _TOKENIZER_MAX_BYTES:
-            return ""
-        what = describe_tokenizer(path.read_bytes())
+        with path.open("rb") as f:
+            head = f.read(_HEAD_BYTES)
+        if path.stat().st_size <= _TOKENIZER_MAX_BYTES:
+            what = describe_tokenizer(path.read_bytes())
+            if what:
+                return f"the file is {what}, not a model checkpoint"
     except OSError:
         return ""
-    return f"the file is {what}, not a model checkpoint" if what else ""
+    try:
+        text = head.decode("utf-8")
+    except UnicodeDecodeError:      # (also a multi-byte character cut at 4 KiB: not named)
+        return ""
+    if text and all(ch.isprintable() or ch in "\n\r\t" for ch in text):
+        start = " ".join(text.split())[:24].rstrip()
+        return f"the file is text ({start!r} ...), not a model checkpoint"
+    return ""
 
 
 class _Head(bytes):

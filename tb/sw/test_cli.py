@@ -594,7 +594,8 @@ def test_options_of_other_backends_are_refused(capsys, tiny, tmp_path):
     # (session 39's fresh user); a checkpoint whose folder lacks tok512.bin still says that
     (tmp_path / "notes.txt").write_text("not a model\n" * 100)
     code, _out, err = run(capsys, "--model", str(tmp_path / "notes.txt"))
-    assert code == 2 and f"error: {tmp_path / 'notes.txt'}: bad header" in err, err
+    assert code == 2 and (f"error: {tmp_path / 'notes.txt'}: the file is text ('not a model "
+                          f"not a model' ...), not a model checkpoint") in err, err
     code, _out, err = run(capsys, "--model", tiny[3])           # the tokenizer
     assert code == 2 and f"error: {tiny[3]}: the file is a llama2.c tokenizer" in err, err
     code, _out, err = run(capsys, "--model", tiny[1])           # tiny.bin, no tok512.bin

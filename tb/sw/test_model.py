@@ -357,6 +357,21 @@ def test_a_tokenizer_given_as_the_model_is_named(tmp_path):
         load_checkpoint(path)
 
 
+def test_a_text_file_given_as_the_model_is_named(tmp_path):
+    """A text file (a README) given as the checkpoint: the refusal says it is text and how
+    it starts, not the header fields read from its letters (session 39's fresh user); a
+    binary file that is no checkpoint keeps the header's own complaint."""
+    path = tmp_path / "README.md"
+    path.write_text("# chipotle\n\nAn open accelerator.\n" * 40)
+    with pytest.raises(CheckpointError, match=r"README\.md: the file is text \('# chipotle An "
+                       r"open accel' \.\.\.\), not a model checkpoint$"):
+        load_checkpoint(path)
+    path.write_bytes(bytes(range(256)) * 8)
+    with pytest.raises(CheckpointError) as e:
+        load_checkpoint(path)
+    assert "the file is text" not in str(e.value), e.value
+
+
 def test_a_malformed_checkpoint_is_not_called_a_tokenizer(tmp_path):
     path = tmp_path / "bad.bin"
     path.write_bytes(struct.pack("<7i", 16, 0, 1, 2, 1, 300, 8) + bytes(100))
