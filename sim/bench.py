@@ -242,11 +242,11 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         ap.error(f"--config: {e}")
     model_path = args.model or default_model_dir() / DEFAULT_CHECKPOINT
-    if args.model is not None and args.model.is_dir():
-        ap.refuse(f"--model {args.model} is a directory; give the checkpoint file (e.g. "
-                  f"{args.model / DEFAULT_CHECKPOINT})")
-    if args.model is not None and not args.model.exists():
-        ap.refuse(f"checkpoint not found: {args.model} (given with --model)")
+    if args.model is not None:      # (as chipotle generate's --model)
+        from chipotle.cli import given_file_problem
+        problem = given_file_problem(args.model, "checkpoint", "--model", DEFAULT_CHECKPOINT)
+        if problem:
+            ap.refuse(problem)
     if args.model is None and not model_path.exists():   # where it looked, and the fetch hint
         from chipotle.cli import _where
         ap.refuse(_where("checkpoint", model_path, "--model"))

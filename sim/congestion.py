@@ -27,7 +27,7 @@ import argparse
 import collections
 import re
 
-from .paths import read_input, read_json_input
+from .paths import module_problem, read_input, read_json_input
 
 __all__ = ["bands", "by_module", "main", "read_by_net", "check_placed"]
 
@@ -112,18 +112,9 @@ def check_placed(placed, name: str) -> None:
     if not mods:
         refuse('its "modules" object is empty')
     for mod_name, mod in mods.items():
-        if not (isinstance(mod, dict) and isinstance(mod.get("cells"), dict)
-                and isinstance(mod.get("netnames"), dict)):
-            refuse(f'module {mod_name!r} has no "cells" and "netnames" objects')
-        for cell_name, cell in mod["cells"].items():
-            if not (isinstance(cell, dict) and isinstance(cell.get("type"), str)
-                    and isinstance(cell.get("connections"), dict)
-                    and isinstance(cell.get("attributes", {}), dict)
-                    and all(isinstance(b, list) for b in cell["connections"].values())):
-                refuse(f'cell {cell_name!r} lacks the "type" and "connections" of a cell')
-        for net_name, net in mod["netnames"].items():
-            if not (isinstance(net, dict) and isinstance(net.get("bits"), list)):
-                refuse(f'net {net_name!r} has no "bits" list')
+        problem = module_problem(mod, ports=False)
+        if problem:
+            refuse(f"module {mod_name!r}: {problem}")
     if not any("NEXTPNR_BEL" in cell.get("attributes", {})
                for mod in mods.values() for cell in mod["cells"].values()):
         refuse("no cell has a NEXTPNR_BEL: a netlist before placement")

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 __all__ = ["CELL_NS", "NET_NS", "SETUP_NS", "Path_", "longest_paths", "rtl_name", "format_paths",
-           "verilog_lines", "read_input", "read_json_input"]
+           "verilog_lines", "read_input", "read_json_input", "module_problem"]
 
 #: Routing estimate per net (ns), except the carry chain's dedicated wires.
 NET_NS = 1.0
@@ -95,10 +95,11 @@ def _names(mods: dict, most: int = 10) -> str:
     return ", ".join(names[:most]) + more
 
 
-def _module_problem(mod) -> str | None:
-    """What keeps `longest_paths` from reading the netlist module `mod` (the ``cells`` and
-    ``netnames`` objects, each cell's ``type``, ``connections`` and ``port_directions``, each
-    net's ``bits``), or None if nothing does."""
+def module_problem(mod, ports: bool = True) -> str | None:
+    """What keeps a reader of Yosys / nextpnr JSON from reading the module `mod` (the
+    ``cells`` and ``netnames`` objects, each cell's ``type`` and ``connections`` of bit
+    lists, with `ports` its ``port_directions`` too, each net's ``bits``), or None if nothing
+    does: `longest_paths`'s netlists and ``chipotle.sim.congestion``'s placements."""
     if not isinstance(mod, dict):
         return "not an object"
     for key in ("cells", "netnames"):
@@ -107,11 +108,11 @@ def _module_problem(mod) -> str | None:
     for name, cell in mod["cells"].items():
         if not (isinstance(cell, dict) and isinstance(cell.get("type"), str)
                 and isinstance(cell.get("connections"), dict)
-                and isinstance(cell.get("port_directions"), dict)
+                and (not ports or isinstance(cell.get("port_directions"), dict))
                 and isinstance(cell.get("attributes", {}), dict)
                 and all(isinstance(b, list) for b in cell["connections"].values())):
-            return (f'cell {name!r} lacks the "type", "connections" and "port_directions" of '
-                    f"a netlist's cells")
+            return (f'cell {name!r} lacks the "type", "connections"'
+                    + (' and "port_directions"' if ports else "") + " of a netlist's cells")
     for name, net in mod["netnames"].items():
         if not (isinstance(net, dict) and isinstance(net.get("bits"), list)):
             return f'net {name!r} has no "bits" list'
@@ -218,7 +219,7 @@ def longest_paths(netlist: dict, top: str | None = None, n: int = 20,
     if top not in mods:
         raise ValueError(f"module {top!r} not in the netlist (has {_names(mods)})")
     mod = mods[top]
-    problem = _module_problem(mod)
+    problem = module_problem(mod)
     if problem:
         raise ValueError(f"not a Yosys JSON netlist (module {top!r}: {problem})")
     cells = mod["cells"]

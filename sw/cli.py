@@ -440,6 +440,20 @@ def file_path(text: str) -> Path:
     return Path(text)
 
 
+def given_file_problem(given: Path, kind: str, option: str, default: str) -> str | None:
+    """The refusal of a model file `given` with `option` (``--model``) that is not a regular
+    file: a folder (naming the `default` file name in it), a missing path, a device or a
+    pipe; None for a file.  `kind`: ``"checkpoint"`` or ``"tokenizer"``."""
+    if given.is_dir():
+        return f"{option} {given} is a directory; give the {kind} file (e.g. {given / default})"
+    if not given.exists():
+        return f"{kind} not found: {given} (given with {option})"
+    if not given.is_file():
+        return (f"{option} {given} is not a regular file (a device or a pipe); give the "
+                f"{kind} file itself")
+    return None
+
+
 def _resolve(args) -> tuple[Path, Path]:
     d = default_model_dir()
     found = []
@@ -447,14 +461,9 @@ def _resolve(args) -> tuple[Path, Path]:
                                          (args.tokenizer, DEFAULT_TOKENIZER, "tokenizer",
                                           "--tokenizer")):
         if given is not None:
-            if given.is_dir():
-                raise UsageError(f"{option} {given} is a directory; give the {kind} file "
-                                 f"(e.g. {given / default})")
-            if not given.exists():
-                raise UsageError(f"{kind} not found: {given} (given with {option})")
-            if not given.is_file():
-                raise UsageError(f"{option} {given} is not a regular file (a device or a "
-                                 f"pipe); give the {kind} file itself")
+            problem = given_file_problem(given, kind, option, default)
+            if problem:
+                raise UsageError(problem)
             found.append(given)
         elif kind == "tokenizer" and args.model is not None:
             # beside the checkpoint given, as `python -m chipotle.compiler` and the bench

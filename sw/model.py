@@ -359,19 +359,13 @@ def load_checkpoint(path: str | os.PathLike, format: str | None = None) -> Check
     if format is not None and format not in FORMATS:
         raise CheckpointError(f"`format` must be one of {', '.join(FORMATS)}, not {format!r}")
     path = Path(path)
+    # the header and the file's size first: a file of the wrong size (a model far too large,
+    # say) is refused without reading it
+    check_checkpoint_header(path, format)
     try:
-        # the header and the file's size first: a file of the wrong size (a model far too
-        # large, say) is refused without reading it
-        with path.open("rb") as f:
-            head = f.read(_HEAD_BYTES)
-            size = os.fstat(f.fileno()).st_size
-        if size > len(head):
-            _parse(_Head(head, size), format)
-        data = path.read_bytes()
-        checkpoint = _parse(data, format)
+        checkpoint = _parse(path.read_bytes(), format)
     except CheckpointError as e:
-        what = _not_a_checkpoint(path)
-        raise CheckpointError(f"{path}: {what or e}") from None
+        raise CheckpointError(f"{path}: {_not_a_checkpoint(path) or e}") from None
     if format is not None and checkpoint.format != format:
         raise CheckpointError(f"{path}: expected a {format} checkpoint, found {checkpoint.format}")
     return checkpoint
@@ -381,10 +375,10 @@ def load_checkpoint(path: str | os.PathLike, format: str | None = None) -> Check
 _HEAD_BYTES = 4096
 
 
-def check_checkpoint_header(path: str | os.PathLike) -> None:
-    """Check that `path` starts as a checkpoint of any format in `FORMATS` would, without
-    reading its tensors: the checks `load_checkpoint` makes first (the header, and the file
-    size it implies).
+def check_checkpoint_header(path: str | os.PathLike, format: str | None = None) -> None:
+    """Check that `path` starts as a checkpoint of `format` (None: any format in `FORMATS`)
+    would, without reading its tensors: the checks `load_checkpoint` makes first (the
+    header, and the file size it implies).
 
     Raises
     ------
@@ -399,10 +393,9 @@ def check_checkpoint_header(path: str | os.PathLike) -> None:
         head = f.read(_HEAD_BYTES)
         size = os.fstat(f.fileno()).st_size
     try:
-        _parse(_Head(head, size), None)
+        _parse(_Head(head, size), format)
     except CheckpointError as e:
-        what = _not_a_checkpoint(path)
-        raise CheckpointError(f"{path}: {what or e}") from None
+        raise CheckpointError(f"{path}: {_not_a_checkpoint(path) or e}") from None
 
 
 def describe_checkpoint(data: bytes) -> str | None:

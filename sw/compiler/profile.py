@@ -72,6 +72,12 @@ def _generic_phase(phase: str) -> str:
     return re.sub(r"columns \d+ \.\. \d+", "columns", phase)
 
 
+def _phase_layer(phase: str) -> int | None:
+    """The layer a raw phase's text names (``layer 3 attention ...``: 3), or None."""
+    m = re.match(r"layer (\d+) ", phase)
+    return None if m is None else int(m[1])
+
+
 def line_of_pc(source: str) -> list:
     """Return the source text of every instruction of an assembly text (index = PC), as
     `phase_of_pc` counts them: a trailing ``; comment`` removed."""
@@ -441,9 +447,10 @@ def format_critical(segs: list, top: int = CRITICAL_TOP) -> str:
     layers: dict = {}
     seen = False                        # a layer's segment came already
     for s in segs:
-        m = re.match(r"layer (\d+) ", s.event.phase)
-        seen = seen or m is not None
-        key = f"layer {m[1]}" if m else ("after the layers" if seen else "before the layers")
+        n = _phase_layer(s.event.phase)
+        seen = seen or n is not None
+        key = f"layer {n}" if n is not None else ("after the layers" if seen
+                                                  else "before the layers")
         layers[key] = layers.get(key, 0) + s.cycles
     lines += ["", "per layer: " + ", ".join(f"{k} {v:,}" for k, v in layers.items())]
     tiles: dict = defaultdict(int)
@@ -586,8 +593,8 @@ def main(argv=None) -> None:
         ap.error(f"--timeline: tile {tile} runs no program in the {args.placement} placement "
                  f"(tiles with programs: {running})")
     if args.layer is not None:                 # a pipeline stage's tile runs some layers
-        layers = sorted({int(m[1]) for ph in phase_of_pc(cm.sources[tile], raw=True)
-                         if (m := re.match(r"layer (\d+) ", ph))})
+        layers = sorted({n for ph in phase_of_pc(cm.sources[tile], raw=True)
+                         if (n := _phase_layer(ph)) is not None})
         if args.layer not in layers:
             ap.error(f"--layer {args.layer}: tile {tile} runs no instruction of layer "
                      f"{args.layer} in the {args.placement} placement ("

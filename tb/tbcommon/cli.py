@@ -49,9 +49,10 @@ def run(capsys, *args):
     return code, out, err
 
 
-#: The progress line a command prints before searching for the configurations that fit
-#: (`chipotle.cli.search_note`), which may come before its refusal.
-SEARCH_LINE = "checking which configurations fit "
+#: The start of the progress line a command prints before searching for the configurations
+#: that fit (`chipotle.cli.search_note`, up to the model's name), which may come before its
+#: refusal.
+SEARCH_LINE = cli.search_note("\0").partition("\0")[0]
 
 
 def refused(capsys, main, argv, prog: str) -> str:
