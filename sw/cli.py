@@ -849,6 +849,9 @@ def module_model(path: Path, option: str | None, given: bool = False, ap=None):
     from .golden import quantize
     if not given and not path.is_file():
         _module_refusal(ap, _where("checkpoint", path, option))
+    problem = given and given_file_problem(path, "checkpoint", option, DEFAULT_CHECKPOINT)
+    if problem:             # (as chipotle generate's --model: a folder, a missing path)
+        _module_refusal(ap, problem)
     try:
         if not given:
             check_published(path, option)

@@ -893,7 +893,12 @@ def test_tensor_batch_at_the_end_of_the_context(small_qm):
     (["--config", "defualt"], "--config: unknown configuration 'defualt'"),
     (["--config", "M=0"], "--config: 'M=0': max_m (M) must be a positive integer, not 0"),
     (["--context", "0"], "--context must be a positive number of positions, not 0"),
-    (["--model", "/no/such/checkpoint.bin"], "No such file or directory"),
+    # a missing --model and a folder are named as chipotle generate names them (they were
+    # the OS's "[Errno 2] No such file or directory", session 39's fresh user)
+    (["--model", "/no/such/checkpoint.bin"],
+     "checkpoint not found: /no/such/checkpoint.bin (given with --model)"),
+    (["--model", "/"], "--model / is a directory; give the checkpoint file (e.g. "
+                       "/stories260K.bin)"),
 ])
 def test_compiler_cli_refuses_bad_input_in_one_line(capsys, argv, expect):
     """``python -m chipotle.compiler`` refuses a bad configuration, context or checkpoint
