@@ -62,12 +62,13 @@ MAKE_VARIABLES := PYTHON VENV SIM WAVES JOBS PYTEST_ARGS PROMPT STEPS CONFIG CON
 unknown_given := $(filter-out $(MAKE_VARIABLES),$(foreach v,$(.VARIABLES),\
                    $(if $(filter command line,$(origin $v)),$v)))
 # the variable meant: a plural or singular away, else (Python) the same name in other case
-# (prompt= -> PROMPT=), the one name it begins (TEMP= -> TEMPERATURE=), or the closest by
+# (prompt= -> PROMPT=), the names it begins (TEMP= -> TEMPERATURE=, MODEL= -> MODEL_DIR= or
+# MODEL_URL=: at most three), or the closest by
 # difflib (PROMT= -> PROMPT=); the name reaches the shell in single quotes, none of its own
 variable_hint = $(firstword $(filter $1S $(patsubst %S,%,$1),$(MAKE_VARIABLES)) \
   $(shell $(PYTHON) -c 'import difflib, sys; v, names = sys.argv[1].upper(), sys.argv[2:]; \
     pre = [n for n in names if n.startswith(v)]; \
-    print(v if v in names else pre[0] if len(pre) == 1 else \
+    print(v if v in names else "=@or@".join(pre[:3]) if pre else \
           " ".join(difflib.get_close_matches(v, names, 1, 0.75)))' \
     '$(subst ',,$1)' $(MAKE_VARIABLES) 2>/dev/null))
 ifneq ($(unknown_given),)

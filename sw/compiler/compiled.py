@@ -826,9 +826,9 @@ def _suggest_tensor(qm: QuantizedModel, config: ChipConfig, context: int, messag
             if left:                 # fits with the instruction memory as given, slower
                 note = "; ".join(filter(None, (note, _without(left, _IMEM_VARIANTS))))
             if kib * 1024 < need:    # the need named is the refused size's layout's
-                note = "; ".join(filter(None, (note, f"less than the {need:,} bytes named "
-                                                      f"(the layout at the size given): at "
-                                                      f"this size the tiles lay out smaller")))
+                note = "; ".join(filter(None, (note, f"less than the {need:,} bytes named: "
+                                                      f"the tiles lay out smaller at this "
+                                                      f"size")))
             tips.append(Fit((("sram_kib", str(kib)), *extra), note=_imem_note(config, extra,
                                                                               note)))
             if more and more not in tips:
