@@ -41,21 +41,9 @@ COCOTB_ENTRY_POINTS = ("cocotb_tools._coverage:start_cocotb_library_coverage",
                        "cocotb._init:init_package_from_simulation",
                        "cocotb.regression:_run_regression")
 
-#: The simulator's entry points for `run_rtl`: `quiet_interrupt` first, then cocotb's.
-PYGPI_USERS = ("chipotle.sim.chiprun:quiet_interrupt", *COCOTB_ENTRY_POINTS)
-
-
-def quiet_interrupt() -> None:
-    """Make Ctrl-C end the simulator process at once and quietly (exit status 130).
-
-    Run inside the simulator as its first cocotb entry point (`PYGPI_USERS`), before cocotb
-    is imported: Ctrl-C reaches the simulator too (the same process group) and, while its
-    embedded Python imported cocotb, printed a ``KeyboardInterrupt`` traceback of up to 170
-    lines under the host command's one-line ``chipotle: interrupted`` (session 39's fresh
-    user, three times of three, in the second after ``build cached``).
-    """
-    import signal
-    signal.signal(signal.SIGINT, lambda *_: os._exit(130))
+#: The simulator's entry points for `run_rtl`: `chipotle.simstart.quiet_interrupt` first (a
+#: module that imports only `os` and `signal`), then cocotb's.
+PYGPI_USERS = ("chipotle.simstart:quiet_interrupt", *COCOTB_ENTRY_POINTS)
 
 __all__ = ["chip_verilog", "Job", "run_rtl", "training_job", "TOPLEVEL"]
 

@@ -63,7 +63,7 @@ async def run_job(dut):
     from chipotle.driver import Driver
     from chipotle.driver.rtl import RtlBackend
 
-    # (Ctrl-C ends this process quietly: `chipotle.sim.chiprun.quiet_interrupt`, run before
+    # (Ctrl-C ends this process quietly: `chipotle.simstart.quiet_interrupt`, run before
     # cocotb is imported, leaves the one-line report to the host command.)
     job = pickle.loads(Path(os.environ["CHIPOTLE_JOB"]).read_bytes())
     config = ChipConfig(**job["config"])

@@ -17,6 +17,7 @@ import functools
 import hashlib
 import os
 import re
+import signal
 import sys
 import time
 import xml.etree.ElementTree as ET
@@ -26,8 +27,8 @@ from pathlib import Path
 
 from . import toolchain
 
-__all__ = ["SIMULATORS", "CocotbRun", "build_root", "check_build_dir", "env_flag",
-           "generate_verilog",
+__all__ = ["SIMULATORS", "CocotbRun", "SimulatorExit", "build_root", "check_build_dir",
+           "env_flag", "generate_verilog",
            "generate_verilog_cached", "hier_blocks", "source_digest", "run_cocotb"]
 
 SIMULATORS = ("verilator", "icarus")
@@ -277,6 +278,35 @@ def _locked(path: Path):
             fcntl.flock(fd, fcntl.LOCK_UN)
 
 
+class SimulatorExit(RuntimeError):
+    """The simulator process of a cocotb run ended with a non-zero exit status.
+
+    Raised by `run_cocotb` instead of cocotb's runner's ``RuntimeError("Command failed with
+    return code: N")``, whose traceback was all a host command showed of a simulator killed
+    or crashed (session 40's fresh user: SIGINT sent to the simulator alone).
+
+    Attributes
+    ----------
+    sim : str
+        ``"verilator"`` or ``"icarus"``.
+    returncode : int
+        The exit status; negative: killed by that signal (`subprocess` convention).
+    """
+
+    def __init__(self, sim: str, returncode: int):
+        self.sim, self.returncode = sim, returncode
+        if returncode < 0:
+            try:
+                why = f"killed by {signal.Signals(-returncode).name}"
+            except ValueError:
+                why = f"killed by signal {-returncode}"
+        elif returncode == 130:
+            why = "exit status 130: SIGINT reached the simulator"
+        else:
+            why = f"exit status {returncode}"
+        super().__init__(f"the {sim} simulation ended early ({why}); its messages are above")
+
+
 @dataclass
 class CocotbRun:
     """The outcome of one cocotb run.
@@ -500,6 +530,9 @@ def _run_tests(runner, sim: str, toplevel: str, test_module: str, test_dir, buil
     for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         env[var] = os.environ.get(var, "1")
     env.update(extra_env or {})
+    # the simulator starts with Ctrl-C ignored (`_execute_shielded`); the build above is not
+    # shielded: make and its compilers stop on Ctrl-C themselves
+    runner._execute_cmds = functools.partial(_execute_shielded, runner)
     try:
         with _environ(WAVES="1" if waves else "0"):
             runner.test(
@@ -519,7 +552,58 @@ def _run_tests(runner, sim: str, toplevel: str, test_module: str, test_dir, buil
         # the results file instead, with their messages.
         if not results.exists():
             raise
+    except RuntimeError as e:
+        m = re.fullmatch(r"Command failed with return code: (-?\d+)", str(e))
+        if m is None:
+            raise
+        raise SimulatorExit(sim, int(m.group(1))) from None
+    finally:
+        del runner._execute_cmds
     return _parse_results(sim, results)
+
+
+def _execute_shielded(runner, cmds, cwd, stdout=None) -> None:
+    """Run the simulator commands of a cocotb run as cocotb's runner does
+    (``Runner._execute_cmds`` of cocotb 2.1.0, which `_run_tests` replaces with this for the
+    test phase), but with SIGINT ignored in the simulator: Ctrl-C then reaches only the host
+    process, whose `KeyboardInterrupt` kills the simulator (SIGKILL) and ends with one line.
+
+    The simulator used to take the terminal's Ctrl-C itself, and one that arrived while its
+    embedded Python started printed the interpreter's errors (``Failed to import the site
+    module``, session 40: 1 of 20 interrupts 0-0.4 s after ``running the ... chip``, with
+    `chipotle.simstart.quiet_interrupt` already in place).  An ignored signal stays ignored
+    across ``exec``, and the simulator's hook keeps it so; the host ignores SIGINT only for
+    the ``fork`` and ``exec`` of `subprocess.Popen` (about a millisecond), and only in the
+    main thread, where Python lets a handler be set (elsewhere the simulator takes Ctrl-C
+    as before, and the hook ends it quietly).
+
+    Raises
+    ------
+    RuntimeError
+        ``Command failed with return code: N`` for a command that ends with a non-zero
+        status N, as cocotb's runner does (`_run_tests` turns it into `SimulatorExit`).
+    """
+    import subprocess
+    import threading
+
+    for cmd in cmds:
+        stderr = None if stdout is None else subprocess.STDOUT
+        main = threading.current_thread() is threading.main_thread()
+        old = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
+        try:
+            proc = subprocess.Popen(cmd, cwd=cwd, env=runner.env, stdout=stdout,
+                                    stderr=stderr)
+        finally:
+            if main and old is not None:    # (None: a handler not set from Python)
+                signal.signal(signal.SIGINT, old)
+        try:
+            code = proc.wait()
+        except BaseException:           # Ctrl-C (KeyboardInterrupt) or any other error
+            proc.kill()
+            proc.wait()
+            raise
+        if code != 0:
+            raise RuntimeError(f"Command failed with return code: {code}")
 
 
 def run_cocotb(

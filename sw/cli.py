@@ -204,7 +204,10 @@ def run_main(main, argv=None) -> None:
     ends it quietly instead of with a `BrokenPipeError` traceback: stdout is pointed at
     ``os.devnull`` so that the exit's flush cannot fail again (the recipe of Python's
     `signal` documentation, "Note on SIGPIPE"), exit status 1.  Ctrl-C ends it with one
-    line, ``python -m <module>: interrupted``, exit status 130, not a traceback."""
+    line, ``python -m <module>: interrupted``, exit status 130, not a traceback.  A
+    simulator that ends early (`chipotle.sim.flow.SimulatorExit`: killed or crashed) ends it
+    with one line too, ``python -m <module>: error: ...`` naming the simulator's exit
+    status, exit status 1."""
     try:
         code = main(argv)
         sys.stdout.flush()
@@ -214,11 +217,23 @@ def run_main(main, argv=None) -> None:
         raise SystemExit(1) from None
     except KeyboardInterrupt:
         signal.signal(signal.SIGINT, signal.SIG_IGN)    # a second one: not mid-report
-        spec = getattr(sys.modules.get("__main__"), "__spec__", None)
-        name = spec.name.removesuffix(".__main__") if spec else main.__module__
-        print(f"\npython -m {name}: interrupted", file=sys.stderr)
+        print(f"\npython -m {_module_name(main)}: interrupted", file=sys.stderr)
         raise SystemExit(130) from None
+    except RuntimeError as e:
+        from chipotle.sim.flow import SimulatorExit
+        if not isinstance(e, SimulatorExit):
+            raise
+        # a simulator killed or crashed: one line (its own messages came before it)
+        sys.stdout.flush()
+        print(f"\npython -m {_module_name(main)}: error: {e}", file=sys.stderr)
+        raise SystemExit(1) from None
     raise SystemExit(code if isinstance(code, int) else 0)
+
+
+def _module_name(main) -> str:
+    """The ``python -m`` name of the running module (``main``'s module if not run so)."""
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    return spec.name.removesuffix(".__main__") if spec else main.__module__
 
 
 def config_tips(error, given: str, prompt_tokens: int = 0, needs=None) -> str:
@@ -1044,6 +1059,7 @@ def _generate_chip(args, checkpoint, tokenizer, model_path, tok_path, out, err) 
         seconds = r.seconds
     else:
         from chipotle.sim.chiprun import Job, run_rtl
+        from chipotle.sim.flow import SimulatorExit
 
         def progress(msg):
             err.write(f"[{args.backend}] {msg}\n")
@@ -1056,8 +1072,11 @@ def _generate_chip(args, checkpoint, tokenizer, model_path, tok_path, out, err) 
                   prompt_tokens=ids, steps=steps, temperature=args.temperature, topp=args.topp,
                   seed=args.seed, stream=True, backdoor=args.backdoor_load,
                   perf="phase")   # per-step counter reads: ~300 host-link cycles a step
-        g = run_rtl(job, sim=args.backend, progress=progress,
-                    threads=args.sim_threads if args.backend == "verilator" else 1)
+        try:
+            g = run_rtl(job, sim=args.backend, progress=progress,
+                        threads=args.sim_threads if args.backend == "verilator" else 1)
+        except SimulatorExit as e:       # killed or crashed: one line, not the runner's
+            raise RunFailure(str(e)) from None
         seconds = g["sim_seconds"]
     out.flush()
     stop = _stop(g["stop_reason"], args.steps, compiled.context)

@@ -1413,3 +1413,62 @@ def test_icarus_on_a_large_chip_says_it_is_slow(capsys, tiny, monkeypatch, mesh,
     assert code == 1 and "stopped before the simulation" in err, err
     note = "[icarus] note: Icarus simulates a chip of 6 tiles very slowly"
     assert (note in err) == noted, err
+
+
+@pytest.mark.parametrize("code, why", [(130, "exit status 130: SIGINT reached the simulator"),
+                                       (-11, "killed by SIGSEGV"), (3, "exit status 3")])
+def test_a_simulator_that_ends_early_is_one_line(capsys, tiny, monkeypatch, tmp_path, code,
+                                                 why):
+    """A simulator process that is killed or crashes ends ``chipotle generate`` with one
+    line naming its exit status, exit status 1, not cocotb's runner's ``RuntimeError:
+    Command failed with return code: N`` traceback (session 40's fresh user: SIGINT to the
+    simulator alone).  `chipotle.sim.flow._run_tests` turns the runner's error into
+    `SimulatorExit`; the runner here is a stand-in that fails as cocotb's does."""
+    import chipotle.sim.chiprun as chiprun
+    from chipotle.sim import flow
+
+    class Runner:
+        def test(self, **kwargs):
+            raise RuntimeError(f"Command failed with return code: {code}")
+
+    with pytest.raises(flow.SimulatorExit) as e:
+        flow._run_tests(Runner(), "verilator", "top", "m", None, tmp_path, None, None, False,
+                        None)
+    assert e.value.returncode == code and str(e.value) == (
+        f"the verilator simulation ended early ({why}); its messages are above")
+    assert isinstance(e.value, RuntimeError)
+
+    class Other:
+        def test(self, **kwargs):
+            raise RuntimeError("something else")
+    with pytest.raises(RuntimeError, match="something else"):
+        flow._run_tests(Other(), "icarus", "top", "m", None, tmp_path, None, None, False, None)
+
+    def simulator_ends(*args, **kwargs):
+        raise e.value
+    monkeypatch.setattr(chiprun, "run_rtl", simulator_ends)
+    rc, out, err = run(capsys, *tiny, "--backend", "verilator", "--config", "small",
+                       "--steps", "1")
+    assert rc == 1 and "Traceback" not in err, err
+    assert err.strip().splitlines()[-1] == f"chipotle generate: error: {e.value}", err
+
+
+def test_a_module_command_whose_simulator_ends_early_is_one_line(capsys):
+    """`cli.run_main` (every ``python -m chipotle...`` command) reports a simulator that
+    ended early as one ``error:`` line, exit status 1 (before: the runner's traceback);
+    other errors keep their traceback."""
+    from chipotle.sim.flow import SimulatorExit
+
+    def ends(argv):
+        raise SimulatorExit("icarus", -9)
+    with pytest.raises(SystemExit) as e:
+        cli.run_main(ends, [])
+    assert e.value.code == 1
+    err = capsys.readouterr().err
+    assert err.strip() == (f"python -m {ends.__module__}: error: the icarus simulation ended "
+                           "early (killed by SIGKILL); its messages are above"), err
+
+    def fails(argv):
+        raise RuntimeError("a bug")
+    with pytest.raises(RuntimeError, match="a bug"):
+        cli.run_main(fails, [])
