@@ -280,12 +280,20 @@ def test_the_simulator_starts_with_ctrl_c_ignored(tmp_path):
     Ctrl-C itself, and one that came while its embedded Python started printed
     ``Failed to import the site module`` (session 40: 1 of 20 interrupts 0-0.4 s after
     ``running the ... chip``; none of 34 after the change)."""
+    import inspect
     import os
     import signal
     import subprocess
     import sys
 
+    from cocotb_tools.runner import Runner as CocotbRunner
+
     from chipotle.sim import flow
+
+    # the method it stands in for: cocotb 2.1.0's, called by the runner for every command
+    assert list(inspect.signature(CocotbRunner._execute_cmds).parameters) == \
+        ["self", "cmds", "cwd", "stdout"]
+    assert "self._execute_cmds(" in inspect.getsource(CocotbRunner._execute)
 
     class Runner:
         env = dict(os.environ)
