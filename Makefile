@@ -59,18 +59,31 @@ MAKE_VARIABLES := PYTHON VENV SIM WAVES JOBS PYTEST_ARGS PROMPT STEPS CONFIG CON
                   CLOCK_MHZ PLACEMENT TEMPERATURE TOPP SEED MODEL_DIR PORT BAUD BACKEND \
                   TEST_STEPS PROMPTS BOARD SYNTH_ONLY PGO HIERARCHICAL THREADS MODEL_URL \
                   CHIPOTLE_MODEL_DIR CHIPOTLE_BUILD_DIR
+# The variables each target takes (used by the hints below and by the check of the goals'
+# variables further down)
+RTL_VARS := SIM WAVES PGO HIERARCHICAL MODEL_DIR
+TAKES_sim := $(RTL_VARS) PROMPT STEPS CONFIG CONTEXT CLOCK_MHZ PLACEMENT TEMPERATURE TOPP SEED \
+             PORT BAUD BACKEND THREADS
+TAKES_bench := $(RTL_VARS) PROMPTS CONFIG CONTEXT CLOCK_MHZ PLACEMENT BACKEND
+TAKES_test := $(RTL_VARS) JOBS PYTEST_ARGS
+TAKES_test-default := $(RTL_VARS) TEST_STEPS STEPS PYTEST_ARGS
+TAKES_bitstream := BOARD CONFIG SYNTH_ONLY
+TAKES_models := MODEL_DIR MODEL_URL
+goals := $(or $(MAKECMDGOALS),help)
 unknown_given := $(filter-out $(MAKE_VARIABLES),$(foreach v,$(.VARIABLES),\
                    $(if $(filter command line,$(origin $v)),$v)))
 # the variable meant: a plural or singular away, else (Python) the same name in other case
-# (prompt= -> PROMPT=), the names it begins (TEMP= -> TEMPERATURE=, MODEL= -> MODEL_DIR= or
-# MODEL_URL=: at most three), or the closest by
+# (prompt= -> PROMPT=), the names it begins (TEMP= -> TEMPERATURE=; at most three, those the
+# goals take first: make sim MODEL= -> MODEL_DIR=, make models MODEL= -> MODEL_DIR= or
+# MODEL_URL=), or the closest by
 # difflib (PROMT= -> PROMPT=); the name reaches the shell in single quotes, none of its own
 variable_hint = $(firstword $(filter $1S $(patsubst %S,%,$1),$(MAKE_VARIABLES)) \
-  $(shell $(PYTHON) -c 'import difflib, sys; v, names = sys.argv[1].upper(), sys.argv[2:]; \
+  $(shell $(PYTHON) -c 'import difflib, sys; v, names = sys.argv[1].upper(), sys.argv[3:]; \
     pre = [n for n in names if n.startswith(v)]; \
+    taken = set(sys.argv[2].split()); pre = [n for n in pre if n in taken] or pre; \
     print(v if v in names else "=@or@".join(pre[:3]) if pre else \
           " ".join(difflib.get_close_matches(v, names, 1, 0.75)))' \
-    '$(subst ',,$1)' $(MAKE_VARIABLES) 2>/dev/null))
+    '$(subst ',,$1)' '$(foreach g,$(goals),$(TAKES_$g))' $(MAKE_VARIABLES) 2>/dev/null))
 ifneq ($(unknown_given),)
 # (each refusal one word, its spaces as @, so that the words can be joined by commas)
 unknown_hinted := $(foreach v,$(unknown_given),$v=$(if $(call variable_hint,$v),@(did@you@mean@$(call \
@@ -115,7 +128,7 @@ help:
 	@echo "                 EOS or the context), SIM=icarus, CONFIG=, PLACEMENT=, TEMPERATURE=, TOPP=, SEED="
 	@echo "                 (sampling), CONTEXT=, CLOCK_MHZ= (assumed clock of tokens/s, default 100; BACKEND=uart:"
 	@echo "                 the bitstream's, required), MODEL_DIR=, WAVES=1 or HIERARCHICAL=0 (flat Verilator build,"
-	@echo "                 ~30 min), PGO=1 (profile-guided Verilator build: 9-30% faster simulation, the first build"
+	@echo "                 ~30 min), PGO=1 (profile-guided Verilator build: 9% faster simulation, the first build"
 	@echo "                 twice as long), THREADS=2 (Verilator model threads: rarely faster on 2 cores, see"
 	@echo "                 docs/performance.md); BACKEND=isasim: the ISA simulator's estimate (no build),"
 	@echo "                 BACKEND=golden|reference: host models only; BACKEND=uart PORT=/dev/ttyUSB0 [BAUD=]: a"
@@ -138,7 +151,8 @@ help:
 	@echo "make ccache      only the ccache part of make venv (apt-get install ccache when it is not on PATH;"
 	@echo "                 Verilator builds then compile their shared runtime files once)"
 	@echo "make models      download stories260K.bin and tok512.bin (needs network) into MODEL_DIR= (default"
-	@echo "                 ../shared/models beside the checkout, where every target looks), checking their sha256"
+	@echo "                 ../shared/models beside the checkout, where every target looks), checking their sha256;"
+	@echo "                 MODEL_URL= the folder to download from (default karpathy/tinyllamas on Hugging Face)"
 	@echo "make lint        ruff on the Python sources (the pinned ruff installed into .venv on first use)"
 	@echo "make clean       remove build/ (simulator builds, FPGA runs)"
 	@echo "make distclean   make clean, and remove .venv"
@@ -302,15 +316,6 @@ endif
 # The variables each target takes; a variable given on the command line that none of the
 # goals takes is refused (`make test CONFIG=ulx3s` would run the regression unchanged).  The
 # checks above name the usual mix-ups first.
-RTL_VARS := SIM WAVES PGO HIERARCHICAL MODEL_DIR
-TAKES_sim := $(RTL_VARS) PROMPT STEPS CONFIG CONTEXT CLOCK_MHZ PLACEMENT TEMPERATURE TOPP SEED \
-             PORT BAUD BACKEND THREADS
-TAKES_bench := $(RTL_VARS) PROMPTS CONFIG CONTEXT CLOCK_MHZ PLACEMENT BACKEND
-TAKES_test := $(RTL_VARS) JOBS PYTEST_ARGS
-TAKES_test-default := $(RTL_VARS) TEST_STEPS STEPS PYTEST_ARGS
-TAKES_bitstream := BOARD CONFIG SYNTH_ONLY
-TAKES_models := MODEL_DIR MODEL_URL
-goals := $(or $(MAKECMDGOALS),help)
 given_here := $(foreach v,$(filter-out PYTHON VENV CHIPOTLE_%,$(.VARIABLES)),\
   $(if $(filter command line,$(origin $v)),$v))
 not_taken := $(filter-out $(foreach g,$(goals),$(TAKES_$g)),$(given_here))

@@ -1047,8 +1047,13 @@ def test_make_refuses_variables_no_target_takes():
                        ("CLOCK=20", "CLOCK_MHZ")):      # case, a unique prefix
         code, err = _make("sim", var)
         assert code == 2 and f"(did you mean {meant}=?)" in err, (var, err)
-    # several names begin with it: each is offered (a fresh user's MODEL= got no hint)
+    # several names begin with it: those the goals take (a fresh user's MODEL= got no hint;
+    # the next one was offered MODEL_URL=, which make sim refuses), else each
     code, err = _make("sim", "MODEL=x")
+    assert code == 2 and "MODEL= (did you mean MODEL_DIR=?)" in err, err
+    code, err = _make("models", "MODEL=x")
+    assert code == 2 and "MODEL= (did you mean MODEL_DIR= or MODEL_URL=?)" in err, err
+    code, err = _make("lint", "MODEL=x")
     assert code == 2 and "MODEL= (did you mean MODEL_DIR= or MODEL_URL=?)" in err, err
     # a variable of this Makefile that none of the goals takes, and a goal that is no target
     code, err = _make("test", "CONFIG=ulx3s")
