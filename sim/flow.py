@@ -594,8 +594,8 @@ def _execute_shielded(runner, cmds, cwd, stdout=None) -> None:
             proc = subprocess.Popen(cmd, cwd=cwd, env=runner.env, stdout=stdout,
                                     stderr=stderr)
         finally:
-            if main and old is not None:    # (None: a handler not set from Python)
-                signal.signal(signal.SIGINT, old)
+            if main:        # (None: a handler not set from Python; the default then)
+                signal.signal(signal.SIGINT, signal.SIG_DFL if old is None else old)
         try:
             code = proc.wait()
         except BaseException:           # Ctrl-C (KeyboardInterrupt) or any other error
