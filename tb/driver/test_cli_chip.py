@@ -192,6 +192,8 @@ def test_the_simulator_quiets_ctrl_c_before_cocotb_is_imported(monkeypatch):
     # the hook: SIGINT then ends the process at once, status 130, nothing printed
     r = subprocess.run([sys.executable, "-c",
                         "import os, signal, time\n"
+                        # as from a terminal (CI may start the tests with SIGINT ignored)
+                        "signal.signal(signal.SIGINT, signal.SIG_DFL)\n"
                         "from chipotle.simstart import quiet_interrupt\n"
                         "quiet_interrupt()\n"
                         "os.kill(os.getpid(), signal.SIGINT)\n"
@@ -299,14 +301,19 @@ def test_the_simulator_starts_with_ctrl_c_ignored(tmp_path):
         env = dict(os.environ)
 
     out = tmp_path / "out.txt"
-    handler = signal.getsignal(signal.SIGINT)
-    with open(out, "w") as f:
-        flow._execute_shielded(Runner(), [[sys.executable, "-c",
-                                           "import signal; print(signal.getsignal("
-                                           "signal.SIGINT) is signal.SIG_IGN)"]],
-                               tmp_path, f)
+    # Python's own handler, as from a terminal (CI may start the tests with SIGINT ignored,
+    # which the simulator would then inherit whatever the shielding did)
+    handler = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with open(out, "w") as f:
+            flow._execute_shielded(Runner(), [[sys.executable, "-c",
+                                               "import signal; print(signal.getsignal("
+                                               "signal.SIGINT) is signal.SIG_IGN)"]],
+                                   tmp_path, f)
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGINT, handler)
     assert out.read_text().strip() == "True"
-    assert signal.getsignal(signal.SIGINT) is handler
     with pytest.raises(RuntimeError, match=r"^Command failed with return code: 3$"):
         flow._execute_shielded(Runner(), [[sys.executable, "-c", "raise SystemExit(3)"]],
                                tmp_path)
@@ -314,6 +321,7 @@ def test_the_simulator_starts_with_ctrl_c_ignored(tmp_path):
     # signal does not reach pytest): the simulator is killed, the interrupt propagates
     script = (
         "import os, signal, sys, threading, time\n"
+        "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
         "from chipotle.sim import flow\n"
         "class R:\n"
         "    env = dict(os.environ)\n"
