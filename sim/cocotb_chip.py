@@ -63,8 +63,10 @@ async def run_job(dut):
     from chipotle.driver import Driver
     from chipotle.driver.rtl import RtlBackend
 
-    # (Ctrl-C ends this process quietly: `chipotle.simstart.quiet_interrupt`, run before
-    # cocotb is imported, leaves the one-line report to the host command.)
+    # (Ctrl-C does not reach this process: the host starts it with SIGINT ignored and kills
+    # it, `chipotle.sim.flow._execute_shielded`; where the host cannot, off its main thread,
+    # `chipotle.simstart.quiet_interrupt` ends it quietly.  The one-line report is the
+    # host command's.)
     job = pickle.loads(Path(os.environ["CHIPOTLE_JOB"]).read_bytes())
     config = ChipConfig(**job["config"])
     backend = RtlBackend(dut, config, clock=job.get("clock", "gpi"))

@@ -220,14 +220,21 @@ def run_main(main, argv=None) -> None:
         print(f"\npython -m {_module_name(main)}: interrupted", file=sys.stderr)
         raise SystemExit(130) from None
     except RuntimeError as e:
-        from chipotle.sim.flow import SimulatorExit
-        if not isinstance(e, SimulatorExit):
+        if not _simulator_exit(e):
             raise
         # a simulator killed or crashed: one line (its own messages came before it)
         sys.stdout.flush()
         print(f"\npython -m {_module_name(main)}: error: {e}", file=sys.stderr)
         raise SystemExit(1) from None
     raise SystemExit(code if isinstance(code, int) else 0)
+
+
+def _simulator_exit(e: BaseException) -> bool:
+    """Whether `e` is a simulator that ended early (`chipotle.sim.flow.SimulatorExit`),
+    which `run_main` and `main` report as one ``error:`` line (its module imported only then:
+    the host-only commands need no simulation flow)."""
+    from chipotle.sim.flow import SimulatorExit
+    return isinstance(e, SimulatorExit)
 
 
 def _module_name(main) -> str:
@@ -1059,7 +1066,6 @@ def _generate_chip(args, checkpoint, tokenizer, model_path, tok_path, out, err) 
         seconds = r.seconds
     else:
         from chipotle.sim.chiprun import Job, run_rtl
-        from chipotle.sim.flow import SimulatorExit
 
         def progress(msg):
             err.write(f"[{args.backend}] {msg}\n")
@@ -1072,11 +1078,8 @@ def _generate_chip(args, checkpoint, tokenizer, model_path, tok_path, out, err) 
                   prompt_tokens=ids, steps=steps, temperature=args.temperature, topp=args.topp,
                   seed=args.seed, stream=True, backdoor=args.backdoor_load,
                   perf="phase")   # per-step counter reads: ~300 host-link cycles a step
-        try:
-            g = run_rtl(job, sim=args.backend, progress=progress,
-                        threads=args.sim_threads if args.backend == "verilator" else 1)
-        except SimulatorExit as e:       # killed or crashed: one line, not the runner's
-            raise RunFailure(str(e)) from None
+        g = run_rtl(job, sim=args.backend, progress=progress,
+                    threads=args.sim_threads if args.backend == "verilator" else 1)
         seconds = g["sim_seconds"]
     out.flush()
     stop = _stop(g["stop_reason"], args.steps, compiled.context)
@@ -1102,7 +1105,10 @@ def main(argv: list[str] | None = None) -> int:
         # the prefix of argparse's refusals of the same command (`ArgumentParser.error`)
         err.write(f"chipotle {args.command}: error: {under_make(str(e))}\n")
         return EXIT_USAGE
-    except RunFailure as e:
+    except (RunFailure, RuntimeError) as e:
+        if not isinstance(e, RunFailure) and not _simulator_exit(e):
+            raise
+        # a run that failed, or its simulator killed or crashed (`SimulatorExit`): one line
         out.flush()
         err.write(f"\nchipotle {args.command}: error: {e}\n")
         return 1

@@ -171,8 +171,6 @@ def test_the_simulator_quiets_ctrl_c_before_cocotb_is_imported(monkeypatch):
     up to 170 lines came out under ``chipotle: interrupted`` when Ctrl-C came 1-1.5 s after
     ``running the ... chip`` (session 39, the small chip under Icarus: before the change 2 of
     6 delays from 0.2 to 1.5 s, after it none)."""
-    import subprocess
-    import sys
 
     from pygpi import entry
 
@@ -189,18 +187,29 @@ def test_the_simulator_quiets_ctrl_c_before_cocotb_is_imported(monkeypatch):
     assert e.value.args == ("PYGPI_USERS", chiprun.COCOTB_ENTRY_POINTS)
     assert chiprun.PYGPI_USERS == ("chipotle.simstart:quiet_interrupt",
                                    *chiprun.COCOTB_ENTRY_POINTS)
-    # the hook: SIGINT then ends the process at once, status 130, nothing printed
-    r = subprocess.run([sys.executable, "-c",
-                        "import os, signal, time\n"
-                        # as from a terminal (CI may start the tests with SIGINT ignored)
-                        "signal.signal(signal.SIGINT, signal.SIG_DFL)\n"
-                        "from chipotle.simstart import quiet_interrupt\n"
-                        "quiet_interrupt()\n"
-                        "os.kill(os.getpid(), signal.SIGINT)\n"
-                        "time.sleep(30)\n"
-                        "print('not interrupted')\n"],
-                       capture_output=True, text=True, timeout=120)
+    # the hook: SIGINT then ends the process at once, status 130, nothing printed (the
+    # default disposition first, as from a terminal: CI may start the tests with SIGINT
+    # ignored)
+    r = _hook_then_sigint("SIG_DFL", 30, "not interrupted")
     assert (r.returncode, r.stdout, r.stderr) == (130, "", ""), r
+
+
+def _hook_then_sigint(disposition: str, sleep: float, after: str):
+    """Run `quiet_interrupt` in a Python whose SIGINT is first set to `disposition` (a
+    `signal` name), send that process SIGINT, sleep `sleep` s and print `after`; return the
+    `subprocess.CompletedProcess`."""
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-c",
+                           "import os, signal, time\n"
+                           f"signal.signal(signal.SIGINT, signal.{disposition})\n"
+                           "from chipotle.simstart import quiet_interrupt\n"
+                           "quiet_interrupt()\n"
+                           "os.kill(os.getpid(), signal.SIGINT)\n"
+                           f"time.sleep({sleep})\n"
+                           f"print({after!r})\n"],
+                          capture_output=True, text=True, timeout=120)
 
 
 def test_the_simulators_ctrl_c_hook_is_installed_before_any_heavy_import():
@@ -234,18 +243,7 @@ def test_the_simulator_keeps_an_ignored_ctrl_c_ignored():
     the simulator ended with status 130 while the host command, still running, reported a
     failed simulation with a ``RuntimeError`` traceback (session 40's fresh user,
     ``kill -INT -- -<pgid>`` of ``setsid bash -c 'make sim ... &'``)."""
-    import subprocess
-    import sys
-
-    r = subprocess.run([sys.executable, "-c",
-                        "import os, signal, time\n"
-                        "signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
-                        "from chipotle.simstart import quiet_interrupt\n"
-                        "quiet_interrupt()\n"
-                        "os.kill(os.getpid(), signal.SIGINT)\n"
-                        "time.sleep(0.2)\n"
-                        "print('still running')\n"],
-                       capture_output=True, text=True, timeout=120)
+    r = _hook_then_sigint("SIG_IGN", 0.2, "still running")
     assert (r.returncode, r.stdout, r.stderr) == (0, "still running\n", ""), r
 
 
